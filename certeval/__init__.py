@@ -1,0 +1,3 @@
+"""certeval: adaptive, certified LLM evaluation."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,102 @@
+"""One model-host interface for every backend (replay, hf, vllm, openai).
+
+A host scores a batch of bank items and returns, per item, the score in [0, 1]
+plus tokens used and latency. Hosts are plain Python classes so they can be
+tested in-process; the pipeline runs them inside long-lived Ray actors.
+
+Model specs (DESIGN §4)::
+
+    replay:<scores file>#<model>        recorded scores (bundled:<name> works as the file)
+    hf:<path or bundled:smollm2>        transformers on CPU or CUDA
+    vllm:<path>                         vLLM on GPU (optional extra, imported lazily)
+    openai:<base_url>#<model>           any OpenAI-compatible endpoint
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..estimators._validation import InputError
+
+KINDS = ("replay", "hf", "vllm", "openai")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A parsed ``kind:location[#name]`` model spec; ``options`` come from ``?k=v&...``."""
+
+    kind: str
+    location: str
+    name: str | None = None
+    options: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    text: str = ""
+
+    @property
+    def label(self) -> str:
+        """Short, stable display name (model name, else the path's last part)."""
+        if self.name:
+            return self.name
+        return self.location.rstrip("/").split("/")[-1] or self.location
+
+    def option(self, key: str, default: Any = None) -> Any:
+        for k, v in self.options:
+            if k == key:
+                return v
+        return default
+
+
+def parse_model_spec(text: str) -> ModelSpec:
+    """Parse a model spec; raise :class:`InputError` naming the spec when it is malformed."""
+    if not isinstance(text, str) or ":" not in text:
+        raise InputError(f"model spec must look like KIND:LOCATION (kinds: {', '.join(KINDS)}); got {text!r}")
+    kind, _, rest = text.partition(":")
+    kind = kind.strip().lower()
+    if kind not in KINDS:
+        raise InputError(f"unknown model spec kind {kind!r} in {text!r}; kinds: {', '.join(KINDS)}")
+    options: list[tuple[str, str]] = []
+    if "?" in rest:
+        rest, _, query = rest.partition("?")
+        for part in filter(None, query.split("&")):
+            key, eq, value = part.partition("=")
+            if not eq:
+                raise InputError(f"model spec option {part!r} in {text!r} must look like key=value")
+            options.append((key, value))
+    location, _, name = rest.partition("#")
+    if kind == "openai":
+        # openai:http://127.0.0.1:8000/v1#model — the URL itself contains ':'
+        pass
+    if not location:
+        raise InputError(f"model spec {text!r} has no location after {kind}:")
+    if kind in ("replay", "openai") and not name:
+        raise InputError(f"model spec {text!r} needs a model name after '#'")
+    return ModelSpec(kind, location, name or None, tuple(options), text)
+
+
+class ModelHost(ABC):
+    """Scores batches of items. Items are dicts holding ``item_id`` and the bank's prompt fields."""
+
+    spec: ModelSpec
+
+    @abstractmethod
+    def score(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Return one dict per item: ``item_id``, ``score`` (float in [0, 1]), ``tokens`` (int), ``latency_s``."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec.text, "kind": self.spec.kind}
+
+    def close(self) -> None:
+        """Release resources (GPU memory, server connections)."""
+
+
+_HOST_MODULES = {"replay": "replay", "hf": "hf", "vllm": "vllm_host", "openai": "openai_host"}
+
+
+def make_host(spec: ModelSpec | str, **kwargs: Any) -> ModelHost:
+    """Build the in-process host for a spec (the pipeline wraps it in a Ray actor)."""
+    if isinstance(spec, str):
+        spec = parse_model_spec(spec)
+    module = importlib.import_module(f"{__package__}.{_HOST_MODULES[spec.kind]}")
+    return module.build_host(spec, **kwargs)

@@ -1,0 +1,108 @@
+"""Frozen result types shared by every method (statsmodels-style results).
+
+An :class:`Estimate` states what it estimates (``target``), at which confidence
+level (fixed before data arrived), and which guarantee applies (``anytime_valid``
+and a one-line ``guarantee``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def _clean(value: Any) -> Any:
+    """Make a value JSON-friendly (no NaN/inf, numpy scalars as Python)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict)):
+        try:
+            return _clean(value.item())
+        except (TypeError, ValueError):
+            return value
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with a confidence interval.
+
+    ``mean`` is ``nan`` (never 0.0) when nothing has been scored; then
+    ``lower``/``upper`` are the trivial bounds 0 and 1 of a score in [0, 1].
+    """
+
+    method: str
+    mean: float
+    lower: float
+    upper: float
+    n_scored: int
+    confidence: float
+    anytime_valid: bool
+    target: str = "bank"  # "bank": the finite bank's mean; "distribution": i.i.d. view
+    n_total: int | None = None  # bank size
+    guarantee: str = ""
+    exhausted: bool = False  # every item of the bank has been scored
+    subsets: tuple["SubsetEstimate", ...] = field(default_factory=tuple)
+    extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+
+    @property
+    def halfwidth(self) -> float:
+        return 0.5 * (self.upper - self.lower)
+
+    def ci(self) -> tuple[float, float]:
+        """The confidence interval ``(lower, upper)``."""
+        return (self.lower, self.upper)
+
+    confidence_interval = ci
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["halfwidth"] = self.halfwidth
+        out["subsets"] = [s.to_dict() for s in self.subsets]
+        out["extra"] = {k: v for k, v in self.extra}
+        return _clean(out)
+
+
+@dataclass(frozen=True)
+class SubsetEstimate:
+    """Per-subset interval reported beside a mean-of-means estimate."""
+
+    subset: str
+    mean: float
+    lower: float
+    upper: float
+    n_scored: int
+    n_total: int
+    weight: float
+
+    def ci(self) -> tuple[float, float]:
+        return (self.lower, self.upper)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(asdict(self))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a stopping rule concluded at a look.
+
+    ``done`` says whether sampling may stop; ``rule`` names the rule that fired
+    (``"precision"``, ``"above"``, ``"below"``, ``"exhausted"``, ``"budget"``,
+    ``"futility"``, ``"diminishing-returns"``, ...); ``reached`` is False when the
+    run stopped without meeting the user's goal (bank or budget exhausted).
+    """
+
+    done: bool
+    rule: str | None = None
+    look: int | None = None
+    reached: bool = False
+    verdict: str | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(asdict(self))

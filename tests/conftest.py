@@ -1,0 +1,65 @@
+"""Test-wide environment: offline, loopback only, project-local state.
+
+A guard refuses any socket connection from the test process to an address
+outside 127.0.0.0/8 (and ::1): a test that tries one fails loudly.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_STATE = Path(tempfile.mkdtemp(prefix="certeval-tests-"))
+os.environ.setdefault("PREFECT_HOME", str(_STATE / "prefect"))
+
+from certeval.envsetup import configure_offline_env  # noqa: E402
+
+configure_offline_env(_STATE)
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _is_loopback(address) -> bool:
+    if isinstance(address, (str, bytes)):  # unix socket path
+        return True
+    host = address[0]
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a hostname other than localhost would need DNS
+
+
+def _guarded_connect(self, address):
+    if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address):
+        raise ConnectionRefusedError(f"tests may only connect to loopback, tried {address!r}")
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self, address):
+    if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address):
+        raise ConnectionRefusedError(f"tests may only connect to loopback, tried {address!r}")
+    return _real_connect_ex(self, address)
+
+
+socket.socket.connect = _guarded_connect
+socket.socket.connect_ex = _guarded_connect_ex
+
+
+@pytest.fixture(scope="session")
+def state_dir() -> Path:
+    return _STATE
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    from certeval.banks import DATA_DIR
+
+    return DATA_DIR
