@@ -1,0 +1,121 @@
+"""Shared metadata for benchmark JSON: machine, versions, seed, git commit, command line, time.
+
+Every benchmark writes through :func:`write_result` so each result file says what made it:
+``benchmarks/results/<name>.json`` for a full run, ``benchmarks/results/_quick/<name>.json``
+for ``--quick`` (ignored by git).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+QUICK_DIR = RESULTS_DIR / "_quick"
+
+
+def _version(module: str) -> str | None:
+    try:
+        return getattr(importlib.import_module(module), "__version__", None)
+    except Exception:  # a missing optional package is reported as None, not an error
+        return None
+
+
+def git_commit() -> str | None:
+    """HEAD commit of the checkout (with ``+dirty`` when benchmark-relevant files changed)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "certeval", "benchmarks"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=10)
+        changed = [ln for ln in dirty.stdout.splitlines() if "benchmarks/results" not in ln]
+        return head.stdout.strip() + ("+dirty" if changed else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine() -> dict[str, Any]:
+    cpu_model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "hostname_hash": abs(hash(platform.node())) % 10_000,  # identifies "same box" without naming it
+        "platform": platform.platform(),
+        "processor": cpu_model or platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": usable,
+        "load_avg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def metadata(name: str, *, seed: int | None, quick: bool) -> dict[str, Any]:
+    return {
+        "benchmark": name,
+        "quick": bool(quick),
+        "seed": seed,
+        "git_commit": git_commit(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]) if sys.argv else None,
+        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "versions": {
+            "python": platform.python_version(),
+            **{m: _version(m) for m in ("numpy", "scipy", "pandas", "sklearn", "prefect", "ray", "torch",
+                                          "transformers", "certeval")},
+        },
+    }
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        return _clean(value.tolist())
+    return value
+
+
+def result_path(name: str, quick: bool) -> Path:
+    return (QUICK_DIR if quick else RESULTS_DIR) / f"{name}.json"
+
+
+def write_result(name: str, payload: dict[str, Any], quick: bool, *, seed: int | None = None) -> Path:
+    """Write ``{"meta": ..., **payload}`` atomically to the result path and return it."""
+    path = result_path(name, quick)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"meta": metadata(name, seed=seed if seed is not None else payload.get("seed"), quick=quick),
+           **payload}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_result(name: str, quick: bool = False) -> dict[str, Any] | None:
+    """The stored result of a benchmark, or None when it has not been run."""
+    path = result_path(name, quick)
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())

@@ -1,0 +1,540 @@
+"""Backtests at cluster scale: reps × models × methods fanned out over Ray (issue 6, item 1).
+
+A backtest replays recorded scores: for each (model, method, rep) a method is run on one
+model's score vector with the round protocol (``propose → update → result → goal.decide``)
+until its goal is met or the bank is exhausted, and the stopping point is compared with the
+bank's true mean. One pure function, :func:`replay_one`, does one rep; the in-process path
+and the Ray path both call it, so they return identical numbers.
+
+Seeds: every rep draws from ``np.random.SeedSequence(root_seed, spawn_key=key)`` with
+``key`` derived from ``(dataset, model, method, rep)`` only — never from the order in which
+tasks run — so a result does not depend on scheduling, chunking or the number of workers.
+
+Ray: local by default (``ray.init(address="local", num_cpus=2, include_dashboard=False)``
+with the loopback environment of :mod:`certeval.envsetup`); pass ``ray_address`` for any
+cluster. Tasks are chunks of reps of one (dataset, method, goal) cell; the score matrix goes
+to the object store once per dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..estimators import BankSpec, make_method, parse_goal
+from ..estimators._validation import InputError, check_positive_int
+from ..estimators.goals import Goal
+
+# --------------------------------------------------------------------------------------
+# one rep: the pure replay loop
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepResult:
+    """Where one replay stopped and whether its interval covered the bank's mean."""
+
+    n_scored: int
+    mean: float
+    lower: float
+    upper: float
+    truth: float
+    reached: bool
+    rule: str | None
+    looks: int
+    anytime_valid: bool
+    controller_s: float  # time spent in propose/update/result/decide (no inference in a replay)
+    curve: tuple[tuple[int, float, float, float], ...] = ()  # (n_scored, mean, lower, upper) per look
+
+    @property
+    def covered(self) -> bool:
+        return bool(self.lower - 1e-12 <= self.truth <= self.upper + 1e-12)
+
+    @property
+    def halfwidth(self) -> float:
+        return 0.5 * (self.upper - self.lower)
+
+    def to_dict(self, *, with_curve: bool = False) -> dict[str, Any]:
+        out = asdict(self)
+        out["covered"] = self.covered
+        out["halfwidth"] = self.halfwidth
+        if not with_curve:
+            out.pop("curve")
+        else:
+            out["curve"] = [list(c) for c in self.curve]
+        return out
+
+
+def bank_truth(spec: BankSpec, scores: np.ndarray) -> float:
+    """The estimand of a bank-target method: the (mean-of-means weighted) bank mean, seed 004 eq. 1."""
+    return float(spec.weights() @ np.asarray(scores, dtype=float))
+
+
+def replay_one(
+    method: str,
+    params: dict[str, Any],
+    spec: BankSpec,
+    scores: np.ndarray,
+    goal: Goal,
+    batch_size: int,
+    rng: np.random.Generator,
+    *,
+    max_items: int | None = None,
+    record_curve: bool = False,
+) -> RepResult:
+    """Run one method on one model's recorded scores until its goal decides (pure, no I/O).
+
+    ``scores[i]`` is the recorded score of bank position ``i``. The loop is the single-model
+    round protocol of DESIGN §1 with inference replaced by a lookup.
+    """
+    scores = np.asarray(scores, dtype=float)
+    if scores.shape != (spec.n_items,):
+        raise InputError(f"scores must hold one value per bank item ({spec.n_items}), got shape {scores.shape}")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    obj = make_method(method, **params).start(spec)
+    truth = bank_truth(spec, scores)
+    budget = spec.n_items if max_items is None else min(int(max_items), spec.n_items)
+    curve: list[tuple[int, float, float, float]] = []
+    looks = 0
+    spent = 0.0
+    t0 = time.perf_counter()
+    est = obj.result()
+    decision = goal.decide(est, look=0, budget_left=budget)
+    while not decision.done:
+        prop = obj.propose(min(batch_size, budget - est.n_scored), rng)
+        if len(prop) == 0:  # nothing left to propose: the bank is exhausted for this method
+            break
+        obj.update(prop.items, scores[prop.items])
+        est = obj.result()
+        looks += 1
+        decision = goal.decide(est, look=looks, budget_left=budget - est.n_scored)
+        if record_curve:
+            curve.append((int(est.n_scored), float(est.mean), float(est.lower), float(est.upper)))
+    spent = time.perf_counter() - t0
+    return RepResult(
+        n_scored=int(est.n_scored),
+        mean=float(est.mean),
+        lower=float(est.lower),
+        upper=float(est.upper),
+        truth=truth,
+        reached=bool(decision.reached),
+        rule=decision.rule,
+        looks=looks,
+        anytime_valid=bool(est.anytime_valid),
+        controller_s=spent,
+        curve=tuple(curve),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# seeds
+# --------------------------------------------------------------------------------------
+
+
+def _stable_int(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8")) & 0xFFFFFFFF
+
+
+def rep_seed(root_seed: int, dataset: str, model: str, method: str, rep: int) -> np.random.SeedSequence:
+    """The seed of one rep, keyed by what the rep *is* (never by when or where it runs)."""
+    key = (_stable_int(dataset), _stable_int(model), _stable_int(method), int(rep))
+    return np.random.SeedSequence(int(root_seed), spawn_key=key)
+
+
+# --------------------------------------------------------------------------------------
+# cells and chunks
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell of a backtest: a method at a goal on a dataset, over ``reps`` reps.
+
+    Rep ``r`` evaluates model ``models[r % len(models)]`` with its own seed, so reps spread
+    evenly over the evaluated models.
+    """
+
+    dataset: str
+    method: str
+    goal: str
+    reps: int
+    batch_size: int
+    params: tuple[tuple[str, Any], ...] = ()
+    label: str = ""  # display name (defaults to method); lets one method appear with two settings
+
+    @property
+    def name(self) -> str:
+        return self.label or self.method
+
+
+@dataclass
+class DatasetArrays:
+    """What a worker needs to replay one dataset: the bank spec and a models × items score matrix."""
+
+    name: str
+    spec: BankSpec
+    models: tuple[str, ...]
+    matrix: np.ndarray  # (n_models, n_items)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def _chunks(cell: Cell, chunk_reps: int) -> list[tuple[int, int]]:
+    return [(a, min(a + chunk_reps, cell.reps)) for a in range(0, cell.reps, chunk_reps)]
+
+
+def run_chunk(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int,
+              record_curve: bool = False, record_errors: bool = False) -> list[dict[str, Any]]:
+    """Replay reps ``rep_lo..rep_hi-1`` of a cell; rows are JSON-able dicts (one per rep).
+
+    With ``record_errors`` an exception inside a method becomes a row with an ``error`` field
+    (benchmarks report it) instead of aborting the whole run.
+    """
+    goal = parse_goal(cell.goal)
+    params = dict(cell.params)
+    rows = []
+    for rep in range(rep_lo, rep_hi):
+        model_idx = rep % len(data.models)
+        model = data.models[model_idx]
+        rng = np.random.default_rng(rep_seed(root_seed, data.name, model, cell.name, rep))
+        head = {"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep, "model": model,
+                "n_items": data.spec.n_items}
+        try:
+            res = replay_one(cell.method, params, data.spec, data.matrix[model_idx], goal, cell.batch_size, rng,
+                             record_curve=record_curve)
+        except InputError:
+            raise
+        except Exception as exc:  # a method's own bug: recorded per rep so one cell cannot sink a benchmark
+            if not record_errors:
+                raise
+            rows.append({**head, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        rows.append({**head, **res.to_dict(with_curve=record_curve)})
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# Ray
+# --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int = 2, state_dir: str | Path | None = None) -> Iterator[Any]:
+    """Start (or join) Ray on loopback and shut it down afterwards if we started it.
+
+    ``address=None`` starts a private local instance (``address="local"``); any other
+    address joins that cluster. While ``ray.init`` runs, HOME points at a folder holding
+    ``ray_bootstrap_config.yaml`` so Ray's usage-stats module never probes cloud metadata
+    (NOTES.md).
+    """
+    from ..envsetup import configure_offline_env, ray_bootstrap_home
+
+    configure_offline_env()
+    import ray
+
+    if ray.is_initialized():
+        yield ray
+        return
+    base = Path(state_dir) if state_dir is not None else Path(tempfile.gettempdir()) / "certeval-ray"
+    home = ray_bootstrap_home(base)
+    old_home = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    try:
+        if address is None:
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                     object_store_memory=200 * 1024 * 1024, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    finally:
+        if old_home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = old_home
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _ray_chunk(data: DatasetArrays, cell: Cell, lo: int, hi: int, root_seed: int, record_curve: bool,
+               record_errors: bool):
+    import os
+
+    # one BLAS thread per task: Ray already runs one task per core
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return run_chunk(data, cell, lo, hi, root_seed, record_curve, record_errors)
+
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def print_progress(done: int, total: int, what: str) -> None:
+    """Default progress: one line on stderr per finished chunk."""
+    print(f"[backtest] {done}/{total} chunks ({what})", file=sys.stderr, flush=True)
+
+
+def run_cells(
+    datasets: dict[str, DatasetArrays],
+    cells: Sequence[Cell],
+    root_seed: int,
+    *,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    num_cpus: int = 2,
+    chunk_reps: int = 25,
+    record_curve: bool = False,
+    record_errors: bool = False,
+    progress: ProgressFn | None = None,
+) -> list[dict[str, Any]]:
+    """Run every cell's reps in-process or on Ray; rows come back sorted by (cell order, rep)."""
+    chunk_reps = check_positive_int(chunk_reps, "chunk_reps")
+    jobs = [(ci, lo, hi) for ci, cell in enumerate(cells) for lo, hi in _chunks(cell, chunk_reps)]
+    total = len(jobs)
+    results: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for cell in cells:
+        if cell.dataset not in datasets:
+            raise InputError(f"cell names dataset {cell.dataset!r}, not among {sorted(datasets)}")
+    if not use_ray:
+        for done, (ci, lo, hi) in enumerate(jobs, 1):
+            cell = cells[ci]
+            results[(ci, lo)] = run_chunk(datasets[cell.dataset], cell, lo, hi, root_seed, record_curve, record_errors)
+            if progress:
+                progress(done, total, f"{cell.dataset}/{cell.name}/{cell.goal}")
+    else:
+        with ray_session(ray_address, num_cpus=num_cpus) as ray:
+            remote = ray.remote(num_cpus=1, max_retries=1)(_ray_chunk)
+            refs_data = {name: ray.put(d) for name, d in datasets.items()}
+            pending = {}
+            for ci, lo, hi in jobs:
+                cell = cells[ci]
+                ref = remote.remote(refs_data[cell.dataset], cell, lo, hi, root_seed, record_curve, record_errors)
+                pending[ref] = (ci, lo)
+            done = 0
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    ci, lo = pending.pop(ref)
+                    results[(ci, lo)] = ray.get(ref)
+                    done += 1
+                    if progress:
+                        cell = cells[ci]
+                        progress(done, total, f"{cell.dataset}/{cell.name}/{cell.goal}")
+    rows: list[dict[str, Any]] = []
+    for key in sorted(results):
+        rows.extend(results[key])
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# summaries and storage
+# --------------------------------------------------------------------------------------
+
+
+def _wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval for a coverage proportion (Wilson 1927)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+# The uniform-sampling method with the same kind of guarantee as each method: Cer-Eval is
+# compared with Seq (both adaptive-Hoeffding, seed 000 §6), adaptive with uniform (same betting CS).
+SAME_GUARANTEE_BASELINE = {"adaptive": "uniform", "uniform": "uniform", "cer-eval": "seq", "seq": "seq",
+                           "static": "static"}
+
+
+def summarise(rows: Iterable[dict[str, Any]], baseline: str = "uniform",
+              same_guarantee: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Per (dataset, method, goal): mean items, ratios to baselines on the same reps, coverage.
+
+    A ratio is mean items of the method over mean items of the baseline at the same goal on
+    the same dataset (same models and reps); ``saving = 1 - ratio``. ``items_ratio_vs_uniform``
+    uses ``baseline``; ``items_ratio_same_guarantee`` uses the uniform-order method with the same
+    guarantee type (:data:`SAME_GUARANTEE_BASELINE`).
+    """
+    same_guarantee = SAME_GUARANTEE_BASELINE if same_guarantee is None else same_guarantee
+    import pandas as pd
+
+    frame = pd.DataFrame(list(rows))
+    if frame.empty:
+        return []
+    if "error" not in frame.columns:
+        frame["error"] = None
+    out = []
+    for (dataset, method, goal), g_all in frame.groupby(["dataset", "method", "goal"], sort=False):
+        errors = g_all[g_all["error"].notna()]
+        g = g_all[g_all["error"].isna()]
+        n = len(g)
+        if n == 0:
+            out.append({"dataset": dataset, "method": method, "goal": goal, "reps": 0, "errors": len(errors),
+                        "first_error": str(errors["error"].iloc[0])})
+            continue
+        covered = int(g["covered"].sum())
+        n_items = g["n_scored"].to_numpy(float)
+        base = frame[(frame["dataset"] == dataset) & (frame["method"] == baseline) & (frame["goal"] == goal)
+                     & frame["error"].isna()]
+        ratio = float(n_items.mean() / base["n_scored"].mean()) if len(base) else None
+        sg_name = same_guarantee.get(str(method).split("@")[0], baseline)
+        sg = frame[(frame["dataset"] == dataset) & (frame["method"] == sg_name) & (frame["goal"] == goal)
+                   & frame["error"].isna()]
+        ratio_sg = float(n_items.mean() / sg["n_scored"].mean()) if len(sg) else None
+        lo, hi = _wilson(covered, n)
+        out.append({
+            "dataset": dataset, "method": method, "goal": goal, "reps": n,
+            "mean_items": float(n_items.mean()), "median_items": float(np.median(n_items)),
+            "sd_items": float(n_items.std(ddof=1)) if n > 1 else 0.0,
+            "n_items": int(g["n_items"].iloc[0]) if "n_items" in g else None,
+            "fraction_of_bank": float((g["n_scored"] / g["n_items"]).mean()) if "n_items" in g else None,
+            "items_ratio_vs_uniform": ratio, "saving_vs_uniform": None if ratio is None else 1.0 - ratio,
+            "same_guarantee_baseline": sg_name, "items_ratio_same_guarantee": ratio_sg,
+            "coverage": covered / n, "coverage_ci95": [lo, hi],
+            "reached_rate": float(g["reached"].mean()),
+            "mean_abs_error": float((g["mean"] - g["truth"]).abs().mean()),
+            "mean_halfwidth": float(g["halfwidth"].mean()),
+            "anytime_valid": bool(g["anytime_valid"].all()),
+            "controller_s_per_rep": float(g["controller_s"].mean()),
+            "rules": {str(k): int(v) for k, v in g["rule"].fillna("none").value_counts().items()},
+            "errors": len(errors),
+        })
+    return out
+
+
+def store_backtest(output: str | Path, config: dict[str, Any], rows: list[dict[str, Any]],
+                   summary: list[dict[str, Any]]) -> str:
+    """Store a backtest like any run (DESIGN §5) with :mod:`certeval.storage` (atomic writes).
+
+    ``<output>/config.json`` (what was asked), ``<output>/reps.parquet`` (one row per rep),
+    ``<output>/results.json`` (``kind: backtest`` and the per-cell summary). ``output`` is a
+    local folder or any fsspec URL. Returns the folder's URL.
+    """
+    import pandas as pd
+
+    from ..storage import Folder, filesystem
+
+    fs, path = filesystem(str(output))
+    folder = Folder(fs, path)
+    table = pd.DataFrame([{k: v for k, v in r.items() if k != "curve"} for r in rows])
+    folder.write_json("config.json", config)
+    folder.write_parquet("reps.parquet", table)
+    folder.write_json("results.json", {"kind": "backtest", "cells": summary, "n_reps_total": len(rows)})
+    return folder.url()
+
+
+# --------------------------------------------------------------------------------------
+# datasets: recorded scores → arrays, with leak-free item features from "history" models
+# --------------------------------------------------------------------------------------
+
+
+def history_features(history: np.ndarray, n_features: int = 8) -> np.ndarray:
+    """Item features from other models' recorded scores (a stand-in for text embeddings).
+
+    Columns: each item's mean score over the history models, then the leading right-singular
+    vectors (scaled by their singular values) of the centred history matrix — the item side of
+    a low-rank factor model, as in FAQ (seed 002) — standardised to unit variance. Items whose
+    history is all-correct or all-wrong land together, which is what Cer-Eval's 1-NN partition
+    needs to separate easy from hard items.
+    """
+    hist = np.asarray(history, dtype=float)
+    item_mean = hist.mean(axis=0)
+    centred = hist - hist.mean(axis=1, keepdims=True)
+    k = max(0, min(n_features - 1, min(centred.shape) - 1))
+    cols = [item_mean[:, None]]
+    if k > 0:
+        # SVD through the smaller Gram matrix (eigh): cheap for 2k × 500 and 6 × 42k alike
+        if centred.shape[0] <= centred.shape[1]:
+            evals, u = np.linalg.eigh(centred @ centred.T)
+            top = np.argsort(evals)[::-1][:k]
+            sing = np.sqrt(np.clip(evals[top], 0, None))
+            item_side = centred.T @ u[:, top]  # = V_k * S_k
+        else:
+            evals, v = np.linalg.eigh(centred.T @ centred)
+            top = np.argsort(evals)[::-1][:k]
+            sing = np.sqrt(np.clip(evals[top], 0, None))
+            item_side = v[:, top] * sing
+        cols.append(item_side)
+    feats = np.hstack(cols)
+    sd = feats.std(axis=0)
+    sd[sd == 0] = 1.0
+    return (feats - feats.mean(axis=0)) / sd
+
+
+def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
+                   max_eval_models: int | None = None) -> DatasetArrays:
+    """Load ``bundled:<name>``; split models into history (features) and evaluated halves.
+
+    The evaluated models never contribute to the features their own reps use.
+    """
+    from ..banks import bank_from_scores, load_scores, score_matrix
+
+    frame = load_scores(f"bundled:{name}" if ":" not in name and "/" not in name else name)
+    bank = bank_from_scores(frame)
+    models = sorted(frame["model"].unique())
+    order = np.random.default_rng(split_seed).permutation(len(models))
+    n_hist = max(1, len(models) // 2)
+    hist_models = [models[i] for i in order[:n_hist]]
+    eval_models = [models[i] for i in sorted(order[n_hist:])]
+    if max_eval_models is not None:
+        eval_models = eval_models[:max_eval_models]
+    hist = score_matrix(frame, hist_models, bank)
+    feats = history_features(hist, n_features)
+    matrix = score_matrix(frame, eval_models, bank)
+    label = name.split(":")[-1]
+    return DatasetArrays(
+        name=label,
+        spec=bank.spec(features=feats),
+        models=tuple(eval_models),
+        matrix=matrix,
+        notes={"n_models": len(models), "n_history_models": len(hist_models), "n_eval_models": len(eval_models),
+               "n_items": bank.n_items, "n_subsets": int(bank.spec().n_subsets),
+               "features": f"history item factors: mean score + {feats.shape[1] - 1} SVD components over "
+                           f"{len(hist_models)} held-out models (no text embeddings)"},
+    )
+
+
+def backtest(
+    scores: str,
+    method: str,
+    goal: str,
+    reps: int,
+    seed: int,
+    *,
+    params: dict[str, Any] | None = None,
+    batch_size: int = 20,
+    baseline: str | None = "uniform",
+    use_ray: bool = True,
+    ray_address: str | None = None,
+    output: str | None = None,
+    progress: ProgressFn | None = print_progress,
+) -> dict[str, Any]:
+    """One-call backtest of ``method`` (and the ``baseline`` at the same goal) on a scores file.
+
+    This is what ``certeval backtest --ray`` should call. Returns ``{"cells": summary, "url": ...}``.
+    """
+    parse_goal(goal)
+    reps = check_positive_int(reps, "reps")
+    data = dataset_arrays(scores)
+    methods = [method] + ([baseline] if baseline and baseline != method else [])
+    cells = [Cell(data.name, m, goal, reps, batch_size, tuple(sorted((params or {}).items())) if m == method else ())
+             for m in methods]
+    rows = run_cells({data.name: data}, cells, seed, use_ray=use_ray, ray_address=ray_address, progress=progress)
+    summary = summarise(rows, baseline=baseline or method)
+    url = None
+    if output:
+        config = {"kind": "backtest", "scores": scores, "method": method, "params": params or {}, "goal": goal,
+                  "reps": reps, "seed": seed, "batch_size": batch_size, "baseline": baseline,
+                  "ray": bool(use_ray), "ray_address": ray_address, "dataset": data.notes}
+        url = store_backtest(output, config, rows, summary)
+    return {"cells": summary, "url": url}
