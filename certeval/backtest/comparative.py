@@ -1,0 +1,318 @@
+"""Comparative backtests: replay recorded scores for pairs, rankings and selections.
+
+``certeval backtest --goal compare:D | rank:D | select:T,E`` lands here.  Each rep draws
+one random item order shared by every model, reveals items in looks of ``looks_every``,
+and compares the sequential decisions with the full-bank truth:
+
+* compare: truth is the fixed-sample z-test on every shared item (same statistic, level
+  alpha); a *directional error* is a verdict whose sign contradicts the bank difference;
+* rank: a *family-wise error* is any pair ordered against its bank difference, or called
+  equivalent while its bank difference exceeds the margin;
+* select: an error is discarding a model whose bank mean is >= the threshold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+from ..banks import bank_from_scores, load_scores, read_table, score_matrix
+from ..estimators._validation import InputError, check_confidence, check_positive_int
+from ..estimators.comparison import A_GT_B, B_GT_A, EQUIVALENT, VERDICTS, ComparisonDesign, run_sequential_pairs
+from ..estimators.ranking import rank_models
+from ..estimators.selection import select_models
+from ..estimators.sequential import mean_of_means
+
+
+def parse_comparative_goal(text: str) -> tuple[str, tuple[float, ...]]:
+    """``compare:D`` / ``rank:D`` → (kind, (margin,)); ``select:T,E`` → ('select', (T, E))."""
+    if not isinstance(text, str) or ":" not in text:
+        raise InputError(f"goal must look like compare:D, rank:D or select:T,E; got {text!r}")
+    kind, _, raw = text.partition(":")
+    kind = kind.strip().lower()
+    try:
+        values = tuple(float(v) for v in raw.split(","))
+    except ValueError:
+        raise InputError(f"goal values must be numbers; got {raw!r} in {text!r}") from None
+    if kind in ("compare", "rank"):
+        if len(values) != 1 or not (0 <= values[0] < 1):
+            raise InputError(f"goal {kind}:D needs one margin D in [0, 1); got {text!r}")
+    elif kind == "select":
+        if len(values) != 2 or not (0 <= values[0] <= 1) or not (0 < values[1] < 1):
+            raise InputError(f"goal select:T,E needs a threshold T in [0, 1] and a half-width E in (0, 1); got {text!r}")
+    else:
+        raise InputError(f"comparative goal kind must be compare, rank or select; got {kind!r} in {text!r}")
+    return kind, values
+
+
+def _look_sizes(n: int, every: int, max_items: int | None) -> list[int]:
+    cap = n if max_items is None else min(n, int(max_items))
+    looks = list(range(every, cap, every)) + [cap]
+    return looks
+
+
+def _load(args) -> tuple[np.ndarray, list[str], np.ndarray | None, int | None]:
+    scores = load_scores(args.scores)
+    items = read_table(args.items, "items file") if getattr(args, "items", None) else None
+    bank = bank_from_scores(scores, items)
+    models = list(args.model) if getattr(args, "model", None) else sorted(scores["model"].unique())
+    if len(set(models)) != len(models):
+        raise InputError(f"--model lists a model twice: {models}")
+    if len(models) < 2:
+        raise InputError(f"a comparative backtest needs at least two models, got {models}")
+    matrix = score_matrix(scores, models, bank)
+    shared = ~np.isnan(matrix).any(axis=0)
+    if not shared.any():
+        raise InputError(f"the models {', '.join(models[:4])}{'...' if len(models) > 4 else ''} share no scored items")
+    matrix = matrix[:, shared]
+    subsets = n_subsets = None
+    if bank.subsets is not None and len(bank.subset_names) > 1:
+        codes = np.asarray(bank.subsets)[shared]
+        _, subsets = np.unique(codes, return_inverse=True)
+        n_subsets = int(subsets.max()) + 1
+    return matrix, models, subsets, n_subsets
+
+
+def _truth_pairs(a: np.ndarray, b: np.ndarray, alpha: float, statistic: str, subsets, n_subsets) -> tuple[np.ndarray, np.ndarray]:
+    """Full-bank difference and fixed-sample z-test verdict per pair."""
+    if statistic == "paired":
+        diff, var = mean_of_means(a - b, subsets, n_subsets)
+    else:
+        ma, va = mean_of_means(a, subsets, n_subsets)
+        mb, vb = mean_of_means(b, subsets, n_subsets)
+        diff, var = ma - mb, va + vb
+    z = special.ndtri(1 - alpha / 2)
+    se = np.sqrt(var)
+    verdict = np.where(diff - z * se > 0, A_GT_B, np.where(diff + z * se < 0, B_GT_A, 0))
+    return diff, verdict
+
+
+def _design(args, alpha: float, margin: float) -> ComparisonDesign:
+    return ComparisonDesign(alpha=alpha, margin=margin, statistic=getattr(args, "statistic", "paired") or "paired",
+                            spending=getattr(args, "spending", "pocock") or "pocock",
+                            look_size=int(getattr(args, "looks_every", 100) or 100))
+
+
+def compare_backtest(matrix, models, subsets, n_subsets, *, margin: float, alpha: float, design: ComparisonDesign,
+                     reps: int, seed: int, n_pairs: int, looks_every: int, max_items: int | None) -> dict[str, Any]:
+    m, n = matrix.shape
+    rng = np.random.default_rng(seed)
+    ii, jj = np.triu_indices(m, k=1)
+    if len(ii) > n_pairs:
+        pick = rng.choice(len(ii), size=n_pairs, replace=False)
+        ii, jj = ii[pick], jj[pick]
+    a_all, b_all = matrix[ii], matrix[jj]
+    true_diff, truth = _truth_pairs(a_all, b_all, alpha, design.statistic, subsets, n_subsets)
+    looks = _look_sizes(n, looks_every, max_items)
+    verdicts = np.zeros((reps, len(ii)), dtype=np.int64)
+    used = np.zeros((reps, len(ii)))
+    for r in range(reps):
+        order = rng.permutation(n)
+        sub = None if subsets is None else subsets[order]
+        res = run_sequential_pairs(a_all[:, order], b_all[:, order], looks, design, n_total=n, subsets=sub,
+                                   n_subsets=n_subsets)
+        verdicts[r], used[r] = res["verdict"], res["used"]
+    directional = np.isin(verdicts, (A_GT_B, B_GT_A))
+    wrong_sign = ((verdicts == A_GT_B) & (true_diff <= 0)) | ((verdicts == B_GT_A) & (true_diff >= 0))
+    wrong_equiv = (verdicts == EQUIVALENT) & (np.abs(true_diff) > margin)
+    agree = verdicts == truth
+    pairs = []
+    for p in range(len(ii)):
+        counts = np.bincount(verdicts[:, p], minlength=len(VERDICTS))
+        pairs.append({
+            "model_a": models[ii[p]], "model_b": models[jj[p]], "bank_diff": float(true_diff[p]),
+            "truth": VERDICTS[int(truth[p])] if truth[p] else "undecided",
+            "fraction_used": float(used[:, p].mean() / n),
+            "separated": float(directional[:, p].mean()),
+            "verdicts": {VERDICTS[v]: int(c) for v, c in enumerate(counts) if c},
+            "agreement": float(agree[:, p].mean()),
+            "error_rate": float((wrong_sign[:, p] | wrong_equiv[:, p]).mean()),
+        })
+    summary = {
+        "pairs": len(ii), "reps": reps, "n_items": n, "looks": looks,
+        "fraction_used": float(used.mean() / n),
+        "separated": float(directional.mean()),
+        "equivalent": float((verdicts == EQUIVALENT).mean()),
+        "full_bank_separated": float(np.isin(truth, (A_GT_B, B_GT_A)).mean()),
+        "agreement": float(agree.mean()),
+        "directional_error_rate": float(wrong_sign.mean()),
+        "equivalence_error_rate": float(wrong_equiv.mean()),
+        "guarantee": design.describe(),
+    }
+    return {"pairs": pairs, "summary": summary}
+
+
+def rank_backtest(matrix, models, subsets, n_subsets, *, margin: float, alpha: float, design: ComparisonDesign,
+                  reps: int, seed: int, looks_every: int, max_items: int | None) -> dict[str, Any]:
+    m, n = matrix.shape
+    rng = np.random.default_rng(seed)
+    looks = _look_sizes(n, looks_every, max_items)
+    ii, jj = np.triu_indices(m, k=1)
+    true_diff, _ = _truth_pairs(matrix[ii], matrix[jj], alpha, design.statistic, subsets, n_subsets)
+    truth = {(models[i], models[j]): d for i, j, d in zip(ii, jj, true_diff)}
+    rankings, fwe, fractions, groups = [], [], [], []
+    for r in range(reps):
+        order = rng.permutation(n)
+        sub = None if subsets is None else subsets[order]
+        ranking = rank_models(matrix[:, order], models, looks, alpha=alpha, margin=margin, design=design,
+                              subsets=sub, n_subsets=n_subsets)
+        errors = 0
+        for c in ranking.comparisons:
+            d = truth[(c.model_a, c.model_b)]
+            if (c.verdict == "a>b" and d <= 0) or (c.verdict == "b>a" and d >= 0) or \
+                    (c.verdict == "equivalent" and abs(d) > margin):
+                errors += 1
+        fwe.append(errors > 0)
+        fractions.append(ranking.fraction_used)
+        groups.append(len(ranking.tie_groups))
+        entry = {"rep": r, "fraction_used": ranking.fraction_used, "errors": errors,
+                 "tie_groups": [list(g) for g in ranking.tie_groups],
+                 "models": list(ranking.models), "means": list(ranking.means), "items_used": list(ranking.items_used)}
+        if r == 0:
+            entry["comparisons"] = [c.to_dict() for c in ranking.comparisons]
+        rankings.append(entry)
+    full_means, _ = mean_of_means(matrix, subsets, n_subsets)
+    summary = {
+        "models": m, "pairs": len(ii), "reps": reps, "n_items": n, "looks": looks, "margin": margin,
+        "fraction_used": float(np.mean(fractions)),
+        "tie_groups_mean": float(np.mean(groups)),
+        "family_wise_error_rate": float(np.mean(fwe)),
+        "guarantee": "Bonferroni over pairs on the spending; " + design.describe(),
+        "full_bank_order": [models[k] for k in np.argsort(-full_means, kind="stable")],
+    }
+    return {"rankings": rankings, "summary": summary}
+
+
+def select_backtest(matrix, models, subsets, n_subsets, *, threshold: float, halfwidth: float, alpha: float,
+                    spending: str, reps: int, seed: int, looks_every: int, max_items: int | None) -> dict[str, Any]:
+    m, n = matrix.shape
+    rng = np.random.default_rng(seed)
+    looks = _look_sizes(n, looks_every, max_items)
+    full_means, _ = mean_of_means(matrix, subsets, n_subsets)
+    runs, errors, fractions, covered = [], [], [], []
+    for r in range(reps):
+        order = rng.permutation(n)
+        sub = None if subsets is None else subsets[order]
+        sel = select_models(matrix[:, order], models, looks, threshold=threshold, halfwidth=halfwidth, alpha=alpha,
+                            spending=spending, look_size=looks_every, subsets=sub, n_subsets=n_subsets)
+        bad = [s.model for s in sel.models if s.status == "below" and full_means[models.index(s.model)] >= threshold]
+        cover = all(s.lower <= full_means[models.index(s.model)] + 1e-12 and full_means[models.index(s.model)] <= s.upper + 1e-12
+                    for s in sel.models)
+        errors.append(bool(bad))
+        covered.append(cover)
+        fractions.append(sel.fraction_used)
+        runs.append({"rep": r, "fraction_used": sel.fraction_used, "selected": list(sel.selected),
+                     "discarded": list(sel.discarded), "wrongly_discarded": bad, "all_intervals_cover": cover,
+                     **({"models": [vars(s) for s in sel.models]} if r == 0 else {})})
+    summary = {
+        "models": m, "reps": reps, "n_items": n, "threshold": threshold, "halfwidth": halfwidth,
+        "fraction_used": float(np.mean(fractions)),
+        "discarded_mean": float(np.mean([len(x["discarded"]) for x in runs])),
+        "truly_below": int((full_means < threshold).sum()),
+        "wrong_discard_rate": float(np.mean(errors)),
+        "simultaneous_coverage": float(np.mean(covered)),
+    }
+    return {"runs": runs, "summary": summary}
+
+
+def _print_compare(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = out["summary"]
+    table = Table(title=f"pairwise backtest: {s['pairs']} pairs x {s['reps']} orders, {s['n_items']} shared items")
+    for col in ("model A", "model B", "bank diff", "truth", "items used", "separated", "agree", "errors"):
+        table.add_column(col)
+    for p in out["pairs"][:40]:
+        table.add_row(p["model_a"], p["model_b"], f"{p['bank_diff']:+.3f}", p["truth"], f"{p['fraction_used']:.2f}",
+                      f"{p['separated']:.2f}", f"{p['agreement']:.2f}", f"{p['error_rate']:.2f}")
+    console = Console()
+    console.print(table)
+    if len(out["pairs"]) > 40:
+        console.print(f"... {len(out['pairs']) - 40} more pairs (--json for all)")
+    console.print(f"items used {s['fraction_used']:.3f} of the bank; pairs separated {s['separated']:.3f} "
+                  f"(full-bank fixed test {s['full_bank_separated']:.3f}); agreement {s['agreement']:.3f}; "
+                  f"directional errors {s['directional_error_rate']:.4f}")
+    console.print(f"guarantee: {s['guarantee']}")
+
+
+def _print_rank(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = out["summary"]
+    first = out["rankings"][0]
+    table = Table(title=f"ranking (rep 0): {s['models']} models, margin {s['margin']:g}, "
+                        f"{len(first['tie_groups'])} tie groups")
+    for col in ("rank", "model", "mean", "items used"):
+        table.add_column(col)
+    pos = {mname: k for k, mname in enumerate(first["models"])}
+    for g, group in enumerate(first["tie_groups"]):
+        for j, model in enumerate(group):
+            k = pos[model]
+            table.add_row(str(g + 1) if j == 0 else "", model, f"{first['means'][k]:.3f}", str(first["items_used"][k]),
+                          end_section=j == len(group) - 1)
+    console = Console()
+    console.print(table)
+    console.print(f"over {s['reps']} orders: items used {s['fraction_used']:.3f} of models x items; "
+                  f"tie groups {s['tie_groups_mean']:.1f} on average; family-wise error rate "
+                  f"{s['family_wise_error_rate']:.3f}")
+
+
+def _print_select(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = out["summary"]
+    table = Table(title=f"selection (rep 0): threshold {s['threshold']:g}, half-width {s['halfwidth']:g}")
+    for col in ("model", "status", "mean", "lower", "upper", "items"):
+        table.add_column(col)
+    for mdl in sorted(out["runs"][0]["models"], key=lambda x: -x["mean"]):
+        table.add_row(mdl["model"], mdl["status"], f"{mdl['mean']:.3f}", f"{mdl['lower']:.3f}", f"{mdl['upper']:.3f}",
+                      str(mdl["n_scored"]))
+    console = Console()
+    console.print(table)
+    console.print(f"over {s['reps']} orders: items used {s['fraction_used']:.3f}; discarded {s['discarded_mean']:.1f} "
+                  f"models on average ({s['truly_below']} truly below); wrong discards {s['wrong_discard_rate']:.3f}; "
+                  f"simultaneous coverage {s['simultaneous_coverage']:.3f}")
+
+
+def run_comparative_backtest(args) -> int:
+    """Entry point for ``certeval backtest --goal compare:D | rank:D | select:T,E``; returns the exit code."""
+    kind, values = parse_comparative_goal(args.goal)
+    alpha = 1.0 - check_confidence(getattr(args, "confidence", 0.95))
+    reps = check_positive_int(getattr(args, "reps", 10) or 10, "--reps")
+    seed = int(getattr(args, "seed", 0) or 0)
+    looks_every = check_positive_int(getattr(args, "looks_every", 100) or 100, "--looks-every")
+    max_items = getattr(args, "max_items", None)
+    if max_items is not None:
+        max_items = check_positive_int(max_items, "--max-items")
+    matrix, models, subsets, n_subsets = _load(args)
+    common = dict(alpha=alpha, reps=reps, seed=seed, looks_every=looks_every, max_items=max_items)
+    if kind == "compare":
+        design = _design(args, alpha, values[0])
+        n_pairs = check_positive_int(getattr(args, "pairs", 200) or 200, "--pairs")
+        out = compare_backtest(matrix, models, subsets, n_subsets, margin=values[0], design=design, n_pairs=n_pairs,
+                               **common)
+    elif kind == "rank":
+        design = _design(args, alpha, values[0])
+        out = rank_backtest(matrix, models, subsets, n_subsets, margin=values[0], design=design, **common)
+    else:
+        out = select_backtest(matrix, models, subsets, n_subsets, threshold=values[0], halfwidth=values[1],
+                              spending=getattr(args, "spending", "pocock") or "pocock", **common)
+    out["config"] = {"goal": args.goal, "scores": str(args.scores), "confidence": 1 - alpha, "reps": reps,
+                     "seed": seed, "looks_every": looks_every, "max_items": max_items,
+                     "statistic": getattr(args, "statistic", "paired"), "spending": getattr(args, "spending", "pocock")}
+    if getattr(args, "json", False):
+        from ..cli._common import print_json
+
+        print_json(out)
+    else:
+        {"compare": _print_compare, "rank": _print_rank, "select": _print_select}[kind](out)
+    return 0
+
+
+__all__ = ["parse_comparative_goal", "run_comparative_backtest", "compare_backtest", "rank_backtest",
+           "select_backtest"]
