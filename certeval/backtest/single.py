@@ -1,0 +1,177 @@
+"""In-process backtest of a single-model method on recorded scores.
+
+Each model's recorded scores are replayed as if the model were queried live:
+per repetition a fresh method runs ``propose(batch) → update → goal.decide``
+until the goal is met, the bank is exhausted or the item budget is spent. The
+truth is the estimand on the recorded bank (``Σ_i w_i x_i``: the bank mean, or
+the mean-of-means over sub-datasets). For ``target='distribution'`` the same
+bank value is used as the stand-in truth (the bank is the only population the
+records describe), and the output says so.
+
+Seeds: repetition r of the model at position i (in the sorted list of the
+scores file's models) uses ``np.random.SeedSequence(seed, spawn_key=(i, r))``,
+so a model's runs do not depend on which other models were selected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..banks import Bank, embed_texts, score_matrix
+from ..estimators import REGISTRY, make_method
+from ..estimators._validation import InputError, check_confidence, check_positive_int
+from ..estimators.goals import Goal
+
+METHODS_NEEDING_FEATURES = ("cer-eval",)
+
+
+def cache_dir() -> Path:
+    """Where embeddings are cached (``$CERTEVAL_CACHE_DIR`` or ``~/.cache/certeval``)."""
+    return Path(os.environ.get("CERTEVAL_CACHE_DIR", Path.home() / ".cache" / "certeval"))
+
+
+def cached_embeddings(texts: list[str], embed=embed_texts) -> np.ndarray:
+    """Embed ``texts`` once; the result is cached under a hash of the texts (written atomically)."""
+    digest = hashlib.sha256("\x1f".join(texts).encode("utf-8")).hexdigest()[:32]
+    path = cache_dir() / "embeddings" / f"minilm-{digest}.npy"
+    if path.is_file():
+        arr = np.load(path)
+        if arr.shape[0] == len(texts):
+            return arr
+    arr = np.asarray(embed(texts), dtype=float)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npy")  # ends in .npy: np.save keeps the name
+    os.close(fd)
+    np.save(tmp, arr)
+    os.replace(tmp, path)
+    return arr
+
+
+def features_for(bank: Bank, method: str) -> np.ndarray | None:
+    """The bank's embeddings; else, for methods that need features, embedded item text; else None."""
+    if bank.features is not None:
+        return bank.features
+    if method not in METHODS_NEEDING_FEATURES:
+        return None
+    texts = bank.texts()
+    if texts is None:
+        raise InputError(
+            f"method {method!r} needs item features, but the bank has neither an 'embedding' column "
+            "nor item text ('question'); pass --items with text or embeddings"
+        )
+    return cached_embeddings(texts)
+
+
+@dataclass(frozen=True)
+class ModelBacktest:
+    model: str
+    truth: float
+    mean_scored: float
+    fraction_scored: float
+    coverage: float
+    mean_halfwidth: float
+    reached: float  # fraction of reps that met the goal before the bank/budget ran out
+    decided: float | None = None  # threshold goals: fraction of reps with a verdict
+    decision_correct: float | None = None  # threshold goals: fraction with the right verdict
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def replay_once(method_name: str, params: dict, spec, row: np.ndarray, goal: Goal, batch_size: int,
+                max_items: int | None, rng: np.random.Generator):
+    """One live-like run over a model's recorded scores; returns (estimate, decision)."""
+    method = make_method(method_name, **params)
+    method.start(spec)
+    budget = spec.n_items if max_items is None else min(max_items, spec.n_items)
+    while True:
+        est = method.result()
+        decision = goal.decide(est, budget_left=budget - est.n_scored)
+        if decision.done:
+            return est, decision
+        prop = method.propose(min(batch_size, budget - est.n_scored), rng)
+        method.update(prop.items, row[prop.items])
+
+
+def run_single_backtest(
+    scores: pd.DataFrame,
+    bank: Bank,
+    models: list[str],
+    method: str,
+    goal: Goal,
+    *,
+    confidence: float = 0.95,
+    reps: int = 20,
+    seed: int = 0,
+    batch_size: int = 10,
+    max_items: int | None = None,
+    target: str = "bank",
+    all_models: list[str] | None = None,
+    method_params: dict | None = None,
+) -> dict:
+    """Replay ``method`` on every model's recorded scores ``reps`` times; per-model and summary numbers."""
+    confidence = check_confidence(confidence)
+    reps = check_positive_int(reps, "reps")
+    batch_size = check_positive_int(batch_size, "batch-size")
+    if max_items is not None:
+        max_items = check_positive_int(max_items, "max-items")
+    if method not in REGISTRY.methods:
+        make_method(method)  # raises the InputError listing the methods
+    if not models:
+        raise InputError("no models to backtest")
+    matrix = score_matrix(scores, models, bank)
+    missing = np.isnan(matrix)
+    if missing.any():
+        i, j = np.argwhere(missing)[0]
+        raise InputError(f"model {models[i]!r} has no recorded score for item {bank.item_ids[j]!r} "
+                         f"({int(missing[i].sum())} missing); a backtest needs a complete record")
+    spec = bank.spec(features=features_for(bank, method))
+    weights = spec.weights()
+    params = {"confidence": confidence, "target": target, **(method_params or {})}
+    order = sorted(all_models or models)
+    rows = []
+    for i, model in enumerate(models):
+        truth = float(weights @ matrix[i])
+        key = order.index(model) if model in order else i
+        n_used, widths, covered, reached, verdicts = [], [], [], [], []
+        for r in range(reps):
+            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key, r)))
+            est, dec = replay_once(method, params, spec, matrix[i], goal, batch_size, max_items, rng)
+            n_used.append(est.n_scored)
+            widths.append(est.halfwidth)
+            covered.append(est.lower - 1e-9 <= truth <= est.upper + 1e-9)
+            reached.append(bool(dec.reached))
+            verdicts.append(dec.verdict)
+        extra = {}
+        if goal.kind in ("above", "below"):
+            side = "above" if truth > goal.value else ("below" if truth < goal.value else None)
+            extra["decided"] = float(np.mean([v is not None for v in verdicts]))
+            extra["decision_correct"] = float(np.mean([v is not None and v == side for v in verdicts]))
+        rows.append(ModelBacktest(
+            model=model, truth=truth, mean_scored=float(np.mean(n_used)),
+            fraction_scored=float(np.mean(n_used)) / spec.n_items, coverage=float(np.mean(covered)),
+            mean_halfwidth=float(np.mean(widths)), reached=float(np.mean(reached)), **extra,
+        ))
+    summary = {
+        "mean_fraction_scored": float(np.mean([r.fraction_scored for r in rows])),
+        "coverage": float(np.mean([r.coverage for r in rows])),
+        "reached": float(np.mean([r.reached for r in rows])),
+    }
+    if goal.kind in ("above", "below"):
+        summary["decision_correct"] = float(np.mean([r.decision_correct for r in rows]))
+    return {
+        "method": method, "goal": str(goal), "confidence": confidence, "reps": reps, "seed": seed,
+        "batch_size": batch_size, "max_items": max_items, "target": target,
+        "truth": "bank mean-of-means over sub-datasets" if (spec.subsets is not None and spec.mean_of_means)
+        else "bank mean",
+        "n_items": spec.n_items,
+        "models": [r.to_dict() for r in rows],
+        "summary": summary,
+    }

@@ -1,0 +1,117 @@
+"""``certeval backtest``: replay recorded scores as if the models were queried live.
+
+Single-model goals (``halfwidth:E``, ``above:T``, ``below:T``) run here
+(:func:`certeval.backtest.single.run_single_backtest`); ``compare:``/``rank:``/
+``select:`` goals go to :mod:`certeval.backtest.comparative` and ``--method faq``
+to :mod:`certeval.backtest.faq` (each takes the parsed arguments and prints its
+own output).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..estimators._validation import InputError, check_confidence, check_positive_int
+from ..estimators.goals import parse_goal
+from ._common import add_common, print_json
+
+COMPARATIVE_PREFIXES = ("compare:", "rank:", "select:")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("backtest", help="replay recorded scores as if queried live")
+    p.add_argument("--scores", required=True, help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
+    p.add_argument("--items", default=None, help="item bank with text and/or embedding (optional)")
+    p.add_argument("--model", action="append", default=None, help="model to replay (repeatable; default all)")
+    p.add_argument("--method", default="adaptive", help="adaptive (default), static, seq, cer-eval, uniform, faq")
+    p.add_argument("--goal", default="halfwidth:0.05", help="halfwidth:E, above:T, below:T (or compare:/rank:/select:)")
+    p.add_argument("--reps", type=int, default=20, help="repetitions per model (default 20)")
+    p.add_argument("--batch-size", type=int, default=10, help="items per round (default 10)")
+    p.add_argument("--max-items", type=int, default=None, help="item budget per run")
+    p.add_argument("--target", choices=("bank", "distribution"), default="bank",
+                   help="estimand: the bank's mean (default) or the i.i.d. distribution's")
+    # options of the comparative and FAQ modes (read by those modules)
+    p.add_argument("--history-models", type=int, default=None, help="FAQ: models used as history")
+    p.add_argument("--history-fraction", type=float, default=None, help="FAQ: fraction of models used as history")
+    p.add_argument("--budget", type=float, default=None, help="FAQ: item budget (fraction < 1 or a count)")
+    p.add_argument("--missing", type=float, default=None, help="FAQ: fraction of history entries hidden")
+    p.add_argument("--statistic", choices=("paired", "unpaired"), default="paired", help="comparisons: test statistic")
+    p.add_argument("--spending", default="pocock", help="comparisons: boundary / spending function")
+    p.add_argument("--looks-every", type=int, default=100, help="comparisons: items per look")
+    p.add_argument("--pairs", type=int, default=None, help="comparisons: number of random model pairs")
+    p.add_argument("--ci", choices=("default", "paper", "anytime"), default=None, help="FAQ: interval type")
+    add_common(p)
+    p.set_defaults(func=run)
+
+
+def _delegate(module: str, function: str, args) -> int:
+    try:
+        mod = importlib.import_module(f"certeval.backtest.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"certeval.backtest.{module}":
+            raise InputError(f"backtest mode {module!r} is not available in this installation") from None
+        raise
+    return int(getattr(mod, function)(args) or 0)
+
+
+def run(args) -> int:
+    if isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES):
+        return _delegate("comparative", "run_comparative_backtest", args)
+    if args.method == "faq":
+        return _delegate("faq", "run_faq_backtest", args)
+    return run_single(args)
+
+
+def run_single(args) -> int:
+    from ..banks import bank_from_scores, load_scores, read_table
+    from ..estimators import method_names
+    from ..backtest.single import run_single_backtest
+
+    # validate everything cheap before reading data
+    confidence = check_confidence(args.confidence)
+    goal = parse_goal(args.goal)
+    reps = check_positive_int(args.reps, "reps")
+    batch = check_positive_int(args.batch_size, "batch-size")
+    max_items = None if args.max_items is None else check_positive_int(args.max_items, "max-items")
+    if args.method not in method_names():
+        raise InputError(f"unknown method {args.method!r}; choose one of {', '.join(method_names())}")
+    scores = load_scores(args.scores)
+    items = None if args.items is None else read_table(args.items, "items file")
+    if items is not None and len(items) == 0:
+        raise InputError(f"items file {args.items!r} is empty (no items)")
+    bank = bank_from_scores(scores, items)
+    all_models = sorted(scores["model"].unique())
+    models = args.model or all_models
+    out = run_single_backtest(
+        scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
+        batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
+    )
+    if args.json:
+        print_json(out)
+    else:
+        _print_table(out)
+    return 0
+
+
+def _print_table(out: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    threshold = out["goal"].startswith(("above", "below"))
+    table = Table(title=f"backtest: {out['method']}  goal {out['goal']}  confidence {out['confidence']:g}  "
+                        f"{out['reps']} reps  seed {out['seed']}  ({out['n_items']} items; truth = {out['truth']})")
+    cols = ["model", "truth", "items scored", "fraction", "coverage", "half-width", "goal met"]
+    if threshold:
+        cols += ["decided", "correct"]
+    for c in cols:
+        table.add_column(c, justify="left" if c == "model" else "right")
+    for m in out["models"]:
+        row = [m["model"], f"{m['truth']:.4f}", f"{m['mean_scored']:.1f}", f"{m['fraction_scored']:.3f}",
+               f"{m['coverage']:.3f}", f"{m['mean_halfwidth']:.4f}", f"{m['reached']:.2f}"]
+        if threshold:
+            row += [f"{m['decided']:.2f}", f"{m['decision_correct']:.2f}"]
+        table.add_row(*row)
+    s = out["summary"]
+    Console().print(table)
+    print(f"summary: mean fraction scored {s['mean_fraction_scored']:.3f}, coverage {s['coverage']:.3f}, "
+          f"goal met {s['reached']:.3f}")

@@ -1,0 +1,201 @@
+"""Confidence radii and confidence sequences for the mean of scores in [0, 1].
+
+* :func:`hoeffding_radius` — fixed-sample Hoeffding (1963), two-sided:
+  ``sqrt(ln(2/δ) / (2n))``. Valid at one pre-set n only (the "Base" of seed 000).
+* :func:`seq_radius` — seed 000, Algorithm 3 line 3 (adaptive Hoeffding, anytime valid):
+  ``ε_n = sqrt({2 ln(ln n + 1) + ln(4/δ)} / n)`` (natural logs, as in NOTES.md).
+* :func:`cereval_radius` — seed 000, Algorithm 1 lines 10–11 (per-stratum adaptive
+  empirical Bernstein): ``η = sqrt({2 ln(ln n + 1) + ln(16K/δ)}/n)``,
+  ``ε = 2η²/3 + 2 sqrt((v + η + η²) η²)``.
+* :class:`BettingCS` — the hedged betting confidence sequence of Waudby-Smith &
+  Ramdas, for sampling *without replacement* from a finite population
+  ("Confidence sequences for sampling without replacement", NeurIPS 2020, §3,
+  the capital process K_t(m) = ∏ (1 + λ_i (X_i − μ_i^WoR(m))) with
+  μ_i^WoR(m) = (N m − Σ_{j<i} X_j)/(N − i + 1)), or for an i.i.d. stream
+  ("Estimating means of bounded random variables by betting", JRSS-B 2024,
+  Thm 3 / eq. (26)–(27): μ_i(m) = m).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def hoeffding_radius(n: int | np.ndarray, delta: float) -> np.ndarray | float:
+    """Two-sided fixed-sample Hoeffding radius ``sqrt(ln(2/δ)/(2n))`` (1.0 when n = 0)."""
+    n_arr = np.asarray(n, dtype=float)
+    with np.errstate(divide="ignore"):
+        out = np.where(n_arr > 0, np.sqrt(math.log(2.0 / delta) / (2.0 * np.maximum(n_arr, 1.0))), 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def seq_radius(n: int | np.ndarray, delta: float) -> np.ndarray | float:
+    """Seed 000, Alg. 3 line 3: ``sqrt({2 ln(ln n + 1) + ln(4/δ)}/n)``; 1.0 for n = 0."""
+    n_arr = np.maximum(np.asarray(n, dtype=float), 1.0)
+    out = np.sqrt((2.0 * np.log(np.log(n_arr) + 1.0) + math.log(4.0 / delta)) / n_arr)
+    out = np.where(np.asarray(n) > 0, out, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def cereval_radius(n: int | np.ndarray, v: float | np.ndarray, n_strata: int, delta: float) -> np.ndarray | float:
+    """Seed 000, Alg. 1 lines 10–11 for a stratum with ``n`` points and empirical variance ``v``.
+
+    η = sqrt({2 ln(ln n + 1) + ln(16K/δ)}/n);  ε = 2η²/3 + 2 sqrt((v + η + η²) η²).
+    Returns 1.0 (trivial) for n = 0.
+    """
+    n_arr = np.asarray(n, dtype=float)
+    safe = np.maximum(n_arr, 1.0)
+    eta2 = (2.0 * np.log(np.log(safe) + 1.0) + math.log(16.0 * n_strata / delta)) / safe
+    eta = np.sqrt(eta2)
+    eps = 2.0 * eta2 / 3.0 + 2.0 * np.sqrt((np.asarray(v, dtype=float) + eta + eta2) * eta2)
+    out = np.where(n_arr > 0, eps, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def deterministic_bounds(total: float, n_scored: int, n_population: int) -> tuple[float, float]:
+    """Bounds on a finite population's mean from its scored part alone (unscored ∈ [0, 1])."""
+    return total / n_population, (total + (n_population - n_scored)) / n_population
+
+
+class BettingCS:
+    """Hedged betting confidence sequence for a mean in [0, 1], over a grid of candidate means.
+
+    Construction (Waudby-Smith & Ramdas 2020/2024): for each candidate mean m
+    two capital processes are run,
+
+        K⁺_t(m) = ∏_{i≤t} (1 + λ⁺_i(m) (X_i − μ_i(m))),
+        K⁻_t(m) = ∏_{i≤t} (1 − λ⁻_i(m) (X_i − μ_i(m))),
+
+    with μ_i(m) the mean of the *remaining* population under m (without
+    replacement, ``n_population`` given) or m itself (i.i.d.). The bets are the
+    predictable plug-in λ̂_i = sqrt(2 ln(2/δ) / (σ̂²_{i−1} i ln(1+i))) with
+    σ̂²_{i−1} = (1/4 + Σ_{j<i} (X_j − μ̂_j)²)/i and μ̂_j = (1/2 + Σ_{l≤j} X_l)/(j+1),
+    truncated to λ⁺ = min(λ̂, c/μ_i(m)), λ⁻ = min(λ̂, c/(1 − μ_i(m))) with c = 1/2,
+    so every factor stays ≥ 1 − c > 0. Under the true m each process is a
+    nonnegative martingale with initial value 1 (uniform sampling without
+    replacement makes E[X_i | past] = μ_i(m)); so is their average
+    K_t = (K⁺_t + K⁻_t)/2 and Ville's inequality gives
+    P(∃t: K_t(μ) ≥ 1/δ) ≤ δ. The confidence sequence is {m : K_s(m) < 1/δ ∀s ≤ t}
+    (running intersection; still valid by the same event), further intersected
+    with the deterministic bounds of a finite population, so the width is exactly
+    zero once every item is scored.
+
+    The grid makes the set computable incrementally (O(grid) per observation).
+    The reported interval is the hull of the accepted grid points widened by one
+    grid step on each side, so a true mean between two grid points is not cut off.
+    """
+
+    def __init__(self, delta: float, n_population: int | None = None, grid_size: int = 4097, c: float = 0.5) -> None:
+        self.delta = float(delta)
+        self.n_population = None if n_population is None else int(n_population)
+        self.c = float(c)
+        self.grid = np.linspace(0.0, 1.0, int(grid_size))
+        self.step = self.grid[1] - self.grid[0]
+        self.log_kplus = np.zeros(self.grid.size)
+        self.log_kminus = np.zeros(self.grid.size)
+        self.rejected = np.zeros(self.grid.size, dtype=bool)
+        self.n = 0
+        self.total = 0.0
+        self._shrunk_mean = 0.5  # μ̂_n = (1/2 + Σ X)/(n+1)
+        self._sq_dev = 0.25  # 1/4 + Σ (X_j − μ̂_j)²
+        self.running = (0.0, 1.0)
+        self._window = (0, self.grid.size)  # candidates [a, b) not yet rejected
+        self._log_threshold = math.log(1.0 / self.delta)
+
+    # -- bets --------------------------------------------------------------
+    def _bets(self, x: np.ndarray) -> np.ndarray:
+        """Predictable plug-in λ̂_i for the next len(x) observations (each uses only earlier ones)."""
+        lam = np.empty(x.size)
+        log_term = 2.0 * math.log(2.0 / self.delta)
+        n, s, sq, mu_hat = self.n, self.total, self._sq_dev, self._shrunk_mean
+        for j, xj in enumerate(x):
+            i = n + 1
+            var = sq / i
+            lam[j] = math.sqrt(log_term / (var * i * math.log1p(i)))
+            # update running statistics with X_i
+            s += xj
+            mu_hat = (0.5 + s) / (i + 1)
+            sq += (xj - mu_hat) ** 2
+            n = i
+        self._sq_dev, self._shrunk_mean = sq, mu_hat
+        return lam
+
+    def update(self, x: np.ndarray, chunk: int = 256) -> None:
+        x = np.asarray(x, dtype=float).reshape(-1)
+        for start in range(0, x.size, chunk):
+            self._update_chunk(x[start:start + chunk])
+        self._refresh_running()
+
+    def _update_chunk(self, x: np.ndarray) -> None:
+        if x.size == 0:
+            return
+        lam = self._bets(x)[:, None]
+        # rejection is permanent, so only the window of still-accepted candidates is updated
+        a, b = self._window
+        grid = self.grid[a:b]
+        prior_sums = self.total + np.concatenate([[0.0], np.cumsum(x)[:-1]])
+        if self.n_population is None:
+            mu = np.broadcast_to(grid, (x.size, grid.size))
+        else:
+            idx = self.n + np.arange(x.size)  # i − 1 for each observation
+            remaining = (self.n_population - idx)[:, None].astype(float)
+            mu = (self.n_population * grid[None, :] - prior_sums[:, None]) / remaining
+        mu = np.clip(mu, 0.0, 1.0)  # infeasible candidates are rejected by the deterministic bounds
+        dev = x[:, None] - mu
+        with np.errstate(divide="ignore"):
+            lam_plus = np.minimum(lam, self.c / mu)
+            lam_minus = np.minimum(lam, self.c / (1.0 - mu))
+        self.log_kplus[a:b] += np.log1p(lam_plus * dev).sum(axis=0)
+        self.log_kminus[a:b] += np.log1p(-lam_minus * dev).sum(axis=0)
+        self.n += x.size
+        self.total += float(x.sum())
+        log_k = np.logaddexp(self.log_kplus[a:b], self.log_kminus[a:b]) - math.log(2.0)
+        self.rejected[a:b] |= log_k >= self._log_threshold
+        f_lo, f_hi = self.feasible()
+        ok = ~self.rejected[a:b] & (grid >= f_lo - self.step) & (grid <= f_hi + self.step)
+        acc = np.flatnonzero(ok)
+        if acc.size == 0:
+            self._window = (a, a)
+        else:
+            self._window = (a + int(acc[0]), a + int(acc[-1]) + 1)
+        self.rejected[:self._window[0]] = True
+        self.rejected[self._window[1]:] = True
+
+    # -- interval ------------------------------------------------------------
+    def feasible(self) -> tuple[float, float]:
+        if self.n_population is None:
+            return 0.0, 1.0
+        return deterministic_bounds(self.total, self.n, self.n_population)
+
+    def _refresh_running(self) -> None:
+        lo, hi = self._current()
+        self.running = (max(self.running[0], lo), min(self.running[1], hi))
+        if self.running[0] > self.running[1]:  # only through float rounding at exhaustion
+            mid = 0.5 * (self.running[0] + self.running[1])
+            self.running = (mid, mid)
+
+    def _current(self) -> tuple[float, float]:
+        f_lo, f_hi = self.feasible()
+        if self.n == 0:
+            return f_lo, f_hi
+        ok = ~self.rejected & (self.grid >= f_lo - self.step) & (self.grid <= f_hi + self.step)
+        acc = np.flatnonzero(ok)
+        if acc.size == 0:
+            return f_lo, f_hi
+        lo = self.grid[acc[0]] - self.step
+        hi = self.grid[acc[-1]] + self.step
+        lo, hi = max(lo, f_lo, 0.0), min(hi, f_hi, 1.0)
+        if lo > hi:
+            return f_lo, f_hi
+        return lo, hi
+
+    def interval(self) -> tuple[float, float]:
+        """The running-intersection interval for the mean."""
+        return self.running
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else float("nan")
+
