@@ -1,0 +1,68 @@
+"""Comparative backtest on bundled real data, called with a Namespace (the CLI module is someone else's)."""
+
+from __future__ import annotations
+
+import json
+from argparse import Namespace
+
+import pandas as pd
+import pytest
+
+from certeval.backtest.comparative import parse_comparative_goal, run_comparative_backtest
+from certeval.estimators import InputError
+
+
+def _args(**kw):
+    base = dict(scores="bundled:helm_mmlu", items=None, model=None, goal="rank:0.02", confidence=0.95, reps=2, seed=0,
+                batch_size=None, max_items=None, json=True, statistic="paired", spending="pocock", looks_every=100,
+                pairs=20)
+    base.update(kw)
+    return Namespace(**base)
+
+
+def test_rank_helm_mmlu_prints_tie_groups(capsys):
+    assert run_comparative_backtest(_args(json=False, reps=1)) == 0
+    out = capsys.readouterr().out
+    assert "tie groups" in out and "writer_palmyra-x" in out
+
+
+def test_rank_json_has_rankings_and_summary(capsys):
+    assert run_comparative_backtest(_args()) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rankings"]) == 2 and len(out["rankings"][0]["models"]) == 44
+    assert out["summary"]["family_wise_error_rate"] <= 0.5
+    assert sum(len(g) for g in out["rankings"][0]["tie_groups"]) == 44
+
+
+def test_compare_json_pairs(capsys):
+    assert run_comparative_backtest(_args(scores="bundled:vlm_ocrbench", goal="compare:0", reps=2, pairs=15)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["pairs"]) == 15
+    s = out["summary"]
+    assert 0 < s["fraction_used"] <= 1 and 0 <= s["separated"] <= 1
+    assert s["directional_error_rate"] <= 0.05
+
+
+def test_select_json(capsys):
+    assert run_comparative_backtest(_args(scores="bundled:helm_raft", goal="select:0.6,0.05", reps=1)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["summary"]["wrong_discard_rate"] == 0.0 and out["runs"][0]["discarded"]
+
+
+def test_pair_without_shared_items_is_input_error(tmp_path):
+    frame = pd.DataFrame({"model": ["a", "a", "b", "b"], "item_id": ["1", "2", "3", "4"], "score": [1.0, 0, 1, 0]})
+    path = tmp_path / "scores.parquet"
+    frame.to_parquet(path)
+    with pytest.raises(InputError, match="share no scored items"):
+        run_comparative_backtest(_args(scores=str(path), goal="compare:0"))
+
+
+@pytest.mark.parametrize("goal", ["compare", "rank:x", "select:0.5", "select:0.5,0", "foo:1", "compare:1.5"])
+def test_bad_goals(goal):
+    with pytest.raises(InputError):
+        parse_comparative_goal(goal)
+
+
+def test_unknown_model_is_input_error():
+    with pytest.raises(InputError, match="unknown model"):
+        run_comparative_backtest(_args(model=["nope", "writer_palmyra-x"]))
