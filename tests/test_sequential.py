@@ -43,7 +43,7 @@ def test_rules_fire_with_rule_name_and_look():
     assert dr.rule == "diminishing-returns"  # gain 0.05 < 0.06
     assert DiminishingReturns(0.04).check(h) is None
     assert Budget(300).check(h).rule == "budget"
-    combined = first_decision([Precision(0.01), Threshold(0.9, "above"), DiminishingReturns(0.06)], h)
+    combined = first_decision([Precision(0.01), Threshold(0.9, "above", stop_on_other=False), DiminishingReturns(0.06)], h)
     assert combined.rule == "diminishing-returns" and combined.look == 3
     assert isinstance(Precision(0.1), StoppingRule)
 
