@@ -134,6 +134,7 @@ def compare_backtest(matrix, models, subsets, n_subsets, *, margin: float, alpha
         "pairs": len(ii), "reps": reps, "n_items": n, "looks": looks,
         "fraction_used": float(used.mean() / n),
         "separated": float(directional.mean()),
+        "separated_before_exhaustion": float((directional & (used < n)).mean()),
         "equivalent": float((verdicts == EQUIVALENT).mean()),
         "full_bank_separated": float(np.isin(truth, (A_GT_B, B_GT_A)).mean()),
         "agreement": float(agree.mean()),
