@@ -95,19 +95,32 @@ def replay_one(
     """Run one method on one model's recorded scores until its goal decides (pure, no I/O).
 
     ``scores[i]`` is the recorded score of bank position ``i``. The loop is the single-model
-    round protocol of DESIGN §1 with inference replaced by a lookup.
+    round protocol of DESIGN §1 with inference replaced by a lookup: without ``record_curve``
+    it is :func:`certeval.backtest.single.replay_once` itself; with it, the same loop also
+    records (n_scored, mean, lower, upper) after every look (the report's interval curve).
+    ``controller_s`` is the whole loop's time (a replay has no inference).
     """
     scores = np.asarray(scores, dtype=float)
     if scores.shape != (spec.n_items,):
         raise InputError(f"scores must hold one value per bank item ({spec.n_items}), got shape {scores.shape}")
     batch_size = check_positive_int(batch_size, "batch_size")
-    obj = make_method(method, **params).start(spec)
     truth = bank_truth(spec, scores)
     budget = spec.n_items if max_items is None else min(int(max_items), spec.n_items)
     curve: list[tuple[int, float, float, float]] = []
     looks = 0
-    spent = 0.0
     t0 = time.perf_counter()
+    if not record_curve:
+        # the in-process backtest's own loop (certeval.backtest.single), so both give the same numbers
+        from .single import replay_once
+
+        est, decision = replay_once(method, params, spec, scores, goal, batch_size, max_items, rng)
+        return RepResult(
+            n_scored=int(est.n_scored), mean=float(est.mean), lower=float(est.lower), upper=float(est.upper),
+            truth=truth, reached=bool(decision.reached), rule=decision.rule,
+            looks=math.ceil(est.n_scored / batch_size), anytime_valid=bool(est.anytime_valid),
+            controller_s=time.perf_counter() - t0,
+        )
+    obj = make_method(method, **params).start(spec)
     est = obj.result()
     decision = goal.decide(est, look=0, budget_left=budget)
     while not decision.done:

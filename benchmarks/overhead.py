@@ -1,0 +1,213 @@
+"""Controller overhead: time per round (partition + select + update + decide) vs bank size and models.
+
+For each method and bank size N ∈ {1k, 12k, 100k, 1M} a method is started on a synthetic
+bank (10 subsets, 8-dim features, Bernoulli scores with item difficulties drawn from
+Beta(2, 2)), warmed up with ``warm`` items, and then ``rounds`` rounds of ``batch`` items are
+timed one by one: ``propose`` (partition/select), ``update``, ``result`` and ``goal.decide``.
+The per-round median is reported, the scaling exponent b of time ≈ a·N^b is fitted by least
+squares on log–log, and the controller's time is set next to the inference time of one
+round's batch on the replay backend and on the small real LM (SmolLM2-135M on CPU via the
+hf backend) when it is installed. A second sweep holds N = 12k and grows the number of
+models (one method object each, as the pipeline runs them).
+
+    python -m benchmarks overhead            # full
+    python -m benchmarks overhead --quick    # 1k and 12k only, 3 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from benchmarks._meta import write_result  # noqa: E402
+from certeval.estimators import BankSpec, make_method, parse_goal  # noqa: E402
+
+SIZES = (1_000, 12_000, 100_000, 1_000_000)
+METHODS = ("uniform", "adaptive", "seq", "cer-eval", "static")
+MODEL_COUNTS = (1, 10, 100, 1000)
+
+
+def synthetic_bank(n_items: int, rng: np.random.Generator, n_subsets: int = 10, dim: int = 8):
+    subsets = np.sort(rng.integers(0, n_subsets, n_items))
+    subsets[:n_subsets] = np.arange(n_subsets)  # every subset present
+    subsets.sort()
+    feats = rng.standard_normal((n_items, dim))
+    p = rng.beta(2, 2, n_items)
+    scores = (rng.random(n_items) < p).astype(float)
+    spec = BankSpec(n_items=n_items, subsets=subsets, subset_names=tuple(f"s{i}" for i in range(n_subsets)),
+                    features=feats)
+    return spec, scores
+
+
+def time_rounds(method: str, spec: BankSpec, scores: np.ndarray, *, batch: int, warm: int, rounds: int,
+                rng: np.random.Generator) -> dict:
+    """Median seconds per round of each step, after a warm-up of ``warm`` scored items."""
+    goal = parse_goal("halfwidth:0.0001")  # never met: every round runs all steps
+    t = time.perf_counter()
+    obj = make_method(method).start(spec)
+    start_s = time.perf_counter() - t
+    scored = 0
+    while scored < warm:
+        prop = obj.propose(min(batch, warm - scored), rng)
+        obj.update(prop.items, scores[prop.items])
+        scored += len(prop)
+    steps = {"propose": [], "update": [], "result": [], "decide": [], "round": []}
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        prop = obj.propose(batch, rng)
+        t1 = time.perf_counter()
+        obj.update(prop.items, scores[prop.items])
+        t2 = time.perf_counter()
+        est = obj.result()
+        t3 = time.perf_counter()
+        goal.decide(est, look=r + 1, budget_left=spec.n_items - est.n_scored)
+        t4 = time.perf_counter()
+        for k, v in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+            steps[k].append(v)
+    out = {f"{k}_s": statistics.median(v) for k, v in steps.items()}
+    out["round_max_s"] = max(steps["round"])
+    out["start_s"] = start_s
+    return out
+
+
+def fit_exponent(sizes: list[int], times: list[float]) -> dict:
+    """Least-squares fit of log t = log a + b log N (needs ≥ 2 points)."""
+    x, y = np.log(np.asarray(sizes, float)), np.log(np.asarray(times, float))
+    if len(x) < 2:
+        return {"exponent": None, "prefactor_s": None}
+    b, loga = np.polyfit(x, y, 1)
+    resid = y - (loga + b * x)
+    return {"exponent": float(b), "prefactor_s": float(np.exp(loga)),
+            "rms_log_residual": float(np.sqrt(np.mean(resid ** 2)))}
+
+
+def replay_inference(batch: int) -> dict:
+    """Seconds for the replay backend to score one round's batch (in-process host, no Ray)."""
+    from certeval.backends.base import make_host
+    from certeval.banks import load_scores
+
+    frame = load_scores("bundled:helm_v023")
+    model = sorted(frame["model"].unique())[0]
+    host = make_host(f"replay:bundled:helm_v023#{model}")
+    ids = host.item_ids
+    items = [{"item_id": ids[i % len(ids)]} for i in range(batch)]
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        host.score(items)
+        times.append(time.perf_counter() - t)
+    return {"backend": "replay", "batch": batch, "round_s": statistics.median(times),
+            "per_item_s": statistics.median(times) / batch}
+
+
+def small_lm_inference(batch: int) -> dict:
+    """Seconds for SmolLM2-135M (hf backend, CPU) to score ``batch`` multiple-choice items."""
+    try:
+        from certeval.backends.base import make_host
+
+        host = make_host("hf:bundled:smollm2")
+    except Exception as exc:  # not installed / not built in this checkout: reported, not fatal
+        return {"backend": "hf:smollm2", "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    items = [{"item_id": f"q{i}", "question": f"What is {i} plus {i + 1}?",
+              "choices": [str(2 * i + 1), str(2 * i), str(i), str(3 * i)], "answer": 0} for i in range(batch)]
+    host.score(items[:2])  # warm-up (first call allocates)
+    t = time.perf_counter()
+    host.score(items)
+    dt = time.perf_counter() - t
+    host.close()
+    return {"backend": "hf:smollm2 (SmolLM2-135M, CPU, mc-loglik, 4 choices)", "batch": batch, "round_s": dt,
+            "per_item_s": dt / batch}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks overhead", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--batch", type=int, default=100, help="items per round (default 100)")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--no-lm", action="store_true", help="skip the small-LM inference timing")
+    args = p.parse_args(argv)
+    quick = args.quick
+    sizes = SIZES[:2] if quick else SIZES
+    rounds = 3 if quick else 10
+    methods = args.methods.split(",")
+    rng = np.random.default_rng(args.seed)
+    banks = {n: synthetic_bank(n, rng) for n in sizes}
+    by_size: list[dict] = []
+    for method in methods:
+        for n in sizes:
+            spec, scores = banks[n]
+            warm = min(n // 10, 2000)
+            try:
+                row = time_rounds(method, spec, scores, batch=args.batch, warm=warm, rounds=rounds,
+                                  rng=np.random.default_rng(args.seed))
+            except Exception as exc:  # a method's bug is reported in the JSON, the sweep goes on
+                row = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            row.update({"method": method, "n_items": n, "warm": warm, "rounds": rounds, "batch": args.batch})
+            by_size.append(row)
+            print(f"[overhead] {method} N={n}: {row.get('round_s', float('nan')) * 1e3:.2f} ms/round "
+                  f"{row.get('error', '')}", file=sys.stderr, flush=True)
+    fits = {}
+    for method in methods:
+        ok = [r for r in by_size if r["method"] == method and "round_s" in r]
+        fits[method] = fit_exponent([r["n_items"] for r in ok], [r["round_s"] for r in ok])
+    # vs number of models at 12k items (one method object per model, same scores)
+    counts = MODEL_COUNTS[:2] if quick else MODEL_COUNTS
+    by_models = []
+    spec, scores = banks[12_000]
+    for method in ("uniform", "adaptive"):
+        if method not in methods:
+            continue
+        for m in counts:
+            objs = [make_method(method).start(spec) for _ in range(m)]
+            rng_m = np.random.default_rng(args.seed)
+            for o in objs:
+                prop = o.propose(200, rng_m)
+                o.update(prop.items, scores[prop.items])
+            goal = parse_goal("halfwidth:0.0001")
+            times = []
+            for _ in range(3 if m >= 100 else rounds):
+                t = time.perf_counter()
+                for o in objs:
+                    prop = o.propose(args.batch, rng_m)
+                    o.update(prop.items, scores[prop.items])
+                    goal.decide(o.result())
+                times.append(time.perf_counter() - t)
+            by_models.append({"method": method, "n_models": m, "n_items": 12_000, "round_s": statistics.median(times),
+                              "per_model_s": statistics.median(times) / m})
+            print(f"[overhead] {method} models={m}: {statistics.median(times) * 1e3:.1f} ms/round",
+                  file=sys.stderr, flush=True)
+    inference = [replay_inference(args.batch)]
+    if not args.no_lm and not quick:
+        inference.append(small_lm_inference(min(args.batch, 32)))
+    # controller vs inference per round, at 12k and 1M items
+    ratios = []
+    for inf in inference:
+        if "per_item_s" not in inf:
+            continue
+        infer_round = inf["per_item_s"] * args.batch
+        for r in by_size:
+            if "round_s" in r and r["n_items"] in (12_000, 1_000_000):
+                ratios.append({"backend": inf["backend"], "method": r["method"], "n_items": r["n_items"],
+                               "controller_s": r["round_s"], "inference_s": infer_round,
+                               "controller_over_inference": r["round_s"] / infer_round})
+    payload = {
+        "seed": args.seed, "batch": args.batch, "sizes": list(sizes), "rounds_timed": rounds,
+        "bank": "synthetic: 10 subsets, 8-dim Gaussian features, Bernoulli(Beta(2,2)) scores",
+        "by_size": by_size, "scaling_fit": fits, "by_models": by_models, "inference": inference,
+        "controller_vs_inference": ratios,
+    }
+    path = write_result("overhead", payload, quick, seed=args.seed)
+    print(f"overhead -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,508 @@
+"""Human report of a run folder: ``report.md`` (+ optional ``report.html``) and PNG plots.
+
+Reads the run layout of DESIGN §5 from a local path or any fsspec URL::
+
+    config.json  rounds/<n>.parquet  state/<model>.json  results.json
+
+and writes, into the same folder:
+
+* ``interval_curve.png`` — the interval vs items scored, per model (like seed 004, Fig. 1).
+  The curve is rebuilt by replaying each model's stored state (``order``/``scores``) through
+  its method, look by look (look sizes from ``rounds/*.parquet``); a ``curve`` list in a
+  model's entry of ``results.json`` is used as is when present.
+* ``ranking.png`` — every model's interval, best first, coloured by tie group.
+* ``savings.png`` — items saved vs the goal (like seed 000, Fig. 2), when the run is a
+  backtest (``results.json`` holds ``cells``) or a benchmark/backtest JSON is given.
+* ``report.md`` — the tables: estimates and decisions (which rule fired), ranking with tie
+  groups, pairs, savings; links to the plots.
+
+Inside a Prefect flow or task, :func:`publish_artifacts` also publishes the markdown and the
+model table as Prefect artifacts (``create_markdown_artifact`` / ``create_table_artifact``).
+"""
+
+from __future__ import annotations
+
+import html as _html
+import io
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .estimators._validation import InputError
+from .storage import Folder, filesystem, safe_name
+
+MAX_CURVES = 12  # more lines than this in one plot is unreadable
+MAX_FOREST = 60
+
+
+# --------------------------------------------------------------------------------------
+# reading a run
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunData:
+    url: str
+    folder: Folder
+    config: dict[str, Any]
+    results: dict[str, Any]
+    rounds: pd.DataFrame
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def models(self) -> list[dict[str, Any]]:
+        return list(self.results.get("models") or [])
+
+
+def load_run(run: str) -> RunData:
+    """Read a run folder; raise :class:`InputError` naming the folder when it is not one."""
+    fs, path = filesystem(str(run))
+    folder = Folder(fs, path)
+    try:
+        results = folder.read_json("results.json")
+        config = folder.read_json("config.json") or {}
+    except json.JSONDecodeError as exc:
+        raise InputError(f"run folder {run!r} has an unreadable JSON file: {exc}") from None
+    if results is None:
+        raise InputError(f"{run!r} is not a run folder: it has no results.json")
+    frames = [folder.read_parquet(f"rounds/{name}") for name in folder.list("rounds") if name.endswith(".parquet")]
+    rounds = pd.concat([f for f in frames if f is not None], ignore_index=True) if frames else pd.DataFrame()
+    states = {}
+    for name in folder.list("state"):
+        if name.endswith(".json") and not name.startswith("_"):
+            states[name[: -len(".json")]] = folder.read_json(f"state/{name}")
+    return RunData(folder.url(), folder, config, results, rounds, states)
+
+
+# --------------------------------------------------------------------------------------
+# interval curves
+# --------------------------------------------------------------------------------------
+
+
+def _look_sizes(rounds: pd.DataFrame, model: str) -> list[int]:
+    if rounds.empty or "model" not in rounds.columns:
+        return []
+    sub = rounds[rounds["model"].astype(str) == str(model)]
+    if sub.empty:
+        return []
+    col = "round" if "round" in sub.columns else None
+    if col is None:
+        return [len(sub)]
+    return [int(v) for v in sub.groupby(col, sort=True).size().to_numpy()]
+
+
+def replay_curve(state: dict[str, Any], look_sizes: list[int]) -> list[tuple[int, float, float, float]]:
+    """(n_scored, mean, lower, upper) after each look, by replaying a stored method state.
+
+    The state's ``order``/``scores`` are absorbed in the order they were scored, in chunks of
+    the run's look sizes (one chunk per round); without look sizes, in ``looks`` equal chunks.
+    """
+    from .estimators import BankSpec, make_method
+
+    order = np.asarray(state.get("order") or [], dtype=np.int64)
+    scores = np.asarray(state.get("scores") or [], dtype=float)
+    if order.size == 0:
+        return []
+    method = make_method(state["method"], **(state.get("params") or {}))
+    method.start(BankSpec.from_state(state["bank"]))
+    sizes = [s for s in look_sizes if s > 0]
+    if sum(sizes) != order.size:  # rounds missing or partial: fall back to equal looks
+        looks = max(1, int(state.get("looks") or 1))
+        edges = np.linspace(0, order.size, looks + 1).round().astype(int)
+    else:
+        edges = np.concatenate([[0], np.cumsum(sizes)])
+    curve = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b <= a:
+            continue
+        method.update(order[a:b], scores[a:b])
+        est = method.result()
+        curve.append((int(est.n_scored), float(est.mean), float(est.lower), float(est.upper)))
+    return curve
+
+
+def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]]]:
+    """The interval curve of every model in ``results.json`` that has one (see module docstring)."""
+    curves: dict[str, list[tuple[int, float, float, float]]] = {}
+    for entry in run.models:
+        name = str(entry.get("model"))
+        if entry.get("curve"):
+            curves[name] = [tuple(c) for c in entry["curve"]]  # type: ignore[misc]
+            continue
+        state = run.states.get(safe_name(name)) or run.states.get(name)
+        if state is None:
+            continue
+        try:
+            curves[name] = replay_curve(state, _look_sizes(run.rounds, name))
+        except InputError:  # method unknown in this checkout: no curve, the table still shows the result
+            continue
+    return curves
+
+
+# --------------------------------------------------------------------------------------
+# plots (matplotlib, Agg backend; PNG bytes)
+# --------------------------------------------------------------------------------------
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    return buf.getvalue()
+
+
+def plot_interval_curves(curves: dict[str, list[tuple[int, float, float, float]]], goal: str | None = None) -> bytes:
+    """Interval (band) and estimate (line) vs items scored, one colour per model."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    names = list(curves)[:MAX_CURVES]
+    for name in names:
+        c = np.asarray(curves[name], dtype=float)
+        if c.size == 0:
+            continue
+        line, = ax.plot(c[:, 0], c[:, 1], lw=1.4, label=name)
+        ax.fill_between(c[:, 0], c[:, 2], c[:, 3], color=line.get_color(), alpha=0.18, lw=0)
+    ax.set_xlabel("items scored")
+    ax.set_ylabel("estimate and confidence interval")
+    title = "Interval vs items scored"
+    if goal:
+        title += f" (goal {goal})"
+    if len(curves) > len(names):
+        title += f" — first {len(names)} of {len(curves)} models"
+    ax.set_title(title)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    if names:
+        ax.legend(fontsize=7, loc="best", ncol=2 if len(names) > 6 else 1)
+    return _png(fig)
+
+
+def plot_ranking(rows: list[dict[str, Any]]) -> bytes:
+    """Forest plot: each model's interval, best first, coloured by tie group."""
+    plt = _pyplot()
+    shown = rows[:MAX_FOREST]
+    fig, ax = plt.subplots(figsize=(7, max(2.0, 0.28 * len(shown) + 1)))
+    cmap = plt.get_cmap("tab10")
+    for y, r in enumerate(shown):
+        colour = cmap(int(r.get("group") or 0) % 10)
+        lo, hi, mean = r.get("lower"), r.get("upper"), r.get("mean")
+        if lo is not None and hi is not None:
+            ax.plot([lo, hi], [y, y], color=colour, lw=2.2)
+        if mean is not None:
+            ax.plot([mean], [y], "o", color=colour, ms=4)
+    ax.set_yticks(range(len(shown)))
+    ax.set_yticklabels([f"{r.get('rank', '')}. {r['model']}" for r in shown], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean score (interval)")
+    title = "Ranking (colour = tie group)"
+    if len(rows) > len(shown):
+        title += f" — top {len(shown)} of {len(rows)}"
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)
+
+
+def _goal_value(goal: str) -> float | None:
+    try:
+        return float(str(goal).split(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def savings_frame(cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """Cells of a backtest/efficiency JSON → one row per (method, goal): mean saving over datasets."""
+    frame = pd.DataFrame([c for c in cells if c.get("items_ratio_vs_uniform") is not None])
+    if frame.empty:
+        return frame
+    frame["goal_value"] = frame["goal"].map(_goal_value)
+    frame["saving_vs_uniform"] = 1.0 - frame["items_ratio_vs_uniform"]
+    if "fraction_of_bank" in frame.columns:
+        frame["saving_vs_full_bank"] = 1.0 - frame["fraction_of_bank"]
+    agg = {"saving_vs_uniform": "mean", "coverage": "min"}
+    if "saving_vs_full_bank" in frame.columns:
+        agg["saving_vs_full_bank"] = "mean"
+    out = frame.groupby(["method", "goal", "goal_value"], as_index=False).agg(agg)
+    out["datasets"] = frame.groupby(["method", "goal", "goal_value"]).size().to_numpy()
+    return out.sort_values(["method", "goal_value"])
+
+
+def plot_savings(cells: list[dict[str, Any]]) -> bytes:
+    """Saving (1 − items/items of uniform, and 1 − items/bank size) vs goal half-width, per method."""
+    plt = _pyplot()
+    frame = savings_frame(cells)
+    has_bank = "saving_vs_full_bank" in frame.columns
+    fig, axes = plt.subplots(1, 2 if has_bank else 1, figsize=(10 if has_bank else 6, 4), squeeze=False)
+    for method, g in frame.groupby("method"):
+        axes[0, 0].plot(g["goal_value"], g["saving_vs_uniform"], "o-", label=method)
+        if has_bank:
+            axes[0, 1].plot(g["goal_value"], g["saving_vs_full_bank"], "o-", label=method)
+    axes[0, 0].axhline(0, color="k", lw=0.8)
+    axes[0, 0].set_title("items saved vs uniform sampling")
+    axes[0, 0].set_ylabel("1 − items / items(uniform)")
+    if has_bank:
+        axes[0, 1].set_title("items saved vs scoring the whole bank")
+        axes[0, 1].set_ylabel("1 − items / bank size")
+    for ax in axes[0]:
+        ax.set_xlabel("goal: interval half-width ε")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+# --------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "–"
+        return f"{value:.{digits}f}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _decision(entry: dict[str, Any]) -> dict[str, Any]:
+    d = entry.get("decision")
+    if isinstance(d, dict):
+        return d
+    return {k: entry.get(k) for k in ("rule", "reached", "verdict", "detail") if k in entry}
+
+
+def model_rows(run: RunData) -> list[dict[str, Any]]:
+    """One flat row per model: estimate, interval, items, the rule that fired."""
+    rows = []
+    for e in run.models:
+        d = _decision(e)
+        rows.append({
+            "model": str(e.get("model")), "mean": e.get("mean"), "lower": e.get("lower"), "upper": e.get("upper"),
+            "n_scored": e.get("n_scored"), "n_total": e.get("n_total"),
+            "rule": d.get("rule"), "reached": d.get("reached"), "verdict": d.get("verdict"),
+            "detail": d.get("detail"),
+        })
+    return rows
+
+
+def ranking_rows(run: RunData) -> list[dict[str, Any]]:
+    """Models best first with rank and tie group (1 = best group), from ``results['ranking']``."""
+    ranking = run.results.get("ranking")
+    by_model = {r["model"]: r for r in model_rows(run)}
+    if not ranking:
+        return []
+    names = [str(m) for m in ranking.get("models") or list(by_model)]
+    groups = ranking.get("tie_groups") or [[n] for n in names]
+    means = ranking.get("means")
+    rows = []
+    rank = 1
+    for gi, group in enumerate(groups, 1):
+        members = [names[m] if isinstance(m, (int, np.integer)) else str(m) for m in group]
+        for name in members:
+            base = by_model.get(name, {"model": name})
+            mean = base.get("mean")
+            if mean is None and means is not None and name in names:
+                mean = means[names.index(name)]
+            rows.append({**base, "model": name, "mean": mean, "group": gi, "rank": rank})
+        rank += len(members)
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# the report
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    url: str
+    markdown: str
+    files: dict[str, str]  # name -> URL
+    table: list[dict[str, Any]]
+
+
+def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, Any]], savings_cells: list[dict],
+                   savings_png: bool) -> str:
+    cfg = run.config
+    title = cfg.get("run_id") or run.url.rstrip("/").rsplit("/", 1)[-1]
+    lines = [f"# certeval report: {title}", ""]
+    facts = []
+    for key in ("kind", "command", "goal", "method", "confidence", "bank", "scores", "seed", "margin"):
+        if cfg.get(key) is not None:
+            facts.append(f"**{key}** `{cfg[key]}`")
+    if facts:
+        lines += [" · ".join(facts), ""]
+    rows = model_rows(run)
+    if rows:
+        lines += ["## Estimates and decisions", "",
+                  markdown_table(["model", "mean", "lower", "upper", "items scored", "bank", "rule fired", "reached", "detail"],
+                                 [[r["model"], r["mean"], r["lower"], r["upper"], r["n_scored"], r["n_total"], r["rule"],
+                                   r["reached"], r["detail"]] for r in rows]), ""]
+    if curves_png:
+        lines += ["## Interval vs items scored", "",
+                  "Each band is the confidence interval after each round; the line is the estimate "
+                  "(compare seed 004, Fig. 1).", "", "![interval vs items scored](interval_curve.png)", ""]
+    if ranking:
+        lines += ["## Ranking", "", "Models in one tie group could not be separated at the run's confidence.", "",
+                  markdown_table(["rank", "group", "model", "mean", "lower", "upper"],
+                                 [[r["rank"], r["group"], r["model"], r.get("mean"), r.get("lower"), r.get("upper")]
+                                  for r in ranking]), "", "![ranking](ranking.png)", ""]
+    pairs = run.results.get("pairs") or []
+    if pairs:
+        keys = [k for k in ("a", "b", "model_a", "model_b", "diff", "lower", "upper", "verdict", "rule", "n_scored",
+                            "items_used", "look") if any(k in p for p in pairs)]
+        lines += ["## Pairs", "", markdown_table(keys, [[p.get(k) for k in keys] for p in pairs]), ""]
+    if savings_cells:
+        frame = savings_frame(savings_cells)
+        if not frame.empty:
+            cols = [c for c in ("method", "goal", "datasets", "saving_vs_uniform", "saving_vs_full_bank", "coverage")
+                    if c in frame.columns]
+            lines += ["## Savings vs goal", "",
+                      "Mean over datasets of 1 − items/items(uniform) (and of 1 − items/bank size); coverage is the "
+                      "lowest measured over datasets (compare seed 000, Fig. 2).", "",
+                      markdown_table(cols, frame[cols].values.tolist()), ""]
+            if savings_png:
+                lines += ["![savings vs goal](savings.png)", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def markdown_to_html(markdown: str, title: str = "certeval report") -> str:
+    """A small, dependency-free rendering of the report's markdown (headings, tables, images, text)."""
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{_html.escape(title)}</title>",
+           "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
+           "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}</style></head><body>"]
+    lines = markdown.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append(lines[i])
+                i += 1
+            cells = [[c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]] for row in block if not row.startswith("|---")]
+            out.append("<table>")
+            for r, row in enumerate(cells):
+                tag = "th" if r == 0 else "td"
+                out.append("<tr>" + "".join(f"<{tag}>{_html.escape(c.replace(chr(92) + '|', '|'))}</{tag}>" for c in row) + "</tr>")
+            out.append("</table>")
+            continue
+        m = re.match(r"^(#{1,6}) (.*)$", line)
+        img = re.match(r"^!\[(.*?)\]\((.*?)\)$", line)
+        if m:
+            n = len(m.group(1))
+            out.append(f"<h{n}>{_html.escape(m.group(2))}</h{n}>")
+        elif img:
+            out.append(f"<p><img alt='{_html.escape(img.group(1))}' src='{_html.escape(img.group(2))}'></p>")
+        elif line.strip():
+            text = _html.escape(line)
+            text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+            text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+            out.append(f"<p>{text}</p>")
+        i += 1
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _savings_cells(run: RunData, savings: str | None) -> list[dict[str, Any]]:
+    cells = list(run.results.get("cells") or [])
+    if savings:
+        fs, path = filesystem(str(savings))
+        try:
+            with fs.open(path, "rb") as fh:
+                doc = json.load(fh)
+        except FileNotFoundError:
+            raise InputError(f"--savings {savings!r} does not exist") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--savings {savings!r} is not JSON: {exc}") from None
+        extra = doc.get("cells") if isinstance(doc, dict) else None
+        if not isinstance(extra, list):
+            raise InputError(f"--savings {savings!r} has no 'cells' list (a backtest or efficiency benchmark JSON)")
+        cells += extra
+    return cells
+
+
+def write_report(run: str, *, html: bool = False, savings: str | None = None) -> Report:
+    """Write report.md (+ report.html) and the PNG plots into the run folder; return what was written."""
+    data = load_run(run)
+    folder = data.folder
+    files: dict[str, str] = {}
+    curves = model_curves(data)
+    if curves:
+        folder.write_bytes("interval_curve.png", plot_interval_curves(curves, data.config.get("goal")))
+        files["interval_curve.png"] = folder.url("interval_curve.png")
+    ranking = ranking_rows(data)
+    if ranking:
+        folder.write_bytes("ranking.png", plot_ranking(ranking))
+        files["ranking.png"] = folder.url("ranking.png")
+    cells = _savings_cells(data, savings)
+    savings_ok = bool(cells) and not savings_frame(cells).empty
+    if savings_ok:
+        folder.write_bytes("savings.png", plot_savings(cells))
+        files["savings.png"] = folder.url("savings.png")
+    text = build_markdown(data, curves_png=bool(curves), ranking=ranking, savings_cells=cells, savings_png=savings_ok)
+    folder.write_bytes("report.md", text.encode())
+    files["report.md"] = folder.url("report.md")
+    if html:
+        folder.write_bytes("report.html", markdown_to_html(text).encode())
+        files["report.html"] = folder.url("report.html")
+    return Report(data.url, text, files, model_rows(data))
+
+
+def _artifact_key(text: str) -> str:
+    key = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return (key or "run")[:60]
+
+
+def publish_artifacts(report: Report, key: str | None = None) -> bool:
+    """Publish the report as Prefect artifacts when called inside a flow or task run.
+
+    Markdown artifact: the whole report.md; table artifact: one row per model (estimate,
+    interval, items, rule). Returns False (and does nothing) outside a Prefect run.
+    """
+    try:
+        from prefect.artifacts import create_markdown_artifact, create_table_artifact
+        from prefect.context import get_run_context
+        from prefect.exceptions import MissingContextError
+    except ImportError:
+        return False
+    try:
+        get_run_context()
+    except MissingContextError:
+        return False
+    base = _artifact_key(key or report.url.rstrip("/").rsplit("/", 1)[-1])
+    create_markdown_artifact(markdown=report.markdown, key=f"{base}-report",
+                             description=f"certeval report of {report.url}")
+    table = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+             for row in report.table]
+    if table:
+        create_table_artifact(table=table, key=f"{base}-models", description="estimates and decisions per model")
+    return True
+
+
+def report_run(run: str, *, html: bool = False, savings: str | None = None, publish: bool = True) -> Report:
+    """What flows call at the end of a run: write the report and, inside Prefect, publish it."""
+    rep = write_report(run, html=html, savings=savings)
+    if publish:
+        publish_artifacts(rep)
+    return rep
