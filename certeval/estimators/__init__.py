@@ -14,7 +14,7 @@ __all__ = [
 ]
 
 # Modules that register methods on import. Each is owned by one area of the code.
-_METHOD_MODULES = ("single", "faq")
+_METHOD_MODULES = ("single", "sequential", "faq")
 
 
 def _load_methods() -> None:
