@@ -1,0 +1,183 @@
+"""certeval report: a tiny fixture run folder (built here, not by the pipeline) → report.md, PNGs, HTML."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from certeval.cli import main
+from certeval.estimators import BankSpec, make_method, parse_goal
+from certeval.report import (
+    load_run, markdown_to_html, model_curves, publish_artifacts, ranking_rows, report_run, write_report,
+)
+from certeval.storage import Folder, filesystem, safe_name
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MODELS = ("model/a", "model-b", "model c")  # names that need safe_name()
+TRUE_P = (0.8, 0.55, 0.5)
+
+
+def build_run(url: str, n_items: int = 300, batch: int = 40, seed: int = 3) -> dict:
+    """Run ``uniform`` on three synthetic models for 4 rounds and store it in the DESIGN §5 layout."""
+    rng = np.random.default_rng(seed)
+    subsets = np.repeat([0, 1, 2], n_items // 3)
+    spec = BankSpec(n_items=n_items, subsets=subsets, subset_names=("x", "y", "z"))
+    scores = np.array([(rng.random(n_items) < p).astype(float) for p in TRUE_P])
+    fs, path = filesystem(url)
+    folder = Folder(fs, path)
+    goal = parse_goal("halfwidth:0.01")
+    folder.write_json("config.json", {"run_id": "fixture", "kind": "rank", "method": "uniform",
+                                      "goal": str(goal), "confidence": 0.95, "seed": seed})
+    methods = [make_method("uniform").start(spec) for _ in MODELS]
+    order = rng.permutation(n_items)  # shared item order, as rank runs do
+    for rnd in range(4):
+        frames = []
+        for m, meth in enumerate(methods):
+            prop = meth.propose(batch, rng)
+            meth.update(prop.items, scores[m, prop.items])
+            frames.append(pd.DataFrame({"model": MODELS[m], "item_id": [f"i{i}" for i in prop.items],
+                                        "score": scores[m, prop.items], "round": rnd, "prob": prop.probs}))
+        folder.write_parquet(f"rounds/{rnd:05d}.parquet", pd.concat(frames, ignore_index=True))
+    del order
+    entries = []
+    for name, meth in zip(MODELS, methods):
+        folder.write_json(f"state/{safe_name(name)}.json", meth.state())
+        est = meth.result()
+        d = goal.decide(est, look=4, budget_left=0)
+        entries.append({**{k: v for k, v in est.to_dict().items() if k in ("mean", "lower", "upper", "n_scored",
+                                                                           "n_total")},
+                        "model": name, "decision": d.to_dict()})
+    folder.write_json("state/_run.json", {"round": 3})
+    results = {
+        "models": entries,
+        "pairs": [{"model_a": MODELS[0], "model_b": MODELS[1], "diff": 0.25, "verdict": "a>b", "rule": "efficacy"}],
+        "ranking": {"models": list(MODELS), "tie_groups": [[0], [1, 2]], "means": [e["mean"] for e in entries]},
+    }
+    folder.write_json("results.json", results)
+    return {"entries": entries, "spec": spec}
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    path = tmp_path / "runs" / "fixture"
+    info = build_run(str(path))
+    return path, info
+
+
+def test_report_writes_valid_png_markdown_and_html(run_dir):
+    path, _ = run_dir
+    rep = write_report(str(path), html=True)
+    for name in ("interval_curve.png", "ranking.png"):
+        data = (path / name).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 2000, name
+    md = (path / "report.md").read_text()
+    assert md.startswith("# certeval report: fixture")
+    for heading in ("## Estimates and decisions", "## Interval vs items scored", "## Ranking", "## Pairs"):
+        assert heading in md
+    for name in MODELS:
+        assert name in md
+    assert "![interval vs items scored](interval_curve.png)" in md
+    # markdown tables are well formed: every row of a table has the header's number of cells
+    table = [ln for ln in md.split("## Estimates and decisions")[1].split("##")[0].splitlines() if ln.startswith("|")]
+    assert len({ln.count(" | ") for ln in table if not ln.startswith("|---")}) == 1
+    html = (path / "report.html").read_text()
+    assert html.startswith("<!doctype html>") and "<table>" in html and "interval_curve.png" in html
+    assert set(rep.files) == {"interval_curve.png", "ranking.png", "report.md", "report.html"}
+    # the decision's rule is shown
+    assert "exhausted" in md or "budget" in md or "precision" in md
+
+
+def test_replayed_curve_ends_at_the_stored_result(run_dir):
+    path, info = run_dir
+    curves = model_curves(load_run(str(path)))
+    assert set(curves) == set(MODELS)
+    for entry in info["entries"]:
+        curve = curves[entry["model"]]
+        assert [c[0] for c in curve] == [40, 80, 120, 160]  # one point per round, look sizes from rounds/
+        n, mean, lo, hi = curve[-1]
+        assert (n, mean) == (entry["n_scored"], pytest.approx(entry["mean"]))
+        assert (lo, hi) == (pytest.approx(entry["lower"]), pytest.approx(entry["upper"]))
+        widths = [c[3] - c[2] for c in curve]
+        assert widths[-1] < widths[0]  # intervals shrink as items are scored
+
+
+def test_ranking_rows_follow_tie_groups(run_dir):
+    path, _ = run_dir
+    rows = ranking_rows(load_run(str(path)))
+    assert [(r["model"], r["rank"], r["group"]) for r in rows] == [
+        ("model/a", 1, 1), ("model-b", 2, 2), ("model c", 2, 2)]
+
+
+def test_savings_plot_from_a_backtest_json(run_dir, tmp_path):
+    path, _ = run_dir
+    cells = [{"dataset": d, "method": m, "goal": f"halfwidth:{g}", "items_ratio_vs_uniform": r,
+              "fraction_of_bank": f, "coverage": 0.96}
+             for d in ("d1", "d2") for m, r in (("uniform", 1.0), ("adaptive", 0.8))
+             for g, f in ((0.1, 0.2), (0.05, 0.6))]
+    bt = tmp_path / "bt.json"
+    bt.write_text(json.dumps({"cells": cells}))
+    rep = write_report(str(path), savings=str(bt))
+    assert (path / "savings.png").read_bytes()[:8] == PNG_MAGIC
+    md = rep.markdown
+    assert "## Savings vs goal" in md and "| adaptive | halfwidth:0.05 | 2 | 0.200 | 0.400 | 0.960 |" in md
+
+
+def test_report_on_an_fsspec_url():
+    url = "memory://certeval-report-test/runs/fixture"
+    build_run(url)
+    rep = write_report(url, html=True)
+    fs, path = filesystem(url)
+    assert fs.cat_file(f"{path}/interval_curve.png")[:8] == PNG_MAGIC
+    assert fs.cat_file(f"{path}/report.md").decode().startswith("# certeval report")
+    assert rep.files["report.md"].startswith("memory://")
+
+
+def test_cli_report_and_bad_input(run_dir, tmp_path, capsys):
+    path, _ = run_dir
+    assert main(["report", str(path), "--html", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "report.html" in out["files"]
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    assert "no results.json" in capsys.readouterr().err
+
+
+def test_markdown_to_html_escapes():
+    html = markdown_to_html("# T\n\n| a | b |\n|---|---|\n| <x> | 1 |\n")
+    assert "&lt;x&gt;" in html and "<th>a</th>" in html
+
+
+def test_artifacts_only_inside_a_prefect_run(run_dir):
+    path, _ = run_dir
+    rep = report_run(str(path), publish=False)
+    assert publish_artifacts(rep) is False  # outside a flow: nothing to publish to
+
+
+@pytest.mark.slow
+def test_artifacts_published_inside_a_flow(run_dir):
+    from prefect import flow
+    from prefect.testing.utilities import prefect_test_harness
+
+    path, _ = run_dir
+
+    @flow(name="report-fixture")
+    def report_flow() -> bool:
+        rep = report_run(str(path), publish=False)
+        return publish_artifacts(rep, key="fixture")
+
+    with prefect_test_harness(server_startup_timeout=120):
+        assert report_flow() is True
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+        async def keys():
+            async with get_client() as client:
+                arts = await client.read_artifacts(
+                    artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["fixture-report", "fixture-models"])))
+                return sorted((a.key, a.type) for a in arts)
+
+        import asyncio
+
+        assert asyncio.run(keys()) == [("fixture-models", "table"), ("fixture-report", "markdown")]
