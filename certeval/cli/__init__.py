@@ -25,6 +25,7 @@ COMMANDS = {
     "compare": "pipeline",
     "rank": "pipeline",
     "select": "pipeline",
+    "demo": "pipeline",
     "report": "report",
 }
 

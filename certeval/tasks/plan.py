@@ -1,0 +1,283 @@
+"""What a pipeline run was asked to do, validated before Ray or Prefect start.
+
+:func:`make_plan` checks every input a run needs — model specs, bank, scorer,
+goal, method, numbers, the output location and (on resume) the stored config —
+and raises :class:`InputError` (one line, exit 2) before anything is written.
+Only when everything is valid does :func:`claim_run` write ``config.json``.
+Nothing here imports Ray or Prefect, so bad input fails in about a second.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import __version__
+from ..banks import Bank, bank_from_frame, bank_from_scores, load_bank, load_scores
+from ..estimators import make_method, parse_goal
+from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
+from ..backends.base import ModelSpec, parse_model_spec
+from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
+
+KINDS = ("certify", "compare", "rank", "select")
+TRIVIA = "bundled:trivia"
+# keys of config.json a resumed run must match exactly
+COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
+            "scorer", "margin", "threshold", "halfwidth", "mode")
+PAIRED_METHOD = "uniform"  # per-model intervals on the shared uniform item order
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A validated request. ``models`` are spec strings; ``labels`` their unique display names."""
+
+    kind: str
+    models: tuple[str, ...]
+    labels: tuple[str, ...]
+    bank: str | None
+    output: str = DEFAULT_OUTPUT
+    run_id: str = ""
+    goal: str | None = None
+    method: str = "adaptive"
+    confidence: float = 0.95
+    batch_size: int = 50
+    max_items: int | None = None
+    seed: int = 0
+    scorer: str | None = None
+    margin: float = 0.0
+    threshold: float | None = None
+    halfwidth: float | None = None
+    mode: str = "best"
+    ray_address: str | None = None
+    replicas: int = 1
+    num_gpus: float = 0.0
+    in_flight: int = 2
+    chunk_size: int | None = None  # items per actor call (default: batch_size split over replicas x in_flight)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def paired(self) -> bool:
+        return self.kind != "certify"
+
+    @property
+    def task_name(self) -> str:
+        """The lm-eval-style task name: the bank's (or scores file's) short name."""
+        source = self.bank or self.models[0].split(":", 1)[1].split("#")[0]
+        name = source.split("?")[0].replace("bundled:", "").rstrip("/").split("/")[-1]
+        for suffix in (".scores.parquet", ".items.parquet", ".parquet", ".jsonl", ".json", ".csv"):
+            if name.endswith(suffix):
+                return name[: -len(suffix)]
+        return name
+
+    def config(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("extra")
+        out["versions"] = _versions()
+        out["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        out["models"] = list(self.models)
+        out["labels"] = list(self.labels)
+        return out
+
+    def generation(self) -> dict[str, Any]:
+        """Settings that change a model's score for an item (part of the score-cache key)."""
+        return {"scorer": self.scorer or "auto"}
+
+    def cache_keys(self) -> dict[str, str]:
+        return {label: cache_key(_cache_spec(spec), self.scorer or "auto", self.generation())
+                for label, spec in zip(self.labels, self.models)}
+
+    def store(self) -> RunStore:
+        return RunStore(self.output, self.run_id)
+
+
+# options that change how a model is run, not what it answers (kept out of the cache key)
+_RUNTIME_OPTIONS = {"latency", "device", "batch", "replicas"}
+
+
+def _cache_spec(spec_text: str) -> str:
+    spec = parse_model_spec(spec_text)
+    kept = sorted((k, v) for k, v in spec.options if k not in _RUNTIME_OPTIONS)
+    query = "&".join(f"{k}={v}" for k, v in kept)
+    return f"{spec.kind}:{spec.location}" + (f"#{spec.name}" if spec.name else "") + (f"?{query}" if query else "")
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"certeval": __version__}
+    for dist in ("numpy", "prefect", "ray"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _scores(location: str) -> pd.DataFrame:
+    return load_scores(location)
+
+
+def check_model(spec: ModelSpec) -> None:
+    """Cheap existence checks per backend kind (no model is loaded here)."""
+    if spec.kind == "replay":
+        frame = _scores(spec.location)
+        if not (frame["model"] == spec.name).any():
+            models = sorted(frame["model"].unique())
+            raise InputError(f"unknown model {spec.name!r} in {spec.location!r}; it has {len(models)} models, "
+                             f"e.g. {', '.join(models[:5])}")
+    elif spec.kind == "hf":
+        if spec.location.startswith("bundled:"):
+            from ..backends.smollm import gguf_path, resolve_model_dir
+
+            if spec.location not in ("bundled:smollm2", "bundled:smollm2-135m", "bundled:SmolLM2-135M-Instruct"):
+                resolve_model_dir(spec.location)  # raises the backend's own message
+            gguf_path()
+        else:
+            path = Path(spec.location).expanduser()
+            if not (path / "config.json").is_file():
+                raise InputError(f"hf model {spec.location!r} is not a local transformers model directory (no config.json)")
+        from ..backends.hf import parse_options
+
+        parse_options(spec)
+    elif spec.kind == "openai":
+        if not spec.location.startswith(("http://", "https://")):
+            raise InputError(f"openai model spec {spec.text!r} needs an http(s):// base URL")
+
+
+def load_run_bank(bank: str | None, models: tuple[str, ...]) -> Bank:
+    """The bank of a run: a file / URL, ``bundled:trivia[?categories=..&limit=..&seed=..]``, or
+    (replay models only, ``bank`` None) the items every model has a recorded score for."""
+    if bank is None:
+        specs = [parse_model_spec(m) for m in models]
+        if any(s.kind != "replay" for s in specs):
+            raise InputError("--bank is required unless every --model is a replay:<scores file>#<model> spec")
+        common: list[str] | None = None
+        frames = []
+        for s in specs:
+            frame = _scores(s.location)
+            mine = frame[frame["model"] == s.name]
+            frames.append(mine)
+            ids = set(mine["item_id"])
+            common = [i for i in (common if common is not None else mine["item_id"].tolist()) if i in ids]
+        if not common:
+            raise InputError("the replay models share no scored item; pass --bank")
+        first = frames[0]
+        return bank_from_scores(first[first["item_id"].isin(set(common))])
+    if bank == TRIVIA or bank.startswith(TRIVIA + "?"):
+        from ..trivia import load_trivia_bank
+
+        options = dict(part.partition("=")[::2] for part in bank.partition("?")[2].split("&") if part)
+        unknown = set(options) - {"categories", "limit", "seed"}
+        if unknown:
+            raise InputError(f"unknown option {sorted(unknown)[0]!r} in --bank {bank!r}; options: categories, limit, seed")
+        try:
+            limit = int(options["limit"]) if "limit" in options else None
+            seed = int(options.get("seed", 0))
+        except ValueError:
+            raise InputError(f"--bank {bank!r}: limit and seed must be integers") from None
+        return bank_from_frame(load_trivia_bank(options.get("categories"), limit, seed), f"bank {bank!r}")
+    return load_bank(bank)
+
+
+def default_run_id(kind: str) -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{kind}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
+def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: str | None = None,
+              run_id: str | None = None, goal: str | None = None, method: str | None = None,
+              confidence: float = 0.95, batch_size: int = 50, max_items: int | None = None, seed: int = 0,
+              scorer: str | None = None, margin: float = 0.0, threshold: float | None = None,
+              halfwidth: float | None = None, mode: str = "best", ray_address: str | None = None,
+              replicas: int = 1, num_gpus: float = 0.0, in_flight: int = 2, chunk_size: int | None = None,
+              check_output: bool = True) -> tuple[RunPlan, Bank]:
+    """Validate a request; return the plan and its loaded bank. Raises InputError on any bad input."""
+    if kind not in KINDS:
+        raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
+    if not models:
+        raise InputError("at least one --model is required")
+    specs = [parse_model_spec(m) for m in models]
+    if len({s.text for s in specs}) != len(specs):
+        raise InputError("the same --model was given twice")
+    counts = {"compare": (2, 2), "rank": (2, None), "select": (1, None), "certify": (1, None)}[kind]
+    if len(specs) < counts[0] or (counts[1] is not None and len(specs) > counts[1]):
+        want = f"exactly {counts[0]}" if counts[0] == counts[1] else f"at least {counts[0]}"
+        raise InputError(f"{kind} needs {want} --model, got {len(specs)}")
+    labels = _labels(specs)
+    confidence = check_confidence(confidence)
+    batch_size = _positive_int(batch_size, "--batch-size")
+    max_items = None if max_items is None else _positive_int(max_items, "--max-items")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"--seed must be a non-negative integer, got {seed!r}")
+    margin = check_in_range(margin, "--margin", 0.0, 1.0)
+    if kind == "certify":
+        if goal is None:
+            raise InputError("certify needs --goal halfwidth:E, above:T or below:T")
+        goal = str(parse_goal(goal))
+        method = method or "adaptive"
+        method_obj = make_method(method, confidence=confidence)
+    else:
+        if method not in (None, PAIRED_METHOD):
+            raise InputError(f"{kind} samples the same uniform item order for every model; --method must be "
+                             f"{PAIRED_METHOD!r}, got {method!r}")
+        method, goal, method_obj = PAIRED_METHOD, None, None
+    if kind == "select":
+        if threshold is None or halfwidth is None:
+            raise InputError("select needs --threshold T and --halfwidth E")
+        threshold = check_in_range(threshold, "--threshold", 0.0, 1.0)
+        halfwidth = check_positive(halfwidth, "--halfwidth")
+        if mode not in ("best", "precision"):
+            raise InputError(f"--mode must be best or precision, got {mode!r}")
+    for spec in specs:
+        check_model(spec)
+    loaded = load_run_bank(bank, tuple(s.text for s in specs))
+    if any(s.kind != "replay" for s in specs):
+        from ..backends.scorers import resolve_scorer
+
+        columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
+        scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
+    if method_obj is not None and getattr(method_obj, "needs_features", False):
+        if loaded.features is None and loaded.texts() is None:
+            raise InputError(f"method {method!r} needs item features, but the bank has neither an 'embedding' "
+                             "column nor item text ('question')")
+    plan = RunPlan(
+        kind=kind, models=tuple(s.text for s in specs), labels=labels, bank=bank,
+        output=output or DEFAULT_OUTPUT, run_id=run_id or default_run_id(kind), goal=goal, method=method,
+        confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer,
+        margin=margin, threshold=threshold, halfwidth=halfwidth, mode=mode, ray_address=ray_address,
+        replicas=_positive_int(replicas, "--replicas"), num_gpus=float(num_gpus),
+        in_flight=_positive_int(in_flight, "--in-flight"),
+        chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"),
+    )
+    plan.store()  # validates the run id
+    if check_output:
+        check_reachable(plan.output)
+    return plan, loaded
+
+
+def claim_run(plan: RunPlan) -> bool:
+    """Write config.json for a new run or check it matches (resume); True when resuming."""
+    return plan.store().claim(plan.config(), COMPARED)
+
+
+def _labels(specs: list[ModelSpec]) -> tuple[str, ...]:
+    labels: list[str] = []
+    for spec in specs:
+        label = spec.label
+        if label in labels:
+            label = f"{label}-{len(labels)}"
+        labels.append(label)
+    return tuple(labels)
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)

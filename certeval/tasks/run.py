@@ -1,0 +1,476 @@
+"""The state of one pipeline run between rounds, and the work of each step (DESIGN §1).
+
+The Prefect tasks in :mod:`certeval.tasks.steps` are one-line wrappers around the
+methods here, so the round logic is testable without Prefect and the flows only
+compose. Two shapes of run:
+
+* **single** (``certify``): every model has its own method, which proposes its own
+  items; a model's ``state/<model>.json`` (``method.state()`` plus the round it
+  closes) is that model's commit point, written after the round's Parquet file.
+* **paired** (``compare``, ``rank``, ``select``): every model still in play is
+  scored on the *same* items, the next slice of one seeded uniform permutation of
+  the bank; the decision comes from the comparison / ranking / selection
+  estimators over the shared score matrix. ``state/_run.json`` commits a round.
+
+Randomness is keyed by ``(seed, round)``, so a resumed run proposes exactly what
+an uninterrupted one would have, and the score cache answers whatever was paid
+for before a crash.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..banks import Bank, bank_features
+from ..estimators import make_method, method_from_state, parse_goal
+from ..estimators._validation import InputError
+from ..estimators.results import Decision, Estimate
+from ..storage import RunStore, item_key
+from .plan import RunPlan, load_run_bank
+
+
+@dataclass
+class RoundScores:
+    """Scores of one round: per model, bank positions and scores in proposal order."""
+
+    items: dict[str, np.ndarray]
+    probs: dict[str, np.ndarray]
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    fresh: dict[str, int] = field(default_factory=dict)  # items sent to a model (not from the cache)
+
+
+class Run:
+    """Everything a running flow carries from round to round."""
+
+    def __init__(self, plan: RunPlan, bank: Bank, store: RunStore) -> None:
+        self.plan = plan
+        self.bank = bank
+        self.store = store
+        self.labels = list(plan.labels)
+        self.spec = bank.spec()
+        self.codes = self.spec.subset_codes() if bank.subsets is not None else None
+        self.keys = self._item_keys()
+        self.caches = {label: store.cache(key) for label, key in plan.cache_keys().items()}
+        self.cached: dict[str, dict[str, float]] = {}
+        self.round = 0  # next round to run
+        self.decisions: dict[str, Decision] = {}
+        self.active: list[str] = list(self.labels)
+        self.methods: dict[str, Any] = {}
+        self.model_round: dict[str, int] = {}
+        self.group: Any = None  # Comparison / Ranking / Selection of paired runs
+        self.resumed = False
+        self.sent: dict[str, int] = {label: 0 for label in self.labels}
+        self.progress: Progress | None = None
+        self.started = time.time()
+
+    # -- load -----------------------------------------------------------------
+    @classmethod
+    def open(cls, plan: RunPlan, *, progress: bool = False) -> "Run":
+        from .plan import claim_run
+
+        bank = load_run_bank(plan.bank, plan.models)
+        store = plan.store()
+        run = cls(plan, bank, store)
+        run.resumed = claim_run(plan)
+        for label, cache in run.caches.items():
+            cache.describe({"model": dict(zip(plan.labels, plan.models))[label], "scorer": plan.scorer or "auto",
+                            "generation": plan.generation()})
+            run.cached[label] = cache.load()
+        if plan.paired:
+            run._open_paired()
+        else:
+            run._open_single()
+        if progress:
+            run.progress = Progress(run)
+        return run
+
+    def _item_keys(self) -> list[str]:
+        if self.bank.frame is None:
+            return list(self.bank.item_ids)
+        records = self.bank.frame.to_dict("records")
+        return [item_key(r) for r in records]
+
+    def _open_single(self) -> None:
+        method_name = self.plan.method
+        for label in self.labels:
+            stored = self.store.read_state(label)
+            if stored is not None:
+                self.methods[label] = method_from_state(stored["method_state"])
+                self.model_round[label] = int(stored["round"]) + 1
+                if stored.get("decision"):
+                    self.decisions[label] = Decision(**stored["decision"])
+            else:
+                method = make_method(method_name, confidence=self.plan.confidence)
+                feats = bank_features(self.bank, getattr(method, "needs_features", False), method_name)
+                spec = self.spec if feats is None else self.bank.spec(features=feats)
+                self.methods[label] = method.start(spec)
+                self.model_round[label] = 0
+        self.active = [m for m in self.labels if not (m in self.decisions and self.decisions[m].done)]
+        self.round = min(self.model_round.values()) if self.active else max(self.model_round.values())
+
+    def _open_paired(self) -> None:
+        n = self.bank.n_items
+        self.order = np.random.default_rng([self.plan.seed, 0xC0FFEE]).permutation(n)
+        self.matrix = np.full((len(self.labels), n), np.nan)  # columns in the shared order
+        self.looks: list[int] = []
+        marker = self.store.read_marker()
+        for label in self.labels:
+            self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence).start(self.spec)
+        if marker is None:
+            return
+        last = int(marker["round"])
+        rounds = self.store.read_rounds(upto=last)
+        column = {int(p): j for j, p in enumerate(self.order)}
+        row = {label: i for i, label in enumerate(self.labels)}
+        for r in range(last + 1):
+            part = rounds[rounds["round"] == r]
+            for label in self.labels:
+                mine = part[part["model"] == label]
+                if mine.empty:
+                    continue
+                pos = self.bank.positions(mine["item_id"])
+                self.matrix[row[label], [column[int(p)] for p in pos]] = mine["score"].to_numpy(float)
+                self.methods[label].update(pos, mine["score"].to_numpy(float))
+            self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
+        self.round = last + 1
+        self.active = list(marker.get("active", self.labels))
+        self.decisions = {k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()}
+        self._decide_paired()
+
+    # -- select ---------------------------------------------------------------
+    def rng(self, round_: int) -> np.random.Generator:
+        return np.random.default_rng([self.plan.seed, round_])
+
+    def budget_left(self, label: str) -> int | None:
+        if self.plan.max_items is None:
+            return None
+        return self.plan.max_items - self.n_scored(label)
+
+    def n_scored(self, label: str) -> int:
+        return int(self.methods[label].n_scored)
+
+    def select(self) -> RoundScores:
+        """Items to score this round, per active model (empty when nothing is left)."""
+        items, probs = {}, {}
+        if self.plan.paired:
+            start = self.looks[-1] if self.looks else 0
+            k = self.plan.batch_size
+            left = [self.budget_left(m) for m in self.active]
+            if self.plan.max_items is not None:
+                k = min(k, max(0, min(x for x in left if x is not None)))
+            chunk = self.order[start:start + k].astype(np.int64)
+            prob = np.full(len(chunk), 1.0 / max(1, self.bank.n_items - start))
+            for label in self.active:
+                items[label], probs[label] = chunk, prob
+            return RoundScores(items, probs)
+        for label in self.active:
+            if self.model_round[label] > self.round:
+                continue  # committed this round before a crash
+            k = self.plan.batch_size
+            left = self.budget_left(label)
+            if left is not None:
+                k = min(k, left)
+            if k <= 0:
+                continue
+            prop = self.methods[label].propose(k, self.rng(self.round))
+            items[label] = np.asarray(prop.items, dtype=np.int64)
+            probs[label] = np.asarray(prop.probs if prop.probs is not None else np.full(len(prop.items), np.nan), float)
+        return RoundScores(items, probs)
+
+    # -- infer ----------------------------------------------------------------
+    def requests(self, batch: RoundScores) -> tuple[dict[str, list[tuple[str, dict]]], dict[str, dict[str, float]]]:
+        """Split a round into cached scores and requests for the model actors."""
+        frame = self.bank.frame
+        requests, hits = {}, {}
+        for label, pos in batch.items.items():
+            cache = self.cached.get(label, {})
+            found, todo = {}, []
+            for p in pos:
+                key = self.keys[p]
+                if key in cache:
+                    found[key] = cache[key]
+                else:
+                    item = _item_record(frame, p) if frame is not None else {"item_id": self.bank.item_ids[p]}
+                    todo.append((key, item))
+            hits[label], requests[label] = found, todo
+        return requests, hits
+
+    def infer(self, pool: Any, batch: RoundScores) -> RoundScores:
+        requests, hits = self.requests(batch)
+        chunk = self.plan.chunk_size or max(1, math.ceil(self.plan.batch_size / (self.plan.replicas * self.plan.in_flight)))
+
+        def absorb(label: str, results: list[dict]) -> None:  # arrival order
+            if self.progress is not None:
+                self.progress.advance(label, len(results))
+
+        todo = {label: reqs for label, reqs in requests.items() if reqs}
+        got = pool.score(todo, chunk, on_result=absorb) if todo else {}
+        for label, pos in batch.items.items():
+            by_id = {r["item_id"]: float(r["score"]) for r in got.get(label, [])}
+            scores = np.empty(len(pos))
+            for i, p in enumerate(pos):
+                key = self.keys[p]
+                if key in hits[label]:
+                    scores[i] = hits[label][key]
+                else:
+                    scores[i] = by_id[self.bank.item_ids[p]]
+                    self.cached.setdefault(label, {})[key] = scores[i]
+            batch.scores[label] = scores
+            batch.fresh[label] = len(requests[label])
+            self.sent[label] += len(requests[label])
+            if self.progress is not None and hits[label]:
+                self.progress.advance(label, len(hits[label]))
+        return batch
+
+    # -- update ---------------------------------------------------------------
+    def update(self, batch: RoundScores) -> None:
+        for label, pos in batch.items.items():
+            self.methods[label].update(pos, batch.scores[label])
+        if self.plan.paired and batch.items:
+            column = {int(p): j for j, p in enumerate(self.order)}
+            for i, label in enumerate(self.labels):
+                if label in batch.items:
+                    cols = [column[int(p)] for p in batch.items[label]]
+                    self.matrix[i, cols] = batch.scores[label]
+            self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
+
+    # -- decide ---------------------------------------------------------------
+    def decide(self, batch: RoundScores) -> dict[str, Decision]:
+        if self.plan.paired:
+            self._decide_paired()
+        else:
+            goal = parse_goal(self.plan.goal)
+            for label in batch.items:
+                est = self.methods[label].result()
+                self.decisions[label] = goal.decide(est, look=self.round + 1, budget_left=self.budget_left(label))
+            for label in self.active:
+                if label not in batch.items and label not in self.decisions:
+                    self.decisions[label] = Decision(True, "budget", self.round, False, None,
+                                                     "the item budget (--max-items) was spent")
+            self.active = [m for m in self.active if not self.decisions.get(m, Decision(False)).done]
+        if self.progress is not None:
+            self.progress.refresh()
+        return dict(self.decisions)
+
+    def _filled(self) -> tuple[np.ndarray, list[int]]:
+        """The score matrix with not-yet-scored cells set to 0: the estimators replay only looks <= now,
+        and a model that stopped is never read past its stop."""
+        filled = np.where(np.isnan(self.matrix), 0.0, self.matrix)
+        return filled, list(self.looks)
+
+    def _decide_paired(self) -> None:
+        from ..estimators.comparison import ComparisonDesign, PairedComparison
+        from ..estimators.ranking import rank_models
+        from ..estimators.selection import select_models
+
+        if not self.looks:
+            return
+        plan = self.plan
+        filled, looks = self._filled()
+        n_now = looks[-1]
+        alpha = 1.0 - plan.confidence
+        codes = None if self.codes is None else self.codes[self.order]
+        n_subsets = None if self.codes is None else int(self.codes.max()) + 1
+        design = ComparisonDesign(alpha=alpha, margin=plan.margin, look_size=plan.batch_size)
+        exhausted = n_now >= self.bank.n_items
+        budget_spent = plan.max_items is not None and n_now >= plan.max_items
+        if plan.kind == "compare":
+            comp = PairedComparison(self.labels[0], self.labels[1], confidence=plan.confidence, design=design)
+            comp.start(self.bank.n_items, None if self.codes is None else self.codes)
+            prev = 0
+            for n_k in looks:
+                cols = self.order[prev:n_k]
+                comp.update(cols, filled[0, prev:n_k], filled[1, prev:n_k])
+                prev = n_k
+            self.group = comp.result()
+            still = [] if self.group.done else list(self.labels)
+            pairs_done = {frozenset(self.labels): self.group.done}
+        elif plan.kind == "rank":
+            self.group = rank_models(filled, self.labels, looks, alpha=alpha, margin=plan.margin, design=design,
+                                     subsets=codes, n_subsets=n_subsets)
+            undecided = [c for c in self.group.comparisons if not c.done]
+            still = [m for m in self.labels if any(m in (c.model_a, c.model_b) for c in undecided)]
+            pairs_done = {frozenset((c.model_a, c.model_b)): c.done for c in self.group.comparisons}
+        else:
+            self.group = select_models(filled, self.labels, looks, threshold=plan.threshold, halfwidth=plan.halfwidth,
+                                       alpha=alpha, mode=plan.mode, look_size=plan.batch_size, subsets=codes,
+                                       n_subsets=n_subsets)
+            still = [s.model for s in self.group.models if s.status == "running"]
+            pairs_done = {}
+        self.active = [] if (exhausted or budget_spent) else still
+        for label in self.labels:
+            if label in self.active:
+                self.decisions[label] = Decision(False, None, len(looks), False, None, "")
+                continue
+            prev = self.decisions.get(label)
+            if prev is not None and prev.done:
+                continue
+            if label in still:  # stopped by the bank or the budget, not by the test
+                rule = "exhausted" if exhausted else "budget"
+                self.decisions[label] = Decision(True, rule, len(looks), False, None,
+                                                 "every shared item was scored" if exhausted else "the item budget (--max-items) was spent")
+            else:
+                self.decisions[label] = Decision(True, plan.kind, len(looks), True, self._verdict(label), "")
+        self._pairs_done = pairs_done
+
+    def _verdict(self, label: str) -> str | None:
+        if self.plan.kind == "select":
+            return next(s.status for s in self.group.models if s.model == label)
+        if self.plan.kind == "compare":
+            return self.group.verdict
+        return f"rank {self.group.rank_of(label)}"
+
+    @property
+    def done(self) -> bool:
+        return not self.active
+
+    # -- store ----------------------------------------------------------------
+    def store_round(self, batch: RoundScores) -> None:
+        """Rounds Parquet first, then each model's state, then (paired) the run marker: a crash
+        between two writes leaves the previous commit point valid."""
+        rows = []
+        for label, pos in batch.items.items():
+            rows.append(pd.DataFrame({
+                "model": label, "item_id": [self.bank.item_ids[p] for p in pos],
+                "score": batch.scores[label], "round": self.round, "prob": batch.probs[label],
+            }))
+        if rows:
+            frame = pd.concat(rows, ignore_index=True)
+            existing = self.store.folder.read_parquet(f"rounds/{self.round:05d}.parquet")
+            if existing is not None:  # a model that committed this round before a crash keeps its rows
+                keep = existing[~existing["model"].isin(list(batch.items))]
+                frame = pd.concat([keep, frame], ignore_index=True)
+            self.store.write_round(self.round, frame)
+        for label in batch.items:
+            self.store.write_state(label, {
+                "round": self.round, "method_state": self.methods[label].state(),
+                "decision": self.decisions[label].to_dict() if label in self.decisions else None,
+            })
+            self.model_round[label] = self.round + 1
+        if self.plan.paired:
+            self.store.commit_round({
+                "round": self.round, "active": self.active, "looks": self.looks,
+                "decisions": {k: v.to_dict() for k, v in self.decisions.items()},
+            })
+        self.round += 1
+
+    def results(self) -> dict[str, Any]:
+        """results.json: ``models`` (+ ``pairs``/``ranking``/``selection``) and an lm-eval-style block."""
+        plan = self.plan
+        models = []
+        lm_eval = {}
+        rounds = self.store.read_rounds()
+        for label, spec in zip(self.labels, plan.models):
+            est: Estimate = self.methods[label].result()
+            scored = rounds[rounds["model"] == label]["score"].to_numpy(float)
+            n, total = est.n_scored, self.bank.n_items
+            stderr = float("nan")
+            if n > 1:
+                fpc = max(0.0, 1.0 - n / total) if plan.paired or est.target == "bank" else 1.0
+                stderr = float(np.std(scored, ddof=1) / math.sqrt(n) * math.sqrt(fpc)) if len(scored) > 1 else float("nan")
+            entry = {
+                "model": label, "spec": spec, "mean": est.mean, "lower": est.lower, "upper": est.upper,
+                "halfwidth": est.halfwidth, "n_scored": n, "n_total": total, "confidence": est.confidence,
+                "method": est.method, "guarantee": est.guarantee, "anytime_valid": est.anytime_valid,
+                "items_sent_to_model": self.sent[label],
+                "decision": self.decisions[label].to_dict() if label in self.decisions else None,
+                "estimate": est.to_dict(),
+            }
+            block = {
+                "alias": plan.task_name, "acc,none": est.mean, "acc_stderr,none": stderr,
+                "acc_ci_lower,none": est.lower, "acc_ci_upper,none": est.upper,
+                "items_scored,none": n, "items_total,none": total, "confidence": est.confidence,
+                "guarantee": est.guarantee,
+            }
+            entry["results"] = {plan.task_name: block}
+            lm_eval[plan.task_name if len(self.labels) == 1 else f"{plan.task_name}|{label}"] = block
+            models.append(entry)
+        if plan.kind == "select" and self.group is not None:  # the selection's own simultaneous intervals
+            status = {s.model: s for s in self.group.models}
+            for entry in models:
+                s = status[entry["model"]]
+                entry.update(selection_status=s.status, selection_lower=s.lower, selection_upper=s.upper)
+        out: dict[str, Any] = {
+            "run_id": plan.run_id, "kind": plan.kind, "task": plan.task_name, "bank": plan.bank,
+            "confidence": plan.confidence, "seed": plan.seed, "rounds": self.round,
+            "done": all(d.done for d in self.decisions.values()) if self.decisions else False,
+            "reached": all(d.reached for d in self.decisions.values()) if self.decisions else False,
+            "models": models, "results": lm_eval,
+            "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
+                       "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
+                       "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None},
+            "run_folder": self.store.url,
+        }
+        if plan.kind == "compare" and self.group is not None:
+            out["pairs"] = [self.group.to_dict()]
+        if plan.kind == "rank" and self.group is not None:
+            ranking = self.group.to_dict()
+            out["pairs"] = ranking.pop("comparisons")
+            out["ranking"] = ranking
+        if plan.kind == "select" and self.group is not None:
+            out["selection"] = self.group.to_dict()
+        self.store.write_results(out)
+        return out
+
+    def exit_code(self) -> int:
+        """0 when every goal was reached, 1 when the bank or budget ran out first (DESIGN §6)."""
+        if self.plan.paired:
+            return 0 if all(d.reached for d in self.decisions.values()) else 1
+        return 0 if all(self.decisions.get(m, Decision(False)).reached for m in self.labels) else 1
+
+
+def _item_record(frame: pd.DataFrame, pos: int) -> dict[str, Any]:
+    """One bank row as a plain dict (numpy arrays as lists) for a model actor."""
+    rec = frame.iloc[int(pos)].to_dict()
+    out = {}
+    for k, v in rec.items():
+        if isinstance(v, np.ndarray):
+            v = v.tolist()
+        elif isinstance(v, float) and math.isnan(v):
+            v = None
+        out[k] = v
+    out.pop("embedding", None)
+    return out
+
+
+class Progress:
+    """One rich progress bar per model (items scored, current interval); terminal only."""
+
+    def __init__(self, run: Run) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+
+        self.run = run
+        self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[interval]}"), TimeElapsedColumn(), transient=False)
+        total = run.plan.max_items or run.bank.n_items
+        self.tasks = {label: self.bar.add_task(label[:32], total=min(total, run.bank.n_items),
+                                               completed=run.n_scored(label), interval="")
+                      for label in run.labels}
+        self.bar.start()
+        self.refresh()
+
+    def advance(self, label: str, n: int) -> None:
+        self.bar.advance(self.tasks[label], n)
+
+    def refresh(self) -> None:
+        for label, task in self.tasks.items():
+            est = self.run.methods[label].result()
+            text = "" if est.n_scored == 0 else f"{est.mean:.3f} [{est.lower:.3f}, {est.upper:.3f}]"
+            decision = self.run.decisions.get(label)
+            if decision is not None and decision.done:
+                text += f"  {decision.verdict or decision.rule}"
+            self.bar.update(task, completed=est.n_scored, interval=text)
+
+    def close(self) -> None:
+        self.bar.stop()
+
+
+def want_progress(json_output: bool) -> bool:
+    return (not json_output) and sys.stderr.isatty()

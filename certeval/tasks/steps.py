@@ -1,0 +1,77 @@
+"""Thin Prefect tasks, one per step per round (DESIGN §1); each fans out inside.
+
+Tasks take live handles (the :class:`~certeval.tasks.run.Run`, the
+:class:`~certeval.backends.pool.ModelPool`), so none is cached or retried by
+Prefect (``cache_policy=NONE``, ``retries=0``): a retried inference task could
+score items twice, and resume is the pipeline's own business. Ray is called
+directly from inside the tasks — prefect-ray's task runner costs 120–200 ms a
+task and shuts Ray down at flow end, killing the model actors (NOTES.md).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from ..estimators.results import Decision
+from .plan import RunPlan
+from .run import RoundScores, Run
+
+_OPTS = dict(cache_policy=NONE, retries=0, persist_result=False, log_prints=False)
+
+
+@task(name="load-bank", **_OPTS)
+def load_bank(plan: RunPlan, progress: bool = False) -> Run:
+    """Load and validate the bank, claim the run folder, restore state on resume, embed if the method needs it."""
+    return Run.open(plan, progress=progress)
+
+
+@task(name="start-models", **_OPTS)
+def start_models(plan: RunPlan, run: Run) -> Any:
+    """Start (or connect to) Ray and one named actor pool per model."""
+    from ..backends.pool import CALL_LOG_ENV, ModelPool, init_ray
+
+    init_ray(plan.ray_address)
+    cache_urls = {label: cache.folder.url() for label, cache in run.caches.items()}
+    pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
+                     in_flight=plan.in_flight, cache_urls=cache_urls, call_log=os.environ.get(CALL_LOG_ENV),
+                     run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None)
+    return pool.start()
+
+
+@task(name="select", **_OPTS)
+def select(run: Run) -> RoundScores:
+    return run.select()
+
+
+@task(name="infer", **_OPTS)
+def infer(run: Run, pool: Any, batch: RoundScores) -> RoundScores:
+    return run.infer(pool, batch)
+
+
+@task(name="update", **_OPTS)
+def update(run: Run, batch: RoundScores) -> None:
+    run.update(batch)
+
+
+@task(name="decide", **_OPTS)
+def decide(run: Run, batch: RoundScores) -> dict[str, Decision]:
+    return run.decide(batch)
+
+
+@task(name="store-round", **_OPTS)
+def store_round(run: Run, batch: RoundScores) -> None:
+    run.store_round(batch)
+
+
+@task(name="store-results", **_OPTS)
+def store_results(run: Run) -> dict[str, Any]:
+    return run.results()
+
+
+@task(name="stop-models", **_OPTS)
+def stop_models(pool: Any) -> None:
+    pool.shutdown()
