@@ -49,11 +49,14 @@ from .uniform import BettingStrataMethod
 
 
 def bernstein_proxy(n: np.ndarray, size: np.ndarray, var: np.ndarray, log_term: float) -> np.ndarray:
-    """Empirical-Bernstein-shaped radius proxy with finite-population factor; 1 at n = 0, 0 at n = size."""
+    """Empirical-Bernstein-shaped radius proxy with finite-population factor; ∞ at n = 0, 0 at n = size.
+
+    ∞ at n = 0 makes every stratum get a first item before any gets a second.
+    """
     n = np.asarray(n, dtype=float)
     safe = np.maximum(n, 1.0)
     r = (np.sqrt(2.0 * var * log_term / safe) + log_term / safe) * np.sqrt(np.clip(1.0 - n / size, 0.0, 1.0))
-    return np.where(n > 0, np.minimum(r, 1.0), 1.0)
+    return np.where(n > 0, r, np.inf)
 
 
 def greedy_allocation(k: int, gain_fn, counts: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -105,7 +108,8 @@ class AdaptiveMethod(BettingStrataMethod):
         weight = self.stratum_weight_[:, None]
 
         def gain(c):
-            return weight * (bernstein_proxy(c, size, var, log_term) - bernstein_proxy(c + 1, size, var, log_term))
+            r0 = bernstein_proxy(c, size, var, log_term)
+            return weight * np.where(np.isinf(r0), np.inf, r0 - bernstein_proxy(c + 1, size, var, log_term))
 
         alloc = greedy_allocation(k, gain, counts, capacity)
         chosen, probs = [], []
