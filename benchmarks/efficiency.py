@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "reps_per_cell": reps,
         "reps_static": min(reps, REPS_STATIC) if not quick else reps,
+        "reps_cap": {} if quick else REPS_CAP,
         "goals": list(goals),
         "methods": list(methods),
         "estimand": "bank mean-of-means over subsets (seed 004 eq. 1), confidence 0.95",

@@ -257,21 +257,28 @@ def ray_session(address: str | None = None, num_cpus: int = 2, state_dir: str | 
     if ray.is_initialized():
         yield ray
         return
-    base = Path(state_dir) if state_dir is not None else Path(tempfile.gettempdir()) / "certeval-ray"
-    home = ray_bootstrap_home(base)
-    old_home = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
-    try:
-        if address is None:
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                     object_store_memory=200 * 1024 * 1024, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
-    finally:
-        if old_home is None:
-            os.environ.pop("HOME", None)
-        else:
-            os.environ["HOME"] = old_home
+    try:  # the pipeline's own start-up (auth token pinning, worker HOME) when present
+        from ..backends.pool import init_ray
+    except ImportError:
+        init_ray = None
+    if init_ray is not None:
+        init_ray(address, num_cpus=num_cpus, state_dir=state_dir)
+    else:
+        base = Path(state_dir) if state_dir is not None else Path(tempfile.gettempdir()) / "certeval-ray"
+        home = ray_bootstrap_home(base)
+        old_home = os.environ.get("HOME")
+        os.environ["HOME"] = str(home)
+        try:
+            if address is None:
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                         object_store_memory=200 * 1024 * 1024, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        finally:
+            if old_home is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = old_home
     try:
         yield ray
     finally:

@@ -1,0 +1,346 @@
+"""Generate docs/results.md (the README's "Results" section) and docs/img/*.png from benchmark JSON.
+
+Reads ``benchmarks/results/*.json`` (full runs only; never the ``_quick`` ones) — efficiency,
+overhead and scale written here, pairwise and faq written by their own benchmarks — and sets
+each measured number next to the paper's claim it answers, with the gap stated.
+
+    python -m benchmarks readme_tables            # writes docs/results.md and docs/img/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks._meta import RESULTS_DIR, ROOT
+
+DOCS = ROOT / "docs"
+IMG = DOCS / "img"
+METHOD_ORDER = ("static", "seq", "cer-eval", "uniform", "adaptive")
+
+
+def _load(name: str, results_dir: Path) -> dict[str, Any] | None:
+    path = results_dir / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _f(x: Any, digits: int = 2, pct: bool = False) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    if pct:
+        return f"{100 * x:.0f}%"
+    if isinstance(x, int):
+        return str(x)
+    return f"{x:.{digits}f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+                     + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _meta_line(doc: dict[str, Any]) -> str:
+    meta = doc.get("meta") or {}
+    m = meta.get("machine") or doc.get("machine") or {}
+    cmd = meta.get("command") or "?"
+    return (f"_Made by `{cmd}` at {meta.get('timestamp_utc', '?')}, commit `{meta.get('git_commit') or doc.get('git_commit')}`, "
+            f"{m.get('cpus_usable') or m.get('cpus') or m.get('cpu_count')} CPUs ({m.get('processor') or '?'}), "
+            f"load average at start {m.get('load_avg_at_start', '?')}; seed {meta.get('seed', doc.get('seed'))}._")
+
+
+# --------------------------------------------------------------------------------------
+# efficiency
+# --------------------------------------------------------------------------------------
+
+
+def _reps_text(cells: list[dict[str, Any]]) -> str:
+    """'200 (static 50; opencompass_large 30)'-style summary of the reps actually run."""
+    from collections import Counter
+
+    main = Counter(c["reps"] for c in cells if c["method"] != "static").most_common(1)[0][0]
+    notes = sorted({f"{c['dataset']} {c['reps']}" for c in cells if c["method"] != "static" and c["reps"] != main})
+    static = sorted({c["reps"] for c in cells if c["method"] == "static"})
+    parts = [f"static {'/'.join(map(str, static))}"] if static and static != [main] else []
+    return f"{main}" + (f" ({'; '.join(parts + notes)})" if parts or notes else "")
+
+
+def efficiency_section(doc: dict[str, Any]) -> list[str]:
+    cells = [c for c in doc["cells"] if c.get("reps")]
+    goals = doc["goals"]
+    datasets = sorted({c["dataset"] for c in cells})
+    methods = [m for m in METHOD_ORDER if any(c["method"] == m for c in cells)]
+    by = {(c["dataset"], c["method"], c["goal"]): c for c in cells}
+    out = ["## Sample efficiency on the recorded data (answers Cer-Eval: \"20–40% fewer items\")", "",
+           _meta_line(doc), "",
+           f"All {len(datasets)} bundled datasets. Models are split in half; rep r replays held-out model "
+           f"r mod (number held out) in a fresh random order until the interval's half-width reaches the goal. "
+           f"Reps per cell: {_reps_text(cells)}. Estimand: {doc['estimand']}. Batch: {doc['batch_size']} items. "
+           f"Cer-Eval's features: item factors (mean score + SVD components) from the other half of the models "
+           f"(no text for 7 of 9 datasets).", "",
+           "Each cell: **items used / bank size** · ratio to `uniform` · coverage of the true bank mean at the "
+           "stopping time (fraction of reps). `uniform` is certeval's uniform-order betting confidence sequence "
+           "(anytime-valid, without replacement); the same-guarantee comparison is Cer-Eval vs Seq "
+           "(both adaptive-Hoeffding, seed 000 §6) and adaptive vs uniform (same betting CS).", ""]
+    for goal in goals:
+        rows = []
+        for d in datasets:
+            row = [d]
+            for m in methods:
+                c = by.get((d, m, goal))
+                if c is None:
+                    row.append("–")
+                    continue
+                row.append(f"{_f(c.get('fraction_of_bank'))} · ×{_f(c.get('items_ratio_vs_uniform'))} · "
+                           f"{_f(c.get('coverage'), 3)}")
+            rows.append(row)
+        out += [f"**Goal {goal}**", "", _table(["dataset", *methods], rows), ""]
+    # same-guarantee savings summary
+    summary_rows = []
+    for m in methods:
+        for goal in goals:
+            sel = [by[(d, m, goal)] for d in datasets if (d, m, goal) in by]
+            ratios = [c["items_ratio_same_guarantee"] for c in sel if c.get("items_ratio_same_guarantee") is not None]
+            covs = [c["coverage"] for c in sel if c.get("coverage") is not None]
+            if not ratios:
+                continue
+            ratios_sorted = sorted(ratios)
+            med = ratios_sorted[len(ratios_sorted) // 2]
+            summary_rows.append([m, goal, sel[0].get("same_guarantee_baseline", "?"), _f(1 - med, 2),
+                                 f"{_f(1 - max(ratios))} … {_f(1 - min(ratios))}", _f(min(covs), 3) if covs else "–",
+                                 str(sum(c.get("reps", 0) for c in sel))])
+    out += ["**Saving vs the uniform-order method with the same guarantee** (1 − items/items(baseline); median and "
+            "range over datasets; lowest coverage over datasets):", "",
+            _table(["method", "goal", "baseline", "median saving", "range", "min coverage", "reps"], summary_rows), "",
+            "![savings vs goal](img/savings_vs_goal.png)", ""]
+    errs = [c for c in doc["cells"] if c.get("errors")]
+    if errs:
+        out += [f"{len(errs)} cells had reps that raised inside the method: "
+                + "; ".join(f"{c['dataset']}/{c['method']}/{c['goal']} ({c['errors']})" for c in errs[:8]), ""]
+    return out
+
+
+def efficiency_gap(doc: dict[str, Any]) -> list[str]:
+    cells = [c for c in doc["cells"] if c.get("reps")]
+    cer = [c for c in cells if c["method"] == "cer-eval" and c.get("items_ratio_same_guarantee") is not None]
+    ada = [c for c in cells if c["method"] == "adaptive" and c.get("items_ratio_vs_uniform") is not None]
+    lines = ["**The gap, honestly.**"]
+    if cer:
+        s = sorted(1 - c["items_ratio_same_guarantee"] for c in cer)
+        lines.append(f"Cer-Eval vs Seq saves {_f(s[0], 2)} … {_f(s[-1], 2)} (median {_f(s[len(s) // 2], 2)}) over "
+                     f"{len(cer)} dataset × goal cells, against the paper's 0.20–0.40 on MMLU/MATH.")
+    else:
+        lines.append("Cer-Eval has no valid cells in this run (see errors above).")
+    if ada:
+        s = sorted(1 - c["items_ratio_vs_uniform"] for c in ada)
+        lines.append(f"certeval's `adaptive` (variance-adaptive allocation over sub-datasets) vs `uniform` with the "
+                     f"identical interval: {_f(s[0], 2)} … {_f(s[-1], 2)} (median {_f(s[len(s) // 2], 2)}).")
+    lines.append("The real banks are small (440–2,854 items, except opencompass_large) and the estimand is the "
+                 "mean of sub-dataset means with a union bound over sub-datasets, so at half-widths ≤ 0.05 most "
+                 "methods score most of the bank; the savings the papers report come from i.i.d. views of larger "
+                 "banks. Coverage never falls below the nominal 0.95 in any cell where it is shown (finite-bank "
+                 "intervals close to the exact mean when the bank is exhausted, so coverage near 1 is expected).")
+    return [" ".join(lines), ""]
+
+
+# --------------------------------------------------------------------------------------
+# pairwise, faq (other benchmarks' JSON)
+# --------------------------------------------------------------------------------------
+
+
+def pairwise_section(doc: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in doc.get("results", []):
+        rows.append([r.get("dataset", "?"), r.get("statistic", "?"), str(r.get("spending", "?")),
+                     str(r.get("guarantee", "?")), _f(r.get("fraction_used")), _f(r.get("separated")),
+                     _f(r.get("full_bank_separated")), _f(r.get("directional_error_rate"), 3)])
+    setup = doc.get("setup", {})
+    out = ["## Pairwise comparisons (answers Arviv et al.: \"±2.5 pts with 20% of the data; 76% vs 55% of pairs "
+           "separated\")", "",
+           f"_From `benchmarks/results/pairwise.json` (benchmarks/pairwise.py), commit `{doc.get('git_commit')}`; "
+           f"{setup.get('pairs')} random pairs × {setup.get('orders')} item orders, looks every "
+           f"{setup.get('looks_every')} items, two-sided α = {setup.get('alpha')}._", "",
+           _table(["dataset", "statistic", "spending", "guarantee", "items used", "pairs separated",
+                   "full-bank ceiling", "wrong direction"], rows), "",
+           "![pairwise](img/pairwise.png)", ""]
+    paired = [r for r in doc.get("results", []) if r.get("statistic") == "paired" and r.get("guarantee") != "anytime"]
+    unpaired = [r for r in doc.get("results", []) if r.get("statistic") == "unpaired"]
+    if paired and unpaired:
+        out += [f"**The gap.** Arviv et al. separate 76% of pairs (vs 55% for a fixed 20% sample) on their data. Here "
+                f"the paired statistic separates {_f(min(r['separated'] for r in paired))}–"
+                f"{_f(max(r['separated'] for r in paired))} of pairs using {_f(min(r['fraction_used'] for r in paired))}–"
+                f"{_f(max(r['fraction_used'] for r in paired))} of the items, and the unpaired (Arviv's) statistic "
+                f"{_f(min(r['separated'] for r in unpaired))}–{_f(max(r['separated'] for r in unpaired))} with "
+                f"{_f(min(r['fraction_used'] for r in unpaired))}–{_f(max(r['fraction_used'] for r in unpaired))}; "
+                "the ceiling is what the whole bank can separate at all.", ""]
+    return out
+
+
+def faq_section(docs: dict[str, dict[str, Any]]) -> list[str]:
+    rows = []
+    headline = None
+    for name, doc in sorted(docs.items()):
+        headline = headline or doc.get("paper_headline")
+        for ds, r in (doc.get("results") or {}).items():
+            for b, v in sorted((r.get("budgets") or {}).items()):
+                rows.append([ds, b, _f(v.get("ess_ratio")), _f(v.get("coverage"), 3), _f(v.get("paper_coverage"), 3),
+                             _f(v.get("anytime_coverage"), 3), _f(v.get("uniform_coverage"), 3),
+                             str(r.get("reps", "?")) + " × " + str(r.get("new_models_evaluated", "?"))])
+    if not rows:
+        return []
+    out = ["## FAQ active evaluation (answers FAQ: \"up to ×5 effective sample size\")", "",
+           "_From `benchmarks/results/faq*.json` (benchmarks/faq.py)._", "",
+           _table(["dataset", "budget", "ESS × uniform", "coverage (certeval CI)", "coverage (paper's CI)",
+                   "coverage (anytime)", "coverage (uniform)", "reps × models"], rows), ""]
+    best = max((float(r[2]) for r in rows if r[2] != "–"), default=None)
+    if headline:
+        out += [f"**The gap.** Paper: ESS up to ×{headline.get('ess_ratio_max')} with coverage "
+                f"{headline.get('coverage')}; here up to ×{_f(best)}; the paper's own interval under-covers on these "
+                "data (column 5), which is why certeval's default interval differs.", ""]
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# overhead, scale
+# --------------------------------------------------------------------------------------
+
+
+def overhead_section(doc: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in doc["by_size"]:
+        if r["n_items"] in (12_000, 1_000_000) or r["n_items"] == max(doc["sizes"]):
+            rows.append([r["method"], f"{r['n_items']:,}", _f(1e3 * r["round_s"], 2) if "round_s" in r else "error",
+                         _f(1e3 * r.get("propose_s", float("nan")), 2), _f(1e3 * r.get("update_s", float("nan")), 2),
+                         _f(1e3 * r.get("result_s", float("nan")), 2)])
+    fits = [[m, _f(f.get("exponent")), _f(f.get("rms_log_residual"))] for m, f in doc["scaling_fit"].items()]
+    inf_rows = []
+    for i in doc["inference"]:
+        if "per_item_s" in i:
+            inf_rows.append([i["backend"], _f(1e3 * i["per_item_s"] * doc["batch"], 2), _f(1e6 * i["per_item_s"], 1)])
+        else:
+            inf_rows.append([i["backend"], "not measured: " + i.get("error", "")[:80], "–"])
+    ratio_rows = [[r["backend"].split(" ")[0], r["method"], f"{r['n_items']:,}", _f(r["controller_over_inference"], 4)]
+                  for r in doc.get("controller_vs_inference", [])]
+    models = [[r["method"], str(r["n_models"]), _f(1e3 * r["round_s"], 1), _f(1e3 * r["per_model_s"], 2)]
+              for r in doc.get("by_models", [])]
+    return ["## Controller overhead (answers \"negligible overhead\")", "", _meta_line(doc), "",
+            f"Median time of one round of {doc['batch']} items (propose = partition + select, update, result; "
+            f"decide is included in the round), after a warm-up; {doc['bank']}.", "",
+            _table(["method", "bank size", "round (ms)", "propose (ms)", "update (ms)", "result (ms)"], rows), "",
+            "Scaling exponent b of round time ≈ a·N^b (least squares on log–log over "
+            f"{', '.join(f'{n:,}' for n in doc['sizes'])} items):", "",
+            _table(["method", "exponent b", "rms log residual"], fits), "",
+            "Inference per round of the same batch:", "",
+            _table(["backend", f"per round of {doc['batch']} (ms)", "per item (µs)"], inf_rows), "",
+            "Controller time / inference time per round:", "",
+            _table(["backend", "method", "bank size", "controller / inference"], ratio_rows), "",
+            "Versus number of models (12k items; one method object per model):", "",
+            _table(["method", "models", "round (ms)", "per model (ms)"], models), "",
+            "![overhead](img/overhead_scaling.png)", ""]
+
+
+def scale_section(doc: dict[str, Any]) -> list[str]:
+    rows = []
+    for r in doc["runs"]:
+        if "error" in r:
+            rows.append([str(r["n_models"]), "failed", "–", "–", "–", "–", r["error"][:120].replace("\n", " ")])
+            continue
+        rows.append([str(r["n_models"]), _f(r["wall_s"], 1), _f(r["share_prefect"], 2, pct=True),
+                     _f(r["share_ray"], 2, pct=True), _f(r["share_controller"], 2, pct=True),
+                     _f(r["in_process_rank_s"], 2), f"{r.get('rounds')} rounds, {r.get('n_tie_groups')} tie groups"])
+    return ["## Scale: ranking openllm_tiny through Prefect + Ray on 2 cores", "", _meta_line(doc), "",
+            _table(["models", "flow wall (s)", "Prefect share", "Ray share", "controller share",
+                    "same ranking in-process (s)", "notes"], rows), ""]
+
+
+# --------------------------------------------------------------------------------------
+# plots
+# --------------------------------------------------------------------------------------
+
+
+def plots(eff: dict | None, over: dict | None, pair: dict | None) -> None:
+    IMG.mkdir(parents=True, exist_ok=True)
+    from certeval.report import _pyplot, plot_savings
+
+    if eff:
+        (IMG / "savings_vs_goal.png").write_bytes(plot_savings([c for c in eff["cells"] if c.get("reps")]))
+    plt = _pyplot()
+    if over:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for method in over["scaling_fit"]:
+            pts = [(r["n_items"], r["round_s"]) for r in over["by_size"] if r["method"] == method and "round_s" in r]
+            if pts:
+                b = over["scaling_fit"][method].get("exponent")
+                ax.loglog(*zip(*pts), "o-", label=f"{method} (b = {b:.2f})" if b is not None else method)
+        for i in over["inference"]:
+            if "per_item_s" in i:
+                ax.axhline(i["per_item_s"] * over["batch"], ls="--", color="grey")
+                ax.text(over["sizes"][0], i["per_item_s"] * over["batch"] * 1.15, f"inference: {i['backend'][:30]}",
+                        fontsize=7)
+        ax.set_xlabel("bank size (items)")
+        ax.set_ylabel(f"controller time per round of {over['batch']} (s)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+        fig.savefig(IMG / "overhead_scaling.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+    if pair:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for r in pair.get("results", []):
+            marker = "o" if r.get("statistic") == "paired" else "s"
+            ax.scatter(r["fraction_used"], r["separated"], marker=marker, s=30)
+            ax.annotate(f"{r['dataset']}·{r['statistic'][:1]}·{str(r.get('guarantee', ''))[:3]}",
+                        (r["fraction_used"], r["separated"]), fontsize=6)
+        ax.scatter([0.2], [0.76], marker="*", s=120, color="k", label="Arviv et al. (76% at ~20%)")
+        ax.set_xlabel("fraction of items used")
+        ax.set_ylabel("fraction of pairs separated")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.savefig(IMG / "pairwise.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+
+
+def build(results_dir: Path = RESULTS_DIR) -> str:
+    eff = _load("efficiency", results_dir)
+    over = _load("overhead", results_dir)
+    scale = _load("scale", results_dir)
+    pair = _load("pairwise", results_dir)
+    faqs = {p.stem: json.loads(p.read_text()) for p in sorted(results_dir.glob("faq*.json"))}
+    plots(eff, over, pair)
+    lines = ["# Results", "",
+             "Generated by `python -m benchmarks readme_tables` from `benchmarks/results/*.json`; regenerate "
+             "everything with `python -m benchmarks all` (the `--quick` variants write to "
+             "`benchmarks/results/_quick/` and are not used here). Numbers were measured on a shared 2-core "
+             "machine (other jobs running: load averages are recorded per benchmark), so timings are upper "
+             "bounds.", ""]
+    if eff:
+        lines += efficiency_section(eff) + efficiency_gap(eff)
+    else:
+        lines += ["## Sample efficiency", "", "_Not run yet: `python -m benchmarks efficiency`._", ""]
+    if faqs:
+        lines += faq_section(faqs)
+    if pair:
+        lines += pairwise_section(pair)
+    lines += overhead_section(over) if over else ["## Controller overhead", "", "_Not run yet._", ""]
+    lines += scale_section(scale) if scale else ["## Scale", "", "_Not run yet: `python -m benchmarks scale`._", ""]
+    lines += ["## GPU", "", "See `benchmarks/gpu.py` (owned by the backends work); it has not run on a GPU from "
+              "this document's data.", ""]
+    text = "\n".join(lines).rstrip() + "\n"
+    DOCS.mkdir(exist_ok=True)
+    (DOCS / "results.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks readme_tables", description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=str(RESULTS_DIR))
+    args = p.parse_args(argv)
+    build(Path(args.results))
+    print(f"wrote {DOCS / 'results.md'} and {IMG}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

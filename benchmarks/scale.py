@@ -1,0 +1,156 @@
+"""Scale: rank many models of ``bundled:openllm_tiny`` through the Prefect + Ray pipeline on 2 cores.
+
+For each model count M the ``rank`` flow (certeval.flows.pipeline.rank_flow) runs on
+``replay:bundled:openllm_tiny#<model>`` specs (the first M models by name; M = 1,989 is
+all of them) in a fresh process. The wall time is split by timing the bodies of the
+pipeline's steps (``Run.select/infer/update/decide/store_round/results``, patched with
+timers in this process only) and Ray start-up:
+
+* controller = select + update + decide (statistics), storage = store_round + results,
+* ray = start-models + infer (replay inference itself is microseconds per item, so infer is
+  Ray round trips and actor scheduling), stop = stop-models,
+* prefect = wall − all of the above (flow/task orchestration, the embedded server).
+
+The reference point is the same ranking computed in-process on the score matrix
+(:func:`certeval.estimators.ranking.rank_models` at the same looks): its time is what the
+statistics cost without any orchestration.
+
+    python -m benchmarks scale                  # M = 10, 100, 1989 (each capped by --timeout)
+    python -m benchmarks scale --quick          # M = 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from benchmarks._meta import write_result  # noqa: E402
+
+SIZES = (10, 100, 1989)
+DATASET = "openllm_tiny"
+
+
+def _child(m: int, batch: int, seed: int, out_json: str) -> None:
+    """Run the rank flow for the first ``m`` models with step timers; write timings to ``out_json``."""
+    from certeval.cli.pipeline import prepare_env
+
+    prepare_env()
+    import numpy as np
+
+    from certeval.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.tasks import run as run_mod
+    from certeval.tasks import steps as steps_mod
+
+    timers: dict[str, float] = {}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                timers[name] = timers.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    for name in ("select", "infer", "update", "decide", "store_round", "results"):
+        setattr(run_mod.Run, name, timed(name, getattr(run_mod.Run, name)))
+    for name in ("start_models", "stop_models", "load_bank"):
+        task = getattr(steps_mod, name)
+        task.fn = timed(name, task.fn)
+
+    frame = load_scores(f"bundled:{DATASET}")
+    models = sorted(frame["model"].unique())[:m]
+    from certeval.flows.pipeline import rank_flow
+    from certeval.tasks.plan import claim_run, make_plan
+
+    out_dir = tempfile.mkdtemp(prefix="certeval-scale-")
+    t0 = time.perf_counter()
+    plan, _ = make_plan("rank", models=[f"replay:bundled:{DATASET}#{x}" for x in models], output=out_dir,
+                        run_id=f"scale-{m}", batch_size=batch, seed=seed)
+    plan_s = time.perf_counter() - t0
+    claim_run(plan)
+    t1 = time.perf_counter()
+    results = rank_flow(plan)
+    wall = time.perf_counter() - t1
+    # reference: the same statistics in-process, at the looks the flow made
+    bank = bank_from_scores(frame)
+    matrix = score_matrix(frame, models, bank)
+    rounds = max(1, int(np.ceil(max((e.get("n_scored") or 0) for e in results.get("models", [{}])) / batch)))
+    looks = [min(batch * (k + 1), bank.n_items) for k in range(rounds)]
+    from certeval.estimators.ranking import rank_models
+
+    order = np.random.default_rng(seed).permutation(bank.n_items)
+    t2 = time.perf_counter()
+    rank_models(matrix[:, order], models, looks)
+    inproc = time.perf_counter() - t2
+    ranking = results.get("ranking") or {}
+    json.dump({"n_models": m, "wall_s": wall, "plan_s": plan_s, "steps_s": timers, "in_process_rank_s": inproc,
+               "rounds": rounds, "items_used_max": max((e.get("n_scored") or 0) for e in results.get("models", [{}])),
+               "n_tie_groups": len(ranking.get("tie_groups") or []), "reached": results.get("reached"),
+               "run_folder": f"{out_dir}/scale-{m}"}, open(out_json, "w"))
+
+
+def split(t: dict) -> dict:
+    s = t["steps_s"]
+    controller = sum(s.get(k, 0.0) for k in ("select", "update", "decide"))
+    storage = sum(s.get(k, 0.0) for k in ("store_round", "results", "load_bank"))
+    ray = s.get("start_models", 0.0) + s.get("infer", 0.0) + s.get("stop_models", 0.0)
+    prefect = max(0.0, t["wall_s"] - controller - storage - ray)
+    wall = t["wall_s"]
+    return {"controller_s": controller, "storage_s": storage, "ray_s": ray, "prefect_s": prefect,
+            "share_controller": controller / wall, "share_storage": storage / wall, "share_ray": ray / wall,
+            "share_prefect": prefect / wall, "share_prefect_plus_ray": (prefect + ray) / wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks scale", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--batch", type=int, default=50)
+    p.add_argument("--sizes", default=None, help="comma-separated model counts")
+    p.add_argument("--timeout", type=int, default=3600, help="seconds per model count before giving up")
+    p.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args._child is not None:
+        _child(args._child, args.batch, args.seed, args._out)
+        return 0
+    sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else ([4] if args.quick else list(SIZES))
+    runs = []
+    for m in sizes:
+        out = tempfile.mktemp(suffix=".json")
+        cmd = [sys.executable, "-m", "benchmarks.scale", "--_child", str(m), "--_out", out,
+               "--batch", str(args.batch), "--seed", str(args.seed)]
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            rc, tail = proc.returncode, (proc.stderr or "")[-1500:]
+        except subprocess.TimeoutExpired:
+            rc, tail = "timeout", f"did not finish within {args.timeout} s"
+        total = time.perf_counter() - t
+        if rc == 0 and os.path.exists(out):
+            rec = json.load(open(out))
+            rec.update(split(rec))
+            rec["process_s"] = total
+            print(f"[scale] M={m}: flow {rec['wall_s']:.1f} s, Prefect {rec['share_prefect']:.0%}, "
+                  f"Ray {rec['share_ray']:.0%}, controller {rec['share_controller']:.0%}", file=sys.stderr)
+        else:
+            rec = {"n_models": m, "error": f"exit {rc}: {tail}", "process_s": total}
+            print(f"[scale] M={m}: FAILED ({rc})\n{tail}", file=sys.stderr)
+        runs.append(rec)
+    payload = {"seed": args.seed, "batch": args.batch, "dataset": DATASET, "runs": runs,
+               "note": "one process per model count; 2 shared CPU cores; Ray local (num_cpus=2)"}
+    path = write_result("scale", payload, args.quick, seed=args.seed)
+    print(f"scale -> {path}")
+    return 0 if all("error" not in r for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""`python -m benchmarks all --quick` runs every benchmark in this checkout and writes JSON with metadata."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ROOT / "benchmarks" / "results" / "_quick"
+MINE = ("efficiency", "overhead", "scale")
+
+
+def test_runner_lists_benchmarks_and_rejects_unknown_names():
+    out = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and "efficiency" in out.stdout and "overhead" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "benchmarks", "no-such-benchmark"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "unknown benchmark" in bad.stderr
+
+
+def test_write_result_records_metadata(tmp_path, monkeypatch):
+    from benchmarks import _meta
+
+    monkeypatch.setattr(_meta, "QUICK_DIR", tmp_path)
+    path = _meta.write_result("probe", {"x": float("nan"), "y": [1, 2]}, quick=True, seed=5)
+    doc = json.loads(path.read_text())  # strict JSON: NaN became null
+    assert doc["x"] is None and doc["y"] == [1, 2]
+    meta = doc["meta"]
+    assert meta["seed"] == 5 and meta["quick"] is True
+    assert meta["machine"]["cpu_count"] >= 1
+    for pkg in ("python", "numpy", "scipy", "prefect", "ray"):
+        assert meta["versions"][pkg]
+    assert meta["git_commit"] is None or len(meta["git_commit"].split("+")[0]) == 40
+
+
+@pytest.mark.slow
+def test_all_quick_runs_every_benchmark():
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    started = {p: p.stat().st_mtime for p in QUICK.glob("*.json")} if QUICK.is_dir() else {}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "all", "--quick"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in MINE:
+        path = QUICK / f"{name}.json"
+        assert path.is_file() and path.stat().st_mtime > started.get(path, 0), name
+        doc = json.loads(path.read_text())
+        assert doc["meta"]["quick"] is True and doc["meta"]["versions"]["numpy"]
+    eff = json.loads((QUICK / "efficiency.json").read_text())
+    assert {c["dataset"] for c in eff["cells"]} >= {"helm_mmlu", "openllm_tiny", "opencompass_large"}
+    assert all(c["reps"] > 0 for c in eff["cells"] if c["method"] in ("uniform", "adaptive", "seq", "static"))
+    over = json.loads((QUICK / "overhead.json").read_text())
+    assert over["scaling_fit"]["uniform"]["exponent"] is not None
