@@ -1,0 +1,234 @@
+"""transformers host (``hf:<model dir>`` or ``hf:bundled:smollm2``), CPU or CUDA.
+
+Options in the spec query: ``?device=cpu|cuda[:i]&dtype=float32|bfloat16|float16&batch=16
+&max_new_tokens=16&scorer=NAME&max_length=2048``.
+
+Multiple choice (``mc-loglik``): every (prompt, choice) pair of a call is scored in padded
+batches of ``batch`` pairs, one forward pass each; the score of a choice is the sum of the
+log-probabilities of its continuation tokens (lm-eval-harness ``loglikelihood``, Gao et al.
+2021). Pairs are left-padded so the continuation sits at the end of every row and only the
+last ``max continuation + 1`` positions' logits are materialised (``logits_to_keep``), which
+keeps the vocabulary-sized log-softmax small. Open questions: batched greedy generation,
+stopped at the first newline.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..estimators._validation import InputError
+from . import scorers as sc
+from .base import ModelHost, ModelSpec
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class HFOptions:
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_size: int = 16
+    max_new_tokens: int = 16
+    max_length: int = 2048
+    scorer: str | None = None  # None: mc-loglik when items have choices, else normalized
+
+
+def _int_option(spec: ModelSpec, key: str, value: Any, low: int = 1) -> int:
+    try:
+        out = int(value)
+    except (TypeError, ValueError):
+        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be an integer") from None
+    if out < low:
+        raise InputError(f"model spec option {key}={out} in {spec.text!r} must be >= {low}")
+    return out
+
+
+def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
+    """Options from keyword arguments, overridden by the spec's query string."""
+    known = {"device", "dtype", "batch", "max_new_tokens", "max_length", "scorer"}
+    unknown = [k for k, _ in spec.options if k not in known]
+    if unknown:
+        raise InputError(f"unknown hf option {unknown[0]!r} in {spec.text!r}; options: {', '.join(sorted(known))}")
+    device = str(spec.option("device", kwargs.get("device", "cpu")))
+    dtype = str(spec.option("dtype", kwargs.get("dtype", "float32")))
+    if dtype not in _DTYPES:
+        raise InputError(f"model spec option dtype={dtype!r} in {spec.text!r}; dtypes: {', '.join(_DTYPES)}")
+    if not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
+        raise InputError(f"model spec option device={device!r} in {spec.text!r} must be cpu, cuda or cuda:N")
+    return HFOptions(
+        device=device,
+        dtype=dtype,
+        batch_size=_int_option(spec, "batch", spec.option("batch", kwargs.get("batch_size", 16))),
+        max_new_tokens=_int_option(spec, "max_new_tokens", spec.option("max_new_tokens", kwargs.get("max_new_tokens", 16))),
+        max_length=_int_option(spec, "max_length", spec.option("max_length", kwargs.get("max_length", 2048)), low=8),
+        scorer=spec.option("scorer", kwargs.get("scorer")),
+    )
+
+
+class HFHost(ModelHost):
+    """A transformers causal LM kept in memory; scores batches of items (see module docstring)."""
+
+    def __init__(self, spec: ModelSpec, model: Any, tokenizer: Any, options: HFOptions) -> None:
+        self.spec = spec
+        self.model = model
+        self.tokenizer = tokenizer
+        self.options = options
+        if options.scorer is not None:
+            sc.get_scorer(options.scorer)  # fail on an unknown scorer before any item is sent
+        self.calls = 0
+
+    # -------------------------------------------------------------- model primitives
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _pair_tokens(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        # lm-eval's split: encode the whole string, the continuation is what follows the context's tokens.
+        whole = self._encode(context + continuation)
+        ctx = self._encode(context)
+        if whole[: len(ctx)] != ctx or len(ctx) == len(whole):
+            return ctx, self._encode(continuation)
+        return ctx, whole[len(ctx):]
+
+    def loglikelihoods(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int]]:
+        """Sum of continuation-token log-probs for each (context, continuation), and tokens per pair."""
+        import torch
+
+        encoded = []
+        for context, continuation in pairs:
+            ctx, cont = self._pair_tokens(context, continuation)
+            tokens = (ctx + cont)[-self.options.max_length:]
+            encoded.append((tokens, min(len(cont), len(tokens) - 1)))
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i][0]))  # similar lengths share a batch
+        sums = [0.0] * len(encoded)
+        pad_id = self._pad_id()
+        device = self.options.device
+        bs = self.options.batch_size
+        with torch.inference_mode():
+            for start in range(0, len(order), bs):
+                chunk = order[start:start + bs]
+                width = max(len(encoded[i][0]) for i in chunk)
+                keep = max(encoded[i][1] for i in chunk) + 1
+                ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for row, i in enumerate(chunk):
+                    tokens = encoded[i][0]
+                    ids[row, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+                    mask[row, width - len(tokens):] = 1
+                positions = (mask.cumsum(1) - 1).clamp(min=0)
+                logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                    position_ids=positions.to(device), logits_to_keep=keep).logits
+                # logits[:, j] predicts token width-keep+j+1; the last position predicts nothing we need.
+                logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+                targets = ids[:, width - keep + 1:].to(device)
+                token_lp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu()
+                for row, i in enumerate(chunk):
+                    n_cont = encoded[i][1]
+                    sums[i] = float(token_lp[row, keep - 1 - n_cont:].sum())
+        return sums, [len(tokens) for tokens, _ in encoded]
+
+    def generate(self, prompts: list[str]) -> tuple[list[str], list[int]]:
+        """Greedy completions (stopped at a newline) and tokens used (prompt + generated) per prompt."""
+        import torch
+
+        texts: list[str] = [""] * len(prompts)
+        used: list[int] = [0] * len(prompts)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        pad_id = self._pad_id()
+        eos = self.tokenizer.eos_token_id
+        keep_prompt = self.options.max_length - self.options.max_new_tokens
+        with torch.inference_mode():
+            for start in range(0, len(order), self.options.batch_size):
+                chunk = order[start:start + self.options.batch_size]
+                encoded = [self._encode(prompts[i])[-keep_prompt:] for i in chunk]
+                width = max(len(e) for e in encoded)
+                ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for row, tokens in enumerate(encoded):
+                    ids[row, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+                    mask[row, width - len(tokens):] = 1
+                out = self.model.generate(
+                    input_ids=ids.to(self.options.device), attention_mask=mask.to(self.options.device),
+                    max_new_tokens=self.options.max_new_tokens, do_sample=False, num_beams=1,
+                    temperature=None, top_p=None, top_k=None,
+                    pad_token_id=pad_id, eos_token_id=eos, stop_strings=["\n"], tokenizer=self.tokenizer,
+                ).cpu()
+                for row, i in enumerate(chunk):
+                    new = [t for t in out[row, width:].tolist() if t != pad_id]
+                    texts[i] = self.tokenizer.decode(new, skip_special_tokens=True)
+                    used[i] = len(encoded[row]) + len(new)
+        return texts, used
+
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    # -------------------------------------------------------------- the host interface
+
+    def scorer_for(self, items: list[dict[str, Any]]) -> sc.Scorer:
+        fields = [k for k, v in items[0].items() if not sc._is_missing(v)] if items else []
+        return sc.resolve_scorer(self.options.scorer, fields, source=f"item {items[0].get('item_id')!r}" if items else "bank")
+
+    def score(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if not items:
+            return []
+        t0 = time.perf_counter()
+        scorer = self.scorer_for(items)
+        for item in items:
+            scorer.check_item(item)
+        if scorer.kind == sc.LOGLIK:
+            requests = [sc.mc_request(item) for item in items]
+            pairs = [(ctx, cont) for ctx, conts in requests for cont in conts]
+            logliks, tokens = self.loglikelihoods(pairs)
+            outputs, used, pos = [], [], 0
+            for _, conts in requests:
+                outputs.append(logliks[pos:pos + len(conts)])
+                used.append(sum(tokens[pos:pos + len(conts)]))
+                pos += len(conts)
+        else:
+            outputs, used = self.generate([sc.generation_prompt(item) for item in items])
+        scores = [sc.judge(scorer, out, item) for out, item in zip(outputs, items)]
+        share = (time.perf_counter() - t0) / len(items)  # per-item share of this call's wall time
+        return [{"item_id": str(item["item_id"]), "score": s, "tokens": int(n), "latency_s": share,
+                 "output": sc.output_text(out, item)}
+                for item, s, n, out in zip(items, scores, used, outputs)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec.text, "kind": "hf", "device": self.options.device, "dtype": self.options.dtype,
+                "batch_size": self.options.batch_size, "scorer": self.options.scorer or "auto"}
+
+    def close(self) -> None:
+        self.model = None
+        if self.options.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def load_model(model_dir: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """Load a local transformers causal LM and its tokenizer, offline, in eval mode on ``device``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"model option device={device!r}, but no CUDA GPU is visible to torch")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def build_host(spec: ModelSpec, **kwargs: Any) -> HFHost:
+    from .smollm import resolve_model_dir
+
+    options = parse_options(spec, **kwargs)
+    if options.scorer is not None:
+        sc.get_scorer(options.scorer)
+    model_dir = resolve_model_dir(spec.location)
+    model, tokenizer = load_model(str(model_dir), options.device, options.dtype)
+    return HFHost(spec, model, tokenizer, options)

@@ -1,0 +1,223 @@
+"""OpenAI-compatible host (``openai:<base_url>#<model>``), standard library only (urllib).
+
+Options: ``?concurrency=4&max_new_tokens=16&timeout=60&scorer=NAME&mc=auto|echo|generate
+&api_key_env=OPENAI_API_KEY``.
+
+Generation uses ``POST {base_url}/completions`` with ``temperature=0`` and ``stop=["\\n"]``.
+Multiple choice by log-likelihood needs the legacy completions ``echo=true`` + ``logprobs``
+(the prompt's own token log-probabilities, OpenAI's original API; llama.cpp's server offers it
+when started with ``--logits_all true``): the score of a choice is the sum of the log-probs of
+the tokens at or after the end of the context. ``mc=auto`` probes that once; when the server
+does not give prompt log-probs, multiple choice falls back to generation: choices are listed
+as ``A. …``, and the reply's letter or choice text is the model's pick (no pick scores 0).
+Requests of a call run concurrently (``concurrency`` threads) so a batch keeps the server busy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..estimators._validation import InputError
+from . import scorers as sc
+from .base import ModelHost, ModelSpec
+
+_KNOWN = {"concurrency", "max_new_tokens", "timeout", "scorer", "mc", "api_key_env", "retries"}
+
+
+class EndpointError(RuntimeError):
+    """The endpoint answered with an error or not at all (after retries)."""
+
+
+class OpenAIHost(ModelHost):
+    def __init__(self, spec: ModelSpec, *, concurrency: int = 4, max_new_tokens: int = 16, timeout: float = 60.0,
+                 scorer: str | None = None, mc_mode: str = "auto", api_key: str | None = None, retries: int = 2) -> None:
+        self.spec = spec
+        self.base_url = spec.location.rstrip("/")
+        self.model = spec.name
+        self.concurrency = concurrency
+        self.max_new_tokens = max_new_tokens
+        self.timeout = timeout
+        self.scorer_name = scorer
+        self.mc_mode = mc_mode
+        self.api_key = api_key
+        self.retries = retries
+        self.calls = 0
+        self._echo_ok: bool | None = {"echo": True, "generate": False}.get(mc_mode)
+        if scorer is not None:
+            sc.get_scorer(scorer)
+
+    # -------------------------------------------------------------- HTTP
+
+    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            request = urllib.request.Request(f"{self.base_url}{path}", data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return json.loads(response.read().decode())
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:300]
+                if 400 <= exc.code < 500 and exc.code != 429:  # the request itself is wrong: retrying won't help
+                    raise EndpointError(f"{self.base_url}{path} answered HTTP {exc.code}: {detail}") from None
+                last = EndpointError(f"{self.base_url}{path} answered HTTP {exc.code}: {detail}")
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                last = exc
+            time.sleep(0.5 * 2 ** attempt)
+        raise EndpointError(f"{self.base_url}{path} failed after {self.retries + 1} tries: {last}")
+
+    def ping(self) -> None:
+        """Fail with :class:`InputError` when the endpoint is unreachable (``GET {base_url}/models``)."""
+        request = urllib.request.Request(f"{self.base_url}/models", headers=(
+            {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}))
+        try:
+            with urllib.request.urlopen(request, timeout=min(self.timeout, 10.0)) as response:
+                response.read()
+        except urllib.error.HTTPError:
+            return  # it answers: some servers have no /models route
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise InputError(f"openai endpoint {self.base_url!r} is unreachable: {getattr(exc, 'reason', exc)}") from None
+
+    def complete(self, prompt: str) -> tuple[str, int]:
+        out = self._post("/completions", {"model": self.model, "prompt": prompt, "max_tokens": self.max_new_tokens,
+                                          "temperature": 0.0, "stop": ["\n"]})
+        text = out["choices"][0].get("text", "")
+        usage = out.get("usage") or {}
+        return text, int(usage.get("total_tokens", 0))
+
+    def prompt_loglik(self, context: str, continuation: str) -> tuple[float, int]:
+        """Sum of log-probs of the continuation's tokens, from ``echo`` + ``logprobs`` (no new token)."""
+        out = self._post("/completions", {"model": self.model, "prompt": context + continuation, "max_tokens": 1,
+                                          "temperature": 0.0, "echo": True, "logprobs": 1})
+        logprobs = out["choices"][0].get("logprobs") or {}
+        offsets = logprobs.get("text_offset")
+        token_lps = logprobs.get("token_logprobs")
+        if not offsets or not token_lps:
+            raise EndpointError("the endpoint returned no prompt log-probabilities for echo=true")
+        total, seen = 0.0, 0
+        # The echo covers the prompt and then the one generated token; only prompt tokens count.
+        prompt_end = len(context) + len(continuation)
+        for offset, lp in zip(offsets, token_lps):
+            if offset >= prompt_end:
+                break
+            if offset >= len(context) and lp is not None:
+                total += float(lp)
+                seen += 1
+        if seen == 0:
+            raise EndpointError("the endpoint's echoed tokens do not cover the continuation")
+        usage = out.get("usage") or {}
+        return total, int(usage.get("total_tokens", 0))
+
+    # -------------------------------------------------------------- multiple choice
+
+    def _echo_supported(self, context: str, continuation: str) -> bool:
+        if self._echo_ok is None:
+            try:
+                self.prompt_loglik(context, continuation)
+                self._echo_ok = True
+            except (EndpointError, KeyError, IndexError, TypeError, ValueError):
+                self._echo_ok = False
+        return self._echo_ok
+
+    def _mc_by_generation(self, item: dict[str, Any]) -> tuple[list[float] | None, int, str]:
+        choices = [str(c) for c in sc.as_list(item.get("choices"))]
+        letters = string.ascii_uppercase[: len(choices)]
+        question = str(item.get("prompt") or item.get("question"))
+        listing = "\n".join(f"{letter}. {choice}" for letter, choice in zip(letters, choices))
+        text, tokens = self.complete(f"Question: {question}\n{listing}\nAnswer:")
+        reply = sc.extract_answer(text)
+        pick = None
+        head = reply.strip().rstrip(".):").upper()
+        if head in letters and head:
+            pick = letters.index(head)
+        else:
+            normalized = sc.normalize_answer(reply)
+            matches = [i for i, c in enumerate(choices) if sc.normalize_answer(c) == normalized]
+            pick = matches[0] if matches else None
+        if pick is None:
+            return None, tokens, reply
+        return [0.0 if i == pick else float("-inf") for i in range(len(choices))], tokens, reply
+
+    def _score_mc(self, item: dict[str, Any], scorer: sc.Scorer) -> tuple[float, int, str]:
+        context, continuations = sc.mc_request(item)
+        if self._echo_supported(context, continuations[0]):
+            results = [self.prompt_loglik(context, cont) for cont in continuations]
+            logliks = [lp for lp, _ in results]
+            return sc.judge(scorer, logliks, item), sum(t for _, t in results), sc.output_text(logliks, item)
+        logliks, tokens, reply = self._mc_by_generation(item)
+        if logliks is None:
+            return 0.0, tokens, reply
+        return sc.judge(scorer, logliks, item), tokens, sc.output_text(logliks, item)
+
+    def _score_one(self, item: dict[str, Any], scorer: sc.Scorer) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        if scorer.kind == sc.LOGLIK:
+            score, tokens, output = self._score_mc(item, scorer)
+        else:
+            text, tokens = self.complete(sc.generation_prompt(item))
+            score, output = sc.judge(scorer, text, item), sc.extract_answer(text)
+        return {"item_id": str(item["item_id"]), "score": score, "tokens": tokens,
+                "latency_s": time.perf_counter() - t0, "output": output}
+
+    def score(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if not items:
+            return []
+        fields = [k for k, v in items[0].items() if not sc._is_missing(v)]
+        scorer = sc.resolve_scorer(self.scorer_name, fields, source=f"item {items[0].get('item_id')!r}")
+        for item in items:
+            scorer.check_item(item)
+        if scorer.kind == sc.LOGLIK and self._echo_ok is None:
+            context, continuations = sc.mc_request(items[0])
+            self._echo_supported(context, continuations[0])  # probe once, before the threads start
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda item: self._score_one(item, scorer), items))
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec.text, "kind": "openai", "base_url": self.base_url, "model": self.model,
+                "mc": {True: "echo", False: "generate", None: "auto"}[self._echo_ok]}
+
+
+def _positive(spec: ModelSpec, key: str, value: Any, cast: type = int) -> Any:
+    try:
+        out = cast(value)
+    except (TypeError, ValueError):
+        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be a number") from None
+    if out <= 0:
+        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be positive")
+    return out
+
+
+def build_host(spec: ModelSpec, **kwargs: Any) -> OpenAIHost:
+    unknown = [k for k, _ in spec.options if k not in _KNOWN]
+    if unknown:
+        raise InputError(f"unknown openai option {unknown[0]!r} in {spec.text!r}; options: {', '.join(sorted(_KNOWN))}")
+    if not spec.location.startswith(("http://", "https://")):
+        raise InputError(f"openai model spec {spec.text!r} needs an http(s) base URL, e.g. openai:http://127.0.0.1:8000/v1#model")
+    mc_mode = str(spec.option("mc", kwargs.get("mc", "auto")))
+    if mc_mode not in ("auto", "echo", "generate"):
+        raise InputError(f"model spec option mc={mc_mode!r} in {spec.text!r} must be auto, echo or generate")
+    key_env = str(spec.option("api_key_env", kwargs.get("api_key_env", "OPENAI_API_KEY")))
+    retries = _positive(spec, "retries", int(spec.option("retries", kwargs.get("retries", 2))) + 1) - 1
+    host = OpenAIHost(
+        spec,
+        concurrency=_positive(spec, "concurrency", spec.option("concurrency", kwargs.get("concurrency", 4))),
+        max_new_tokens=_positive(spec, "max_new_tokens", spec.option("max_new_tokens", kwargs.get("max_new_tokens", 16))),
+        timeout=_positive(spec, "timeout", spec.option("timeout", kwargs.get("timeout", 60.0)), float),
+        scorer=spec.option("scorer", kwargs.get("scorer")),
+        mc_mode=mc_mode,
+        api_key=os.environ.get(key_env),
+        retries=retries,
+    )
+    host.ping()
+    return host

@@ -1,0 +1,311 @@
+"""Scorers: how a bank item becomes model requests, and how the model's output becomes a score in [0, 1].
+
+Two kinds, chosen by name (``--scorer`` / the model spec option ``?scorer=``):
+
+``mc-loglik``       multiple choice by log-likelihood: the prompt is scored with each of
+                    ``choices`` as continuation; score 1 when the choice with the largest
+                    summed log-probability is ``answer`` (lm-eval-harness ``acc``).
+``mc-loglik-norm``  the same with log-probability divided by the choice's length in bytes
+                    (lm-eval-harness ``acc_norm``).
+``exact``           greedy generation; 1 when the stripped answer equals an alias exactly.
+``normalized``      greedy generation; 1 when the answer equals an alias after lower-casing and
+                    removing punctuation, articles (a, an, the) and extra whitespace
+                    (the SQuAD v1.1 ``normalize_answer``, Rajpurkar et al. 2016).
+``numeric``         greedy generation; 1 when the last number in the answer equals a number in
+                    an alias within a relative tolerance (GSM8K-style answer extraction).
+``pkg.module:func`` a custom generation scorer ``func(prediction: str, item: dict) -> float``; a
+                    function with attribute ``certeval_kind = "loglik"`` instead receives
+                    ``(logliks: list[float], item)`` for the item's ``choices``.
+
+Item fields: ``question`` (or a ready ``prompt``), ``choices`` (list of str) and ``answer``
+(index, letter or choice text) for multiple choice; ``answers`` (list of aliases) and/or
+``answer`` for generation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import string
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..estimators._validation import InputError
+
+LOGLIK = "loglik"
+GENERATE = "generate"
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A named scoring rule. ``required`` lists field groups; each group needs one of its fields."""
+
+    name: str
+    kind: str  # LOGLIK or GENERATE
+    judge: Callable[..., float]
+    required: tuple[tuple[str, ...], ...]
+
+    def check_fields(self, columns: Iterable[str], source: str = "bank") -> None:
+        """Raise :class:`InputError` naming the first missing field group."""
+        have = set(map(str, columns))
+        for group in self.required:
+            if not have.intersection(group):
+                wanted = " or ".join(repr(g) for g in group)
+                raise InputError(f"scorer {self.name!r} needs field {wanted} in the {source}; "
+                                 f"it has {', '.join(sorted(have)) or 'no fields'}")
+
+    def check_item(self, item: dict[str, Any]) -> None:
+        present = [k for k, v in item.items() if not _is_missing(v)]
+        self.check_fields(present, source=f"item {item.get('item_id')!r}")
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return False
+
+
+# ---------------------------------------------------------------- answers
+
+def as_list(value: Any) -> list[Any]:
+    """A list from a list, tuple, numpy array (Parquet round-trip) or scalar."""
+    if _is_missing(value):
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return [value]
+
+
+def answer_aliases(item: dict[str, Any]) -> list[str]:
+    """Accepted answers: ``answers`` (or ``aliases``) then ``answer``, as strings, without duplicates."""
+    out: list[str] = []
+    for key in ("answers", "aliases", "answer"):
+        for value in as_list(item.get(key)):
+            text = str(value)
+            if text not in out:
+                out.append(text)
+    return out
+
+
+def answer_index(item: dict[str, Any]) -> int:
+    """Index of the right choice from ``answer``: an int, a digit string, a letter A–Z or the choice text."""
+    choices = [str(c) for c in as_list(item.get("choices"))]
+    answer = item.get("answer")
+    iid = item.get("item_id")
+    if isinstance(answer, (bool, np.bool_)):
+        raise InputError(f"item {iid!r}: answer must be a choice index or text, got {answer!r}")
+    if isinstance(answer, (int, np.integer)) or (isinstance(answer, float) and float(answer).is_integer()):
+        index = int(answer)
+    elif isinstance(answer, str) and answer.strip() in choices:
+        index = choices.index(answer.strip())
+    elif isinstance(answer, str) and answer.strip().isdigit():
+        index = int(answer.strip())
+    elif isinstance(answer, str) and len(answer.strip()) == 1 and answer.strip().upper() in string.ascii_uppercase:
+        index = string.ascii_uppercase.index(answer.strip().upper())
+    else:
+        raise InputError(f"item {iid!r}: answer {answer!r} is neither a choice index, a letter nor one of its choices")
+    if not 0 <= index < len(choices):
+        raise InputError(f"item {iid!r}: answer index {index} is outside its {len(choices)} choices")
+    return index
+
+
+# ---------------------------------------------------------------- text matching
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1 normalisation: lower case, drop punctuation and articles, collapse whitespace."""
+    text = str(text).lower().translate(_PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, aliases: Sequence[str]) -> float:
+    pred = str(prediction).strip()
+    return float(any(pred == str(a).strip() for a in aliases))
+
+
+def normalized_match(prediction: str, aliases: Sequence[str]) -> float:
+    pred = normalize_answer(prediction)
+    if not pred:  # an empty answer matches nothing, not even an alias that normalises to ""
+        return 0.0
+    return float(any(pred == normalize_answer(a) for a in aliases))
+
+
+_NUMBER = re.compile(
+    r"(?<![\d.])([-+]?\d+)\s*/\s*(\d+)(?![\d.])"            # a simple fraction a/b
+    r"|[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?"  # 1,234.5 / 42 / 1e3
+    r"|[-+]?\.\d+"                                                  # .5
+)
+
+
+def parse_numbers(text: str) -> list[float]:
+    """Every number in ``text``, in order (thousands separators, decimals, exponents, fractions a/b)."""
+    out: list[float] = []
+    for match in _NUMBER.finditer(str(text)):
+        if match.group(1) is not None:
+            denominator = int(match.group(2))
+            if denominator != 0:
+                out.append(int(match.group(1)) / denominator)
+        else:
+            out.append(float(match.group(0).replace(",", "")))
+    return out
+
+
+def numeric_match(prediction: str, aliases: Sequence[str], rel_tol: float = 1e-4, abs_tol: float = 1e-9) -> float:
+    """1 when the last number of the prediction equals a number given by an alias (within tolerance)."""
+    numbers = parse_numbers(prediction)
+    if not numbers:
+        return 0.0
+    guess = numbers[-1]
+    for alias in aliases:
+        targets = parse_numbers(alias)
+        if any(math.isclose(guess, t, rel_tol=rel_tol, abs_tol=abs_tol) for t in targets):
+            return 1.0
+    return 0.0
+
+
+def extract_answer(generated: str) -> str:
+    """The short answer in a completion: its first non-empty line, without an ``A:``/``Answer:`` prefix."""
+    for line in str(generated).splitlines():
+        line = line.strip()
+        if line:
+            return re.sub(r"^(answer|a)\s*:\s*", "", line, flags=re.IGNORECASE).strip()
+    return ""
+
+
+# ---------------------------------------------------------------- prompts
+
+FEWSHOT_QA = (
+    "Answer each trivia question with a short answer.\n\n"
+    "Q: What is the capital city of France?\nA: Paris\n\n"
+    "Q: Which planet is known as the Red Planet?\nA: Mars\n\n"
+    "Q: How many legs does a spider have?\nA: 8\n\n"
+    "Q: Who wrote the play Romeo and Juliet?\nA: William Shakespeare\n\n"
+)
+
+
+def generation_prompt(item: dict[str, Any], fewshot: str = FEWSHOT_QA) -> str:
+    """The item's ``prompt`` if it has one, else a few-shot short-answer prompt ending in ``A:``."""
+    if not _is_missing(item.get("prompt")):
+        return str(item["prompt"])
+    question = " ".join(str(item["question"]).split())
+    return f"{fewshot}Q: {question}\nA:"
+
+
+def mc_request(item: dict[str, Any]) -> tuple[str, list[str]]:
+    """(context, continuations) for log-likelihood multiple choice (lm-eval's `Question: … Answer:` format)."""
+    choices = [str(c) for c in as_list(item.get("choices"))]
+    if len(choices) < 2:
+        raise InputError(f"item {item.get('item_id')!r}: multiple choice needs at least 2 choices, got {len(choices)}")
+    if not _is_missing(item.get("prompt")):
+        context = str(item["prompt"])
+    else:
+        context = f"Question: {' '.join(str(item['question']).split())}\nAnswer:"
+    return context, [" " + c for c in choices]
+
+
+# ---------------------------------------------------------------- judges
+
+def _judge_mc(logliks: Sequence[float], item: dict[str, Any]) -> float:
+    return float(int(np.argmax(np.asarray(logliks, dtype=float))) == answer_index(item))
+
+
+def _judge_mc_norm(logliks: Sequence[float], item: dict[str, Any]) -> float:
+    lengths = np.array([max(1, len((" " + str(c)).encode())) for c in as_list(item.get("choices"))], dtype=float)
+    return float(int(np.argmax(np.asarray(logliks, dtype=float) / lengths)) == answer_index(item))
+
+
+def _judge_exact(prediction: str, item: dict[str, Any]) -> float:
+    return exact_match(extract_answer(prediction), answer_aliases(item))
+
+
+def _judge_normalized(prediction: str, item: dict[str, Any]) -> float:
+    return normalized_match(extract_answer(prediction), answer_aliases(item))
+
+
+def _judge_numeric(prediction: str, item: dict[str, Any]) -> float:
+    return numeric_match(extract_answer(prediction), answer_aliases(item))
+
+
+_TEXT = ("question", "prompt")
+_ANSWERS = ("answers", "aliases", "answer")
+BUILTIN: dict[str, Scorer] = {
+    "mc-loglik": Scorer("mc-loglik", LOGLIK, _judge_mc, (_TEXT, ("choices",), ("answer",))),
+    "mc-loglik-norm": Scorer("mc-loglik-norm", LOGLIK, _judge_mc_norm, (_TEXT, ("choices",), ("answer",))),
+    "exact": Scorer("exact", GENERATE, _judge_exact, (_TEXT, _ANSWERS)),
+    "normalized": Scorer("normalized", GENERATE, _judge_normalized, (_TEXT, _ANSWERS)),
+    "numeric": Scorer("numeric", GENERATE, _judge_numeric, (_TEXT, _ANSWERS)),
+}
+
+
+def get_scorer(name: str) -> Scorer:
+    """A built-in scorer by name, or a custom one by import path ``package.module:function``."""
+    if not isinstance(name, str) or not name:
+        raise InputError(f"scorer must be a name ({', '.join(BUILTIN)}) or package.module:function, got {name!r}")
+    if name in BUILTIN:
+        return BUILTIN[name]
+    if ":" not in name:
+        raise InputError(f"unknown scorer {name!r}; scorers: {', '.join(BUILTIN)}, or package.module:function")
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"scorer {name!r}: cannot import module {module_name!r} ({exc})") from None
+    func = getattr(module, attr, None)
+    if not callable(func):
+        raise InputError(f"scorer {name!r}: module {module_name!r} has no function {attr!r}")
+    kind = getattr(func, "certeval_kind", GENERATE)
+    if kind not in (LOGLIK, GENERATE):
+        raise InputError(f"scorer {name!r}: certeval_kind must be 'loglik' or 'generate', got {kind!r}")
+    required = tuple(tuple(g) if isinstance(g, (list, tuple)) else (g,) for g in getattr(func, "required_fields", ()))
+    if not required:
+        required = (_TEXT, ("choices",)) if kind == LOGLIK else (_TEXT,)
+    return Scorer(name, kind, func, required)
+
+
+def default_scorer_name(columns: Iterable[str]) -> str:
+    """``mc-loglik`` for banks with ``choices``, else ``normalized``."""
+    return "mc-loglik" if "choices" in set(columns) else "normalized"
+
+
+def resolve_scorer(name: str | None, columns: Iterable[str], source: str = "bank") -> Scorer:
+    """The scorer to use (``None``/``auto`` picks by the bank's fields), checked against the bank's fields."""
+    columns = list(columns)
+    scorer = get_scorer(default_scorer_name(columns) if name in (None, "", "auto") else name)
+    scorer.check_fields(columns, source)
+    return scorer
+
+
+def output_text(output: Any, item: dict[str, Any]) -> str:
+    """What the model answered, as text: the generated answer, or the top choice for log-likelihood."""
+    if isinstance(output, str):
+        return extract_answer(output)
+    choices = as_list(item.get("choices"))
+    try:
+        return str(choices[int(np.argmax(np.asarray(output, dtype=float)))])
+    except (IndexError, ValueError):
+        return ""
+
+
+def judge(scorer: Scorer, output: Any, item: dict[str, Any]) -> float:
+    """Apply a scorer's judge and check the result is a number in [0, 1]."""
+    value = scorer.judge(output, item)
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"scorer {scorer.name!r} returned {value!r} for item {item.get('item_id')!r}; "
+                         "expected a number in [0, 1]") from None
+    if not 0.0 <= score <= 1.0:
+        raise InputError(f"scorer {scorer.name!r} returned {score!r} for item {item.get('item_id')!r}; "
+                         "expected a number in [0, 1]")
+    return score
