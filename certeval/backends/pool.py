@@ -96,7 +96,6 @@ def _pin_auth_token(ray_home: Path, real_home: Path, *, local: bool) -> None:
             token.write_text(secrets.token_hex(32))
             token.chmod(0o600)
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-        os.environ.setdefault("RAY_AUTH_MODE", "token")  # explicit: Ray then skips its start-up warning
     elif (real_home / ".ray" / "auth_token").exists():
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(real_home / ".ray" / "auth_token")
 

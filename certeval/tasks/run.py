@@ -68,6 +68,7 @@ class Run:
         self.resumed = False
         self.sent: dict[str, int] = {label: 0 for label in self.labels}
         self.progress: Progress | None = None
+        self.pool_stats: Any = None
         self.started = time.time()
 
     # -- load -----------------------------------------------------------------
@@ -212,6 +213,7 @@ class Run:
 
         todo = {label: reqs for label, reqs in requests.items() if reqs}
         got = pool.score(todo, chunk, on_result=absorb) if todo else {}
+        self.pool_stats = pool.stats
         for label, pos in batch.items.items():
             by_id = {r["item_id"]: float(r["score"]) for r in got.get(label, [])}
             scores = np.empty(len(pos))
@@ -407,6 +409,10 @@ class Run:
                        "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
                        "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None},
             "run_folder": self.store.url,
+            "pipeline": {"resumed": self.resumed, "items_sent": dict(self.sent),
+                         "batches": getattr(self.pool_stats, "batches", 0),
+                         "batches_resubmitted": getattr(self.pool_stats, "resubmitted", 0),
+                         "actors_replaced": getattr(self.pool_stats, "replaced_actors", 0)},
         }
         if plan.kind == "compare" and self.group is not None:
             out["pairs"] = [self.group.to_dict()]

@@ -1,0 +1,187 @@
+"""End to end: real Prefect flows driving real Ray model actors, on recorded HELM MMLU scores.
+
+One shared Prefect server and Ray (``test_pipeline_support``). Each test checks what
+the run wrote (results.json, rounds, states, cache) and the statistics' verdicts on
+models whose true bank accuracies are known (0.59 / 0.41 / 0.24).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from certeval.banks import load_scores
+from certeval.cli import main
+from certeval.tasks.plan import make_plan
+
+from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, prefect_api, ray_address, read_log, replay
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def infra(state_dir):
+    prefect_api()
+    return ray_address(state_dir)
+
+
+def _truth(model: str) -> float:
+    frame = load_scores(SCORES)
+    return float(frame[frame["model"] == model]["score"].mean())
+
+
+def _run(kind, tmp_path, **kw):
+    from certeval.flows.pipeline import run_plan
+
+    kw.setdefault("output", str(tmp_path / "runs"))
+    plan, _ = make_plan(kind, **kw)
+    return plan, run_plan(plan)
+
+
+def test_certify_flow_stores_everything_and_reuses_paid_scores(infra, tmp_path):
+    plan, res = _run("certify", tmp_path, models=[replay(MIDDLE)], goal="halfwidth:0.12", method="uniform",
+                     batch_size=60, seed=3, run_id="cert-a")
+    m = res["models"][0]
+    assert m["lower"] <= _truth(MIDDLE) <= m["upper"]  # the bank mean is inside the certified interval
+    assert res["reached"] and m["halfwidth"] <= 0.12 and m["n_scored"] < m["n_total"]
+    assert res["pipeline"]["items_sent"][MIDDLE] == m["n_scored"]  # fresh run: every score paid once
+    block = res["results"]["helm_mmlu"]
+    assert {"acc,none", "acc_stderr,none", "acc_ci_lower,none", "acc_ci_upper,none", "items_scored,none",
+            "guarantee"} <= set(block)
+    assert block["acc,none"] == pytest.approx(m["mean"]) and block["items_scored,none"] == m["n_scored"]
+    folder = tmp_path / "runs" / "cert-a"
+    stored = json.loads((folder / "results.json").read_text())
+    assert stored["models"][0]["mean"] == pytest.approx(m["mean"])
+    assert json.loads((folder / "config.json").read_text())["models"] == [replay(MIDDLE)]
+    rounds = sorted((folder / "rounds").glob("*.parquet"))
+    assert len(rounds) == res["rounds"]
+    import pandas as pd
+
+    rows = pd.concat([pd.read_parquet(p) for p in rounds])
+    assert list(rows.columns) == ["model", "item_id", "score", "round", "prob"]
+    assert len(rows) == m["n_scored"] and rows["item_id"].is_unique
+    state = json.loads((folder / "state" / f"{MIDDLE}.json").read_text())
+    assert state["method_state"]["method"] == "uniform" and state["round"] == res["rounds"] - 1
+    assert not list(folder.rglob("*.tmp"))  # atomic writes leave no temporaries
+    # the same command again: the run is complete, nothing is scored, results are identical
+    _, again = _run("certify", tmp_path, models=[replay(MIDDLE)], goal="halfwidth:0.12", method="uniform",
+                    batch_size=60, seed=3, run_id="cert-a")
+    assert again["pipeline"]["items_sent"][MIDDLE] == 0
+    assert again["models"][0]["mean"] == m["mean"] and again["models"][0]["upper"] == m["upper"]
+    # another run (another goal) under the same root reuses the cached scores
+    _, other = _run("certify", tmp_path, models=[replay(MIDDLE)], goal="halfwidth:0.08", method="uniform",
+                    batch_size=60, seed=3, run_id="cert-b")
+    assert other["models"][0]["n_scored"] > m["n_scored"]
+    assert other["pipeline"]["items_sent"][MIDDLE] == other["models"][0]["n_scored"] - m["n_scored"]
+
+
+def test_compare_flow_separates_strong_from_weak_with_part_of_the_bank(infra, tmp_path):
+    _, res = _run("compare", tmp_path, models=[replay(STRONG), replay(WEAK)], batch_size=50, seed=1, run_id="cmp")
+    pair = res["pairs"][0]
+    assert pair["verdict"] == "a>b" and pair["lower"] > 0
+    assert pair["n_items"] < pair["n_total"]  # stopped early
+    truth = _truth(STRONG) - _truth(WEAK)
+    assert pair["lower"] <= truth <= pair["upper"]
+    assert res["reached"] and {m["model"] for m in res["models"]} == {STRONG, WEAK}
+
+
+def test_rank_flow_orders_three_models(infra, tmp_path):
+    _, res = _run("rank", tmp_path, models=[replay(WEAK), replay(STRONG), replay(MIDDLE)], batch_size=50,
+                  seed=2, run_id="rank", margin=0.02)
+    ranking = res["ranking"]
+    flat = [m for group in ranking["tie_groups"] for m in group]
+    assert flat.index(STRONG) < flat.index(WEAK)
+    assert ranking["tie_groups"][0] == [STRONG]  # the best model is separated from both others
+    assert len(res["pairs"]) == 3 and all(p["done"] for p in res["pairs"])
+    # paired: every model in play was scored on the same items (the prefix of one order)
+    import pandas as pd
+
+    rows = pd.concat([pd.read_parquet(p) for p in (tmp_path / "runs" / "rank" / "rounds").glob("*.parquet")])
+    by_model = {m: set(g["item_id"]) for m, g in rows.groupby("model")}
+    smallest = min(by_model.values(), key=len)
+    assert all(smallest <= items for items in by_model.values())
+
+
+def test_select_flow_keeps_the_best_and_discards_the_weak(infra, tmp_path):
+    _, res = _run("select", tmp_path, models=[replay(WEAK), replay(MIDDLE), replay(STRONG)], batch_size=50,
+                  seed=4, run_id="sel", threshold=0.3, halfwidth=0.05)
+    sel = res["selection"]
+    assert sel["selected"] == [STRONG]
+    assert WEAK in sel["discarded"] and MIDDLE in sel["discarded"]
+    status = {m["model"]: m["selection_status"] for m in res["models"]}
+    assert status[WEAK] in ("below", "not-best") and status[STRONG] == "candidate"
+
+
+def test_killed_actor_mid_batch_every_item_scored_exactly_once(infra, tmp_path, monkeypatch):
+    import ray
+
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("CERTEVAL_BACKEND_LOG", str(log))
+    killed = []
+
+    def killer():  # kill the model actor while it sleeps inside a batch
+        deadline = time.time() + 60
+        while time.time() < deadline and not killed:
+            names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if "kill-me" in a["name"]]
+            if names and log.exists():
+                time.sleep(0.15)
+                ray.kill(ray.get_actor(names[0], namespace="certeval"))
+                killed.append(names[0])
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    _, res = _run("certify", tmp_path, models=[replay(MIDDLE, latency=0.03)], goal="halfwidth:0.01",
+                  method="uniform", batch_size=40, max_items=160, seed=5, run_id="kill-me", in_flight=2)
+    thread.join(timeout=5)
+    assert killed, "the actor was never killed"
+    assert res["pipeline"]["actors_replaced"] >= 1 and res["pipeline"]["batches_resubmitted"] >= 1
+    calls = read_log(log)
+    items = [i for _, i in calls]
+    assert len(items) == len(set(items)) == 160  # every item scored once, none twice, none lost
+    assert res["models"][0]["n_scored"] == 160
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["certify", "--model", "nosuch:thing", "--goal", "halfwidth:0.1"], "unknown model spec kind"),
+    (["certify", "--model", "replay:bundled:helm_mmlu#no_such_model", "--goal", "halfwidth:0.1"], "unknown model"),
+    (["certify", "--model", "replay:bundled:helm_mmlu#openai_ada", "--bank", "/nonexistent/bank.parquet",
+      "--goal", "halfwidth:0.1"], "does not exist"),
+    (["rank", "--model", "replay:bundled:helm_mmlu#openai_ada"], "at least 2"),
+    (["certify", "--model", "replay:bundled:helm_mmlu#openai_ada", "--goal", "width:3"], "goal kind"),
+])
+def test_bad_input_is_one_line_exit_2_and_fast(argv, needle, tmp_path, capsys):
+    t0 = time.perf_counter()
+    code = main(argv + ["--output", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and len(err.splitlines()) == 1
+    assert time.perf_counter() - t0 < 10
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_bank_without_the_fields_the_scorer_needs(tmp_path, capsys):
+    import pandas as pd
+
+    bank = tmp_path / "bank.csv"
+    pd.DataFrame({"item_id": ["a", "b"], "text": ["x", "y"]}).to_csv(bank, index=False)
+    code = main(["certify", "--model", "openai:http://127.0.0.1:9/v1#m", "--bank", str(bank),
+                 "--goal", "halfwidth:0.1", "--output", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs field" in err
+
+
+def test_changed_config_for_an_existing_run_id_is_refused(tmp_path, capsys):
+    from certeval.tasks.plan import claim_run
+
+    out = str(tmp_path / "runs")
+    plan, _ = make_plan("certify", models=[replay(WEAK)], goal="halfwidth:0.1", output=out, run_id="same")
+    claim_run(plan)
+    config = (tmp_path / "runs" / "same" / "config.json").read_bytes()
+    code = main(["certify", "--model", replay(WEAK), "--goal", "halfwidth:0.05", "--output", out, "--run-id", "same"])
+    err = capsys.readouterr().err
+    assert code == 2 and "was started with goal=" in err
+    assert (tmp_path / "runs" / "same" / "config.json").read_bytes() == config  # nothing overwritten

@@ -1,0 +1,82 @@
+"""Shared, once-per-session infrastructure for the pipeline tests (no tests here).
+
+One Prefect test server and one local Ray (2 CPUs, loopback only) serve every
+pipeline test module: each module's fixtures call :func:`prefect_api` /
+:func:`ray_address`, which start them on first use. CLI subprocesses get the same
+server (``PREFECT_API_URL``) and cluster (``--ray-address``), so none pays the
+10–20 s start-ups again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+_STATE: dict = {}
+SCORES = "bundled:helm_mmlu"
+# a strong, a middling and a weak recorded model of HELM MMLU (accuracies 0.59, 0.41, 0.24)
+STRONG, MIDDLE, WEAK = "openai_gpt-3.5-turbo-0301", "openai_davinci", "openai_ada"
+
+
+def prefect_api() -> str:
+    """Start the shared Prefect test server once; return its API URL."""
+    if "prefect" not in _STATE:
+        from prefect.settings import PREFECT_API_URL
+        from prefect.testing.utilities import prefect_test_harness
+
+        harness = prefect_test_harness(server_startup_timeout=120)
+        harness.__enter__()
+        atexit.register(harness.__exit__, None, None, None)
+        _STATE["prefect"] = PREFECT_API_URL.value()
+    return _STATE["prefect"]
+
+
+def ray_address(state_dir: Path) -> str:
+    """Start the shared local Ray once; return its GCS address (for --ray-address)."""
+    if "ray" not in _STATE:
+        import ray
+
+        from certeval.backends.pool import init_ray
+
+        init_ray(None, state_dir=state_dir)
+        _STATE["ray"] = ray.get_runtime_context().gcs_address
+    return _STATE["ray"]
+
+
+def replay(model: str, scores: str = SCORES, **options) -> str:
+    query = "&".join(f"{k}={v}" for k, v in options.items())
+    return f"replay:{scores}#{model}" + (f"?{query}" if query else "")
+
+
+def small_scores(path: Path, models=(STRONG, MIDDLE, WEAK), n_items: int = 150) -> str:
+    """A small recorded-scores file (first ``n_items`` HELM MMLU items of ``models``) for fast runs."""
+    from certeval.banks import load_scores
+
+    frame = load_scores(SCORES)
+    ids = list(pd.unique(frame["item_id"]))[:n_items]
+    sub = frame[frame["model"].isin(models) & frame["item_id"].isin(ids)]
+    out = path / "small.scores.parquet"
+    sub.to_parquet(out, index=False)
+    return str(out)
+
+
+def cli_env(state_dir: Path, **extra: str) -> dict[str, str]:
+    """Environment for a CLI subprocess that reuses the session's Prefect server."""
+    env = dict(os.environ)
+    env["PREFECT_API_URL"] = prefect_api()
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+PYTHON = sys.executable
+
+
+def read_log(path: Path) -> list[tuple[str, str]]:
+    if not path.exists():
+        return []
+    return [tuple(line.split("\t")) for line in path.read_text().splitlines() if line]
