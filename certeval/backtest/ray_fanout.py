@@ -492,10 +492,12 @@ def history_features(history: np.ndarray, n_features: int = 8) -> np.ndarray:
 
 
 def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
-                   max_eval_models: int | None = None) -> DatasetArrays:
+                   max_eval_models: int | None = None, mean_of_means: bool = True) -> DatasetArrays:
     """Load ``bundled:<name>``; split models into history (features) and evaluated halves.
 
     The evaluated models never contribute to the features their own reps use.
+    ``mean_of_means`` picks the estimand: the mean of sub-dataset means (seed 004, eq. 1) or
+    the plain bank mean (every item weighs 1/N, as in seed 000's experiments).
     """
     from ..banks import bank_from_scores, load_scores, score_matrix
 
@@ -514,11 +516,12 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
     label = name.split(":")[-1]
     return DatasetArrays(
         name=label,
-        spec=bank.spec(features=feats),
+        spec=bank.spec(features=feats, mean_of_means=mean_of_means),
         models=tuple(eval_models),
         matrix=matrix,
         notes={"n_models": len(models), "n_history_models": len(hist_models), "n_eval_models": len(eval_models),
                "n_items": bank.n_items, "n_subsets": int(bank.spec().n_subsets),
+               "estimand": "mean of sub-dataset means" if mean_of_means else "bank mean",
                "features": f"history item factors: mean score + {feats.shape[1] - 1} SVD components over "
                            f"{len(hist_models)} held-out models (no text embeddings)"},
     )
