@@ -247,7 +247,8 @@ def run_faq_backtest(args: Any) -> int:
             where = "is a history model" if unknown[0] in hist_models else "is not in the scores file"
             raise InputError(f"model {unknown[0]!r} {where}; choose among the {len(new_models)} new models")
         new_models = wanted
-    n_budget = resolve_budget(getattr(args, "budget", 0.1), len(item_ids))
+    budget = getattr(args, "budget", None)
+    n_budget = resolve_budget(0.1 if budget is None else budget, len(item_ids))
 
     class _Bank:  # the minimal shape score_matrix needs
         pass

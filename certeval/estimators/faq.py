@@ -15,8 +15,9 @@ simulate many runs at once), and the ``faq`` method that speaks the round protoc
   - ``"paper"``: the Wald interval of 002 eq. 7–8 as in the authors' code: mean squared correction minus an
     estimated squared-bias term, clamped at 0. Fixed budget only; it can collapse to zero width.
   - ``"default"``: same martingale CLT (002 Thm 3.1) but the variance is the mean squared correction
-    *without* the subtraction (an upper bound in expectation: it adds the squared plug-in bias), plus one
-    pseudo-draw of variance 1/4 so it cannot collapse, and a Student-t quantile. Fixed budget only.
+    *without* the subtraction (an upper bound in expectation: it adds the squared plug-in bias), shrunk
+    with ``PSEUDO_DRAWS`` pseudo-draws towards the worst-case uniform-sampling variance 1/4 so it cannot
+    collapse, and a Student-t quantile. Fixed budget only.
   - ``"anytime"``: a time-uniform asymptotic confidence sequence (Waudby-Smith, Arnold, Wu, Wang & Ramdas
     2024, Gaussian-mixture boundary, Thm 2.2 / §3 for martingale increments) around the same estimator,
     with the same conservative variance: valid at any data-dependent stopping time (asymptotically).
@@ -36,6 +37,10 @@ from .protocol import BankMethod, BankSpec, Proposal, _jsonable, register
 from .results import Estimate
 
 CI_KINDS = ("default", "paper", "anytime")
+# The default and anytime intervals shrink the observed second moment towards the worst case of uniform
+# sampling (a Bernoulli variance of 1/4) with this many pseudo-draws: negligible at large budgets, it keeps
+# the interval from collapsing and restores coverage when the few heavy-weight draws have not happened yet.
+PSEUDO_DRAWS = 4.0
 PROB_CLIP = 1e-6  # p̂ kept inside (0, 1) so logs and √(p(1−p)) stay finite
 
 GUARANTEES = {
@@ -45,7 +50,7 @@ GUARANTEES = {
     ),
     "default": (
         "fixed-budget asymptotic interval for the PAI martingale (002 Thm 3.1) with a conservative variance "
-        "(no bias subtraction, one pseudo-draw of variance 1/4) and a Student-t quantile; valid at a budget "
+        "(no bias subtraction, shrunk towards the worst-case variance 1/4 by 4 pseudo-draws) and a Student-t quantile; valid at a budget "
         "fixed in advance, not under optional stopping"
     ),
     "anytime": (
@@ -192,10 +197,18 @@ def anytime_radius(n: np.ndarray, var: np.ndarray, alpha: float, planned_n: floa
     return np.sqrt(var) * np.sqrt(2.0 * (n * rho2 + 1.0) / (n**2 * rho2) * np.log(np.sqrt(n * rho2 + 1.0) / alpha))
 
 
-def interval_from_sums(sums: dict[str, np.ndarray], n: np.ndarray, confidence: float, kind: str, planned_n: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, lower, upper, variance) of the PAI estimate after ``n`` draws, from running sums.
+def interval_from_sums(
+    sums: dict[str, np.ndarray],
+    n: np.ndarray,
+    confidence: float,
+    kind: str,
+    planned_n: float | None = None,
+    pseudo_var: float = 0.25,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, lower, upper, per-draw variance) of the PAI estimate after ``n`` draws, from running sums.
 
-    Runs with fewer than 2 draws get the trivial interval [0, 1].
+    ``pseudo_var`` is the worst-case per-draw variance of uniform sampling (1/4 for the plain bank mean;
+    N Σω²/4 for other estimand weights). Runs with fewer than 2 draws get the trivial interval [0, 1].
     """
     check_choice(kind, "ci", CI_KINDS)
     n = np.asarray(n, dtype=float)
@@ -210,10 +223,10 @@ def interval_from_sums(sums: dict[str, np.ndarray], n: np.ndarray, confidence: f
         var = np.maximum(m2 - bias2, 0.0)
         half = stats.norm.ppf(1.0 - alpha / 2.0) * np.sqrt(var / nn)
     elif kind == "default":
-        var = (sums["corr2"] + 0.25) / (n + 1.0)
+        var = (sums["corr2"] + PSEUDO_DRAWS * pseudo_var) / (n + PSEUDO_DRAWS)
         half = stats.t.ppf(1.0 - alpha / 2.0, np.maximum(n - 1.0, 1.0)) * np.sqrt(var / nn)
     else:
-        var = (sums["corr2"] + 0.25) / (n + 1.0)
+        var = (sums["corr2"] + PSEUDO_DRAWS * pseudo_var) / (n + PSEUDO_DRAWS)
         half = anytime_radius(nn, var, alpha, planned_n if planned_n else 100.0)
     lower = np.clip(mean - half, 0.0, 1.0)
     upper = np.clip(mean + half, 0.0, 1.0)
@@ -223,7 +236,7 @@ def interval_from_sums(sums: dict[str, np.ndarray], n: np.ndarray, confidence: f
     return mean, lower, upper, var
 
 
-def pai_interval(terms: dict[str, np.ndarray], confidence: float = 0.95, kind: str = "default", *, planned_n: float | None = None, path: bool = False):
+def pai_interval(terms: dict[str, np.ndarray], confidence: float = 0.95, kind: str = "default", *, planned_n: float | None = None, path: bool = False, pseudo_var: float = 0.25):
     """PAI estimate and interval from per-draw terms with draws on the last axis.
 
     ``path=True`` returns the estimate/interval after every draw (for peeking / stopping-time studies).
@@ -231,7 +244,7 @@ def pai_interval(terms: dict[str, np.ndarray], confidence: float = 0.95, kind: s
     sums = _sums(terms, cumulative=path)
     n_draws = terms["phi"].shape[-1]
     n = np.arange(1, n_draws + 1) if path else np.full(terms["phi"].shape[:-1], n_draws)
-    return interval_from_sums(sums, n, confidence, kind, planned_n)
+    return interval_from_sums(sums, n, confidence, kind, planned_n, pseudo_var)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -436,7 +449,8 @@ class FAQ(BankMethod):
             return self._empty_estimate(GUARANTEES[self.ci])
         terms = self.terms()
         planned = self.budget if self.budget else max(n, 100)
-        mean, lo, hi, var = pai_interval(terms, float(self.confidence), self.ci, planned_n=planned)
+        pseudo = 0.25 * self.bank_.n_items * float(np.sum(self.weights_**2))
+        mean, lo, hi, var = pai_interval(terms, float(self.confidence), self.ci, planned_n=planned, pseudo_var=pseudo)
         extra = (
             ("ci", self.ci),
             ("n_draws", n),
