@@ -44,7 +44,6 @@ RUN_MARKER = "state/_run.json"
 # storage options for s3: fail fast on an unreachable endpoint instead of retrying for minutes
 _S3_OPTIONS = {
     "skip_instance_cache": True,
-    "retries": 1,
     "config_kwargs": {"connect_timeout": 3, "read_timeout": 20, "retries": {"max_attempts": 2}},
 }
 

@@ -1,0 +1,82 @@
+"""Crash and resume: SIGKILL the CLI mid-run, rerun it with the same run id.
+
+The final results must equal an uninterrupted run with the same seed, and the
+backend must never have been asked for the same (model, item) twice. Calls are
+counted at the backend: every model actor appends ``model<TAB>item`` for each item
+it scored to ``$CERTEVAL_BACKEND_LOG``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+
+from certeval.tasks.plan import make_plan
+
+from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, prefect_api, ray_address, read_log, replay, small_scores
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def infra(state_dir):
+    prefect_api()
+    return ray_address(state_dir)
+
+
+def _rounds(folder) -> pd.DataFrame:
+    rows = pd.concat([pd.read_parquet(p) for p in sorted((folder / "rounds").glob("*.parquet"))])
+    return rows.sort_values(["model", "round", "item_id"]).reset_index(drop=True)
+
+
+def test_sigkill_mid_run_then_rerun_equals_uninterrupted(infra, tmp_path):
+    from certeval.flows.pipeline import run_plan
+
+    scores = small_scores(tmp_path, n_items=300)
+    models = [replay(MIDDLE, scores, latency=0.004), replay(WEAK, scores, latency=0.004)]
+    args = dict(goal="halfwidth:0.03", method="adaptive", batch_size=20, max_items=160, seed=7)
+    # the uninterrupted reference, in-process, under another root (no shared score cache)
+    ref_plan, _ = make_plan("certify", models=models, output=str(tmp_path / "ref"), run_id="run", **args)
+    ref = run_plan(ref_plan)
+    assert ref["rounds"] >= 6
+
+    log = tmp_path / "backend.log"
+    out = tmp_path / "crash"
+    argv = [PYTHON, "-m", "certeval", "certify", "--goal", args["goal"], "--method", args["method"],
+            "--batch-size", "20", "--max-items", "160", "--seed", "7", "--output", str(out), "--run-id", "run",
+            "--ray-address", infra, "--json"]
+    for m in models:
+        argv += ["--model", m]
+    env = cli_env(tmp_path, CERTEVAL_BACKEND_LOG=str(log))
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(read_log(log)) < 90 and proc.poll() is None:
+        time.sleep(0.01)
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = len(read_log(log))
+    assert 0 < before < 2 * 160  # killed in the middle
+    assert not (out / "run" / "results.json").exists()
+
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    res = json.loads(done.stdout)
+    assert res["pipeline"]["resumed"]
+
+    calls = read_log(log)
+    assert len(calls) == len(set(calls)), "a (model, item) was sent to the backend twice"
+    for mine, theirs in zip(res["models"], ref["models"]):
+        assert mine["model"] == theirs["model"]
+        for key in ("mean", "lower", "upper", "n_scored"):
+            assert mine[key] == pytest.approx(theirs[key], abs=1e-12), key
+        assert mine["decision"]["rule"] == theirs["decision"]["rule"]
+    assert len(calls) == sum(m["n_scored"] for m in ref["models"])  # every scored item paid exactly once
+    mine_rows, ref_rows = _rounds(out / "run"), _rounds(tmp_path / "ref" / "run")
+    pd.testing.assert_frame_equal(mine_rows, ref_rows)
