@@ -1,0 +1,109 @@
+"""Scheduled flows for deployments (``deployments/prefect.yaml``).
+
+``select-checkpoints``: every checkpoint found in a folder or bucket prefix becomes a
+model of one ``select`` run (shared items, weak checkpoints discarded early); the best
+is kept and reported (``best.json`` in the run folder and a Prefect artifact).
+
+A checkpoint is an entry of the folder:
+
+* a sub-folder holding ``config.json`` (a transformers checkpoint) → ``hf:<path>``;
+* a sub-folder holding ``model.spec``, or a file ``<name>.spec`` → the model spec written
+  in it (one line, e.g. ``vllm:/ckpt/step-2000`` or ``replay:scores.parquet#step-2000``).
+
+``rank-models``: a ranking run over a fixed list of model specs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NONE
+
+from ..estimators._validation import InputError
+from ..storage import filesystem
+from ..tasks.plan import claim_run, make_plan
+from .pipeline import rank_flow, select_flow
+
+
+@task(name="find-checkpoints", cache_policy=NONE, retries=0)
+def find_checkpoints(folder: str) -> list[str]:
+    """Model specs of the checkpoints in ``folder`` (sorted by name)."""
+    fs, path = filesystem(folder)
+    try:
+        entries = sorted(fs.ls(path, detail=True), key=lambda e: e["name"])
+    except FileNotFoundError:
+        raise InputError(f"checkpoint folder {folder!r} does not exist") from None
+    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    specs = []
+    for entry in entries:
+        name = entry["name"].rstrip("/")
+        base = name.rsplit("/", 1)[-1]
+        if base.startswith("."):
+            continue
+        if entry["type"] == "directory":
+            if fs.exists(f"{name}/model.spec"):
+                specs.append(fs.cat_file(f"{name}/model.spec").decode().strip())
+            elif fs.exists(f"{name}/config.json"):
+                if not local:
+                    raise InputError(f"checkpoint {base!r} in {folder!r}: transformers checkpoints must be on a local "
+                                     "path; put a model.spec (e.g. vllm:...) beside remote ones")
+                specs.append(f"hf:{name}")
+        elif base.endswith(".spec"):
+            specs.append(fs.cat_file(name).decode().strip())
+    if not specs:
+        raise InputError(f"no checkpoint (sub-folder with config.json or model.spec, or a .spec file) in {folder!r}")
+    return specs
+
+
+@flow(name="select-checkpoints", validate_parameters=True, persist_result=False)
+def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth: float = 0.02,
+                            bank: str | None = None, output: str | None = None, confidence: float = 0.95,
+                            batch_size: int = 50, max_items: int | None = None, seed: int = 0,
+                            scorer: str | None = None, ray_address: str | None = None) -> dict[str, Any]:
+    """Select the best checkpoint of a folder; return (and store) the report."""
+    specs = find_checkpoints(checkpoints)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    plan, _ = make_plan("select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{stamp}",
+                        confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer,
+                        threshold=threshold, halfwidth=halfwidth, mode="best", ray_address=ray_address)
+    claim_run(plan)
+    results = select_flow(plan)
+    selected = results["selection"]["selected"]
+    by_label = dict(zip(plan.labels, plan.models))
+    best = selected[0] if selected else None
+    entry = next((m for m in results["models"] if m["model"] == best), None)
+    report = {
+        "checkpoints": specs, "best": best, "best_spec": by_label.get(best), "selected": selected,
+        "discarded": results["selection"]["discarded"],
+        "best_estimate": None if entry is None else {k: entry[k] for k in ("mean", "lower", "upper", "n_scored")},
+        "run_folder": results["run_folder"], "run_id": plan.run_id,
+    }
+    plan.store().folder.write_json("best.json", report)
+    _report_artifact(report)
+    return report
+
+
+def _report_artifact(report: dict[str, Any]) -> None:
+    from prefect.artifacts import create_markdown_artifact
+
+    est = report["best_estimate"] or {}
+    lines = [f"# Best checkpoint: `{report['best']}`", "",
+             f"spec `{report['best_spec']}`; mean {est.get('mean')} in [{est.get('lower')}, {est.get('upper')}] "
+             f"over {est.get('n_scored')} items", "",
+             f"still selected: {', '.join(report['selected'])}; discarded: {', '.join(report['discarded']) or 'none'}",
+             "", f"run folder: {report['run_folder']}"]
+    create_markdown_artifact("\n".join(lines), key="best-checkpoint", description="certeval checkpoint selection")
+
+
+@flow(name="rank-models", validate_parameters=True, persist_result=False)
+def rank_models_flow(models: list[str], bank: str | None = None, output: str | None = None, margin: float = 0.0,
+                     confidence: float = 0.95, batch_size: int = 50, seed: int = 0,
+                     ray_address: str | None = None) -> dict[str, Any]:
+    """A scheduled ranking run over fixed model specs."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    plan, _ = make_plan("rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
+                        confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address)
+    claim_run(plan)
+    return rank_flow(plan)
