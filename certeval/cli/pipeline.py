@@ -113,11 +113,17 @@ def summary(results: dict[str, Any]) -> str:
     """A short human summary of a results.json."""
     lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}), "
              f"{results['rounds']} round(s)"]
+    rank_of = {}
+    for i, group in enumerate((results.get("ranking") or {}).get("tie_groups", [])):
+        rank_of.update({m: i + 1 for m in group})
     for m in results["models"]:
         mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
         d = m.get("decision") or {}
+        note = d.get("verdict") or d.get("rule") or ""
+        if m["model"] in rank_of:
+            note = f"rank {rank_of[m['model']]}" + (f" ({d.get('rule')})" if not d.get("reached") else "")
         lines.append(f"  {m['model']:<40} {mean} [{m['lower']:.4f}, {m['upper']:.4f}]  "
-                     f"{m['n_scored']}/{m['n_total']} items  {d.get('verdict') or d.get('rule') or ''}")
+                     f"{m['n_scored']}/{m['n_total']} items  {note}")
     if results.get("ranking"):
         groups = [" = ".join(g) for g in results["ranking"]["tie_groups"]]
         lines.append("  ranking: " + "  >  ".join(groups))
@@ -126,7 +132,8 @@ def summary(results: dict[str, Any]) -> str:
         lines.append(f"  {p['model_a']} - {p['model_b']}: {p['diff']:.4f} [{p['lower']:.4f}, {p['upper']:.4f}] -> {p['verdict']}")
     if results.get("selection"):
         lines.append("  selected: " + ", ".join(results["selection"]["selected"]))
-    lines.append(f"  run folder: {results['run_folder']}")
+    wall = (results.get("pipeline") or {}).get("wall_s")
+    lines.append(f"  run folder: {results['run_folder']}" + (f"  ({wall:.0f} s)" if wall is not None else ""))
     return "\n".join(lines)
 
 

@@ -410,6 +410,7 @@ class Run:
                        "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None},
             "run_folder": self.store.url,
             "pipeline": {"resumed": self.resumed, "items_sent": dict(self.sent),
+                         "wall_s": round(time.time() - self.started, 2),
                          "batches": getattr(self.pool_stats, "batches", 0),
                          "batches_resubmitted": getattr(self.pool_stats, "resubmitted", 0),
                          "actors_replaced": getattr(self.pool_stats, "replaced_actors", 0)},

@@ -1,0 +1,72 @@
+"""Run-folder storage: atomic writes, config claims on resume, the score cache, fsspec URLs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from certeval.estimators._validation import InputError
+from certeval.storage import RunStore, ScoreCache, cache_key, filesystem, item_key, safe_name
+
+
+def test_json_and_parquet_round_trip_without_temporaries(tmp_path):
+    store = RunStore(str(tmp_path), "r1")
+    store.write_results({"models": [{"mean": float("nan"), "n": 3}]})
+    assert json.loads((tmp_path / "r1" / "results.json").read_text()) == {"models": [{"mean": None, "n": 3}]}
+    frame = pd.DataFrame({"model": ["a"], "item_id": ["x"], "score": [1.0], "round": [0], "prob": [0.5]})
+    store.write_round(0, frame)
+    pd.testing.assert_frame_equal(store.read_rounds(), frame)
+    assert not [p for p in (tmp_path / "r1").rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_failed_write_leaves_the_previous_file_intact(tmp_path, monkeypatch):
+    store = RunStore(str(tmp_path), "r1")
+    store.write_results({"v": 1})
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        store.write_results({"v": 2})
+    monkeypatch.undo()
+    assert store.read_results() == {"v": 1}  # never half-written under the final name
+
+
+def test_claim_accepts_the_same_config_and_refuses_a_changed_one(tmp_path):
+    store = RunStore(str(tmp_path), "r1")
+    assert store.claim({"goal": "halfwidth:0.1", "seed": 0, "created": "t1"}, ("goal", "seed")) is False
+    assert store.claim({"goal": "halfwidth:0.1", "seed": 0, "created": "t2"}, ("goal", "seed")) is True
+    before = (tmp_path / "r1" / "config.json").read_bytes()
+    with pytest.raises(InputError, match="seed"):
+        store.claim({"goal": "halfwidth:0.1", "seed": 1}, ("goal", "seed"))
+    assert (tmp_path / "r1" / "config.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", "x" * 200])
+def test_run_id_must_be_a_plain_name(tmp_path, bad):
+    with pytest.raises(InputError, match="run-id"):
+        RunStore(str(tmp_path), bad)
+
+
+def test_score_cache_parts_and_keys(tmp_path):
+    fs, path = filesystem(str(tmp_path / "cache"))
+    cache = ScoreCache(fs, path)
+    assert cache.load() == {}
+    cache.add([{"item_key": "a", "item_id": "a", "score": 1.0, "tokens": 3, "latency_s": 0.1}])
+    cache.add([{"item_key": "b", "item_id": "b", "score": 0.0, "tokens": 2, "latency_s": 0.1}])
+    assert cache.load() == {"a": 1.0, "b": 0.0}
+    # same id, other text: another cache entry; no text: the id itself
+    assert item_key({"item_id": "q1", "question": "2+2?"}) != item_key({"item_id": "q1", "question": "2+3?"})
+    assert item_key({"item_id": "q1"}) == "q1"
+    assert cache_key("hf:m", "normalized", {"t": 0}) != cache_key("hf:m", "exact", {"t": 0})
+
+
+def test_memory_filesystem_url_works_like_a_folder():
+    store = RunStore("memory://certeval-test-root", "r1")
+    store.write_state("model/with:odd chars", {"round": 2})
+    assert store.read_state("model/with:odd chars") == {"round": 2}
+    assert "/" not in safe_name("model/with:odd chars")
