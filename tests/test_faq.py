@@ -247,5 +247,7 @@ def test_repeats_are_legal_unproposed_items_are_refused_and_empty_is_trivial():
         m.update([0], [1.0])
     with pytest.raises(InputError, match="ci must be one of"):
         make_method("faq", item_factors=v, prior_mean=mean, prior_cov=cov, ci="bogus").start(BankSpec(5))
+    with pytest.raises(InputError, match="budget must be given"):
+        make_method("faq", item_factors=v, prior_mean=mean, prior_cov=cov, rho=0.5).start(BankSpec(5))
     with pytest.raises(InputError, match="one row per bank item"):
         make_method("faq", item_factors=v, prior_mean=mean, prior_cov=cov).start(BankSpec(6))

@@ -379,6 +379,8 @@ class FAQ(BankMethod):
         check_in_range(self.gamma, "gamma", 0.0, float("inf"))
         if self.budget is not None:
             check_positive_int(self.budget, "budget")
+        elif self.rho > 0 or self.gamma > 0:
+            raise InputError(f"budget must be given when rho ({self.rho!r}) or gamma ({self.gamma!r}) is positive")
         if self.item_factors is None or self.prior_mean is None or self.prior_cov is None:
             raise InputError("faq needs item_factors, prior_mean and prior_cov (fit a FactorModel on the history first)")
 
