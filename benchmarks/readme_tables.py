@@ -224,7 +224,15 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
             rows.append([r["method"], f"{r['n_items']:,}", _f(1e3 * r["round_s"], 2) if "round_s" in r else "error",
                          _f(1e3 * r.get("propose_s", float("nan")), 2), _f(1e3 * r.get("update_s", float("nan")), 2),
                          _f(1e3 * r.get("result_s", float("nan")), 2)])
-    fits = [[m, _f(f.get("exponent")), _f(f.get("rms_log_residual"))] for m, f in doc["scaling_fit"].items()]
+    for m, f in doc["scaling_fit"].items():  # results written before the local slope was stored
+        pts = sorted((r["n_items"], r["round_s"]) for r in doc["by_size"] if r["method"] == m and "round_s" in r)
+        if "exponent_largest_two" not in f and len(pts) >= 2:
+            (n1, t1), (n2, t2) = pts[-2], pts[-1]
+            f["exponent_largest_two"] = math.log(t2 / t1) / math.log(n2 / n1)
+            f["largest_two"] = [n1, n2]
+    fits = [[m, _f(f.get("exponent")), _f(f.get("rms_log_residual")), _f(f.get("exponent_largest_two")),
+             "–" if not f.get("largest_two") else f"{f['largest_two'][0]:,} → {f['largest_two'][1]:,}"]
+            for m, f in doc["scaling_fit"].items()]
     inf_rows = []
     for i in doc["inference"]:
         if "per_item_s" in i:
@@ -241,7 +249,7 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
             _table(["method", "bank size", "round (ms)", "propose (ms)", "update (ms)", "result (ms)"], rows), "",
             "Scaling exponent b of round time ≈ a·N^b (least squares on log–log over "
             f"{', '.join(f'{n:,}' for n in doc['sizes'])} items):", "",
-            _table(["method", "exponent b", "rms log residual"], fits), "",
+            _table(["method", "exponent b (all sizes)", "rms log residual", "local exponent", "between"], fits), "",
             "Inference per round of the same batch:", "",
             _table(["backend", f"per round of {doc['batch']} (ms)", "per item (µs)"], inf_rows), "",
             "Controller time / inference time per round:", "",

@@ -135,7 +135,9 @@ def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]
             curves[name] = [tuple(c) for c in entry["curve"]]  # type: ignore[misc]
             continue
         state = run.states.get(safe_name(name)) or run.states.get(name)
-        if state is None:
+        if isinstance(state, dict) and isinstance(state.get("method_state"), dict):
+            state = state["method_state"]  # the pipeline wraps the method's state with its round and decision
+        if not state or "method" not in state:
             continue
         try:
             curves[name] = replay_curve(state, _look_sizes(run.rounds, name))
@@ -186,7 +188,7 @@ def plot_interval_curves(curves: dict[str, list[tuple[int, float, float, float]]
     ax.set_title(title)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    if names:
+    if any(len(curves[n]) for n in names):
         ax.legend(fontsize=7, loc="best", ncol=2 if len(names) > 6 else 1)
     return _png(fig)
 

@@ -43,10 +43,13 @@ def build_run(url: str, n_items: int = 300, batch: int = 40, seed: int = 3) -> d
         folder.write_parquet(f"rounds/{rnd:05d}.parquet", pd.concat(frames, ignore_index=True))
     del order
     entries = []
-    for name, meth in zip(MODELS, methods):
-        folder.write_json(f"state/{safe_name(name)}.json", meth.state())
+    for k, (name, meth) in enumerate(zip(MODELS, methods)):
         est = meth.result()
         d = goal.decide(est, look=4, budget_left=0)
+        state = meth.state()
+        if k == 1:  # the pipeline's wrapped form: {"round", "method_state", "decision"}
+            state = {"round": 3, "method_state": state, "decision": d.to_dict()}
+        folder.write_json(f"state/{safe_name(name)}.json", state)
         entries.append({**{k: v for k, v in est.to_dict().items() if k in ("mean", "lower", "upper", "n_scored",
                                                                            "n_total")},
                         "model": name, "decision": d.to_dict()})
