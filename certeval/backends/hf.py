@@ -1,7 +1,9 @@
 """transformers host (``hf:<model dir>`` or ``hf:bundled:smollm2``), CPU or CUDA.
 
 Options in the spec query: ``?device=cpu|cuda[:i]&dtype=float32|bfloat16|float16&batch=16
-&max_new_tokens=16&scorer=NAME&max_length=2048``.
+&max_new_tokens=16&scorer=NAME&max_length=2048&threads=N``. ``threads`` sets torch's CPU thread
+count for the hosting process (on a shared, oversubscribed CPU, OpenMP threads spin-waiting for
+each other made one 2-thread forward pass 11x slower than a 1-thread one, measured here).
 
 Multiple choice (``mc-loglik``): every (prompt, choice) pair of a call is scored in padded
 batches of ``batch`` pairs, one forward pass each; the score of a choice is the sum of the
@@ -34,6 +36,7 @@ class HFOptions:
     max_new_tokens: int = 16
     max_length: int = 2048
     scorer: str | None = None  # None: mc-loglik when items have choices, else normalized
+    threads: int | None = None  # torch CPU threads; None leaves torch's default
 
 
 def _int_option(spec: ModelSpec, key: str, value: Any, low: int = 1) -> int:
@@ -48,7 +51,7 @@ def _int_option(spec: ModelSpec, key: str, value: Any, low: int = 1) -> int:
 
 def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
     """Options from keyword arguments, overridden by the spec's query string."""
-    known = {"device", "dtype", "batch", "max_new_tokens", "max_length", "scorer"}
+    known = {"device", "dtype", "batch", "max_new_tokens", "max_length", "scorer", "threads"}
     unknown = [k for k, _ in spec.options if k not in known]
     if unknown:
         raise InputError(f"unknown hf option {unknown[0]!r} in {spec.text!r}; options: {', '.join(sorted(known))}")
@@ -65,6 +68,8 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
         max_new_tokens=_int_option(spec, "max_new_tokens", spec.option("max_new_tokens", kwargs.get("max_new_tokens", 16))),
         max_length=_int_option(spec, "max_length", spec.option("max_length", kwargs.get("max_length", 2048)), low=8),
         scorer=spec.option("scorer", kwargs.get("scorer")),
+        threads=(None if spec.option("threads", kwargs.get("threads")) is None
+                 else _int_option(spec, "threads", spec.option("threads", kwargs.get("threads")))),
     )
 
 
@@ -199,7 +204,7 @@ class HFHost(ModelHost):
 
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec.text, "kind": "hf", "device": self.options.device, "dtype": self.options.dtype,
-                "batch_size": self.options.batch_size, "scorer": self.options.scorer or "auto"}
+                "batch_size": self.options.batch_size, "threads": self.options.threads, "scorer": self.options.scorer or "auto"}
 
     def close(self) -> None:
         self.model = None
@@ -230,5 +235,9 @@ def build_host(spec: ModelSpec, **kwargs: Any) -> HFHost:
     if options.scorer is not None:
         sc.get_scorer(options.scorer)
     model_dir = resolve_model_dir(spec.location)
+    if options.threads is not None:
+        import torch
+
+        torch.set_num_threads(options.threads)
     model, tokenizer = load_model(str(model_dir), options.device, options.dtype)
     return HFHost(spec, model, tokenizer, options)

@@ -1,15 +1,17 @@
 """OpenAI-compatible host (``openai:<base_url>#<model>``), standard library only (urllib).
 
-Options: ``?concurrency=4&max_new_tokens=16&timeout=60&scorer=NAME&mc=auto|echo|generate
-&api_key_env=OPENAI_API_KEY``.
+Options: ``?concurrency=4&max_new_tokens=16&timeout=60&scorer=NAME&mc=generate|echo
+&api_key_env=OPENAI_API_KEY&retries=2``.
 
 Generation uses ``POST {base_url}/completions`` with ``temperature=0`` and ``stop=["\\n"]``.
 Multiple choice by log-likelihood needs the legacy completions ``echo=true`` + ``logprobs``
-(the prompt's own token log-probabilities, OpenAI's original API; llama.cpp's server offers it
-when started with ``--logits_all true``): the score of a choice is the sum of the log-probs of
-the tokens at or after the end of the context. ``mc=auto`` probes that once; when the server
-does not give prompt log-probs, multiple choice falls back to generation: choices are listed
-as ``A. …``, and the reply's letter or choice text is the model's pick (no pick scores 0).
+(the prompt's own token log-probabilities, OpenAI's original API, also served by vLLM): with
+``mc=echo`` the score of a choice is the sum of the log-probs of the tokens at or after the end
+of the context. It is opt-in because servers differ: llama-cpp-python 0.3.36 (``--logits_all
+true``) answers echo requests, but its ``token_logprobs[i]`` is token i scored under the
+distribution for position i+1 (checked against its own ``top_logprobs``), i.e. shifted by one.
+The default ``mc=generate`` lists the choices as ``A. …`` and takes the reply's letter or choice
+text as the model's pick (no recognisable pick scores 0).
 Requests of a call run concurrently (``concurrency`` threads) so a batch keeps the server busy.
 """
 
@@ -37,7 +39,7 @@ class EndpointError(RuntimeError):
 
 class OpenAIHost(ModelHost):
     def __init__(self, spec: ModelSpec, *, concurrency: int = 4, max_new_tokens: int = 16, timeout: float = 60.0,
-                 scorer: str | None = None, mc_mode: str = "auto", api_key: str | None = None, retries: int = 2) -> None:
+                 scorer: str | None = None, mc_mode: str = "generate", api_key: str | None = None, retries: int = 2) -> None:
         self.spec = spec
         self.base_url = spec.location.rstrip("/")
         self.model = spec.name
@@ -49,7 +51,6 @@ class OpenAIHost(ModelHost):
         self.api_key = api_key
         self.retries = retries
         self.calls = 0
-        self._echo_ok: bool | None = {"echo": True, "generate": False}.get(mc_mode)
         if scorer is not None:
             sc.get_scorer(scorer)
 
@@ -120,15 +121,6 @@ class OpenAIHost(ModelHost):
 
     # -------------------------------------------------------------- multiple choice
 
-    def _echo_supported(self, context: str, continuation: str) -> bool:
-        if self._echo_ok is None:
-            try:
-                self.prompt_loglik(context, continuation)
-                self._echo_ok = True
-            except (EndpointError, KeyError, IndexError, TypeError, ValueError):
-                self._echo_ok = False
-        return self._echo_ok
-
     def _mc_by_generation(self, item: dict[str, Any]) -> tuple[list[float] | None, int, str]:
         choices = [str(c) for c in sc.as_list(item.get("choices"))]
         letters = string.ascii_uppercase[: len(choices)]
@@ -150,7 +142,7 @@ class OpenAIHost(ModelHost):
 
     def _score_mc(self, item: dict[str, Any], scorer: sc.Scorer) -> tuple[float, int, str]:
         context, continuations = sc.mc_request(item)
-        if self._echo_supported(context, continuations[0]):
+        if self.mc_mode == "echo":
             results = [self.prompt_loglik(context, cont) for cont in continuations]
             logliks = [lp for lp, _ in results]
             return sc.judge(scorer, logliks, item), sum(t for _, t in results), sc.output_text(logliks, item)
@@ -177,15 +169,12 @@ class OpenAIHost(ModelHost):
         scorer = sc.resolve_scorer(self.scorer_name, fields, source=f"item {items[0].get('item_id')!r}")
         for item in items:
             scorer.check_item(item)
-        if scorer.kind == sc.LOGLIK and self._echo_ok is None:
-            context, continuations = sc.mc_request(items[0])
-            self._echo_supported(context, continuations[0])  # probe once, before the threads start
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(lambda item: self._score_one(item, scorer), items))
 
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec.text, "kind": "openai", "base_url": self.base_url, "model": self.model,
-                "mc": {True: "echo", False: "generate", None: "auto"}[self._echo_ok]}
+                "mc": self.mc_mode}
 
 
 def _positive(spec: ModelSpec, key: str, value: Any, cast: type = int) -> Any:
@@ -204,9 +193,9 @@ def build_host(spec: ModelSpec, **kwargs: Any) -> OpenAIHost:
         raise InputError(f"unknown openai option {unknown[0]!r} in {spec.text!r}; options: {', '.join(sorted(_KNOWN))}")
     if not spec.location.startswith(("http://", "https://")):
         raise InputError(f"openai model spec {spec.text!r} needs an http(s) base URL, e.g. openai:http://127.0.0.1:8000/v1#model")
-    mc_mode = str(spec.option("mc", kwargs.get("mc", "auto")))
-    if mc_mode not in ("auto", "echo", "generate"):
-        raise InputError(f"model spec option mc={mc_mode!r} in {spec.text!r} must be auto, echo or generate")
+    mc_mode = str(spec.option("mc", kwargs.get("mc", "generate")))
+    if mc_mode not in ("echo", "generate"):
+        raise InputError(f"model spec option mc={mc_mode!r} in {spec.text!r} must be generate or echo")
     key_env = str(spec.option("api_key_env", kwargs.get("api_key_env", "OPENAI_API_KEY")))
     retries = _positive(spec, "retries", int(spec.option("retries", kwargs.get("retries", 2))) + 1) - 1
     host = OpenAIHost(

@@ -1,0 +1,125 @@
+"""hf host with the real SmolLM2-135M on CPU: batched MC log-likelihood and trivia generation.
+
+The model is loaded once per module (the GGUF → safetensors conversion is cached across sessions).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from certeval.backends import scorers as sc  # noqa: E402
+from certeval.backends.base import make_host, parse_model_spec  # noqa: E402
+from certeval.backends.hf import parse_options  # noqa: E402
+from certeval.estimators._validation import InputError  # noqa: E402
+
+MC_ITEMS = [
+    {"item_id": "sky", "question": "What color is the sky on a clear sunny day?",
+     "choices": ["blue", "green", "purple", "orange"], "answer": 0},
+    {"item_id": "sun", "question": "What rises in the east every morning?",
+     "choices": ["the moon", "the sun", "the ocean", "a tree"], "answer": 1},
+    {"item_id": "france", "question": "What is the capital city of France?",
+     "choices": ["Tokyo", "Cairo", "Paris", "Lima"], "answer": "Paris"},
+    {"item_id": "ice", "question": "What is frozen water called?",
+     "choices": ["sand", "smoke", "paper", "ice"], "answer": "D"},
+    {"item_id": "sum", "question": "What is 2 + 2?", "choices": ["4", "9", "17", "31"], "answer": 0},
+]
+
+TRIVIA_ITEMS = [
+    {"item_id": "t1", "question": "In 2015 evidence of water was found on which planet?", "answers": ["Mars"], "answer": "Mars"},
+    {"item_id": "t2", "question": "Who painted the ceiling of the Sistine Chapel?", "answers": ["Michelangelo"],
+     "answer": "Michelangelo"},
+    {"item_id": "t3", "question": "A shuttlecock is used in what sport?", "answers": ["Badminton"], "answer": "Badminton"},
+    {"item_id": "t4", "question": "What is the USA state capital of Texas?", "answers": ["Austin"], "answer": "Austin"},
+    {"item_id": "t5", "question": "Who won the Premier League in 2015?", "answers": ["Chelsea", "chelsea f.c."],
+     "answer": "Chelsea"},
+]
+
+
+@pytest.fixture(scope="module")
+def host():
+    pytest.importorskip("gguf")
+    from certeval.backends import smollm
+
+    try:
+        smollm.gguf_path()
+    except InputError as exc:
+        pytest.skip(str(exc))
+    h = make_host("hf:bundled:smollm2?batch=8&max_new_tokens=8&threads=1")
+    yield h
+    h.close()
+
+
+def _reference_loglik(host, context: str, continuation: str) -> float:
+    """Unbatched, unpadded: one sequence, full log-softmax (independent of the batched path)."""
+    import torch
+
+    ctx, cont = host._pair_tokens(context, continuation)
+    ids = torch.tensor([ctx + cont])
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(host.model(input_ids=ids).logits[0].float(), dim=-1)
+    return float(sum(logprobs[len(ctx) - 1 + j, t] for j, t in enumerate(cont)))
+
+
+def test_mc_loglik_scores_obvious_items(host):
+    results = host.score(MC_ITEMS)
+    assert [r["item_id"] for r in results] == [it["item_id"] for it in MC_ITEMS]
+    for r in results:
+        assert r["score"] in (0.0, 1.0) and r["tokens"] > 0 and r["latency_s"] >= 0
+    # checked: SmolLM2-135M (float32, CPU) ranks the right choice first on all five, by 1.0–9.4 nats
+    assert sum(r["score"] for r in results) >= 4, results
+    assert results[0]["output"] == "blue"
+
+
+def test_batched_padded_loglik_equals_unpadded_reference(host):
+    sky, ice = sc.mc_request(MC_ITEMS[0])[0], sc.mc_request(MC_ITEMS[3])[0]
+    requests = [(sky, " blue"), (sky, " orange"), (ice, " ice"),
+                ("Question: What is the capital city of France?\nAnswer:", " Paris")]
+    batched, tokens = host.loglikelihoods(requests)
+    for (ctx, cont), got in zip(requests, batched):
+        assert math.isclose(got, _reference_loglik(host, ctx, cont), rel_tol=1e-3, abs_tol=1e-3)
+    assert all(n > 0 for n in tokens)
+
+
+def test_trivia_generation_with_normalized_match(host):
+    results = host.score(TRIVIA_ITEMS)
+    assert all(r["score"] in (0.0, 1.0) for r in results)
+    assert all(isinstance(r["output"], str) and "\n" not in r["output"] for r in results)
+    prompt_tokens = len(host._encode(sc.generation_prompt(TRIVIA_ITEMS[0])))
+    assert results[0]["tokens"] > prompt_tokens
+    # greedy SmolLM2-135M answers these two (checked on CPU, float32)
+    assert results[0]["score"] + results[1]["score"] >= 1, results
+
+
+def test_bank_without_scorer_fields_is_input_error(host):
+    from dataclasses import replace
+
+    from certeval.backends.hf import HFHost
+
+    mc_host = HFHost(host.spec, host.model, host.tokenizer, replace(host.options, scorer="mc-loglik"))
+    with pytest.raises(InputError, match="scorer 'mc-loglik' needs field 'choices'"):
+        mc_host.score([{"item_id": "x", "question": "q", "answer": 0}])
+    with pytest.raises(InputError, match="scorer 'normalized' needs field 'answers' or 'aliases' or 'answer'"):
+        host.score([{"item_id": "x", "question": "What is it?"}])  # auto → normalized, no answers
+
+
+def test_spec_options_and_bad_input():
+    spec = parse_model_spec("hf:bundled:smollm2?device=cuda&dtype=bfloat16&batch=32&scorer=normalized")
+    opts = parse_options(spec)
+    assert (opts.device, opts.dtype, opts.batch_size, opts.scorer) == ("cuda", "bfloat16", 32, "normalized")
+    with pytest.raises(InputError, match="dtype"):
+        parse_options(parse_model_spec("hf:x?dtype=int3"))
+    with pytest.raises(InputError, match="batch"):
+        parse_options(parse_model_spec("hf:x?batch=0"))
+    with pytest.raises(InputError, match="unknown hf option 'colour'"):
+        parse_options(parse_model_spec("hf:x?colour=red"))
+    with pytest.raises(InputError, match="not a local transformers model directory"):
+        make_host("hf:/nonexistent/model/dir")
+    with pytest.raises(InputError, match="unknown bundled model"):
+        make_host("hf:bundled:gpt5")
+    with pytest.raises(InputError, match="unknown scorer"):
+        make_host("hf:bundled:smollm2?scorer=bleu")
