@@ -67,13 +67,23 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _command() -> str | None:
+    """The command line as a person would type it (``python -m benchmarks.<name> ...``)."""
+    if not sys.argv:
+        return None
+    first = Path(sys.argv[0])
+    if first.suffix == ".py" and first.parent.name == "benchmarks":
+        return " ".join(["python -m benchmarks." + first.stem, *sys.argv[1:]])
+    return " ".join(["python", *sys.argv])
+
+
 def metadata(name: str, *, seed: int | None, quick: bool) -> dict[str, Any]:
     return {
         "benchmark": name,
         "quick": bool(quick),
         "seed": seed,
         "git_commit": git_commit(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]) if sys.argv else None,
+        "command": _command(),
         "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "versions": {

@@ -42,26 +42,6 @@ def batch_size_for(n_items: int) -> int:
     return max(10, n_items // 100)
 
 
-def _rebase(cells: list[dict]) -> list[dict]:
-    """Recompute the item ratios of merged cells from their stored mean item counts."""
-    from certeval.backtest.ray_fanout import SAME_GUARANTEE_BASELINE
-
-    means = {(c["dataset"], c["method"], c["goal"]): c.get("mean_items") for c in cells}
-    for c in cells:
-        if c.get("mean_items") is None:
-            continue
-        key = (c["dataset"], c["goal"])
-        uni = means.get((key[0], "uniform", key[1]))
-        sg_name = SAME_GUARANTEE_BASELINE.get(c["method"], "uniform")
-        sg = means.get((key[0], sg_name, key[1]))
-        c["items_ratio_vs_uniform"] = c["mean_items"] / uni if uni else None
-        c["saving_vs_uniform"] = None if not uni else 1 - c["mean_items"] / uni
-        c["same_guarantee_baseline"] = sg_name
-        c["items_ratio_same_guarantee"] = c["mean_items"] / sg if sg else None
-    order = {n: i for i, n in enumerate(METHODS)}
-    return sorted(cells, key=lambda c: (c["dataset"], c["goal"], order.get(c["method"], 99)))
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks efficiency", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a few reps, one goal, in-process (minutes)")
@@ -75,6 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--estimand", choices=("mean-of-means", "bank-mean"), default="mean-of-means",
                    help="mean of sub-dataset means (default; result 'efficiency') or the plain bank mean "
                         "(result 'efficiency_bank_mean')")
+    p.add_argument("--ratio-only", default=None,
+                   help="with --append: methods run only as same-rep baselines for the ratios, not stored")
     p.add_argument("--append", action="store_true",
                    help="keep the stored result's cells for other methods/datasets and replace only those rerun")
     return p.parse_args(argv)
@@ -117,10 +99,21 @@ def main(argv: list[str] | None = None) -> int:
     result_name = "efficiency" if args.estimand == "mean-of-means" else "efficiency_bank_mean"
     previous = read_result(result_name, quick) if args.append else None
     if previous:
-        # ratios of re-run methods need the stored baseline reps: recompute from stored means
-        rerun = {(c["dataset"], c["method"], c["goal"]) for c in summary}
+        # methods named in --ratio-only ran only so that ratios compare the same reps (same models,
+        # same count); their cells are not merged, and the merged cells keep their in-run ratios
+        ratio_only = set(args.ratio_only.split(",")) if args.ratio_only else set()
+        new = [c for c in summary if c["method"] not in ratio_only]
+        for c in new:
+            c["note"] = f"{c['reps']} reps; ratios against the baselines re-run on the same reps"
+        rerun = {(c["dataset"], c["method"], c["goal"]) for c in new}
         kept = [c for c in previous.get("cells", []) if (c["dataset"], c["method"], c["goal"]) not in rerun]
-        summary = _rebase(kept + summary)
+        order = {n: i for i, n in enumerate(METHODS)}
+        summary = sorted(kept + new, key=lambda c: (c["dataset"], c["goal"], order.get(c["method"], 99)))
+        payload_extra = {"first_run_meta": previous.get("first_run_meta") or previous.get("meta"),
+                         "first_run_wall_s": previous.get("first_run_wall_s") or previous.get("wall_s"),
+                         "appended": previous.get("appended", []) + [" ".join(sys.argv[1:])]}
+    else:
+        payload_extra = {}
     payload = {
         "seed": args.seed,
         "reps_per_cell": reps,
@@ -135,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": {"load": load_s, "replay": run_s},
         "datasets": {name: d.notes for name, d in datasets.items()},
         "cells": summary,
+        **payload_extra,
     }
     path = write_result(result_name, payload, quick, seed=args.seed)
     bad = [c for c in summary if c.get("errors")]

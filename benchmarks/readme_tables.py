@@ -58,14 +58,20 @@ def _meta_line(doc: dict[str, Any]) -> str:
 
 
 def _reps_text(cells: list[dict[str, Any]]) -> str:
-    """'200 (static 50; opencompass_large 30)'-style summary of the reps actually run."""
+    """'200 (static 50; cer-eval 50; opencompass_large 30)'-style summary of the reps actually run."""
     from collections import Counter
 
-    main = Counter(c["reps"] for c in cells if c["method"] != "static").most_common(1)[0][0]
-    notes = sorted({f"{c['dataset']} {c['reps']}" for c in cells if c["method"] != "static" and c["reps"] != main})
-    static = sorted({c["reps"] for c in cells if c["method"] == "static"})
-    parts = [f"static {'/'.join(map(str, static))}"] if static and static != [main] else []
-    return f"{main}" + (f" ({'; '.join(parts + notes)})" if parts or notes else "")
+    main = Counter(c["reps"] for c in cells).most_common(1)[0][0]
+    notes = []
+    by_method: dict[str, set] = {}
+    for c in cells:
+        by_method.setdefault(c["method"], set()).add(c["reps"])
+    special = {m for m, r in by_method.items() if main not in r}
+    for m in sorted(special):
+        notes.append(f"{m} {'/'.join(str(x) for x in sorted(by_method[m], reverse=True))}")
+    odd = sorted({f"{c['dataset']} {c['reps']}" for c in cells if c["method"] not in special and c["reps"] != main})
+    notes += odd
+    return f"{main}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[str]:
@@ -74,8 +80,12 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
     datasets = sorted({c["dataset"] for c in cells})
     methods = [m for m in METHOD_ORDER if any(c["method"] == m for c in cells)]
     by = {(c["dataset"], c["method"], c["goal"]): c for c in cells}
-    out = [heading, "",
-           _meta_line(doc), "",
+    first = {**doc, "meta": doc.get("first_run_meta") or doc.get("meta")}
+    out = [heading, "", _meta_line(first), ""]
+    for extra in doc.get("appended", []):
+        out += [f"_Cells appended by `python -m benchmarks {extra}` (ratios against baselines re-run on the same "
+                f"reps), commit `{(doc.get('meta') or {}).get('git_commit')}`._", ""]
+    out += [
            f"All {len(datasets)} bundled datasets. Models are split in half; rep r replays held-out model "
            f"r mod (number held out) in a fresh random order until the interval's half-width reaches the goal. "
            f"Reps per cell: {_reps_text(cells)}. Estimand: {doc['estimand']}. Batch: {doc['batch_size']} items. "
