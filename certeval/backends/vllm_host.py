@@ -1,0 +1,177 @@
+"""vLLM host (``vllm:<model dir>``), GPU only, optional extra (``pip install certeval[vllm]``).
+
+Written against vLLM's public offline API (``vllm.LLM``, ``vllm.SamplingParams``) and imported
+lazily inside :func:`build_host`, so certeval imports and runs everywhere else. Not exercised in
+this repository's CI (no GPU, and ``from vllm import LLM`` fails on CPU machines, NOTES.md).
+
+Options: ``?gpus=1&load_format=auto|dummy|...&dtype=auto&max_model_len=4096
+&gpu_memory_utilization=0.9&max_new_tokens=16&scorer=NAME&seed=0``.
+``gpus`` is the tensor-parallel size of one replica (the pipeline reserves that many GPUs per
+actor); ``load_format=dummy`` runs the model's config with random weights (real GPU cost, no
+weights needed) for benchmarks.
+
+Multiple choice: each (context, choice) pair is one prompt of token ids with
+``SamplingParams(max_tokens=1, prompt_logprobs=0)``; vLLM returns, for every prompt position,
+the log-probability of the actual prompt token, and the continuation's are summed (the same
+quantity the hf host computes). Open questions: greedy ``temperature=0`` generation with
+``stop=["\\n"]``. vLLM batches all prompts of a call itself (continuous batching).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..estimators._validation import InputError
+from . import scorers as sc
+from .base import ModelHost, ModelSpec
+
+NOT_INSTALLED = "vLLM is not installed (pip install certeval[vllm]); it needs a CUDA GPU"
+_KNOWN = {"gpus", "load_format", "dtype", "max_model_len", "gpu_memory_utilization", "max_new_tokens", "scorer", "seed"}
+
+
+@dataclass(frozen=True)
+class VLLMOptions:
+    gpus: int = 1
+    load_format: str = "auto"
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    max_new_tokens: int = 16
+    scorer: str | None = None
+    seed: int = 0
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``vllm.LLM`` (tensor parallel size = GPUs per replica)."""
+        out: dict[str, Any] = {"tensor_parallel_size": self.gpus, "load_format": self.load_format,
+                               "dtype": self.dtype, "gpu_memory_utilization": self.gpu_memory_utilization,
+                               "seed": self.seed}
+        if self.max_model_len is not None:
+            out["max_model_len"] = self.max_model_len
+        return out
+
+
+def parse_options(spec: ModelSpec, **kwargs: Any) -> VLLMOptions:
+    """Options from keyword arguments, overridden by the spec's query; no vLLM import needed."""
+    unknown = [k for k, _ in spec.options if k not in _KNOWN]
+    if unknown:
+        raise InputError(f"unknown vllm option {unknown[0]!r} in {spec.text!r}; options: {', '.join(sorted(_KNOWN))}")
+
+    def get(key: str, default: Any) -> Any:
+        return spec.option(key, kwargs.get(key, default))
+
+    def number(key: str, default: Any, cast: type, low: float) -> Any:
+        value = get(key, default)
+        if value is None:
+            return None
+        try:
+            out = cast(value)
+        except (TypeError, ValueError):
+            raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be a number") from None
+        if out < low:
+            raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be >= {low}")
+        return out
+
+    utilization = number("gpu_memory_utilization", 0.9, float, 0.01)
+    if utilization > 1:
+        raise InputError(f"model spec option gpu_memory_utilization={utilization} in {spec.text!r} must be <= 1")
+    scorer = get("scorer", None)
+    if scorer is not None:
+        sc.get_scorer(scorer)
+    return VLLMOptions(
+        gpus=number("gpus", 1, int, 1),
+        load_format=str(get("load_format", "auto")),
+        dtype=str(get("dtype", "auto")),
+        max_model_len=number("max_model_len", None, int, 16),
+        gpu_memory_utilization=utilization,
+        max_new_tokens=number("max_new_tokens", 16, int, 1),
+        scorer=scorer,
+        seed=number("seed", 0, int, 0),
+    )
+
+
+class VLLMHost(ModelHost):
+    def __init__(self, spec: ModelSpec, llm: Any, sampling_params_cls: Any, options: VLLMOptions) -> None:
+        self.spec = spec
+        self.llm = llm
+        self.SamplingParams = sampling_params_cls
+        self.options = options
+        self.tokenizer = llm.get_tokenizer()
+        self.calls = 0
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def loglikelihoods(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int]]:
+        prompts, n_cont = [], []
+        for context, continuation in pairs:
+            ctx, whole = self._encode(context), self._encode(context + continuation)
+            cont = whole[len(ctx):] if whole[: len(ctx)] == ctx and len(whole) > len(ctx) else self._encode(continuation)
+            tokens = ctx + cont
+            prompts.append({"prompt_token_ids": tokens})
+            n_cont.append(min(len(cont), len(tokens) - 1))
+        params = self.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        sums = []
+        for out, prompt, n in zip(outputs, prompts, n_cont):
+            ids = prompt["prompt_token_ids"]
+            # prompt_logprobs[j] maps token ids to Logprob objects for position j (None at j = 0)
+            total = 0.0
+            for j in range(len(ids) - n, len(ids)):
+                total += float(out.prompt_logprobs[j][ids[j]].logprob)
+            sums.append(total)
+        return sums, [len(p["prompt_token_ids"]) for p in prompts]
+
+    def generate(self, prompts: list[str]) -> tuple[list[str], list[int]]:
+        params = self.SamplingParams(max_tokens=self.options.max_new_tokens, temperature=0.0, stop=["\n"])
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        texts = [out.outputs[0].text for out in outputs]
+        used = [len(out.prompt_token_ids) + len(out.outputs[0].token_ids) for out in outputs]
+        return texts, used
+
+    def score(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if not items:
+            return []
+        t0 = time.perf_counter()
+        fields = [k for k, v in items[0].items() if not sc._is_missing(v)]
+        scorer = sc.resolve_scorer(self.options.scorer, fields, source=f"item {items[0].get('item_id')!r}")
+        for item in items:
+            scorer.check_item(item)
+        if scorer.kind == sc.LOGLIK:
+            requests = [sc.mc_request(item) for item in items]
+            logliks, tokens = self.loglikelihoods([(c, x) for c, xs in requests for x in xs])
+            outputs, used, pos = [], [], 0
+            for _, conts in requests:
+                outputs.append(logliks[pos:pos + len(conts)])
+                used.append(sum(tokens[pos:pos + len(conts)]))
+                pos += len(conts)
+        else:
+            outputs, used = self.generate([sc.generation_prompt(item) for item in items])
+        share = (time.perf_counter() - t0) / len(items)
+        return [{"item_id": str(item["item_id"]), "score": sc.judge(scorer, out, item), "tokens": int(n),
+                 "latency_s": share, "output": sc.output_text(out, item)}
+                for item, out, n in zip(items, outputs, used)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec.text, "kind": "vllm", **self.options.llm_kwargs(),
+                "scorer": self.options.scorer or "auto"}
+
+    def close(self) -> None:
+        self.llm = None
+
+
+def build_host(spec: ModelSpec, **kwargs: Any) -> VLLMHost:
+    options = parse_options(spec, **kwargs)
+    try:
+        from vllm import LLM, SamplingParams  # lazy: optional extra, GPU only
+    except Exception:  # ImportError, or a CPU-only install failing inside vLLM's own imports
+        raise InputError(NOT_INSTALLED) from None
+    location = spec.location
+    if location.startswith("bundled:"):
+        from .smollm import resolve_model_dir
+
+        location = str(resolve_model_dir(location))
+    llm = LLM(model=location, **options.llm_kwargs())
+    return VLLMHost(spec, llm, SamplingParams, options)
