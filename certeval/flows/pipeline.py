@@ -17,8 +17,10 @@ from ..tasks.plan import RunPlan
 
 
 def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
-    """bank → [select → infer → update → decide → store] per round until every goal is met → results."""
-    run = steps.load_bank(plan, progress)
+    """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met."""
+    run = steps.load_bank(plan)
+    steps.embed(run)
+    steps.restore(run, progress)
     pool = steps.start_models(plan, run) if not run.done else None
     try:
         while not run.done:

@@ -70,7 +70,7 @@ class RunPlan:
         """The lm-eval-style task name: the bank's (or scores file's) short name."""
         source = self.bank or self.models[0].split(":", 1)[1].split("#")[0]
         name = source.split("?")[0].replace("bundled:", "").rstrip("/").split("/")[-1]
-        for suffix in (".scores.parquet", ".items.parquet", ".parquet", ".jsonl", ".json", ".csv"):
+        for suffix in (".scores.parquet", ".items.parquet", ".parquet", ".jsonl", ".json", ".csv", ".items", ".scores"):
             if name.endswith(suffix):
                 return name[: -len(suffix)]
         return name

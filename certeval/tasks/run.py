@@ -73,7 +73,8 @@ class Run:
 
     # -- load -----------------------------------------------------------------
     @classmethod
-    def open(cls, plan: RunPlan, *, progress: bool = False) -> "Run":
+    def open(cls, plan: RunPlan) -> "Run":
+        """Load and validate the bank, claim the run folder (config check on resume), read the score cache."""
         from .plan import claim_run
 
         bank = load_run_bank(plan.bank, plan.models)
@@ -84,13 +85,29 @@ class Run:
             cache.describe({"model": dict(zip(plan.labels, plan.models))[label], "scorer": plan.scorer or "auto",
                             "generation": plan.generation()})
             run.cached[label] = cache.load()
-        if plan.paired:
-            run._open_paired()
-        else:
-            run._open_single()
-        if progress:
-            run.progress = Progress(run)
         return run
+
+    def embed(self) -> None:
+        """Item features for methods that need them (Cer-Eval's partition): the bank's embeddings or its text
+        embedded with the packaged all-MiniLM-L6-v2. Skipped when a stored state already holds them."""
+        if self.plan.paired:
+            return
+        method = make_method(self.plan.method, confidence=self.plan.confidence)
+        needs = getattr(method, "needs_features", False)
+        if needs and all(self.store.read_state(label) is not None for label in self.labels):
+            return
+        feats = bank_features(self.bank, needs, self.plan.method)
+        if feats is not None:
+            self.spec = self.bank.spec(features=feats)
+
+    def restore(self, progress: bool = False) -> None:
+        """Methods from their stored state (resume) or fresh; the run's position and decisions."""
+        if self.plan.paired:
+            self._open_paired()
+        else:
+            self._open_single()
+        if progress:
+            self.progress = Progress(self)
 
     def _item_keys(self) -> list[str]:
         if self.bank.frame is None:
@@ -108,10 +125,7 @@ class Run:
                 if stored.get("decision"):
                     self.decisions[label] = Decision(**stored["decision"])
             else:
-                method = make_method(method_name, confidence=self.plan.confidence)
-                feats = bank_features(self.bank, getattr(method, "needs_features", False), method_name)
-                spec = self.spec if feats is None else self.bank.spec(features=feats)
-                self.methods[label] = method.start(spec)
+                self.methods[label] = make_method(method_name, confidence=self.plan.confidence).start(self.spec)
                 self.model_round[label] = 0
         self.active = [m for m in self.labels if not (m in self.decisions and self.decisions[m].done)]
         self.round = min(self.model_round.values()) if self.active else max(self.model_round.values())

@@ -24,9 +24,21 @@ _OPTS = dict(cache_policy=NONE, retries=0, persist_result=False, log_prints=Fals
 
 
 @task(name="load-bank", **_OPTS)
-def load_bank(plan: RunPlan, progress: bool = False) -> Run:
-    """Load and validate the bank, claim the run folder, restore state on resume, embed if the method needs it."""
-    return Run.open(plan, progress=progress)
+def load_bank(plan: RunPlan) -> Run:
+    """Load and validate the bank, claim the run folder (config checked on resume), read the score cache."""
+    return Run.open(plan)
+
+
+@task(name="embed", **_OPTS)
+def embed(run: Run) -> None:
+    """Item features for methods that partition by embeddings (no-op for the others)."""
+    run.embed()
+
+
+@task(name="restore", **_OPTS)
+def restore(run: Run, progress: bool = False) -> None:
+    """Methods fresh or from their stored state; the round to continue from."""
+    run.restore(progress)
 
 
 @task(name="start-models", **_OPTS)
