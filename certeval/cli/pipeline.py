@@ -134,6 +134,8 @@ def summary(results: dict[str, Any]) -> str:
         lines.append("  selected: " + ", ".join(results["selection"]["selected"]))
     wall = (results.get("pipeline") or {}).get("wall_s")
     lines.append(f"  run folder: {results['run_folder']}" + (f"  ({wall:.0f} s)" if wall is not None else ""))
+    if results.get("report"):
+        lines.append(f"  report: {results['report']}")
     return "\n".join(lines)
 
 

@@ -48,5 +48,18 @@ def demo_flow(plans: list[RunPlan]) -> list[dict[str, Any]]:
     out = []
     for plan in plans:
         sub = rank_flow if plan.kind == "rank" else certify_flow
-        out.append(sub(plan))
+        results = sub(plan)
+        report = _write_report(results["run_folder"])
+        if report is not None:
+            results["report"] = report
+        out.append(results)
     return out
+
+
+def _write_report(run_folder: str) -> str | None:
+    """report.md (+ PNG) beside the results, when this checkout has ``certeval report``."""
+    try:
+        from ..report import write_report
+    except ImportError:
+        return None
+    return write_report(run_folder).files.get("report.md")
