@@ -201,3 +201,23 @@ def test_certify_the_real_small_lm_on_a_handful_of_trivia_items(infra, tmp_path)
     assert m["n_scored"] == 8 and res["pipeline"]["items_sent"][m["model"]] == 8
     assert 0.0 <= m["lower"] <= m["upper"] <= 1.0
     assert m["decision"]["rule"] == "budget" and res["results"]["trivia"]["items_scored,none"] == 8
+
+
+def test_pool_keeps_several_batches_in_flight_across_replicas(infra, tmp_path):
+    from certeval.backends.pool import ModelPool
+
+    ids = list(load_scores(SCORES).drop_duplicates("item_id")["item_id"][:60])
+    pool = ModelPool({"m": replay(MIDDLE, latency=0.005)}, replicas=2, in_flight=3,
+                     cache_urls={"m": str(tmp_path / "cache")}, run_id="pool").start()
+    try:
+        arrived = []
+        out = pool.score({"m": [(i, {"item_id": i}) for i in ids]}, batch_size=5,
+                         on_result=lambda label, res: arrived.append(len(res)))
+    finally:
+        pool.shutdown()
+    assert sorted(r["item_id"] for r in out["m"]) == sorted(ids)
+    assert pool.stats.max_in_flight == 6  # 2 replicas x 3 queued batches
+    assert set(pool.stats.per_replica_batches) == {"m/0", "m/1"} and sum(arrived) == 60
+    from certeval.storage import ScoreCache, filesystem
+
+    assert set(ScoreCache(*filesystem(str(tmp_path / "cache"))).load()) == set(ids)  # written by the actors

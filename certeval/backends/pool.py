@@ -172,6 +172,8 @@ class PoolStats:
     items: int = 0
     seconds: float = 0.0
     per_model_items: dict[str, int] = field(default_factory=dict)
+    per_replica_batches: dict[str, int] = field(default_factory=dict)  # "label/replica" -> batches returned
+    max_in_flight: int = 0  # most batches outstanding at once
 
 
 class ModelPool:
@@ -285,6 +287,7 @@ class ModelPool:
 
         fill()
         while running:
+            self.stats.max_in_flight = max(self.stats.max_in_flight, len(running))
             done, _ = ray.wait(list(running), num_returns=1)
             ref = done[0]
             batch, slot, generation = running.pop(ref)
@@ -308,6 +311,8 @@ class ModelPool:
                     raise cause from None
                 raise
             out[batch.label].extend(results)
+            replica = f"{batch.label}/{slot.replica}"
+            self.stats.per_replica_batches[replica] = self.stats.per_replica_batches.get(replica, 0) + 1
             self.stats.items += len(results)
             self.stats.per_model_items[batch.label] = self.stats.per_model_items.get(batch.label, 0) + len(results)
             if on_result is not None:
