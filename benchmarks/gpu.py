@@ -42,24 +42,12 @@ from certeval.backends.hf import HFHost, HFOptions  # noqa: E402
 
 
 def trivia_mc_items(n: int, seed: int) -> list[dict[str, Any]]:
-    """n four-choice items from the trivia bank: the answer + 3 answers of other questions in its category."""
-    from certeval.trivia import load_trivia_bank
+    """n four-choice items from the trivia bank (``certeval.trivia.with_choices``)."""
+    from certeval.trivia import load_trivia_bank, with_choices
 
-    bank = load_trivia_bank(seed=seed)
-    rng = np.random.default_rng(seed)
-    rows = bank.iloc[rng.permutation(len(bank))[:n]]
-    by_category = {cat: sorted(set(group["answer"])) for cat, group in bank.groupby("subset")}
-    items = []
-    for row in rows.itertuples():
-        pool = [a for a in by_category[row.subset] if sc.normalize_answer(a) not in
-                {sc.normalize_answer(x) for x in row.answers}]
-        if len(pool) < 3:
-            continue
-        choices = [row.answer, *rng.choice(pool, size=3, replace=False).tolist()]
-        order = rng.permutation(4)
-        items.append({"item_id": row.item_id, "question": row.question,
-                      "choices": [choices[i] for i in order], "answer": int(np.flatnonzero(order == 0)[0])})
-    return items
+    frame = with_choices(load_trivia_bank(limit=n + n // 10 + 10, seed=seed), 4, seed=seed).head(n)
+    return [{"item_id": r.item_id, "question": r.question, "choices": list(r.choices), "answer": int(r.answer)}
+            for r in frame.itertuples()]
 
 
 def read_items(path: str, n: int) -> list[dict[str, Any]]:
@@ -204,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "SmolLM2-135M-Instruct" + (" (random weights, same architecture)" if args.random_weights else ""),
         "model_dir": model_dir,
         "dtype": dtype,
-        "items_source": args.items or "red-trivia, 4-choice (answer + 3 same-category answers), seeded",
+        "items_source": args.items or "red-trivia via certeval.trivia.with_choices (4 choices, seeded)",
         "n_items": len(items),
         "n_pairs": len(pairs),
         "batch_pairs": batch,

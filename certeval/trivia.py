@@ -9,7 +9,9 @@ The bank (spec ``bundled:trivia``) has columns ``item_id`` (``<category>/<10 hex
 stable when files gain questions), ``subset`` (the category), ``question``, ``answers`` (aliases,
 as strings) and ``answer`` (the first alias). Questions that show a picture (an ``http`` link:
 flags, maps, Dota icons, "who's that Pokémon") are left out: a text model cannot see them.
-It is scored by generation + normalised alias match (``normalized`` scorer).
+It is scored by generation + normalised alias match (``normalized`` scorer), or, through
+:func:`with_choices` (spec option ``mc=4``), as multiple choice whose distractors are answers to other
+questions of the same category (``mc-loglik`` scorer).
 """
 
 from __future__ import annotations
@@ -97,3 +99,58 @@ def load_trivia_bank(categories: Iterable[str] | str | None = None, limit: int |
             keep = np.sort(np.random.default_rng(seed).choice(len(frame), size=int(limit), replace=False))
             frame = frame.iloc[keep].reset_index(drop=True)
     return frame
+
+
+def with_choices(frame: pd.DataFrame, n_choices: int = 4, seed: int = 0) -> pd.DataFrame:
+    """A multiple-choice version: ``choices`` = the answer + ``n_choices - 1`` answers of other questions
+    of the same category (none equal to an alias after normalisation), shuffled; ``answer`` = its index.
+
+    Items whose category has too few distinct other answers are dropped. Scored with ``mc-loglik``.
+    """
+    from .backends.scorers import normalize_answer
+
+    if isinstance(n_choices, bool) or int(n_choices) != n_choices or int(n_choices) < 2:
+        raise InputError(f"n_choices must be an integer >= 2, got {n_choices!r}")
+    n_choices = int(n_choices)
+    rng = np.random.default_rng(seed)
+    pools = {cat: sorted(set(group["answer"])) for cat, group in frame.groupby("subset")}
+    rows = []
+    for row in frame.itertuples(index=False):
+        taken = {normalize_answer(a) for a in row.answers}
+        pool = [a for a in pools[row.subset] if normalize_answer(a) not in taken]
+        if len({normalize_answer(a) for a in pool}) < n_choices - 1:
+            continue
+        distractors: list[str] = []
+        for index in rng.permutation(len(pool)):
+            if normalize_answer(pool[index]) not in taken:
+                distractors.append(pool[index])
+                taken.add(normalize_answer(pool[index]))
+            if len(distractors) == n_choices - 1:
+                break
+        choices = [row.answer, *distractors]
+        order = rng.permutation(n_choices)
+        rows.append({"item_id": row.item_id, "subset": row.subset, "question": row.question,
+                     "choices": [choices[i] for i in order], "answer": int(np.flatnonzero(order == 0)[0]),
+                     "answers": list(row.answers)})
+    return pd.DataFrame.from_records(rows, columns=["item_id", "subset", "question", "choices", "answer", "answers"])
+
+
+def load_trivia_spec(text: str) -> pd.DataFrame:
+    """The bank named by ``bundled:trivia[?categories=a,b&limit=N&seed=S&mc=K]`` (``mc``: K-choice version)."""
+    base, _, query = str(text).partition("?")
+    if base != SPEC:
+        raise InputError(f"trivia bank spec must start with {SPEC!r}, got {text!r}")
+    options: dict[str, str] = {}
+    for part in filter(None, query.split("&")):
+        key, eq, value = part.partition("=")
+        if not eq or key not in ("categories", "limit", "seed", "mc"):
+            raise InputError(f"bank spec option {part!r} in {text!r}; options: categories=a,b limit=N seed=S mc=K")
+        options[key] = value
+    try:
+        limit = int(options["limit"]) if "limit" in options else None
+        seed = int(options.get("seed", 0))
+        n_choices = int(options["mc"]) if "mc" in options else None
+    except ValueError:
+        raise InputError(f"bank spec {text!r}: limit, seed and mc must be integers") from None
+    frame = load_trivia_bank(categories=options.get("categories"), limit=limit, seed=seed)
+    return frame if n_choices is None else with_choices(frame, n_choices, seed)

@@ -62,3 +62,31 @@ def test_limit_is_deterministic_and_seeded():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(InputError, match=message):
         trivia.load_trivia_bank(**kwargs)
+
+
+def test_spec_string():
+    a = trivia.load_trivia_spec("bundled:trivia?categories=general,disney&limit=20&seed=3")
+    assert a.equals(trivia.load_trivia_bank(categories=["general", "disney"], limit=20, seed=3))
+    with pytest.raises(InputError, match="option"):
+        trivia.load_trivia_spec("bundled:trivia?size=3")
+    mc = trivia.load_trivia_spec("bundled:trivia?categories=uscapitals&mc=4&seed=1")
+    assert mc.equals(trivia.with_choices(trivia.load_trivia_bank(categories=["uscapitals"]), 4, seed=1))
+    with pytest.raises(InputError, match="integers"):
+        trivia.load_trivia_spec("bundled:trivia?limit=many")
+
+
+def test_multiple_choice_version():
+    from certeval.backends.scorers import normalize_answer
+
+    frame = trivia.load_trivia_bank(categories=["uscapitals", "general"], limit=200, seed=0)
+    mc = trivia.with_choices(frame, n_choices=4, seed=0)
+    assert len(mc) >= 190 and mc["item_id"].is_unique
+    for row in mc.itertuples():
+        assert len(row.choices) == 4 and row.choices[row.answer] == row.answers[0]
+        others = [normalize_answer(c) for i, c in enumerate(row.choices) if i != row.answer]
+        assert len(set(others)) == 3 and not set(others) & {normalize_answer(a) for a in row.answers}
+    positions = mc["answer"].value_counts()
+    assert set(positions.index) == {0, 1, 2, 3} and positions.min() > 30  # shuffled, no position bias
+    assert resolve_scorer(None, mc.columns).name == "mc-loglik"
+    with pytest.raises(InputError, match="n_choices"):
+        trivia.with_choices(frame, n_choices=1)
