@@ -37,9 +37,9 @@ def prefect_api() -> str:
 
 def ray_address(state_dir: Path) -> str:
     """Start the shared local Ray once; return its GCS address (for --ray-address)."""
-    if "ray" not in _STATE:
-        import ray
+    import ray
 
+    if "ray" not in _STATE or not ray.is_initialized():  # another module may have shut a shared Ray down
         from certeval.backends.pool import init_ray
 
         init_ray(None, state_dir=state_dir)

@@ -219,8 +219,6 @@ class ModelPool:
 
     def start(self) -> "ModelPool":
         """Create every actor and wait until each host is built (errors surface here, once)."""
-        import ray
-
         self._cls = self._actor_class()
         for label in self.models:
             self.slots[label] = [self._new_actor(label, r, 0) for r in range(self.replicas)]
@@ -239,8 +237,6 @@ class ModelPool:
         return [s.name for lab, slots in self.slots.items() if label in (None, lab) for s in slots]
 
     def _replace(self, slot: _Slot) -> None:
-        import ray
-
         try:
             ray.kill(slot.handle, no_restart=True)
         except Exception:  # already gone
@@ -259,8 +255,6 @@ class ModelPool:
         arrival order. A batch lost with its actor is re-submitted to a fresh
         actor (at most ``MAX_ATTEMPTS`` times).
         """
-        import ray
-
         t0 = time.perf_counter()
         queues: dict[str, deque[_Batch]] = {}
         for label, pairs in requests.items():
@@ -322,8 +316,6 @@ class ModelPool:
         return out
 
     def shutdown(self) -> None:
-        import ray
-
         for slots in self.slots.values():
             for slot in slots:
                 try:
