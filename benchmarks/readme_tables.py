@@ -249,7 +249,7 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
             inf_rows.append([i["backend"], _f(1e3 * i["per_item_s"] * doc["batch"], 2), _f(1e6 * i["per_item_s"], 1)])
         else:
             inf_rows.append([i["backend"], "not measured: " + i.get("error", "")[:80], "–"])
-    ratio_rows = [[r["backend"].split(" ")[0], r["method"], f"{r['n_items']:,}", _f(r["controller_over_inference"], 4)]
+    ratio_rows = [[r["backend"].split(" ")[0], r["method"], f"{r['n_items']:,}", f"{r['controller_over_inference']:.3g}"]
                   for r in doc.get("controller_vs_inference", [])]
     models = [[r["method"], str(r["n_models"]), _f(1e3 * r["round_s"], 1), _f(1e3 * r["per_model_s"], 2)]
               for r in doc.get("by_models", [])]
@@ -272,6 +272,9 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
 def scale_section(doc: dict[str, Any]) -> list[str]:
     rows = []
     for r in doc["runs"]:
+        if "skipped" in r:
+            rows.append([str(r["n_models"]), "not run", "–", "–", "–", "–", r["skipped"]])
+            continue
         if "error" in r:
             rows.append([str(r["n_models"]), "failed", "–", "–", "–", "–", r["error"][:120].replace("\n", " ")])
             continue
@@ -332,6 +335,25 @@ def plots(eff: dict | None, over: dict | None, pair: dict | None, eff_bm: dict |
         plt.close(fig)
 
 
+def gpu_section(docs: dict[str, dict[str, Any]]) -> list[str]:
+    """The hf backend vs bare transformers (benchmarks/gpu.py, owned by the backends work)."""
+    rows = []
+    for name, d in docs.items():
+        host, bare = d.get("host") or {}, d.get("bare_transformers") or {}
+        rows.append([f"`{name}.json`", str(d.get("device_name") or d.get("device")), str(d.get("model")),
+                     str(d.get("n_items")), _f(host.get("items_per_s")), _f(bare.get("items_per_s")),
+                     _f(host.get("tokens_per_s"), 1), _f(bare.get("tokens_per_s"), 1),
+                     _f(d.get("host_over_bare_items_per_s"))])
+    out = ["## Backend overhead: hf host vs bare transformers", ""]
+    if rows:
+        out += [_table(["result", "device", "model", "items", "host items/s", "bare items/s", "host tokens/s",
+                        "bare tokens/s", "host / bare"], rows), ""]
+    if not any("cuda" in str(d.get("device", "")) for d in docs.values()):
+        out += ["Not yet run on a GPU: only the CPU comparison above exists (see `benchmarks/gpu.py` for the "
+                "CUDA command).", ""]
+    return out
+
+
 def build(results_dir: Path = RESULTS_DIR) -> str:
     eff = _load("efficiency", results_dir)
     over = _load("overhead", results_dir)
@@ -346,6 +368,20 @@ def build(results_dir: Path = RESULTS_DIR) -> str:
              "`benchmarks/results/_quick/` and are not used here). Numbers were measured on a shared 2-core "
              "machine (other jobs running: load averages are recorded per benchmark), so timings are upper "
              "bounds.", ""]
+    made = []
+    for path in sorted(results_dir.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            continue
+        meta = doc.get("meta") or {}
+        first = doc.get("first_run_meta") or meta
+        cmds = [first.get("command") or "?"] + [f"python -m benchmarks {a}" for a in doc.get("appended", [])]
+        made.append([f"`benchmarks/results/{path.name}`", "<br>".join(f"`{c}`" for c in cmds),
+                     str(first.get("timestamp_utc") or "?"), f"`{(meta.get('git_commit') or doc.get('git_commit') or '?')[:12]}`"])
+    if made:
+        lines += ["**How these numbers were made** (each JSON also records machine, versions and seed):", "",
+                  _table(["result", "command(s)", "written (UTC)", "commit"], made), ""]
     if eff:
         lines += efficiency_section(
             eff, "## Sample efficiency on the recorded data (answers Cer-Eval: \"20–40% fewer items\")",
@@ -362,8 +398,7 @@ def build(results_dir: Path = RESULTS_DIR) -> str:
         lines += pairwise_section(pair)
     lines += overhead_section(over) if over else ["## Controller overhead", "", "_Not run yet._", ""]
     lines += scale_section(scale) if scale else ["## Scale", "", "_Not run yet: `python -m benchmarks scale`._", ""]
-    lines += ["## GPU", "", "See `benchmarks/gpu.py` (owned by the backends work); it has not run on a GPU from "
-              "this document's data.", ""]
+    lines += gpu_section({p.stem: json.loads(p.read_text()) for p in sorted(results_dir.glob("gpu*.json"))})
     text = "\n".join(lines).rstrip() + "\n"
     DOCS.mkdir(exist_ok=True)
     (DOCS / "results.md").write_text(text)
