@@ -8,8 +8,11 @@ it scored to ``$CERTEVAL_BACKEND_LOG``.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -28,6 +31,16 @@ pytestmark = pytest.mark.slow
 def infra(state_dir):
     prefect_api()
     return ray_address(state_dir)
+
+
+def _outside(line: str) -> bool:
+    """A traced connect() to an address outside 127.0.0.0/8 and ::1."""
+    for addr in re.findall(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)"', line):
+        host = next(a for a in addr if a)
+        host = host.removeprefix("::ffff:")
+        if not ipaddress.ip_address(host).is_loopback:
+            return True
+    return False
 
 
 def _rounds(folder) -> pd.DataFrame:
@@ -65,10 +78,17 @@ def test_sigkill_mid_run_then_rerun_equals_uninterrupted(infra, tmp_path):
     assert 0 < before < 2 * 160  # killed in the middle
     assert not (out / "run" / "results.json").exists()
 
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    trace = tmp_path / "connect.trace"
+    strace = shutil.which("strace")
+    wrapped = [strace, "-f", "-qq", "-e", "trace=connect", "-o", str(trace)] + argv if strace else argv
+    done = subprocess.run(wrapped, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     res = json.loads(done.stdout)
     assert res["pipeline"]["resumed"]
+
+    if strace:  # the resumed CLI (Prefect client, Ray driver, S3-less storage) touched loopback only
+        outside = [line for line in trace.read_text().splitlines() if "connect(" in line and _outside(line)]
+        assert not outside, outside[:3]
 
     calls = read_log(log)
     assert len(calls) == len(set(calls)), "a (model, item) was sent to the backend twice"
@@ -80,3 +100,11 @@ def test_sigkill_mid_run_then_rerun_equals_uninterrupted(infra, tmp_path):
     assert len(calls) == sum(m["n_scored"] for m in ref["models"])  # every scored item paid exactly once
     mine_rows, ref_rows = _rounds(out / "run"), _rounds(tmp_path / "ref" / "run")
     pd.testing.assert_frame_equal(mine_rows, ref_rows)
+
+
+def test_connect_filter_flags_outside_addresses():
+    line = 'connect(3, {sa_family=AF_INET, sin_port=htons(80), sin_addr=inet_addr("%s")}, 16) = 0'
+    assert _outside(line % "10.0.0.1") and _outside(line % "169.254.169.254")
+    assert not _outside(line % "127.0.0.1")
+    v6 = 'connect(4, {sa_family=AF_INET6, sin6_port=htons(1), inet_pton(AF_INET6, "%s", &sin6_addr)}, 28)'
+    assert not _outside(v6 % "::ffff:127.0.0.1") and not _outside(v6 % "::1") and _outside(v6 % "2001:db8::1")
