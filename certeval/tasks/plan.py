@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,6 @@ class RunPlan:
     num_gpus: float = 0.0
     in_flight: int = 2
     chunk_size: int | None = None  # items per actor call (default: batch_size split over replicas x in_flight)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def paired(self) -> bool:
@@ -77,7 +76,6 @@ class RunPlan:
 
     def config(self) -> dict[str, Any]:
         out = asdict(self)
-        out.pop("extra")
         out["versions"] = _versions()
         out["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         out["models"] = list(self.models)
