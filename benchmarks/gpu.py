@@ -45,7 +45,7 @@ def trivia_mc_items(n: int, seed: int) -> list[dict[str, Any]]:
     """n four-choice items from the trivia bank (``certeval.trivia.with_choices``)."""
     from certeval.trivia import load_trivia_bank, with_choices
 
-    frame = with_choices(load_trivia_bank(limit=n + n // 10 + 10, seed=seed), 4, seed=seed).head(n)
+    frame = with_choices(load_trivia_bank(limit=n, seed=seed), 4, seed=seed)
     return [{"item_id": r.item_id, "question": r.question, "choices": list(r.choices), "answer": int(r.answer)}
             for r in frame.itertuples()]
 

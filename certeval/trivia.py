@@ -101,11 +101,14 @@ def load_trivia_bank(categories: Iterable[str] | str | None = None, limit: int |
     return frame
 
 
-def with_choices(frame: pd.DataFrame, n_choices: int = 4, seed: int = 0) -> pd.DataFrame:
+def with_choices(frame: pd.DataFrame, n_choices: int = 4, seed: int = 0,
+                 pool: pd.DataFrame | None = None) -> pd.DataFrame:
     """A multiple-choice version: ``choices`` = the answer + ``n_choices - 1`` answers of other questions
     of the same category (none equal to an alias after normalisation), shuffled; ``answer`` = its index.
 
-    Items whose category has too few distinct other answers are dropped. Scored with ``mc-loglik``.
+    Distractors come from ``pool`` (default: every question of the frame's categories, so a small
+    sample still gets distractors). Items whose category has too few other answers are dropped.
+    Scored with ``mc-loglik``.
     """
     from .backends.scorers import normalize_answer
 
@@ -113,18 +116,20 @@ def with_choices(frame: pd.DataFrame, n_choices: int = 4, seed: int = 0) -> pd.D
         raise InputError(f"n_choices must be an integer >= 2, got {n_choices!r}")
     n_choices = int(n_choices)
     rng = np.random.default_rng(seed)
-    pools = {cat: sorted(set(group["answer"])) for cat, group in frame.groupby("subset")}
+    if pool is None:
+        pool = load_trivia_bank(categories=sorted(frame["subset"].unique()))
+    pools = {cat: sorted(set(group["answer"])) for cat, group in pool.groupby("subset")}
     rows = []
     for row in frame.itertuples(index=False):
         taken = {normalize_answer(a) for a in row.answers}
-        pool = [a for a in pools[row.subset] if normalize_answer(a) not in taken]
-        if len({normalize_answer(a) for a in pool}) < n_choices - 1:
+        others = [a for a in pools.get(row.subset, []) if normalize_answer(a) not in taken]
+        if len({normalize_answer(a) for a in others}) < n_choices - 1:
             continue
         distractors: list[str] = []
-        for index in rng.permutation(len(pool)):
-            if normalize_answer(pool[index]) not in taken:
-                distractors.append(pool[index])
-                taken.add(normalize_answer(pool[index]))
+        for index in rng.permutation(len(others)):
+            if normalize_answer(others[index]) not in taken:
+                distractors.append(others[index])
+                taken.add(normalize_answer(others[index]))
             if len(distractors) == n_choices - 1:
                 break
         choices = [row.answer, *distractors]

@@ -79,8 +79,8 @@ def ensure_converted() -> Path:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         (tmp / _MARKER).write_text(f"converted from {gguf}\n")
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
+        if target.exists() and not (target / _MARKER).is_file():
+            shutil.rmtree(target, ignore_errors=True)  # a leftover without the marker is incomplete
         os.replace(tmp, target)
     except OSError:
         if not (target / _MARKER).is_file():
