@@ -83,7 +83,7 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
     first = {**doc, "meta": doc.get("first_run_meta") or doc.get("meta")}
     out = [heading, "", _meta_line(first), ""]
     for extra in doc.get("appended", []):
-        out += [f"_Cells appended by `python -m benchmarks {extra}` (ratios against baselines re-run on the same "
+        out += [f"_Cells appended by `python -m benchmarks efficiency {extra}` (ratios against baselines re-run on the same "
                 f"reps), commit `{(doc.get('meta') or {}).get('git_commit')}`._", ""]
     out += [
            f"All {len(datasets)} bundled datasets. Models are split in half; rep r replays held-out model "
@@ -113,6 +113,8 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
     for m in methods:
         for goal in goals:
             sel = [by[(d, m, goal)] for d in datasets if (d, m, goal) in by]
+            if not sel or sel[0].get("same_guarantee_baseline") == m:
+                continue  # a baseline against itself says nothing
             ratios = [c["items_ratio_same_guarantee"] for c in sel if c.get("items_ratio_same_guarantee") is not None]
             covs = [c["coverage"] for c in sel if c.get("coverage") is not None]
             if not ratios:
@@ -148,6 +150,12 @@ def efficiency_gap(doc: dict[str, Any]) -> list[str]:
         s = sorted(1 - c["items_ratio_vs_uniform"] for c in ada)
         lines.append(f"certeval's `adaptive` (variance-adaptive allocation over sub-datasets) vs `uniform` with the "
                      f"identical interval: {_f(s[0], 2)} … {_f(s[-1], 2)} (median {_f(s[len(s) // 2], 2)}).")
+    worse = [c for c in cells if c["method"] != c.get("same_guarantee_baseline")
+             and (c.get("items_ratio_same_guarantee") or 0) > 1.2]
+    if worse:
+        lines.append("Cells where a method needed more than 1.2× the items of its same-guarantee baseline: "
+                     + ", ".join(f"{c['dataset']}/{c['method']}/{c['goal']} ×{_f(c['items_ratio_same_guarantee'])}"
+                                 for c in worse) + ".")
     covs = [(c["coverage"], c) for c in cells if c.get("coverage") is not None]
     low = min(covs, key=lambda t: t[0]) if covs else None
     below = [c for v, c in covs if c["coverage_ci95"][1] < 0.95] if covs else []
@@ -376,7 +384,8 @@ def build(results_dir: Path = RESULTS_DIR) -> str:
             continue
         meta = doc.get("meta") or {}
         first = doc.get("first_run_meta") or meta
-        cmds = [first.get("command") or "?"] + [f"python -m benchmarks {a}" for a in doc.get("appended", [])]
+        cmds = [first.get("command") or "?"] + [f"python -m benchmarks {path.stem.split('_')[0]} {a}"
+                                                for a in doc.get("appended", [])]
         made.append([f"`benchmarks/results/{path.name}`", "<br>".join(f"`{c}`" for c in cmds),
                      str(first.get("timestamp_utc") or "?"), f"`{(meta.get('git_commit') or doc.get('git_commit') or '?')[:12]}`"])
     if made:
@@ -390,7 +399,7 @@ def build(results_dir: Path = RESULTS_DIR) -> str:
         lines += efficiency_section(
             eff_bm, "### The same with the plain bank mean as the estimand (seed 000's setting, no sub-dataset "
                     "union bound)", "savings_vs_goal_bank_mean.png") + efficiency_gap(eff_bm)
-    else:
+    if not eff:
         lines += ["## Sample efficiency", "", "_Not run yet: `python -m benchmarks efficiency`._", ""]
     if faqs:
         lines += faq_section(faqs)
