@@ -94,3 +94,16 @@ def test_ray_path_gives_the_in_process_numbers_and_stores_a_run(tmp_path):
     stored = json.loads((tmp_path / "bt" / "results.json").read_text())
     assert stored["kind"] == "backtest" and len(stored["cells"]) == 2 and url.endswith("bt")
     assert len(pd.read_parquet(tmp_path / "bt" / "reps.parquet")) == 12
+
+
+def test_one_call_backtest_stores_a_run_with_its_baseline(tmp_path):
+    from certeval.backtest.ray_fanout import backtest
+
+    out = backtest("bundled:helm_mmlu", "adaptive", "halfwidth:0.1", 4, 1, use_ray=False,
+                   output=str(tmp_path / "run"), models=["openai_davinci", "openai_ada"], progress=None)
+    cells = {c["method"]: c for c in out["cells"]}
+    assert set(cells) == {"adaptive", "uniform"} and cells["uniform"]["items_ratio_vs_uniform"] == 1.0
+    assert {p.name for p in (tmp_path / "run").iterdir()} == {"config.json", "reps.parquet", "results.json"}
+    with pytest.raises(Exception, match="unknown model"):
+        backtest("bundled:helm_mmlu", "adaptive", "halfwidth:0.1", 2, 1, use_ray=False, models=["nope"],
+                 progress=None)

@@ -492,10 +492,13 @@ def history_features(history: np.ndarray, n_features: int = 8) -> np.ndarray:
 
 
 def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
-                   max_eval_models: int | None = None, mean_of_means: bool = True) -> DatasetArrays:
+                   max_eval_models: int | None = None, mean_of_means: bool = True,
+                   models: Sequence[str] | None = None, features: bool = True) -> DatasetArrays:
     """Load ``bundled:<name>``; split models into history (features) and evaluated halves.
 
-    The evaluated models never contribute to the features their own reps use.
+    The evaluated models never contribute to the features their own reps use. With
+    ``features=False`` (methods that need none) no split is made: every model, or those named
+    in ``models``, is evaluated.
     ``mean_of_means`` picks the estimand: the mean of sub-dataset means (seed 004, eq. 1) or
     the plain bank mean (every item weighs 1/N, as in seed 000's experiments).
     """
@@ -503,11 +506,32 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
 
     frame = load_scores(f"bundled:{name}" if ":" not in name and "/" not in name else name)
     bank = bank_from_scores(frame)
-    models = sorted(frame["model"].unique())
-    order = np.random.default_rng(split_seed).permutation(len(models))
-    n_hist = max(1, len(models) // 2)
-    hist_models = [models[i] for i in order[:n_hist]]
-    eval_models = [models[i] for i in sorted(order[n_hist:])]
+    all_models = sorted(frame["model"].unique())
+    if models is not None:
+        missing = [m for m in models if m not in set(all_models)]
+        if missing:
+            raise InputError(f"unknown model {missing[0]!r} in {name!r}; it has {len(all_models)} models")
+    if not features:
+        eval_models = list(models) if models is not None else all_models
+        if max_eval_models is not None:
+            eval_models = eval_models[:max_eval_models]
+        label = name.split(":")[-1]
+        return DatasetArrays(
+            name=label, spec=bank.spec(mean_of_means=mean_of_means), models=tuple(eval_models),
+            matrix=score_matrix(frame, eval_models, bank),
+            notes={"n_models": len(all_models), "n_eval_models": len(eval_models), "n_items": bank.n_items,
+                   "n_subsets": int(bank.spec().n_subsets), "features": "none",
+                   "estimand": "mean of sub-dataset means" if mean_of_means else "bank mean"})
+    order = np.random.default_rng(split_seed).permutation(len(all_models))
+    n_hist = max(1, len(all_models) // 2)
+    hist_models = [all_models[i] for i in order[:n_hist]]
+    eval_models = [all_models[i] for i in sorted(order[n_hist:])]
+    if models is not None:  # named models: evaluate those, features from every other model
+        wanted = set(models)
+        hist_models = [m for m in all_models if m not in wanted]
+        eval_models = list(models)
+        if not hist_models:
+            raise InputError("item features come from models not being evaluated; name fewer models")
     if max_eval_models is not None:
         eval_models = eval_models[:max_eval_models]
     hist = score_matrix(frame, hist_models, bank)
@@ -519,7 +543,7 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
         spec=bank.spec(features=feats, mean_of_means=mean_of_means),
         models=tuple(eval_models),
         matrix=matrix,
-        notes={"n_models": len(models), "n_history_models": len(hist_models), "n_eval_models": len(eval_models),
+        notes={"n_models": len(all_models), "n_history_models": len(hist_models), "n_eval_models": len(eval_models),
                "n_items": bank.n_items, "n_subsets": int(bank.spec().n_subsets),
                "estimand": "mean of sub-dataset means" if mean_of_means else "bank mean",
                "features": f"history item factors: mean score + {feats.shape[1] - 1} SVD components over "
@@ -540,15 +564,21 @@ def backtest(
     use_ray: bool = True,
     ray_address: str | None = None,
     output: str | None = None,
+    models: Sequence[str] | None = None,
+    mean_of_means: bool = True,
     progress: ProgressFn | None = print_progress,
 ) -> dict[str, Any]:
     """One-call backtest of ``method`` (and the ``baseline`` at the same goal) on a scores file.
+
+    Reps cycle over ``models`` (default: every model; for a method that needs item features,
+    the half of the models not used to build them — see :func:`dataset_arrays`).
 
     This is what ``certeval backtest --ray`` should call. Returns ``{"cells": summary, "url": ...}``.
     """
     parse_goal(goal)
     reps = check_positive_int(reps, "reps")
-    data = dataset_arrays(scores)
+    needs = bool(getattr(make_method(method, **(params or {})), "needs_features", False))
+    data = dataset_arrays(scores, models=models, features=needs, mean_of_means=mean_of_means)
     methods = [method] + ([baseline] if baseline and baseline != method else [])
     cells = [Cell(data.name, m, goal, reps, batch_size, tuple(sorted((params or {}).items())) if m == method else ())
              for m in methods]
