@@ -87,8 +87,11 @@ def fit_exponent(sizes: list[int], times: list[float]) -> dict:
         return {"exponent": None, "prefactor_s": None}
     b, loga = np.polyfit(x, y, 1)
     resid = y - (loga + b * x)
+    # fixed per-round costs dominate small banks, so also give the slope between the two largest sizes
+    local = float((y[-1] - y[-2]) / (x[-1] - x[-2]))
     return {"exponent": float(b), "prefactor_s": float(np.exp(loga)),
-            "rms_log_residual": float(np.sqrt(np.mean(resid ** 2)))}
+            "rms_log_residual": float(np.sqrt(np.mean(resid ** 2))),
+            "exponent_largest_two": local, "largest_two": [int(sizes[-2]), int(sizes[-1])]}
 
 
 def replay_inference(batch: int) -> dict:
