@@ -39,6 +39,7 @@ def test_write_result_records_metadata(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 def test_all_quick_runs_every_benchmark():
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     started = {p: p.stat().st_mtime for p in QUICK.glob("*.json")} if QUICK.is_dir() else {}

@@ -102,6 +102,10 @@ def run(args) -> int:
 
     claim_run(plan)  # a changed config of an existing run id stops here, nothing overwritten
     results = run_plan(plan, progress=want_progress(args.json))
+    from ..report import write_report
+
+    # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
+    results["report"] = write_report(results["run_folder"]).files.get("report.md")
     if args.json:
         print_json(results)
     else:
