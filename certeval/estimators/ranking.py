@@ -9,6 +9,14 @@ simultaneously.  Holm's step-down would reject more but controls only the direct
 verdicts, not the equivalence statements, so it is not used.  (Arviv et al., seed 004
 §6.2, apply no multiplicity correction.)
 
+Two exact computations of the same pair statistics: ``path="pairs"`` materialises each pair's
+score rows (``P x n``, fine for tens of models); ``path="gram"`` (default once ``P * n`` is
+large) uses that a paired difference's sum and sum of squares follow from per-model sums and
+the Gram matrix ``X X^T`` of the scored columns, per subset (``sum d^2 = q_a + q_b - 2 G_ab``),
+updated look by look: ``O(M^2 n)`` time and ``O(S M^2)`` memory instead of ``O(M^2 n)`` memory,
+so all 1,989 models of ``openllm_tiny`` (2M pairs) rank in seconds.  Both give the same
+verdicts; floats agree to rounding (tests/test_scale_paths.py).
+
 A model stops being sampled once all its pairs are decided.  A model joins the tie group
 of the best model above it unless that pair was separated (a directional verdict);
 pairs equivalent within the margin or undecided when the bank ran out are not separated.
@@ -16,14 +24,66 @@ pairs equivalent within the margin or undecided when the bank ran out are not se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
 
 from ._validation import InputError, check_alpha
-from .comparison import A_GT_B, B_GT_A, RULES, VERDICTS, Comparison, ComparisonDesign, run_sequential_pairs
+from .comparison import (A_GT_B, B_GT_A, RULES, UNDECIDED, VERDICTS, Comparison, ComparisonDesign,
+                         run_sequential_pairs)
 from .results import _clean
+from .sequential import boundary_multiplier
+
+PATHS = ("auto", "pairs", "gram")
+# above this many pair-cells (P * n) "auto" takes the Gram path: the pairs path would hold 2 * P * n floats
+GRAM_MIN_CELLS = 5_000_000
+
+
+@dataclass(frozen=True)
+class PairTable:
+    """Every pair's outcome as arrays (pair ``p`` compares ``names[a[p]]`` with ``names[b[p]]``).
+
+    Two million :class:`Comparison` objects would cost seconds and gigabytes per look, so a
+    ranking keeps arrays and builds comparisons only when asked.
+    """
+
+    names: tuple[str, ...]
+    a: np.ndarray
+    b: np.ndarray
+    verdict: np.ndarray  # codes into VERDICTS
+    look: np.ndarray  # 1-based look of the decision, 0 = undecided
+    used: np.ndarray
+    diff: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    n_total: int
+    design: ComparisonDesign
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    @property
+    def decided(self) -> np.ndarray:
+        return self.verdict != UNDECIDED
+
+    def comparison(self, p: int) -> Comparison:
+        code, d = int(self.verdict[p]), self.design
+        return Comparison(
+            self.names[self.a[p]], self.names[self.b[p]], int(self.used[p]), self.n_total, float(self.diff[p]),
+            float(max(-1.0, self.lower[p])), float(min(1.0, self.upper[p])), VERDICTS[code], RULES[code],
+            int(self.look[p]) or None, d.describe(), 1 - d.alpha, d.statistic, d.goal, float(d.margin),
+            exact=bool(self.used[p] == self.n_total))
+
+    def columns(self) -> dict[str, Any]:
+        """Column arrays (JSON/Parquet-ready): model names, verdict, rule, look, items, diff and bounds."""
+        names = np.asarray(self.names, dtype=object)
+        return {"model_a": names[self.a], "model_b": names[self.b],
+                "verdict": np.asarray(VERDICTS, dtype=object)[self.verdict],
+                "rule": np.asarray(RULES, dtype=object)[self.verdict], "look": self.look.astype(np.int64),
+                "n_items": self.used.astype(np.int64), "diff": self.diff, "lower": np.maximum(-1.0, self.lower),
+                "upper": np.minimum(1.0, self.upper)}
 
 
 @dataclass(frozen=True)
@@ -35,24 +95,39 @@ class Ranking:
     means: tuple[float, ...]  # mean score of each model in ``models`` order, over the items it was scored on
     items_used: tuple[int, ...]  # items scored per model (``models`` order)
     n_total: int
-    comparisons: tuple[Comparison, ...]
-    alpha: float
-    correction: str
-    guarantee: str
+    pairs: PairTable = field(compare=False, repr=False)
+    alpha: float = 0.05
+    correction: str = "bonferroni"
+    guarantee: str = ""
+
+    @cached_property
+    def comparisons(self) -> tuple[Comparison, ...]:
+        """Each pair's decision and CI (built on first access)."""
+        return tuple(self.pairs.comparison(p) for p in range(len(self.pairs)))
+
+    @cached_property
+    def _rank(self) -> dict[str, int]:
+        return {m: i + 1 for i, group in enumerate(self.tie_groups) for m in group}
 
     def rank_of(self, model: str) -> int:
         """1-based tie-group rank of a model."""
-        for i, group in enumerate(self.tie_groups):
-            if model in group:
-                return i + 1
-        raise InputError(f"model {model!r} is not in the ranking")
+        if model not in self._rank:
+            raise InputError(f"model {model!r} is not in the ranking")
+        return self._rank[model]
+
+    def undecided_models(self) -> list[str]:
+        """Models with at least one undecided pair (still to be sampled), in input order."""
+        open_ = ~self.pairs.decided
+        idx = np.unique(np.concatenate([self.pairs.a[open_], self.pairs.b[open_]]))
+        return [self.pairs.names[k] for k in idx]
 
     @property
     def fraction_used(self) -> float:
         return float(np.sum(self.items_used)) / (len(self.models) * self.n_total)
 
-    def to_dict(self) -> dict[str, Any]:
-        return _clean({
+    def to_dict(self, comparisons: bool = True) -> dict[str, Any]:
+        """JSON-able summary; ``comparisons=False`` leaves out the per-pair list (millions for large M)."""
+        out = _clean({
             "models": list(self.models),
             "tie_groups": [list(g) for g in self.tie_groups],
             "means": list(self.means),
@@ -62,8 +137,12 @@ class Ranking:
             "alpha": self.alpha,
             "correction": self.correction,
             "guarantee": self.guarantee,
-            "comparisons": [c.to_dict() for c in self.comparisons],
+            "n_pairs": len(self.pairs),
+            "n_pairs_decided": int(self.pairs.decided.sum()),
         })
+        if comparisons:
+            out["comparisons"] = [c.to_dict() for c in self.comparisons]
+        return out
 
 
 def pair_indices(m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -92,13 +171,14 @@ def tie_groups(names: Sequence[str], means: np.ndarray, separated: np.ndarray) -
 
 def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int], *, alpha: float = 0.05,
                 margin: float = 0.0, design: ComparisonDesign | None = None, correction: str = "bonferroni",
-                subsets: np.ndarray | None = None, n_subsets: int | None = None) -> Ranking:
+                subsets: np.ndarray | None = None, n_subsets: int | None = None, path: str = "auto") -> Ranking:
     """Sequentially rank models from ``scores`` (``(M, n)``, columns in the shared scoring order).
 
     Looks after ``look_n[k]`` items (the last look may be ``< n`` for a budget).  ``design``
     sets statistic / spending / guarantee; its ``alpha`` is replaced by ``alpha / P``
     (``correction="bonferroni"``) or kept (``"none"``, for demonstration only: no
-    family-wise control).  The bank size is ``n``.
+    family-wise control).  The bank size is ``n``.  ``path``: ``"pairs"`` (per-pair score rows),
+    ``"gram"`` (per-model sums and Gram matrices; group-sequential guarantee only) or ``"auto"``.
     """
     scores = np.asarray(scores, dtype=float)
     if scores.ndim != 2 or scores.shape[0] != len(names):
@@ -112,6 +192,8 @@ def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int],
     alpha = check_alpha(alpha)
     if correction not in ("bonferroni", "none"):
         raise InputError(f"correction must be bonferroni or none, got {correction!r}")
+    if path not in PATHS:
+        raise InputError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
     m, n = scores.shape
     ii, jj = pair_indices(m)
     n_pairs = len(ii)
@@ -121,8 +203,18 @@ def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int],
     look_n = [int(x) for x in look_n if 0 < x <= n]
     if not look_n:
         raise InputError("no look: look sizes must lie in [1, number of items]")
-    res = run_sequential_pairs(scores[ii], scores[jj], look_n, pair_design, n_total=n, subsets=subsets,
-                               n_subsets=n_subsets)
+    if path == "gram" and pair_design.guarantee != "group-sequential":
+        raise InputError("path='gram' computes the group-sequential statistic; the anytime confidence sequence "
+                         "needs path='pairs'")
+    if path == "auto":
+        big = n_pairs * n >= GRAM_MIN_CELLS
+        path = "gram" if big and pair_design.guarantee == "group-sequential" else "pairs"
+    if path == "gram":
+        res = gram_sequential_pairs(scores, ii, jj, look_n, pair_design, n_total=n, subsets=subsets,
+                                    n_subsets=n_subsets)
+    else:
+        res = run_sequential_pairs(scores[ii], scores[jj], look_n, pair_design, n_total=n, subsets=subsets,
+                                   n_subsets=n_subsets)
     separated = np.zeros((m, m), dtype=bool)
     directional = np.isin(res["verdict"], (A_GT_B, B_GT_A))
     separated[ii, jj] = directional
@@ -136,22 +228,112 @@ def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int],
     order = [k for g in groups for k in g]
     guarantee = (pair_design.describe() + f"; family-wise over {n_pairs} pairs by "
                  + ("Bonferroni on the spending (alpha/P per pair)" if correction == "bonferroni" else "NO correction"))
-    comparisons = []
-    for p in range(n_pairs):
-        code = int(res["verdict"][p])
-        comparisons.append(Comparison(
-            names[ii[p]], names[jj[p]], int(res["used"][p]), n, float(res["diff"][p]),
-            float(max(-1.0, res["lower"][p])), float(min(1.0, res["upper"][p])), VERDICTS[code], RULES[code],
-            int(res["look"][p]) or None, pair_design.describe(), 1 - pair_alpha, pair_design.statistic,
-            pair_design.goal, float(pair_design.margin), exact=bool(res["used"][p] == n)))
+    table = PairTable(tuple(str(x) for x in names), ii, jj, res["verdict"], res["look"], res["used"], res["diff"],
+                      res["lower"], res["upper"], n, pair_design)
     return Ranking(
         models=tuple(names[k] for k in order),
         tie_groups=tuple(tuple(names[k] for k in g) for g in groups),
         means=tuple(float(means[k]) for k in order),
         items_used=tuple(int(used[k]) for k in order),
         n_total=n,
-        comparisons=tuple(comparisons),
+        pairs=table,
         alpha=alpha,
         correction=correction,
         guarantee=guarantee,
     )
+
+
+def gram_sequential_pairs(scores: np.ndarray, ii: np.ndarray, jj: np.ndarray, look_n: list[int],
+                          design: ComparisonDesign, n_total: int, subsets: np.ndarray | None = None,
+                          n_subsets: int | None = None) -> dict[str, np.ndarray]:
+    """:func:`~.comparison.run_sequential_pairs` for pairs ``(ii[p], jj[p])`` of the rows of ``scores``, from
+    sufficient statistics.
+
+    Per subset ``s`` and model, running sums ``u`` and sums of squares ``q`` of the scores, and the
+    Gram matrix ``G = X X^T`` of the scored columns, are updated with each look's new columns.  A
+    pair's differences then have ``sum d = u_a - u_b`` and ``sum d^2 = q_a + q_b - 2 G_ab``, which
+    give the per-subset mean and ddof-1 variance of :func:`.sequential.mean_of_means` (same floor
+    ``1/n_s``).  Unpaired: each model's own mean and variance from ``u`` and ``q``.  Undecided
+    pairs are evaluated at every look; decided pairs keep their stop.
+    """
+    if design.guarantee != "group-sequential":
+        raise InputError("the Gram path computes the group-sequential statistic only")
+    x_all = np.asarray(scores, dtype=float)
+    m, n = x_all.shape
+    plain = subsets is None
+    codes = np.zeros(n, dtype=np.int64) if plain else np.asarray(subsets, dtype=np.int64)[:n]
+    n_sub = 1 if plain else int(n_subsets if n_subsets is not None else codes.max() + 1)
+    paired = design.statistic == "paired"
+    pairs = len(ii)
+    verdict = np.full(pairs, UNDECIDED)
+    look = np.zeros(pairs, dtype=np.int64)
+    used = np.zeros(pairs, dtype=np.int64)
+    out = {k: np.full(pairs, np.nan) for k in ("diff", "lower", "upper")}
+    counts = np.zeros(n_sub, dtype=np.int64)
+    sums = np.zeros((n_sub, m))
+    squares = np.zeros((n_sub, m))
+    gram = np.zeros((n_sub, m, m)) if paired else None
+    open_idx = np.arange(pairs)
+    prev = 0
+    for k, n_k in enumerate(look_n):
+        if open_idx.size == 0:
+            break
+        block, block_codes = x_all[:, prev:n_k], codes[prev:n_k]
+        for s in range(n_sub):
+            x = block[:, block_codes == s]
+            if x.shape[1] == 0:
+                continue
+            counts[s] += x.shape[1]
+            sums[s] += x.sum(axis=1)
+            squares[s] += (x * x).sum(axis=1)
+            if paired:
+                gram[s] += x @ x.T
+        prev = n_k
+        a, b = ii[open_idx], jj[open_idx]
+        diff, var = _pair_mean_var(sums, squares, gram, counts, a, b, plain)
+        c = boundary_multiplier(design.spending, design.alpha, list(look_n[: k + 1]), n_total, design.look_size,
+                                design.sides)
+        half = c * np.sqrt(var)
+        lower, upper = diff - half, diff + half
+        v = design.verdict_codes(lower, upper)
+        out["diff"][open_idx], out["lower"][open_idx], out["upper"][open_idx] = diff, lower, upper
+        used[open_idx] = n_k
+        decided = v != UNDECIDED
+        verdict[open_idx[decided]] = v[decided]
+        look[open_idx[decided]] = k + 1
+        open_idx = open_idx[~decided]
+    return {"verdict": verdict, "look": look, "used": used, **out}
+
+
+def _pair_mean_var(sums: np.ndarray, squares: np.ndarray, gram: np.ndarray | None, counts: np.ndarray,
+                   a: np.ndarray, b: np.ndarray, plain: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Mean-of-means difference and its variance for pairs ``(a, b)`` (seed 004 eq. 1; as ``mean_of_means``)."""
+    n_sub = len(counts)
+    if plain and counts[0] < 2:  # as mean_of_means: the mean is defined from one item, the variance is not
+        n0 = counts[0]
+        diff = (sums[0, a] - sums[0, b]) / n0 if n0 else np.full(len(a), np.nan)
+        return diff, np.full(len(a), np.nan)
+    if (counts < 2).any():
+        nan = np.full(len(a), np.nan)
+        return nan, nan
+    diff = np.zeros(len(a))
+    var = np.zeros(len(a))
+    for s in range(n_sub):
+        n_s = float(counts[s])
+        if gram is not None:
+            sd = sums[s, a] - sums[s, b]
+            sdd = squares[s, a] + squares[s, b] - 2.0 * gram[s][a, b]
+            diff += sd / n_s
+            var += _floored_var(sd, sdd, n_s) / n_s
+        else:
+            for sign, idx in ((1.0, a), (-1.0, b)):
+                su = sums[s, idx]
+                diff += sign * su / n_s
+                var += _floored_var(su, squares[s, idx], n_s) / n_s
+    return diff / n_sub, var / n_sub**2
+
+
+def _floored_var(total: np.ndarray, total_sq: np.ndarray, n: float) -> np.ndarray:
+    """ddof-1 sample variance from sums, floored at ``1/n`` (as ``mean_of_means(var_floor=True)``)."""
+    var = np.maximum(total_sq - total * total / n, 0.0) / (n - 1.0)
+    return np.maximum(var, 1.0 / n)
