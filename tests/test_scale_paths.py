@@ -118,3 +118,30 @@ def test_large_ranking_is_compact_and_fast():
     d = r.to_dict(comparisons=False)
     assert d["n_pairs"] == 300 * 299 // 2 and "comparisons" not in d
     assert len(r.pairs.columns()["verdict"]) == d["n_pairs"]
+
+
+def test_one_worker_serves_many_replay_models_from_one_table(tmp_path):
+    """Replay specs of one file form one actor group; its worker answers each model's recorded scores
+    and writes each model's cache; other backends keep their own group."""
+    from certeval.backends.pool import ModelWorker, group_models
+    from certeval.backends.replay import ReplayTable
+    from certeval.banks import load_scores
+    from certeval.storage import ScoreCache, filesystem
+
+    frame = load_scores("bundled:helm_mmlu")
+    names = sorted(frame["model"].unique())[:3]
+    specs = {n: f"replay:bundled:helm_mmlu#{n}" for n in names}
+    groups = group_models({**specs, "lm": "hf:bundled:smollm2", "solo": "replay:bundled:openllm_arc#x"})
+    assert sorted(map(sorted, groups.values())) == sorted([sorted(names), ["lm"], ["solo"]])
+    assert "lm" in groups and "solo" in groups
+    caches = {n: str(tmp_path / f"c{i}") for i, n in enumerate(names)}
+    worker = ModelWorker(specs, caches, None)
+    assert len({id(h.table) for h in worker.hosts.values()}) == 1
+    assert ReplayTable.shared("bundled:helm_mmlu") is next(iter(worker.hosts.values())).table
+    ids = list(frame["item_id"].drop_duplicates()[:7])
+    parts = [(n, [{"item_id": i} for i in ids], [f"k{i}" for i in ids]) for n in names]
+    out = worker.score(parts)
+    truth = frame.set_index(["model", "item_id"])["score"]
+    for n, results in zip(names, out):
+        assert [r["score"] for r in results] == [float(truth[(n, i)]) for i in ids]
+        assert set(ScoreCache(*filesystem(caches[n])).load()) == {f"k{i}" for i in ids}

@@ -5,6 +5,12 @@ One :class:`ModelPool` holds, per model, ``replicas`` named actors, each wrappin
 ``in_flight`` batches queued per actor, so inference never waits on the
 controller, and absorbs results in arrival order (``ray.wait``).
 
+Replay models of the same scores file (same options) share one group of
+``replicas`` actors: each such actor loads the table once and serves all of them
+(``ReplayTable.shared``), and a batch carries parts for several models. Rankings
+of thousands of recorded models then need two actors, not thousands. Every other
+backend keeps one actor group per model.
+
 Exactly-once scoring:
 
 * scoring calls never retry inside Ray (``max_task_retries=0``): a call that
@@ -105,53 +111,64 @@ def _forwarded_env() -> dict[str, str]:
 
 
 class ModelWorker:
-    """The body of one model actor: a host, the score cache and the call log."""
+    """The body of one actor: a host per model it serves (one, or every replay model of a file),
+    their score caches and the call log."""
 
-    def __init__(self, spec_text: str, label: str, cache_url: str | None, call_log: str | None,
+    def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], call_log: str | None,
                  host_kwargs: dict[str, Any] | None = None) -> None:
         from .base import make_host
 
-        self.label = label
-        self.host = make_host(spec_text, **(host_kwargs or {}))
-        self.cache = None
-        if cache_url:
-            from ..storage import ScoreCache, filesystem
+        self.hosts = {label: make_host(text, **(host_kwargs or {})) for label, text in specs.items()}
+        self.caches: dict[str, Any] = {}
+        for label, url in cache_urls.items():
+            if url:
+                from ..storage import ScoreCache, filesystem
 
-            self.cache = ScoreCache(*filesystem(cache_url))
+                self.caches[label] = ScoreCache(*filesystem(url))
         self.call_log = call_log or os.environ.get(CALL_LOG_ENV)
 
     def ping(self) -> int:
         return os.getpid()
 
     @ray.method(max_task_retries=0)  # a retried call could score a batch twice; lost batches are re-sent by the driver
-    def score(self, items: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
+    def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]]) -> list[list[dict[str, Any]]]:
+        """Score ``[(label, items, keys), ...]``; each part is cached before anything is returned."""
         from ..storage import ScoreCache
 
-        results = self.host.score(items)
-        if len(results) != len(items):
-            raise RuntimeError(f"host for {self.label!r} returned {len(results)} results for {len(items)} items")
-        if self.cache is not None:  # persist before returning: a dead driver loses nothing paid for
-            rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k}
-                    for r, k in zip(results, keys)]
-            for row in rows:
-                row["tokens"] = int(row["tokens"] or 0)
-                row["latency_s"] = float(row["latency_s"] or 0.0)
-            self.cache.add(rows)
+        out, log = [], []
+        for label, items, keys in parts:
+            results = self.hosts[label].score(items)
+            if len(results) != len(items):
+                raise RuntimeError(f"host for {label!r} returned {len(results)} results for {len(items)} items")
+            cache = self.caches.get(label)
+            if cache is not None:  # persist before returning: a dead driver loses nothing paid for
+                rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k}
+                        for r, k in zip(results, keys)]
+                for row in rows:
+                    row["tokens"] = int(row["tokens"] or 0)
+                    row["latency_s"] = float(row["latency_s"] or 0.0)
+                cache.add(rows)
+            log.extend(f"{label}\t{r['item_id']}\n" for r in results)
+            out.append(results)
         if self.call_log:
             with open(self.call_log, "a") as handle:  # O_APPEND: one write, no interleaving
-                handle.write("".join(f"{self.label}\t{r['item_id']}\n" for r in results))
-        return results
+                handle.write("".join(log))
+        return out
 
     def close(self) -> None:
-        self.host.close()
+        for host in self.hosts.values():
+            host.close()
 
 
 @dataclass
 class _Batch:
-    label: str
-    items: list[dict[str, Any]]
-    keys: list[str]
+    group: str
+    parts: list[tuple[str, list[dict[str, Any]], list[str]]]  # (label, items, keys)
     attempts: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(len(items) for _, items, _ in self.parts)
 
 
 @dataclass
@@ -200,28 +217,32 @@ class ModelPool:
         self.call_log = call_log
         self.host_kwargs = dict(host_kwargs or {})
         self.prefix = f"{run_id or 'pool'}-{uuid.uuid4().hex[:6]}"
-        self.slots: dict[str, list[_Slot]] = {}
+        self.groups = group_models(self.models)  # actor group -> labels it serves
+        self.group_of = {label: g for g, labels in self.groups.items() for label in labels}
+        self.slots: dict[str, list[_Slot]] = {}  # actor group -> its replicas
         self.stats = PoolStats()
 
     # -- actors -------------------------------------------------------------
     def _actor_class(self):
         return ray.remote(ModelWorker)
 
-    def _new_actor(self, label: str, replica: int, generation: int) -> _Slot:
-        spec = self.models[label]
-        cpus = self.num_cpus if self.num_cpus is not None else (0.0 if spec.startswith("replay:") else 1.0)
-        name = f"{self.prefix}/{label}/{replica}/g{generation}"
+    def _new_actor(self, group: str, replica: int, generation: int) -> _Slot:
+        labels = self.groups[group]
+        replay = all(self.models[label].startswith("replay:") for label in labels)
+        cpus = self.num_cpus if self.num_cpus is not None else (0.0 if replay else 1.0)
+        name = f"{self.prefix}/{group}/{replica}/g{generation}"
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
             max_task_retries=0, runtime_env={"env_vars": _forwarded_env()},
-        ).remote(spec, label, self.cache_urls.get(label), self.call_log, self.host_kwargs)
-        return _Slot(label, replica, handle, name, generation)
+        ).remote({label: self.models[label] for label in labels},
+                 {label: self.cache_urls.get(label) for label in labels}, self.call_log, self.host_kwargs)
+        return _Slot(group, replica, handle, name, generation)
 
     def start(self) -> "ModelPool":
         """Create every actor and wait until each host is built (errors surface here, once)."""
         self._cls = self._actor_class()
-        for label in self.models:
-            self.slots[label] = [self._new_actor(label, r, 0) for r in range(self.replicas)]
+        for group in self.groups:
+            self.slots[group] = [self._new_actor(group, r, 0) for r in range(self.replicas)]
         pings = {s.handle.ping.remote(): s for slots in self.slots.values() for s in slots}
         try:
             ray.get(list(pings))
@@ -234,7 +255,9 @@ class ModelPool:
         return self
 
     def actor_names(self, label: str | None = None) -> list[str]:
-        return [s.name for lab, slots in self.slots.items() if label in (None, lab) for s in slots]
+        """Names of all actors, or of those serving ``label``."""
+        group = None if label is None else self.group_of.get(label)
+        return [s.name for g, slots in self.slots.items() if label is None or g == group for s in slots]
 
     def _replace(self, slot: _Slot) -> None:
         try:
@@ -257,24 +280,24 @@ class ModelPool:
         """
         t0 = time.perf_counter()
         queues: dict[str, deque[_Batch]] = {}
-        for label, pairs in requests.items():
-            if label not in self.slots:
+        for label in requests:
+            if label not in self.group_of:
                 raise InputError(f"model {label!r} is not hosted by this pool")
-            queue = deque()
-            for i in range(0, len(pairs), max(1, batch_size)):
-                chunk = pairs[i:i + batch_size]
-                queue.append(_Batch(label, [it for _, it in chunk], [k for k, _ in chunk]))
-            queues[label] = queue
+        for group, labels in self.groups.items():
+            queue = self._batches(group, [(label, requests[label]) for label in labels if requests.get(label)],
+                                  max(1, batch_size))
+            if queue:
+                queues[group] = queue
         out: dict[str, list[dict[str, Any]]] = {label: [] for label in requests}
         running: dict[Any, tuple[_Batch, _Slot, int]] = {}
 
         def fill() -> None:
-            for label, queue in queues.items():
-                for slot in self.slots[label]:
+            for group, queue in queues.items():
+                for slot in self.slots[group]:
                     while queue and slot.outstanding < self.in_flight:
                         batch = queue.popleft()
                         batch.attempts += 1
-                        ref = slot.handle.score.remote(batch.items, batch.keys)
+                        ref = slot.handle.score.remote(batch.parts)
                         slot.outstanding += 1
                         running[ref] = (batch, slot, slot.generation)
                         self.stats.batches += 1
@@ -288,14 +311,15 @@ class ModelPool:
             if slot.generation == generation:
                 slot.outstanding -= 1
             try:
-                results = ray.get(ref)
+                results_per_part = ray.get(ref)
             except ray.exceptions.RayActorError:
                 if batch.attempts >= MAX_ATTEMPTS:
-                    raise RuntimeError(f"model {batch.label!r}: a batch was lost {batch.attempts} times with its actor") from None
+                    labels = ", ".join(repr(label) for label, _, _ in batch.parts[:3])
+                    raise RuntimeError(f"model {labels}: a batch was lost {batch.attempts} times with its actor") from None
                 if slot.generation == generation:  # first news of this death: one replacement per dead actor
                     self._replace(slot)
                     slot.outstanding = 0
-                queues[batch.label].appendleft(batch)
+                queues[batch.group].appendleft(batch)
                 self.stats.resubmitted += 1
                 fill()
                 continue
@@ -304,18 +328,40 @@ class ModelPool:
                 if isinstance(cause, InputError):
                     raise cause from None
                 raise
-            out[batch.label].extend(results)
-            replica = f"{batch.label}/{slot.replica}"
+            replica = f"{batch.group}/{slot.replica}"
             self.stats.per_replica_batches[replica] = self.stats.per_replica_batches.get(replica, 0) + 1
-            self.stats.items += len(results)
-            self.stats.per_model_items[batch.label] = self.stats.per_model_items.get(batch.label, 0) + len(results)
-            if on_result is not None:
-                on_result(batch.label, results)
+            for (label, _, _), results in zip(batch.parts, results_per_part):
+                out[label].extend(results)
+                self.stats.items += len(results)
+                self.stats.per_model_items[label] = self.stats.per_model_items.get(label, 0) + len(results)
+                if on_result is not None:
+                    on_result(label, results)
             fill()
         self.stats.seconds += time.perf_counter() - t0
         return out
 
+    def _batches(self, group: str, requests: list[tuple[str, list[tuple[str, dict[str, Any]]]]],
+                 batch_size: int) -> deque[_Batch]:
+        """Chunks of at most ``batch_size`` items per model; an actor serving many models gets them packed
+        into about ``replicas * in_flight`` calls (one Ray round trip per call, not per model)."""
+        chunks = []
+        for label, pairs in requests:
+            for i in range(0, len(pairs), batch_size):
+                chunk = pairs[i:i + batch_size]
+                chunks.append((label, [it for _, it in chunk], [k for k, _ in chunk]))
+        total = sum(len(items) for _, items, _ in chunks)
+        capacity = batch_size if len(self.groups[group]) == 1 else \
+            max(batch_size, -(-total // (len(self.slots[group]) * self.in_flight)))
+        queue: deque[_Batch] = deque()
+        for part in chunks:
+            if queue and queue[-1].size + len(part[1]) <= capacity:
+                queue[-1].parts.append(part)
+            else:
+                queue.append(_Batch(group, [part]))
+        return queue
+
     def shutdown(self) -> None:
+        """Kill every actor."""
         for slots in self.slots.values():
             for slot in slots:
                 try:
@@ -323,3 +369,26 @@ class ModelPool:
                 except Exception:
                     pass
         self.slots = {}
+
+
+def group_models(models: dict[str, str]) -> dict[str, list[str]]:
+    """Actor groups: replay models of one scores file (same options) share a group; any other model,
+    or a replay file with a single model, is a group of its own, named by its label."""
+    from .base import parse_model_spec
+
+    by_file: dict[tuple, list[str]] = {}
+    for label, text in models.items():
+        try:
+            spec = parse_model_spec(text)
+        except InputError:  # the actor raises it at start, as for any bad spec
+            spec = None
+        key = ("replay", spec.location, spec.options) if spec is not None and spec.kind == "replay" else ("own", label)
+        by_file.setdefault(key, []).append(label)
+    groups: dict[str, list[str]] = {}
+    for n, (key, labels) in enumerate(by_file.items()):
+        if len(labels) == 1:
+            groups[labels[0]] = labels
+        else:
+            stem = str(key[1]).rstrip("/").split("/")[-1].replace(":", "-") or "scores"
+            groups[f"replay-{n}-{stem}"] = labels
+    return groups

@@ -36,6 +36,10 @@ from ..storage import RunStore, item_key
 from .plan import RunPlan, load_run_bank
 
 
+PAIRS_INLINE_MAX = 5000  # rank runs with more pairs write them to PAIRS_FILE instead of results.json
+PAIRS_FILE = "pairs.parquet"
+
+
 @dataclass
 class RoundScores:
     """Scores of one round: per model, bank positions and scores in proposal order."""
@@ -212,10 +216,18 @@ class Run:
                 if key in cache:
                     found[key] = cache[key]
                 else:
-                    item = _item_record(frame, p) if frame is not None else {"item_id": self.bank.item_ids[p]}
-                    todo.append((key, item))
+                    todo.append((key, self._record(int(p))))
             hits[label], requests[label] = found, todo
         return requests, hits
+
+    def _record(self, pos: int) -> dict[str, Any]:
+        """The item sent to a model actor, built once per bank position (a ranking sends each item to
+        every model)."""
+        records = self.__dict__.setdefault("_records", {})
+        if pos not in records:
+            frame = self.bank.frame
+            records[pos] = _item_record(frame, pos) if frame is not None else {"item_id": self.bank.item_ids[pos]}
+        return records[pos]
 
     def infer(self, pool: Any, batch: RoundScores) -> RoundScores:
         requests, hits = self.requests(batch)
@@ -311,9 +323,8 @@ class Run:
         elif plan.kind == "rank":
             self.group = rank_models(filled, self.labels, looks, alpha=alpha, margin=plan.margin, design=design,
                                      subsets=codes, n_subsets=n_subsets)
-            undecided = [c for c in self.group.comparisons if not c.done]
-            still = [m for m in self.labels if any(m in (c.model_a, c.model_b) for c in undecided)]
-            pairs_done = {frozenset((c.model_a, c.model_b)): c.done for c in self.group.comparisons}
+            still = self.group.undecided_models()  # vectorised: millions of pairs at M ~ 2000
+            pairs_done = None
         else:
             self.group = select_models(filled, self.labels, looks, threshold=plan.threshold, halfwidth=plan.halfwidth,
                                        alpha=alpha, mode=plan.mode, look_size=plan.batch_size, subsets=codes,
@@ -321,8 +332,9 @@ class Run:
             still = [s.model for s in self.group.models if s.status == "running"]
             pairs_done = {}
         self.active = [] if (exhausted or budget_spent) else still
+        active, still = set(self.active), set(still)
         for label in self.labels:
-            if label in self.active:
+            if label in active:
                 self.decisions[label] = Decision(False, None, len(looks), False, None, "")
                 continue
             prev = self.decisions.get(label)
@@ -383,9 +395,10 @@ class Run:
         models = []
         lm_eval = {}
         rounds = self.store.read_rounds()
+        by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
         for label, spec in zip(self.labels, plan.models):
             est: Estimate = self.methods[label].result()
-            scored = rounds[rounds["model"] == label]["score"].to_numpy(float)
+            scored = by_model.get(label, np.zeros(0))
             n, total = est.n_scored, self.bank.n_items
             stderr = float("nan")
             if n > 1:
@@ -432,9 +445,13 @@ class Run:
         if plan.kind == "compare" and self.group is not None:
             out["pairs"] = [self.group.to_dict()]
         if plan.kind == "rank" and self.group is not None:
-            ranking = self.group.to_dict()
-            out["pairs"] = ranking.pop("comparisons")
-            out["ranking"] = ranking
+            out["ranking"] = self.group.to_dict(comparisons=False)
+            if len(self.group.pairs) <= PAIRS_INLINE_MAX:
+                out["pairs"] = [c.to_dict() for c in self.group.comparisons]
+            else:  # millions of pairs: a Parquet table next to results.json
+                self.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(self.group.pairs.columns()))
+                out["pairs"] = None
+                out["pairs_file"] = self.store.folder.url(PAIRS_FILE)
         if plan.kind == "select" and self.group is not None:
             out["selection"] = self.group.to_dict()
         self.store.write_results(out)
