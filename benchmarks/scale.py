@@ -15,7 +15,10 @@ The reference point is the same ranking computed in-process on the score matrix
 (:func:`certeval.estimators.ranking.rank_models` at the same looks): its time is what the
 statistics cost without any orchestration.
 
-    python -m benchmarks scale                  # M = 10, 30, 1989 (each capped by --timeout and memory)
+Replay models of one file share ``replicas`` actors, so M = 1,989 runs in one Ray actor
+(``--max-items`` caps the large counts if wanted; ``--large-batch`` sets their round size).
+
+    python -m benchmarks scale                  # M = 10, 30, 1989 (each capped by --timeout)
     python -m benchmarks scale --quick          # M = 4
 """
 
@@ -34,15 +37,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from benchmarks._meta import write_result  # noqa: E402
 
 SIZES = (10, 30, 1989)
-# The pool runs one Ray actor per model, and each replay actor loads the whole scores table:
-# a replay host of openllm_tiny holds ~350 MB resident (measured in-process: 348 MB, peak 383 MB,
-# before Ray's own per-worker memory). A model count whose actors would not fit in 70% of the
-# available memory is recorded as skipped instead of taking the shared machine down.
-ACTOR_GB = 0.35
+# Replay models of one scores file share ``replicas`` Ray actors (certeval.backends.pool.group_models),
+# each holding the table once as a dense matrix (8 MB for openllm_tiny), so memory no longer grows
+# with the model count. Ranking M models compares M(M-1)/2 pairs (1,976,566 at M = 1,989) on the
+# Gram-matrix path of certeval.estimators.ranking.
 DATASET = "openllm_tiny"
 
 
-def _child(m: int, batch: int, seed: int, out_json: str) -> None:
+def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None = None) -> None:
     """Run the rank flow for the first ``m`` models with step timers; write timings to ``out_json``."""
     from certeval.cli.pipeline import prepare_env
 
@@ -78,7 +80,7 @@ def _child(m: int, batch: int, seed: int, out_json: str) -> None:
     out_dir = tempfile.mkdtemp(prefix="certeval-scale-")
     t0 = time.perf_counter()
     plan, _ = make_plan("rank", models=[f"replay:bundled:{DATASET}#{x}" for x in models], output=out_dir,
-                        run_id=f"scale-{m}", batch_size=batch, seed=seed)
+                        run_id=f"scale-{m}", batch_size=batch, seed=seed, max_items=max_items)
     plan_s = time.perf_counter() - t0
     claim_run(plan)
     t1 = time.perf_counter()
@@ -92,11 +94,17 @@ def _child(m: int, batch: int, seed: int, out_json: str) -> None:
     from certeval.estimators.ranking import rank_models
 
     order = np.random.default_rng(seed).permutation(bank.n_items)
+    codes = bank.spec().subset_codes()[order] if bank.subsets is not None else None
     t2 = time.perf_counter()
-    rank_models(matrix[:, order], models, looks)
+    rank_models(matrix[:, order], models, looks, subsets=codes,
+                n_subsets=None if codes is None else int(codes.max()) + 1)
     inproc = time.perf_counter() - t2
     ranking = results.get("ranking") or {}
-    json.dump({"n_models": m, "wall_s": wall, "plan_s": plan_s, "steps_s": timers, "in_process_rank_s": inproc,
+    json.dump({"n_models": m, "batch": batch, "max_items": max_items, "wall_s": wall, "plan_s": plan_s,
+               "steps_s": timers, "in_process_rank_s": inproc, "n_pairs": ranking.get("n_pairs"),
+               "n_pairs_decided": ranking.get("n_pairs_decided"),
+               "models_stopped_before_cap": sum(1 for e in results.get("models", [])
+                                                if (e.get("decision") or {}).get("rule") == "rank"),
                "rounds": rounds, "items_used_max": max((e.get("n_scored") or 0) for e in results.get("models", [{}])),
                "n_tie_groups": len(ranking.get("tie_groups") or []), "reached": results.get("reached"),
                "run_folder": f"{out_dir}/scale-{m}"}, open(out_json, "w"))
@@ -131,25 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=50)
     p.add_argument("--sizes", default=None, help="comma-separated model counts")
     p.add_argument("--timeout", type=int, default=3600, help="seconds per model count before giving up")
+    p.add_argument("--large", type=int, default=100, help="model counts >= this use --large-batch and --max-items")
+    p.add_argument("--large-batch", type=int, default=50)
+    p.add_argument("--max-items", type=int, default=None, help="item cap for the large model counts (bank: 493)")
     p.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._child is not None:
-        _child(args._child, args.batch, args.seed, args._out)
+        _child(args._child, args.batch, args.seed, args._out, args.max_items)
         return 0
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else ([4] if args.quick else list(SIZES))
     runs = []
-    avail_gb = _available_gb()
     for m in sizes:
-        if avail_gb is not None and m * ACTOR_GB > 0.7 * avail_gb:
-            rec = {"n_models": m, "skipped": f"not attempted: the pool starts one Ray actor per model (~{ACTOR_GB} GB "
-                                              f"each, {m * ACTOR_GB:.0f} GB in all) and {avail_gb:.0f} GB are available"}
-            print(f"[scale] M={m}: {rec['skipped']}", file=sys.stderr)
-            runs.append(rec)
-            continue
+        large = m >= args.large
+        batch = args.large_batch if large else args.batch
         out = tempfile.mktemp(suffix=".json")
         cmd = [sys.executable, "-m", "benchmarks.scale", "--_child", str(m), "--_out", out,
-               "--batch", str(args.batch), "--seed", str(args.seed)]
+               "--batch", str(batch), "--seed", str(args.seed)]
+        if large and args.max_items:
+            cmd += ["--max-items", str(args.max_items)]
         t = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -167,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             rec = {"n_models": m, "error": f"exit {rc}: {tail}", "process_s": total}
             print(f"[scale] M={m}: FAILED ({rc})\n{tail}", file=sys.stderr)
         runs.append(rec)
-    payload = {"seed": args.seed, "batch": args.batch, "dataset": DATASET, "runs": runs,
+    payload = {"seed": args.seed, "batch": args.batch, "large_batch": args.large_batch, "max_items_large": args.max_items,
+               "dataset": DATASET, "runs": runs,
                "note": "one process per model count; 2 shared CPU cores; Ray local (num_cpus=2)"}
     path = write_result("scale", payload, args.quick, seed=args.seed)
     print(f"scale -> {path}")
