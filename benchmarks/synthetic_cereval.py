@@ -36,7 +36,8 @@ CONFIGS = [  # (label, method, params)
     ("seq", "seq", {"target": "distribution"}),
     ("cer-eval", "cer-eval", {"target": "distribution", "warm_start": 50, "beta": 1.1}),
     ("uniform", "uniform", {"target": "bank"}),
-    ("adaptive", "adaptive", {"target": "bank"}),
+    ("adaptive", "adaptive", {"target": "bank"}),  # default strata='auto': feature strata here (banks have features)
+    ("adaptive[subsets]", "adaptive", {"target": "bank", "strata": "subsets"}),  # no feature strata (before)
     ("adaptive[distribution]", "adaptive", {"target": "distribution"}),
 ]
 N, DELTA, BATCH = 5000, 0.05, 10

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,9 @@ from ..estimators._validation import InputError, check_confidence, check_positiv
 from ..estimators.goals import Goal
 
 METHODS_NEEDING_FEATURES = ("cer-eval",)
+METHODS_USING_FEATURES = ("cer-eval", "adaptive")  # adaptive stratifies on features when it has them
+FEATURE_MODES = ("auto", "text", "factors", "none")
+FACTOR_DIM, FACTOR_PENALTY = 4, 1.0  # fixed, no cross-validation: the factors only shape strata
 
 
 def cache_dir() -> Path:
@@ -54,19 +57,54 @@ def cached_embeddings(texts: list[str], embed=embed_texts) -> np.ndarray:
     return arr
 
 
-def features_for(bank: Bank, method: str) -> np.ndarray | None:
-    """The bank's embeddings; else, for methods that need features, embedded item text; else None."""
+def features_for(bank: Bank, method: str, mode: str = "auto") -> np.ndarray | None:
+    """Item features for ``method`` under ``--features`` ``mode`` (``factors`` is per model: see below).
+
+    ``auto``: the bank's embeddings, else embedded item text, else None; ``text``: the same but an error
+    when the bank has neither; ``none``: None. Methods that ignore features get None (nothing embedded).
+    """
+    if mode not in FEATURE_MODES:
+        raise InputError(f"--features must be one of {', '.join(FEATURE_MODES)}; got {mode!r}")
+    if mode == "none" or method not in METHODS_USING_FEATURES:
+        if method in METHODS_NEEDING_FEATURES:
+            raise InputError(f"method {method!r} needs item features, but --features none was given")
+        return None
     if bank.features is not None:
         return bank.features
-    if method not in METHODS_NEEDING_FEATURES:
-        return None
     texts = bank.texts()
     if texts is None:
-        raise InputError(
-            f"method {method!r} needs item features, but the bank has neither an 'embedding' column "
-            "nor item text ('question'); pass --items with text or embeddings"
-        )
+        if mode == "text" or method in METHODS_NEEDING_FEATURES:
+            raise InputError(
+                f"method {method!r} needs item features, but the bank has neither an 'embedding' column "
+                "nor item text ('question'); pass --items with text or embeddings, or --features factors"
+            )
+        return None
     return cached_embeddings(texts)
+
+
+def factor_features(scores: pd.DataFrame, bank: Bank, all_models: list[str], seed: int = 0) -> dict[str, np.ndarray]:
+    """Item factors as features, two-fold over models, so no model's own scores shape its strata.
+
+    Models (sorted) alternate between two folds; the logistic factor model of seed 002 (certeval's
+    :class:`~certeval.estimators.factor_model.FactorModel`, K = 4, λ = 1, no cross-validation) is fitted
+    on one fold's recorded scores and its item factors are the features of every model in the other fold.
+    """
+    from ..estimators.factor_model import FactorModel
+
+    order = sorted(all_models)
+    if len(order) < 4:
+        raise InputError(f"--features factors needs at least 4 models in the scores file (two folds of ≥ 2), "
+                         f"got {len(order)}")
+    matrix = score_matrix(scores, order, bank)
+    fold = np.arange(len(order)) % 2
+    out: dict[str, np.ndarray] = {}
+    for f in (0, 1):
+        train = matrix[fold != f]
+        model = FactorModel(n_factors=FACTOR_DIM, penalty=FACTOR_PENALTY).fit(
+            train, rng=np.random.default_rng([seed, f]))
+        for i in np.flatnonzero(fold == f):
+            out[order[i]] = model.item_factors_
+    return out
 
 
 @dataclass(frozen=True)
@@ -115,6 +153,7 @@ def run_single_backtest(
     target: str = "bank",
     all_models: list[str] | None = None,
     method_params: dict | None = None,
+    features: str = "auto",
 ) -> dict:
     """Replay ``method`` on every model's recorded scores ``reps`` times; per-model and summary numbers."""
     confidence = check_confidence(confidence)
@@ -132,7 +171,14 @@ def run_single_backtest(
         i, j = np.argwhere(missing)[0]
         raise InputError(f"model {models[i]!r} has no recorded score for item {bank.item_ids[j]!r} "
                          f"({int(missing[i].sum())} missing); a backtest needs a complete record")
-    spec = bank.spec(features=features_for(bank, method))
+    if features == "factors" and method in METHODS_USING_FEATURES:
+        per_model = factor_features(scores, bank, all_models or sorted(scores["model"].unique()), seed)
+        specs = {m: bank.spec(features=per_model[m]) for m in models}
+    else:
+        feats = features_for(bank, method, features)
+        shared = replace(bank.spec(), features=feats)  # None really means none (bank.spec falls back)
+        specs = {m: shared for m in models}
+    spec = specs[models[0]]
     weights = spec.weights()
     params = {"confidence": confidence, "target": target, **(method_params or {})}
     order = sorted(all_models or models)
@@ -143,7 +189,7 @@ def run_single_backtest(
         n_used, widths, covered, reached, verdicts = [], [], [], [], []
         for r in range(reps):
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key, r)))
-            est, dec = replay_once(method, params, spec, matrix[i], goal, batch_size, max_items, rng)
+            est, dec = replay_once(method, params, specs[model], matrix[i], goal, batch_size, max_items, rng)
             n_used.append(est.n_scored)
             widths.append(est.halfwidth)
             covered.append(est.lower - 1e-9 <= truth <= est.upper + 1e-9)
@@ -168,7 +214,7 @@ def run_single_backtest(
         summary["decision_correct"] = float(np.mean([r.decision_correct for r in rows]))
     return {
         "method": method, "goal": str(goal), "confidence": confidence, "reps": reps, "seed": seed,
-        "batch_size": batch_size, "max_items": max_items, "target": target,
+        "batch_size": batch_size, "max_items": max_items, "target": target, "features": features,
         "truth": "bank mean-of-means over sub-datasets" if (spec.subsets is not None and spec.mean_of_means)
         else "bank mean",
         "n_items": spec.n_items,

@@ -30,6 +30,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-items", type=int, default=None, help="item budget per run")
     p.add_argument("--target", choices=("bank", "distribution"), default="bank",
                    help="estimand: the bank's mean (default) or the i.i.d. distribution's")
+    p.add_argument("--features", choices=("auto", "text", "factors", "none"), default="auto",
+                   help="item features for cer-eval/adaptive: auto (embeddings or embedded text if the bank has "
+                        "them, default), text, factors (item factors fitted on the other fold of models), none")
     # options of the comparative and FAQ modes (read by those modules)
     p.add_argument("--history-models", type=int, default=None, help="FAQ: models used as history")
     p.add_argument("--history-fraction", type=float, default=None, help="FAQ: fraction of models used as history")
@@ -85,6 +88,7 @@ def run_single(args) -> int:
     out = run_single_backtest(
         scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
         batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
+        features=getattr(args, "features", "auto"),
     )
     if args.json:
         print_json(out)

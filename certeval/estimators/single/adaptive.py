@@ -2,50 +2,99 @@
 
 Construction
 ------------
-1. **Strata.** One stratum per sub-dataset when the estimand is the mean-of-means
-   (seed 004, eq. 1), else the whole bank. Items inside a stratum carry equal
-   weight, so the estimand is ``Σ_h W_h μ_h``.
-2. **Per-stratum confidence sequence.** Items are drawn uniformly without
-   replacement inside a stratum and the stratum mean ``μ_h`` gets the hedged
-   betting confidence sequence of Waudby-Smith & Ramdas, "Confidence sequences
-   for sampling without replacement" (NeurIPS 2020, §3): capital
-   ``K_t(m) = ½∏(1 + λ⁺_i (X_i − μ_i(m))) + ½∏(1 − λ⁻_i (X_i − μ_i(m)))`` with
-   ``μ_i(m) = (N_h m − Σ_{j<i} X_j)/(N_h − i + 1)`` the mean of the items not yet
-   drawn, predictable plug-in bets (variance-adaptive: the bet grows as the
-   running variance shrinks), and rejection when ``K_t(m) ≥ H/δ``. Intersected
-   with the deterministic bounds of the stratum, the width is exactly 0 once
-   the stratum is fully scored. ``target='distribution'`` uses ``μ_i(m) = m``
-   (i.i.d. betting CS, Waudby-Smith & Ramdas, JRSS-B 2024) and no finite-
-   population shrinkage. See :class:`~certeval.estimators.single.bounds.BettingCS`.
-3. **Combination.** Union bound: every stratum sequence holds at level ``δ/H``,
-   so with probability ≥ 1 − δ all hold at every time simultaneously, and so
-   does ``[Σ W_h lo_h, Σ W_h hi_h]`` (and the per-subset intervals).
-4. **Allocation (Cer-Eval's idea, seed 000 Alg. 1 line 18).** A batch of k items
+1. **Strata, fixed before any score.** ``strata='subsets'``: one stratum per
+   sub-dataset when the estimand is the mean-of-means (seed 004, eq. 1), else the
+   whole bank. ``strata='features'``: each of those is refined by k-means on the
+   item features alone (:func:`~certeval.estimators.single.strata.feature_strata`:
+   at most ``max_clusters`` clusters of ≥ ``min_stratum_size`` items,
+   seeded by ``seed``) — Cer-Eval's idea of sampling more where the loss
+   varies (seed 000 §5), but with a partition that never looks at a score, so it
+   is a deterministic function of the bank and every martingale below stays
+   valid (Cer-Eval's Alg. 2 re-fits on scores). ``strata='auto'`` (default)
+   uses feature strata when the bank has features, ``target='bank'``, no
+   sub-datasets (mean-of-means estimand) and is large enough to split
+   (≥ 2·``min_stratum_size`` items); else sub-dataset strata. On banks with
+   sub-datasets ``strata='features'`` must be asked for: it scores fewer items
+   (docs/results_single.md) but its per-subset intervals are each valid on
+   their own, not simultaneously with the overall one.
+   Items inside a stratum carry equal weight: the estimand is ``Σ_h W_h μ_h``.
+2. **Combination across strata** (``combine``).
+
+   * ``'union'`` — each stratum mean ``μ_h`` gets the hedged without-replacement
+     betting CS of Waudby-Smith & Ramdas, "Confidence sequences for sampling
+     without replacement" (NeurIPS 2020, §3) at δ/H, items drawn uniformly
+     without replacement inside the stratum; ``[Σ W_h lo_h, Σ W_h hi_h]`` holds
+     by the union bound, and so do the per-subset intervals, simultaneously.
+     The cost grows with H (``ln(2H/δ)`` and a sum of radii instead of a
+     root-sum-of-squares). ``target='distribution'`` uses the i.i.d. capital
+     (WSR, JRSS-B 2024).
+   * ``'joint'`` (``target='bank'``) — ONE betting confidence sequence for the
+     estimand itself, on a stratified control-variate statistic, so there is no
+     union bound and no nuisance vector. Draw i picks stratum h with a
+     predictable probability ``q_h`` and then an undrawn item of h uniformly;
+     with ``U_h`` the stratum's undrawn weight, ``U = Σ U_h``, ``K`` the weighted
+     sum of the scores already drawn and ``a_h`` a predictable guess of stratum
+     h's mean (its shrunk running mean),
+
+        ``Y_i = Σ_g (U_g/U) a_g + (U_h/U)/q_h · (X_i − a_h)``,
+        ``E[Y_i | past] = Σ_h (U_h/U) μ_h^rem = (m − K)/U =: ν_i(m)``
+
+     exactly (importance weighting: ``E[(U_h/U)/q_h (X − a_h)] = Σ_h (U_h/U)(μ_h^rem − a_h)``).
+     ``ν_i`` is affine and increasing in the estimand m, as WSR's
+     ``μ_i^WoR(m)``; ``Y_i`` lies in a known range (over the strata h could be).
+     The hedged capital ``½∏(1 + λ⁺_i(Y_i − ν_i(m))) + ½∏(1 − λ⁻_i(Y_i − ν_i(m)))``
+     is a nonnegative martingale under the true m, and Ville's inequality gives
+     the CS (:class:`ControlVariateCS`). With ``a_h ≈ μ_h`` the variance of
+     ``Y`` is ``≈ Σ_h (U_h/U)² σ_h² / q_h``: the stratified variance (the
+     between-strata part is gone), minimised by Neyman's ``q_h ∝ U_h σ_h``. The
+     bets use that predictable variance (WSR's plug-in
+     ``λ̂_i = sqrt(2 ln(2/δ) / (v̂_i i ln(1+i)))``, truncated so every factor is
+     ≥ ½). Per-subset intervals: the same construction restricted to the
+     subset's strata (draws outside it contribute their constant part); each
+     holds with probability ≥ 1 − δ on its own, not simultaneously with the
+     overall interval. A product of per-stratum e-processes projected onto
+     ``Σ W_h μ_h`` was tried first and dropped: the projection (Lagrangian
+     dual over a grid) was 2× wider than the unstratified CS on S2.
+
+   ``combine='auto'`` (default) is ``'joint'`` with feature strata and
+   ``'union'`` with sub-dataset strata (certeval's earlier behaviour). All
+   intervals are intersected with the deterministic bounds of the bank, so the
+   width is exactly 0 once every item is scored.
+3. **Allocation (Cer-Eval's idea, seed 000 Alg. 1 line 18: more items where the
+   loss varies).** ``'joint'``: draws follow ``q_h = 0.9 · U_h σ̂_h / Σ U_g σ̂_g +
+   0.1 · U_h / U`` (Neyman on the undrawn weight, mixed with proportional so
+   every ``q_h > 0`` and ``Y`` stays bounded), ``σ̂_h²`` the stratum's running
+   variance shrunk towards ¼ — the allocation the greedy rule "largest
+   reduction of ``Σ W_h² σ_h²/n_h``" converges to, randomised because the
+   importance weights need a known draw probability. ``'union'``: a batch of k
    is allocated greedily, one slot at a time, to the stratum with the largest
-   reduction of ``W_h r_h(n_h)``, where ``r_h(n) = (sqrt(2 v̂_h L/n) + L/n)
-   sqrt(1 − n/N_h)`` is an empirical-Bernstein proxy of the stratum's radius
-   (``v̂_h`` shrunk running variance, ``L = ln(2H/δ)``, finite-population
-   factor); items inside the stratum are then drawn uniformly without
-   replacement. Allocation only uses past scores (predictable), which keeps the
-   per-stratum martingales valid. k = 1 is the one-at-a-time rule.
+   reduction of ``W_h r_h(n_h)`` (``r_h`` an empirical-Bernstein proxy radius at
+   δ/H). Either way only past scores are used (predictable); the draw log
+   (items, ``q``, ``a``, ``σ̂²`` at draw time) is kept in the state, and a
+   draw whose score is lost is proposed again first.
 
 Guarantee
 ---------
 P(∃ t: Σ_i w_i x_i ∉ [lower_t, upper_t]) ≤ δ for the bank's estimand, at every
-look, under any data-dependent stopping rule (Ville's inequality per stratum +
-union bound). With a single stratum ``adaptive`` and ``uniform`` coincide; the
-partition-on-embeddings route of Cer-Eval is ``cer-eval``'s (adaptive strata
-re-fitted on scores would break the per-stratum martingale argument).
+look, under any data-dependent stopping rule. Feature strata require
+``target='bank'`` (their weights are the bank's own cluster proportions).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from .._validation import InputError, check_choice, check_in_range, check_positive_int
 from ..protocol import register
-from .uniform import BettingStrataMethod
+from ..results import Estimate, SubsetEstimate
+from .strata import combine_strata, feature_strata
+from .uniform import BettingStrataMethod, _pack, _unpack
+
+STRATA_MODES = ("auto", "subsets", "features")
+COMBINE_MODES = ("auto", "union", "joint")
 
 
 def bernstein_proxy(n: np.ndarray, size: np.ndarray, var: np.ndarray, log_term: float) -> np.ndarray:
@@ -81,17 +130,308 @@ def greedy_allocation(k: int, gain_fn, counts: np.ndarray, capacity: np.ndarray)
     return alloc
 
 
+
+
+class ControlVariateCS:
+    """Betting confidence sequence for one group's weighted mean from importance-weighted draws.
+
+    Observation i is ``Y_i`` with known range ``[y_min, y_max]`` and, under the candidate mean m,
+    conditional mean ``ν_i(m) = α_i m + β_i`` (increasing in m). Capital as in Waudby-Smith & Ramdas
+    (2020/2024): ``K_t(m) = ½∏(1 + λ⁺_i (Y_i − ν_i(m))) + ½∏(1 − λ⁻_i (Y_i − ν_i(m)))``, predictable bets
+    ``λ̂_i = sqrt(2 ln(2/δ) / (v_i i ln(1+i)))`` (``v_i`` a predictable variance of Y_i) truncated to
+    ``c/(ν − y_min)`` and ``c/(y_max − ν)`` (c = ½) so every factor is ≥ ½; rejection is permanent once
+    ``K_t(m) ≥ 1/δ`` (Ville). Both products are monotone in m, so the grid hull widened by one step is
+    an outer bound of the set.
+    """
+
+    def __init__(self, delta: float, grid_size: int = 4097, c: float = 0.5) -> None:
+        self.delta = float(delta)
+        self.c = float(c)
+        self.grid = np.linspace(0.0, 1.0, int(grid_size))
+        self.step = self.grid[1] - self.grid[0]
+        self.log_kplus = np.zeros(self.grid.size)
+        self.log_kminus = np.zeros(self.grid.size)
+        self.rejected = np.zeros(self.grid.size, dtype=bool)
+        self.n = 0
+        self._log_threshold = math.log(1.0 / self.delta)
+        self._log_bet = 2.0 * math.log(2.0 / self.delta)
+
+    def observe(self, y: float, y_min: float, y_max: float, alpha: float, beta: float, var: float) -> None:
+        i = self.n + 1
+        lam = math.sqrt(self._log_bet / (max(var, 1e-6) * i * math.log1p(i)))
+        live = np.flatnonzero(~self.rejected)
+        if live.size:
+            a, b = int(live[0]), int(live[-1]) + 1
+            nu = np.clip(alpha * self.grid[a:b] + beta, y_min, y_max)
+            dev = y - nu
+            with np.errstate(divide="ignore"):
+                lam_plus = np.minimum(lam, self.c / (nu - y_min))
+                lam_minus = np.minimum(lam, self.c / (y_max - nu))
+            self.log_kplus[a:b] += np.log1p(lam_plus * dev)
+            self.log_kminus[a:b] += np.log1p(-lam_minus * dev)
+            log_k = np.logaddexp(self.log_kplus[a:b], self.log_kminus[a:b]) - math.log(2.0)
+            self.rejected[a:b] |= log_k >= self._log_threshold
+        self.n = i
+
+    def interval(self, f_lo: float, f_hi: float) -> tuple[float, float]:
+        """Accepted hull widened by one grid step, inside the deterministic bounds [f_lo, f_hi]."""
+        # the deterministic bounds only tighten: candidates outside them are rejected for good
+        self.rejected |= (self.grid < f_lo - self.step) | (self.grid > f_hi + self.step)
+        acc = np.flatnonzero(~self.rejected)
+        if acc.size == 0:  # empty set (probability ≤ δ): fall back to what is certain
+            return f_lo, f_hi
+        lo, hi = max(self.grid[acc[0]] - self.step, f_lo), min(self.grid[acc[-1]] + self.step, f_hi)
+        if lo > hi:
+            return f_lo, f_hi
+        return lo, hi
+
+
 @register
 class AdaptiveMethod(BettingStrataMethod):
     """Stratified without-replacement betting CS with variance-adaptive allocation (see module docstring)."""
 
     name = "adaptive"
-    guarantee_text = (
-        "anytime-valid: per-stratum without-replacement betting confidence sequences "
-        "(Waudby-Smith & Ramdas 2020) at δ/H, union bound"
-    )
+
+    def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
+                 strata: str = "auto", combine: str = "auto", max_clusters: int = 4,
+                 min_stratum_size: int = 50, seed: int = 0, uniform_mix: float = 0.1) -> None:
+        super().__init__(confidence=confidence, target=target, grid_size=grid_size)
+        self.strata = strata
+        self.combine = combine
+        self.max_clusters = max_clusters
+        self.min_stratum_size = min_stratum_size
+        self.seed = seed
+        self.uniform_mix = uniform_mix
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        check_choice(self.strata, "strata", STRATA_MODES)
+        check_choice(self.combine, "combine", COMBINE_MODES)
+        check_positive_int(self.max_clusters, "max_clusters", minimum=1)
+        check_positive_int(self.min_stratum_size, "min_stratum_size", minimum=2)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise InputError(f"seed (k-means random_state) must be a non-negative integer, got {self.seed!r}")
+        check_in_range(self.uniform_mix, "uniform_mix", 0.0, 1.0, closed=False)
+        if self.combine == "joint" and self.target != "bank":
+            raise InputError(f"adaptive combine='joint' needs target='bank', got target={self.target!r}")
+
+    @property
+    def guarantee_text(self) -> str:  # type: ignore[override]
+        if getattr(self, "combine_", "union") == "joint":
+            return ("anytime-valid: one without-replacement betting confidence sequence (Waudby-Smith & Ramdas "
+                    "2020) on a stratified control-variate statistic; per-subset intervals each valid on their own")
+        return ("anytime-valid: per-stratum without-replacement betting confidence sequences "
+                "(Waudby-Smith & Ramdas 2020) at δ/H, union bound")
+
+    # -- strata ------------------------------------------------------------------
+    def _make_strata(self, base: np.ndarray) -> np.ndarray:
+        spec = self.bank_
+        self.strata_mode_ = "subsets"
+        if self.strata == "features":
+            if spec.features is None:
+                raise InputError("adaptive strata='features' needs item features (embeddings); the bank has none")
+            if self.target != "bank":
+                raise InputError(f"adaptive strata='features' needs target='bank' (cluster weights are the "
+                                 f"bank's own proportions), got target={self.target!r}")
+        elif (self.strata == "subsets" or spec.features is None or self.target != "bank"
+              or (spec.subsets is not None and spec.mean_of_means)):
+            # auto keeps sub-dataset strata on banks with sub-datasets: their per-subset intervals stay
+            # simultaneously valid (union bound); strata='features' trades that for fewer items
+            return base
+        codes = feature_strata(spec.features, base, self.max_clusters, self.min_stratum_size, self.seed)
+        if self.strata == "features" or codes.max() > base.max():
+            self.strata_mode_ = "features"
+            return codes
+        return base
+
+    def _start_strata(self) -> None:
+        joint = self.combine == "joint" or (self.combine == "auto" and self.strata_mode_ == "features")
+        self.combine_ = "joint" if joint else "union"
+        if not joint:
+            super()._start_strata()
+            return
+        # groups whose means get an interval: the estimand (all strata), then each sub-dataset
+        self.groups_ = [np.ones(self.n_strata, dtype=bool)]
+        self.group_subset_ = [-1]
+        if self.bank_.subsets is not None and self.bank_.mean_of_means:
+            for s in np.unique(self.stratum_subset_[self._live_strata]):
+                self.groups_.append(self.stratum_subset_ == s)
+                self.group_subset_.append(int(s))
+        self.group_weight_ = np.array([self.stratum_weight_[g].sum() for g in self.groups_])
+        self.cs_groups_ = [ControlVariateCS(self.delta, int(self.grid_size)) for _ in self.groups_]
+        self.item_weight_in_stratum_ = self.stratum_weight_ / np.maximum(self.stratum_size_, 1)
+        # the draw log: every item leaves the population in this order; draws carry (q, a) at draw time
+        self.log_items_ = np.zeros(0, dtype=np.int64)
+        self.log_q_ = np.zeros((0, self.n_strata))
+        self.log_a_ = np.zeros((0, self.n_strata))
+        self.log_v_ = np.zeros((0, self.n_strata))
+        self.in_log_ = np.zeros(self.bank_.n_items, dtype=bool)
+        self.processed_ = 0
+        self.known_ = np.zeros(self.n_strata)  # Σ w x over processed items, per stratum
+        self.done_ = np.zeros(self.n_strata)  # processed items, per stratum
+        self.left_ = self.stratum_size_.astype(float)  # items not yet in the log, per stratum
+        self._replaying = False
+
+    # -- the draw rule (predictable) -----------------------------------------------------------
+    def _controls(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stratum: control a_h (shrunk running mean) and predictable variance σ̂_h², from absorbed scores."""
+        n = self.stratum_n_
+        a = (0.5 + self.stratum_sum_) / (n + 1)
+        var = (0.25 + np.maximum(self.stratum_sumsq_ - n * (self.stratum_sum_ / np.maximum(n, 1)) ** 2, 0.0)) / (n + 1)
+        return a, var
+
+    def _draw_probabilities(self, left: np.ndarray, var: np.ndarray) -> np.ndarray:
+        """Neyman allocation on the undrawn weight, q_h ∝ U_h σ̂_h, mixed with proportional U_h / U."""
+        u = left * self.item_weight_in_stratum_
+        if u.sum() <= 0:
+            return np.zeros_like(u)
+        neyman = u * np.sqrt(var)
+        q = (1.0 - self.uniform_mix) * neyman / neyman.sum() + self.uniform_mix * u / u.sum()
+        return np.where(left > 0, q, 0.0)
 
     def _choose(self, k: int, rng: np.random.Generator):
+        # a released (lost) draw stays in the log: it is proposed again first, its score is still owed
+        if self.combine_ == "union":
+            return self._choose_union(k, rng)
+        avail = self.available()
+        redo = avail[self.in_log_[avail]]  # released draws: their scores are still owed to the log
+        chosen = list(redo[:k])
+        probs = [1.0] * len(chosen)
+        fresh = avail[~self.in_log_[avail]]
+        pool = {int(h): list(rng.permutation(fresh[self.strata_[fresh] == h])) for h in self._live_strata}
+        a, var = self._controls()
+        left = self.left_.copy()
+        qs, items = [], []
+        while len(chosen) < k:
+            q = self._draw_probabilities(left, var)
+            # strata with nothing proposable left (all pending) must not be drawn: renormalise over the rest
+            can = np.array([len(pool.get(h, ())) > 0 for h in range(self.n_strata)])
+            q = np.where(can, q, 0.0)
+            if q.sum() <= 0:
+                break
+            q = q / q.sum()
+            h = int(rng.choice(self.n_strata, p=q))
+            item = pool[h].pop()
+            chosen.append(item)
+            probs.append(q[h] / left[h])
+            qs.append(q)
+            items.append(item)
+            left[h] -= 1
+        if items:
+            m = len(items)
+            self._log_draws(np.asarray(items, dtype=np.int64), np.vstack(qs), np.tile(a, (m, 1)), np.tile(var, (m, 1)))
+        return np.asarray(chosen, dtype=np.int64), np.asarray(probs, dtype=float)
+
+    def _log_draws(self, items: np.ndarray, q: np.ndarray, a: np.ndarray, v: np.ndarray) -> None:
+        self.log_items_ = np.concatenate([self.log_items_, items])
+        self.log_q_ = np.vstack([self.log_q_, q])
+        self.log_a_ = np.vstack([self.log_a_, a])
+        self.log_v_ = np.vstack([self.log_v_, v])
+        self.in_log_[items] = True
+        np.subtract.at(self.left_, self.strata_[items], 1.0)
+
+    # -- updates -------------------------------------------------------------------
+    def _absorb_stratum(self, h: int, scores: np.ndarray) -> None:
+        if self.combine_ == "union":
+            super()._absorb_stratum(h, scores)
+
+    def _absorb(self, items: np.ndarray, scores: np.ndarray) -> None:
+        super()._absorb(items, scores)
+        if self.combine_ != "joint" or self._replaying:
+            return
+        outside = items[~self.in_log_[items]]
+        if outside.size:  # scored without being drawn here: they leave the population as known items
+            nan_rows = np.full((outside.size, self.n_strata), np.nan)
+            self._log_draws(outside, nan_rows, nan_rows, nan_rows)
+        self._advance()
+
+    def _advance(self) -> None:
+        """Feed the martingales every logged item whose predecessors are all scored, in log order."""
+        w_item = self.item_weight_in_stratum_
+        while self.processed_ < self.log_items_.size and self.scored_[self.log_items_[self.processed_]]:
+            p = self.processed_
+            j = int(self.log_items_[p])
+            h = int(self.strata_[j])
+            x = float(self.scores_[j])
+            q, a, v = self.log_q_[p], self.log_a_[p], self.log_v_[p]
+            if np.isfinite(q).all():  # a draw (not an item scored from outside)
+                u = (self.stratum_size_ - self.done_) * w_item  # undrawn weight U_h before this draw
+                for cs, g, wg in zip(self.cs_groups_, self.groups_, self.group_weight_):
+                    self._observe_group(cs, g, wg, u, q, a, v, h, x)
+            self.known_[h] += w_item[h] * x
+            self.done_[h] += 1
+            self.processed_ += 1
+
+    def _observe_group(self, cs, group, w_group, u, q, a, v, h, x) -> None:
+        """Y = [h∈G] (U_h/U_G)/q_h (x − a_h) + Σ_{g∈G} (U_g/U_G) a_g, with E[Y | past] = (W_G m − K_G)/U_G."""
+        u_g = float(u[group].sum())
+        if u_g <= 0:
+            return
+        share = np.where(group, u / u_g, 0.0)
+        base = float(share @ np.nan_to_num(a))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(group & (q > 0), share / q, 0.0)
+        y = base + (ratio[h] * (x - a[h]) if group[h] else 0.0)
+        drawable = q > 0
+        lows = np.where(group & drawable, base - ratio * a, base)
+        highs = np.where(group & drawable, base + ratio * (1.0 - a), base)
+        var = float(np.sum(np.where(group & drawable, q * ratio**2 * v, 0.0)))  # ≈ Var(Y) if a_h ≈ μ_h
+        known = float(self.known_[group].sum())
+        cs.observe(y, float(lows[drawable].min()), float(highs[drawable].max()), w_group / u_g, -known / u_g, var)
+
+    # -- results ----------------------------------------------------------------------
+    def _group_bounds(self, group: np.ndarray, w_group: float) -> tuple[float, float]:
+        """Deterministic bounds of a group's mean from every scored item (unscored ones anywhere in [0, 1])."""
+        mask = group[self.strata_]
+        w = self.item_weights_[mask]
+        sc = self.scored_[mask]
+        known = float(w[sc] @ self.scores_[mask][sc])
+        return known / w_group, (known + float(w[~sc].sum())) / w_group
+
+    def _group_interval(self, i: int) -> tuple[float, float]:
+        f_lo, f_hi = self._group_bounds(self.groups_[i], float(self.group_weight_[i]))
+        return self.cs_groups_[i].interval(f_lo, f_hi)
+
+    def result(self) -> Estimate:
+        if getattr(self, "combine_", "union") == "union":
+            return super().result()
+        self._check_started()
+        if self.n_scored == 0:
+            return self._empty_estimate(self.guarantee_text)
+        means = np.array([self._stratum_mean(h) for h in range(self.n_strata)])
+        lows = self.stratum_sum_ / self.stratum_size_.clip(1)
+        highs = (self.stratum_sum_ + self.stratum_size_ - self.stratum_n_) / self.stratum_size_.clip(1)
+        point, _, _ = combine_strata(means, lows, highs, self.stratum_weight_)
+        lo, hi = self._group_interval(0)
+        subsets: tuple[SubsetEstimate, ...] = ()
+        if len(self.groups_) > 1:
+            names = self.bank_.names()
+            out = []
+            for i in range(1, len(self.groups_)):
+                g, s = self.groups_[i], self.group_subset_[i]
+                share = self.stratum_weight_ * g / self.group_weight_[i]
+                p, _, _ = combine_strata(means, lows, highs, share)
+                s_lo, s_hi = self._group_interval(i)
+                seen = int(self.stratum_n_[g].sum())
+                out.append(SubsetEstimate(
+                    subset=names[s], mean=min(max(p, s_lo), s_hi) if seen else float("nan"), lower=s_lo,
+                    upper=s_hi, n_scored=seen, n_total=int(self.stratum_size_[g].sum()),
+                    weight=float(self.group_weight_[i]),
+                ))
+            subsets = tuple(out)
+        return Estimate(
+            method=self.name, mean=min(max(point, lo), hi), lower=lo, upper=hi, n_scored=self.n_scored,
+            confidence=float(self.confidence), anytime_valid=True, target=self.target,
+            n_total=self.bank_.n_items, guarantee=self.guarantee_text, exhausted=self.exhausted,
+            subsets=subsets, extra=self._result_extra(),
+        )
+
+    def _result_extra(self) -> tuple[tuple[str, Any], ...]:
+        return (("n_strata", int(self._live_strata.size)), ("strata", self.strata_mode_),
+                ("combine", self.combine_))
+
+    # -- persistence -------------------------------------------------------------------
+    def _choose_union(self, k: int, rng: np.random.Generator):
         avail = self.available()
         if self._live_strata.size <= 1:
             return rng.choice(avail, size=k, replace=False), None
@@ -118,3 +458,42 @@ class AdaptiveMethod(BettingStrataMethod):
             chosen.append(rng.choice(pool, size=int(alloc[h]), replace=False))
             probs.append(np.full(int(alloc[h]), 1.0 / pool.size))
         return np.concatenate(chosen), np.concatenate(probs)
+
+    def _state_extra(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"strata": self.strata_.tolist()} if self.strata_mode_ == "features" else {}
+        if self.combine_ == "union":
+            return {**super()._state_extra(), **extra}
+        return {**extra, "log_items": self.log_items_.tolist(), "log_q": self.log_q_.tolist(),
+                "log_a": self.log_a_.tolist(), "log_v": self.log_v_.tolist(),
+                "rejected": [_pack(cs.rejected) for cs in self.cs_groups_]}
+
+    def _replay(self, order: np.ndarray, scores: np.ndarray, looks: int) -> None:
+        # the draw log (with its probabilities) comes from the state, in _load_extra
+        self._replaying = True
+        try:
+            super()._replay(order, scores, looks)
+        finally:
+            self._replaying = False
+
+    def _load_extra(self, extra: dict[str, Any]) -> None:
+        if "strata" in extra and not np.array_equal(np.asarray(extra["strata"], dtype=np.int64), self.strata_):
+            raise InputError("state's feature strata differ from those re-built from the bank's features "
+                             "(different features, parameters or scikit-learn version)")
+        if self.combine_ == "union":
+            super()._load_extra({k: v for k, v in extra.items() if k != "strata"})
+            return
+        items = np.asarray(extra.get("log_items", []), dtype=np.int64)
+        shape = (items.size, self.n_strata)
+
+        def rows(key):
+            arr = np.asarray(extra.get(key, []), dtype=float).reshape(shape)
+            return arr
+
+        self._log_draws(items, rows("log_q"), rows("log_a"), rows("log_v"))
+        outside = self.order_[~self.in_log_[self.order_]]
+        if outside.size:
+            nan_rows = np.full((outside.size, self.n_strata), np.nan)
+            self._log_draws(outside, nan_rows, nan_rows, nan_rows)
+        self._advance()
+        for cs, text in zip(self.cs_groups_, extra.get("rejected") or []):
+            cs.rejected |= _unpack(text, cs.grid.size)

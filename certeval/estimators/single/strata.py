@@ -29,6 +29,72 @@ def combine_strata(means: np.ndarray, lows: np.ndarray, highs: np.ndarray, weigh
     return float(weights @ point), float(weights @ lows), float(weights @ highs)
 
 
+def kmeans_labels(x: np.ndarray, k: int, seed: int, n_init: int = 4, max_iter: int = 100) -> np.ndarray:
+    """Lloyd's k-means with k-means++ seeding (Arthur & Vassilvitskii 2007), best of ``n_init`` starts.
+
+    Plain numpy with ``np.random.default_rng(seed)``: deterministic, and free of the thread pools that
+    made scikit-learn's ``KMeans`` take seconds per call on a loaded 2-core machine.
+    """
+    rng = np.random.default_rng(seed)
+    sq_norms = np.einsum("ij,ij->i", x, x)
+    best, best_inertia = np.zeros(x.shape[0], dtype=np.int64), np.inf
+    for _ in range(n_init):
+        centres = [x[rng.integers(x.shape[0])]]
+        dist = np.maximum(sq_norms - 2 * x @ centres[0] + centres[0] @ centres[0], 0.0)
+        for _ in range(1, k):
+            p = dist / dist.sum() if dist.sum() > 0 else None
+            c = x[rng.choice(x.shape[0], p=p)]
+            centres.append(c)
+            dist = np.minimum(dist, np.maximum(sq_norms - 2 * x @ c + c @ c, 0.0))
+        centres = np.array(centres)
+        labels = np.full(x.shape[0], -1, dtype=np.int64)
+        for _ in range(max_iter):
+            d2 = sq_norms[:, None] - 2 * x @ centres.T + np.einsum("ij,ij->i", centres, centres)[None, :]
+            new = np.argmin(d2, axis=1)
+            if np.array_equal(new, labels):
+                break
+            labels = new
+            for j in range(k):
+                members = labels == j
+                if members.any():
+                    centres[j] = x[members].mean(axis=0)
+        inertia = float(np.sum(np.min(d2, axis=1)))
+        if inertia < best_inertia:
+            best, best_inertia = labels, inertia
+    return best
+
+
+def feature_strata(features: np.ndarray, base: np.ndarray, max_clusters: int = 4, min_size: int = 50,
+                   seed: int = 0) -> np.ndarray:
+    """Strata from item features only: k-means inside each stratum of ``base`` (compact codes 0..H−1).
+
+    A base stratum of N items gets K = min(max_clusters, ⌊N / min_size⌋) clusters
+    (:func:`kmeans_labels`, seeded by ``seed``); K is lowered while the smallest cluster has fewer than
+    ``min_size // 2`` items. The partition is a deterministic function of (features, base, parameters):
+    it never looks at a score, so it is fixed before any data arrive and every stratum's sampling stays
+    uniform without replacement (Cer-Eval's adaptive partition, seed 000 Alg. 2, re-fits on scores,
+    which breaks that).
+    """
+    feats = np.asarray(features, dtype=float)
+    codes = np.zeros(base.size, dtype=np.int64)
+    next_code = 0
+    for b in np.unique(base):
+        idx = np.flatnonzero(base == b)
+        x = feats[idx]
+        labels = np.zeros(idx.size, dtype=np.int64)
+        k = min(int(max_clusters), idx.size // max(int(min_size), 1), np.unique(x, axis=0).shape[0])
+        while k >= 2:
+            labels = kmeans_labels(x, k, seed)
+            if np.bincount(labels, minlength=k).min() >= max(int(min_size) // 2, 1):
+                break
+            k -= 1
+            labels = np.zeros(idx.size, dtype=np.int64)
+        _, labels = np.unique(labels, return_inverse=True)
+        codes[idx] = next_code + labels
+        next_code += int(labels.max()) + 1
+    return codes
+
+
 class StratifiedMethod(BankMethod):
     """A method with one stratum per sub-dataset (one stratum for a plain bank).
 
@@ -41,11 +107,11 @@ class StratifiedMethod(BankMethod):
     def _start_extra(self) -> None:
         spec = self.bank_
         self.item_weights_ = spec.weights()
-        if spec.subsets is not None and spec.mean_of_means:
-            self.strata_ = spec.subset_codes()
-        else:
-            self.strata_ = np.zeros(spec.n_items, dtype=np.int64)
+        self.strata_ = self._make_strata(self.subset_strata(spec))
         n_strata = int(self.strata_.max()) + 1
+        # sub-dataset of each stratum (strata never straddle two sub-datasets)
+        self.stratum_subset_ = np.zeros(n_strata, dtype=np.int64)
+        self.stratum_subset_[self.strata_] = self.subset_strata(spec)
         self.stratum_size_ = np.bincount(self.strata_, minlength=n_strata)
         self.stratum_weight_ = np.bincount(self.strata_, weights=self.item_weights_, minlength=n_strata)
         self.stratum_n_ = np.zeros(n_strata, dtype=np.int64)
@@ -54,6 +120,17 @@ class StratifiedMethod(BankMethod):
         self._live_strata = np.flatnonzero(self.stratum_size_ > 0)
         self._stratum_delta = self.delta / max(1, self._live_strata.size)
         self._start_strata()
+
+    @staticmethod
+    def subset_strata(spec) -> np.ndarray:
+        """One stratum per sub-dataset when the estimand is the mean-of-means, else one stratum."""
+        if spec.subsets is not None and spec.mean_of_means:
+            return spec.subset_codes()
+        return np.zeros(spec.n_items, dtype=np.int64)
+
+    def _make_strata(self, base: np.ndarray) -> np.ndarray:
+        """Hook: stratum code per item, refining ``base`` (the sub-dataset strata); default: ``base``."""
+        return base
 
     def _start_strata(self) -> None:
         """Hook: per-stratum state."""
@@ -113,20 +190,37 @@ class StratifiedMethod(BankMethod):
         subsets: tuple[SubsetEstimate, ...] = ()
         if self.bank_.subsets is not None and self.bank_.mean_of_means:
             names = self.bank_.names()
-            subsets = tuple(
-                SubsetEstimate(
-                    subset=names[h], mean=float(means[h]), lower=float(lows[h]), upper=float(highs[h]),
-                    n_scored=int(self.stratum_n_[h]), n_total=int(self.stratum_size_[h]),
-                    weight=float(self.stratum_weight_[h]),
+            if np.array_equal(self.stratum_subset_, np.arange(n_strata)):  # strata are the sub-datasets
+                subsets = tuple(
+                    SubsetEstimate(
+                        subset=names[h], mean=float(means[h]), lower=float(lows[h]), upper=float(highs[h]),
+                        n_scored=int(self.stratum_n_[h]), n_total=int(self.stratum_size_[h]),
+                        weight=float(self.stratum_weight_[h]),
+                    )
+                    for h in self._live_strata
                 )
-                for h in self._live_strata
-            )
+            else:  # finer strata: a sub-dataset's interval is the weighted sum of its strata's (same event)
+                subsets = self._subset_estimates(means, lows, highs, names)
         return Estimate(
             method=self.name, mean=point, lower=lo, upper=hi, n_scored=self.n_scored,
             confidence=float(self.confidence), anytime_valid=self.anytime_valid, target=self.target,
             n_total=self.bank_.n_items, guarantee=self.guarantee_text, exhausted=self.exhausted,
             subsets=subsets, extra=self._result_extra(),
         )
+
+    def _subset_estimates(self, means, lows, highs, names) -> tuple[SubsetEstimate, ...]:
+        out = []
+        for s in np.unique(self.stratum_subset_[self._live_strata]):
+            hs = self._live_strata[self.stratum_subset_[self._live_strata] == s]
+            w = self.stratum_weight_[hs]
+            share = w / w.sum()
+            point, lo, hi = combine_strata(means[hs], lows[hs], highs[hs], share)
+            out.append(SubsetEstimate(
+                subset=names[s], mean=point if np.isfinite(means[hs]).any() else float("nan"), lower=lo, upper=hi,
+                n_scored=int(self.stratum_n_[hs].sum()), n_total=int(self.stratum_size_[hs].sum()),
+                weight=float(w.sum()),
+            ))
+        return tuple(out)
 
     def _result_extra(self) -> tuple[tuple[str, Any], ...]:
         return (("n_strata", int(self._live_strata.size)),)

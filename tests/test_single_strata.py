@@ -1,0 +1,227 @@
+"""``adaptive`` with feature strata (k-means on item features, fixed before any score) and the joint
+control-variate betting CS: coverage with peeking, an unbiasedness identity checked by enumeration,
+zero width at exhaustion, state round trips, scores never shaping strata, and ``backtest --features``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from certeval.cli import main
+from certeval.estimators import BankSpec, InputError, make_method, method_from_state
+from certeval.estimators.single.adaptive import AdaptiveMethod, ControlVariateCS
+from certeval.estimators.single.strata import feature_strata
+
+DELTA = 0.1
+REPS = 60
+
+
+def grouped_bank(rng, n=600, informative=True, contrast=False):
+    """Three groups with loss means 0.15 / 0.5 / 0.85; features separate them (or are pure noise).
+
+    ``contrast``: groups of very different variance instead (all 0 / all 0 / Bernoulli(0.5)), where
+    Neyman allocation draws mostly from the last group.
+    """
+    groups = rng.integers(0, 3, size=n)
+    if contrast:
+        x = np.where(groups == 2, (rng.random(n) < 0.5).astype(float), 0.0)
+    else:
+        x = np.clip(rng.normal(np.array([0.15, 0.5, 0.85])[groups], 0.15), 0.0, 1.0)
+    features = rng.normal(size=(n, 3))
+    if informative:
+        features[:, 0] += 4.0 * groups
+    return x, features
+
+
+def _features_method(**kw):
+    return make_method("adaptive", confidence=1 - DELTA, strata="features", **kw)
+
+
+class UnweightedDraws(AdaptiveMethod):
+    """Deliberately miscalibrated: treats the Neyman-allocated draws as a uniform sample (no q, no control)."""
+
+    name = "adaptive-unweighted-test-only"
+
+    def _observe_group(self, cs, group, w_group, u, q, a, v, h, x):
+        u_g = float(u[group].sum())
+        if u_g > 0:
+            cs.observe(x if group[h] else 0.5, 0.0, 1.0, w_group / u_g, -float(self.known_[group].sum()) / u_g,
+                       float(q @ v))
+
+
+def miscoverage(make, informative: bool, reps: int, seed: int, contrast: bool = False, n: int = 600) -> int:
+    misses = 0
+    for r in range(reps):
+        rng = np.random.default_rng([seed, r])
+        x, features = grouped_bank(rng, n=n, informative=informative, contrast=contrast)
+        truth = x.mean()
+        method = make().start(BankSpec(x.size, features=features))
+        for _ in range(n // 20):  # peek after every batch of 10, up to half the bank
+            prop = method.propose(10, rng)
+            method.update(prop.items, x[prop.items])
+            est = method.result()
+            if not (est.lower - 1e-12 <= truth <= est.upper + 1e-12):
+                misses += 1
+                break
+    return misses
+
+
+@pytest.mark.parametrize("informative,contrast", [(True, False), (False, False), (True, True)])
+def test_feature_strata_cover_with_peeking(informative, contrast):
+    misses = miscoverage(_features_method, informative, REPS, seed=11 + informative + 2 * contrast, contrast=contrast)
+    assert misses <= binom.ppf(0.999, REPS, DELTA), f"missed in {misses}/{REPS}"
+
+
+def test_treating_allocated_draws_as_uniform_is_caught():
+    def make():
+        return UnweightedDraws(confidence=1 - DELTA, strata="features")
+
+    misses = miscoverage(make, True, 30, seed=13, contrast=True, n=1200)
+    assert misses > binom.ppf(0.999, 30, DELTA), f"the miscalibrated variant slipped through ({misses}/30)"
+
+
+def test_statistic_is_unbiased_by_enumeration():
+    """E[Y | past] = (W m − K)/U, computed by enumerating every (stratum, item) draw with its probability."""
+    rng = np.random.default_rng(3)
+    x, features = grouped_bank(rng, n=200)
+    method = _features_method(min_stratum_size=40).start(BankSpec(200, features=features))
+    for _ in range(4):
+        prop = method.propose(10, rng)
+        method.update(prop.items, x[prop.items])
+    a, var = method._controls()
+    left = method.left_.copy()
+    q = method._draw_probabilities(left, var)
+    w_item = method.item_weight_in_stratum_
+    u = left * w_item
+    seen = []
+
+    class Recorder:
+        def observe(self, y, y_min, y_max, alpha, beta, v):
+            seen.append((y, y_min, y_max, alpha, beta))
+
+    expected = 0.0
+    undrawn = np.flatnonzero(~method.in_log_)
+    for j in undrawn:
+        h = int(method.strata_[j])
+        seen.clear()
+        method._observe_group(Recorder(), method.groups_[0], 1.0, u, q, a, var, h, float(x[j]))
+        y, y_min, y_max, alpha, beta = seen[0]
+        assert y_min - 1e-12 <= y <= y_max + 1e-12
+        expected += q[h] / left[h] * y
+    known = float(method.known_.sum())
+    assert alpha * x.mean() + beta == pytest.approx((x.mean() - known) / u.sum())
+    assert expected == pytest.approx((x.mean() - known) / u.sum(), rel=1e-10)
+
+
+def test_capital_matches_a_direct_computation():
+    rng = np.random.default_rng(5)
+    steps = [(rng.uniform(-0.5, 1.5), -0.5, 1.5, 1.0 + 0.1 * i, -0.05 * i, 0.2) for i in range(40)]
+    cs = ControlVariateCS(0.05, grid_size=65)
+    for s in steps:
+        cs.observe(*s)
+    for j in range(0, 65, 8):
+        m = cs.grid[j]
+        kp = km = 0.0
+        for i, (y, lo, hi, alpha, beta, v) in enumerate(steps, start=1):
+            lam = math.sqrt(2 * math.log(2 / 0.05) / (v * i * math.log(1 + i)))
+            nu = min(max(alpha * m + beta, lo), hi)
+            lp = lam if nu == lo else min(lam, 0.5 / (nu - lo))
+            lm = lam if nu == hi else min(lam, 0.5 / (hi - nu))
+            kp += math.log1p(lp * (y - nu))
+            km += math.log1p(-lm * (y - nu))
+        if not cs.rejected[j]:
+            assert cs.log_kplus[j] == pytest.approx(kp, abs=1e-9)
+            assert cs.log_kminus[j] == pytest.approx(km, abs=1e-9)
+
+
+def test_zero_width_when_all_scored_with_subsets():
+    rng = np.random.default_rng(7)
+    x, features = grouped_bank(rng, n=500)
+    subsets = (np.arange(500) % 2).astype(np.int64)
+    truth = np.mean([x[subsets == s].mean() for s in (0, 1)])
+    method = make_method("adaptive", strata="features").start(
+        BankSpec(500, subsets=subsets, subset_names=("a", "b"), features=features))
+    while not method.exhausted:
+        prop = method.propose(37, rng)
+        method.update(prop.items, x[prop.items])
+    est = method.result()
+    assert dict(est.extra)["strata"] == "features" and dict(est.extra)["n_strata"] > 2
+    assert est.halfwidth == 0.0 and est.mean == pytest.approx(truth)
+    for sub, s in zip(est.subsets, (0, 1)):
+        assert sub.upper - sub.lower == pytest.approx(0.0, abs=1e-12)
+        assert sub.mean == pytest.approx(x[subsets == s].mean())
+
+
+def test_state_round_trip_with_a_batch_in_flight():
+    rng = np.random.default_rng(9)
+    x, features = grouped_bank(rng, n=400)
+    subsets = (np.arange(400) % 3).astype(np.int64)
+    spec = BankSpec(400, subsets=subsets, subset_names=("a", "b", "c"), features=features)
+    method = make_method("adaptive", confidence=0.9, strata="features", min_stratum_size=40).start(spec)
+    for _ in range(8):
+        prop = method.propose(10, rng)
+        method.update(prop.items, x[prop.items])
+    in_flight = method.propose(10, rng).items  # never scored before the state is taken
+    blob = json.loads(json.dumps(method.state()))
+    again = method_from_state(blob)
+    assert again.result().to_dict() == method.result().to_dict()
+    assert np.array_equal(again.strata_, method.strata_)
+    # the restored method owes the in-flight draws first (they are in its draw log)
+    redo = again.propose(10, np.random.default_rng(0)).items
+    assert set(redo) == set(in_flight)
+    for m in (method, again):
+        m.update(in_flight, x[in_flight])
+    assert again.result().to_dict() == method.result().to_dict()
+
+
+def test_strata_depend_on_features_only():
+    rng = np.random.default_rng(2)
+    _, features = grouped_bank(rng, n=300)
+    strata = []
+    for seed in (0, 1):
+        scores = np.random.default_rng(seed).random(300)
+        method = _features_method().start(BankSpec(300, features=features))
+        r = np.random.default_rng(seed)
+        for _ in range(5):
+            prop = method.propose(20, r)
+            method.update(prop.items, scores[prop.items])
+        strata.append(method.strata_.copy())
+    assert np.array_equal(strata[0], strata[1])
+    assert np.array_equal(strata[0], feature_strata(features, np.zeros(300, dtype=np.int64), 4, 50, 0))
+    assert len(np.unique(strata[0])) >= 2
+
+
+def test_auto_rule_and_validation():
+    rng = np.random.default_rng(4)
+    _, features = grouped_bank(rng, n=600)
+    extra = lambda m: dict(m.result().extra) if m.n_scored else (m.strata_mode_, m.combine_)  # noqa: E731
+    assert extra(make_method("adaptive").start(BankSpec(600, features=features))) == ("features", "joint")
+    assert extra(make_method("adaptive").start(BankSpec(600))) == ("subsets", "union")
+    assert extra(make_method("adaptive", target="distribution").start(BankSpec(600, features=features))) \
+        == ("subsets", "union")
+    assert extra(make_method("adaptive").start(BankSpec(60, features=features[:60]))) == ("subsets", "union")
+    halves = (np.arange(600) % 2).astype(np.int64)
+    with_subsets = BankSpec(600, subsets=halves, subset_names=("a", "b"), features=features)
+    assert extra(make_method("adaptive").start(with_subsets)) == ("subsets", "union")
+    assert extra(make_method("adaptive", strata="features").start(with_subsets)) == ("features", "joint")
+    with pytest.raises(InputError, match="features"):
+        make_method("adaptive", strata="features").start(BankSpec(600))
+    with pytest.raises(InputError, match="target"):
+        make_method("adaptive", strata="features", target="distribution").start(BankSpec(600, features=features))
+    with pytest.raises(InputError, match="strata"):
+        make_method("adaptive", strata="kmeans").start(BankSpec(600))
+
+
+def test_backtest_features_factors(capsys):
+    argv = ["backtest", "--scores", "bundled:helm_mmlu", "--model", "openai_text-davinci-003", "--reps", "2",
+            "--goal", "halfwidth:0.1", "--features", "factors", "--json"]
+    for method in ("cer-eval", "adaptive"):
+        assert main(argv + ["--method", method]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["features"] == "factors" and out["models"][0]["coverage"] == 1.0
+    assert main(argv[:-3] + ["--features", "none", "--method", "cer-eval"]) == 2
+    assert "needs item features" in capsys.readouterr().err
