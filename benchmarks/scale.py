@@ -39,7 +39,7 @@ from benchmarks._meta import write_result  # noqa: E402
 SIZES = (10, 30, 1989)
 # Replay models of one scores file share ``replicas`` Ray actors (certeval.backends.pool.group_models),
 # each holding the table once as a dense matrix (8 MB for openllm_tiny), so memory no longer grows
-# with the model count. Ranking M models compares M(M-1)/2 pairs (1,976,566 at M = 1,989) on the
+# with the model count. Ranking M models compares M(M-1)/2 pairs (1,977,066 at M = 1,989) on the
 # Gram-matrix path of certeval.estimators.ranking.
 DATASET = "openllm_tiny"
 
