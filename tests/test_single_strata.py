@@ -223,5 +223,10 @@ def test_backtest_features_factors(capsys):
         assert main(argv + ["--method", method]) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["features"] == "factors" and out["models"][0]["coverage"] == 1.0
+    assert main(argv + ["--method", "adaptive", "--strata", "features"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method_params"] == {"strata": "features"} and out["models"][0]["coverage"] == 1.0
     assert main(argv[:-3] + ["--features", "none", "--method", "cer-eval"]) == 2
     assert "needs item features" in capsys.readouterr().err
+    assert main(argv + ["--method", "uniform", "--strata", "features"]) == 2
+    assert "--strata" in capsys.readouterr().err

@@ -215,6 +215,7 @@ def run_single_backtest(
     return {
         "method": method, "goal": str(goal), "confidence": confidence, "reps": reps, "seed": seed,
         "batch_size": batch_size, "max_items": max_items, "target": target, "features": features,
+        "method_params": dict(method_params or {}),
         "truth": "bank mean-of-means over sub-datasets" if (spec.subsets is not None and spec.mean_of_means)
         else "bank mean",
         "n_items": spec.n_items,

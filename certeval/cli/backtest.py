@@ -33,6 +33,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--features", choices=("auto", "text", "factors", "none"), default="auto",
                    help="item features for cer-eval/adaptive: auto (embeddings or embedded text if the bank has "
                         "them, default), text, factors (item factors fitted on the other fold of models), none")
+    p.add_argument("--strata", choices=("auto", "subsets", "features"), default=None,
+                   help="adaptive only: strata from sub-datasets, or refined by k-means on the features "
+                        "(default: the method's own, auto)")
     # options of the comparative and FAQ modes (read by those modules)
     p.add_argument("--history-models", type=int, default=None, help="FAQ: models used as history")
     p.add_argument("--history-fraction", type=float, default=None, help="FAQ: fraction of models used as history")
@@ -88,13 +91,22 @@ def run_single(args) -> int:
     out = run_single_backtest(
         scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
         batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
-        features=getattr(args, "features", "auto"),
+        features=getattr(args, "features", "auto"), method_params=_method_params(args),
     )
     if args.json:
         print_json(out)
     else:
         _print_table(out)
     return 0
+
+
+def _method_params(args) -> dict:
+    strata = getattr(args, "strata", None)
+    if strata is None:
+        return {}
+    if args.method != "adaptive":
+        raise InputError(f"--strata applies to --method adaptive only, got --method {args.method}")
+    return {"strata": strata}
 
 
 def _print_table(out: dict) -> None:
