@@ -10,13 +10,14 @@ from __future__ import annotations
 import datetime as _dt
 import importlib
 import json
-import math
 import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from certeval.estimators.results import to_jsonable
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -94,19 +95,6 @@ def metadata(name: str, *, seed: int | None, quick: bool) -> dict[str, Any]:
     }
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: numpy scalars to Python, NaN/inf to None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        return _clean(value.tolist())
-    return value
-
-
 def result_path(name: str, quick: bool) -> Path:
     return (QUICK_DIR if quick else RESULTS_DIR) / f"{name}.json"
 
@@ -118,7 +106,7 @@ def write_result(name: str, payload: dict[str, Any], quick: bool, *, seed: int |
     doc = {"meta": metadata(name, seed=seed if seed is not None else payload.get("seed"), quick=quick),
            **payload}
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n")
+    tmp.write_text(json.dumps(to_jsonable(doc), indent=1, allow_nan=False) + "\n")
     os.replace(tmp, path)
     return path
 

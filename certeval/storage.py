@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import re
 import uuid
@@ -37,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .estimators._validation import InputError
+from .estimators.results import to_jsonable
 
 DEFAULT_OUTPUT = "./certeval-runs"
 CACHE_DIR = "_cache"
@@ -56,19 +56,8 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN: write None instead (strict parsers reject NaN)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def dumps(obj: Any) -> bytes:
-    return json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False).encode()
+    return json.dumps(to_jsonable(obj), indent=2, default=_json_default, allow_nan=False).encode()
 
 
 def safe_name(label: str) -> str:
@@ -210,7 +199,7 @@ class RunStore:
             self.folder.write_json("config.json", config)
             return False
         for key in compare_keys:
-            if _finite(stored.get(key)) != _finite(json.loads(dumps(config.get(key)))):
+            if to_jsonable(stored.get(key)) != to_jsonable(json.loads(dumps(config.get(key)))):
                 raise InputError(
                     f"run id {self.run_id!r} in {self.output!r} was started with {key}={stored.get(key)!r}, "
                     f"not {config.get(key)!r}; use another --run-id"

@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any
 
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            return _clean(value.item())
-        except (TypeError, ValueError):
-            return value
-    return value
+from ..estimators.results import to_jsonable
 
 
 def print_json(obj: Any) -> None:
-    json.dump(_clean(obj), sys.stdout, indent=2)
+    json.dump(to_jsonable(obj), sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 

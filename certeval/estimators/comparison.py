@@ -41,7 +41,7 @@ import numpy as np
 
 from ._validation import InputError, check_alpha, check_choice, check_positive_int, check_scores, check_same_length
 from .boundaries import parse_spending
-from .results import Decision, _clean
+from .results import Decision, to_jsonable
 from .sequential import boundary_multiplier, mean_of_means
 
 GOALS = ("difference", "improvement")
@@ -96,7 +96,7 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["done"] = self.done
-        return _clean(out)
+        return to_jsonable(out)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import numpy as np
 from ._validation import InputError, check_alpha
 from .comparison import (A_GT_B, B_GT_A, RULES, UNDECIDED, VERDICTS, Comparison, ComparisonDesign,
                          run_sequential_pairs)
-from .results import _clean
+from .results import to_jsonable
 from .sequential import boundary_multiplier
 
 PATHS = ("auto", "pairs", "gram")
@@ -127,7 +127,7 @@ class Ranking:
 
     def to_dict(self, comparisons: bool = True) -> dict[str, Any]:
         """JSON-able summary; ``comparisons=False`` leaves out the per-pair list (millions for large M)."""
-        out = _clean({
+        out = to_jsonable({
             "models": list(self.models),
             "tie_groups": [list(g) for g in self.tie_groups],
             "means": list(self.means),

@@ -12,19 +12,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-def _clean(value: Any) -> Any:
-    """Make a value JSON-friendly (no NaN/inf, numpy scalars as Python)."""
+def to_jsonable(value: Any) -> Any:
+    """JSON-safe copy: numpy scalars/arrays to Python, tuples to lists, NaN/inf to None (strict JSON)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict)):
-        try:
-            return _clean(value.item())
-        except (TypeError, ValueError):
-            return value
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        return to_jsonable(value.tolist())
     return value
 
 
@@ -65,7 +62,7 @@ class Estimate:
         out["halfwidth"] = self.halfwidth
         out["subsets"] = [s.to_dict() for s in self.subsets]
         out["extra"] = {k: v for k, v in self.extra}
-        return _clean(out)
+        return to_jsonable(out)
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,7 @@ class SubsetEstimate:
         return (self.lower, self.upper)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))
+        return to_jsonable(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -105,4 +102,4 @@ class Decision:
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))
+        return to_jsonable(asdict(self))

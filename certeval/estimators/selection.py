@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._validation import InputError, check_alpha, check_choice, check_in_range, check_positive
-from .results import _clean
+from .results import to_jsonable
 from .sequential import boundary_multiplier, mean_of_means
 
 STATUSES = ("running", "below", "precise", "not-best", "candidate", "exhausted")
@@ -61,7 +61,7 @@ class Selection:
         return float(sum(m.n_scored for m in self.models)) / (len(self.models) * self.n_total)
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean({
+        return to_jsonable({
             "selected": list(self.selected),
             "discarded": list(self.discarded),
             "models": [vars(m) | {} for m in self.models],
