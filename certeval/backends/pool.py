@@ -366,7 +366,7 @@ class ModelPool:
             for slot in slots:
                 try:
                     ray.kill(slot.handle, no_restart=True)
-                except Exception:
+                except Exception:  # already dead or its node gone: nothing left to release
                     pass
         self.slots = {}
 
