@@ -8,10 +8,8 @@ it scored to ``$CERTEVAL_BACKEND_LOG``.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +20,7 @@ import pytest
 
 from certeval.tasks.plan import make_plan
 
+from test_network_loopback import connect_targets, is_loopback
 from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, prefect_api, ray_address, read_log, replay, small_scores
 
 pytestmark = pytest.mark.slow
@@ -34,13 +33,8 @@ def infra(state_dir):
 
 
 def _outside(line: str) -> bool:
-    """A traced connect() to an address outside 127.0.0.0/8 and ::1."""
-    for addr in re.findall(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)"', line):
-        host = next(a for a in addr if a)
-        host = host.removeprefix("::ffff:")
-        if not ipaddress.ip_address(host).is_loopback:
-            return True
-    return False
+    """A traced connect() to an address outside 127.0.0.0/8 and ::1 (parser shared with the loopback test)."""
+    return any(not is_loopback(addr) for addr in connect_targets(line))
 
 
 def _rounds(folder) -> pd.DataFrame:
