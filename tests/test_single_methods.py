@@ -207,6 +207,44 @@ def test_cer_eval_stores_partition_labels():
     assert est.lower <= x.mean() <= est.upper
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_incremental_nearest_equals_brute_force(seed):
+    """update_nearest fed in batches == a brute-force 1-NN over every scored point (scipy cdist)."""
+    from scipy.spatial.distance import cdist
+
+    from certeval.estimators.single.partition import update_nearest
+
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(600, 3))
+    order = rng.permutation(600)[:250]
+    nearest = dist = None
+    for lo, hi in [(0, 7), (7, 60), (60, 61), (61, 250)]:
+        nearest, dist = update_nearest(features, order[lo:hi], nearest, dist)
+        seen = order[:hi]
+        d = cdist(features, features[seen])
+        assert np.array_equal(nearest, seen[d.argmin(axis=1)])
+        np.testing.assert_allclose(dist, d.min(axis=1), atol=1e-12)
+        assert np.array_equal(nearest[seen], seen)
+
+
+def test_cer_eval_incremental_partition_matches_full_refit():
+    """The kept nearest neighbours give the same strata as re-running the 1-NN search from scratch."""
+    from certeval.estimators.single.partition import nn_partition
+
+    rng = np.random.default_rng(3)
+    n = 900
+    features = rng.normal(size=(n, 4))
+    x = (rng.random(n) < 1 / (1 + np.exp(-2 * features[:, 0]))).astype(float)
+    method = make_method("cer-eval", warm_start=40).start(BankSpec(n, features=features))
+    run_to(method, x, 400, rng)
+    assert method.refits_ >= 5 and method.nn_seen_ == method.n_scored  # last re-fit saw every score
+    full = nn_partition(method.features_, method.scored_, method.scores_, method.base_codes_,
+                        method.item_weights_, method.delta)
+    assert np.array_equal(full, method.labels_)
+    again = method_from_state(json.loads(json.dumps(method.state())))
+    assert np.array_equal(again.labels_, method.labels_)
+
+
 def test_empty_result_is_not_confident():
     est = make_method("adaptive").start(BankSpec(20)).result()
     assert math.isnan(est.mean) and est.ci() == (0.0, 1.0)

@@ -34,7 +34,7 @@ from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
 from .adaptive import greedy_allocation
 from .bounds import cereval_radius
-from .partition import nn_partition, stratum_stats
+from .partition import nn_partition, stratum_stats, update_nearest
 
 
 @register
@@ -74,12 +74,17 @@ class CerEvalMethod(BankMethod):
             self.base_codes_ = np.zeros(spec.n_items, dtype=np.int64)
         self.labels_ = self.base_codes_.copy()
         self.refits_ = 0
+        # each item's nearest scored point, kept between re-fits (partition.update_nearest)
+        self.nearest_, self.nearest_dist_, self.nn_seen_ = None, None, 0
         self.next_refit_ = float(self.alpha if self.alpha is not None else self.warm_start)
 
     def _absorb(self, items: np.ndarray, scores: np.ndarray) -> None:
         if self.n_scored >= self.next_refit_ and self.n_scored >= 2:
+            self.nearest_, self.nearest_dist_ = update_nearest(
+                self.features_, self.order_[self.nn_seen_:], self.nearest_, self.nearest_dist_)
+            self.nn_seen_ = self.order_.size
             self.labels_ = nn_partition(self.features_, self.scored_, self.scores_, self.base_codes_,
-                                        self.item_weights_, self.delta)
+                                        self.item_weights_, self.delta, nearest=self.nearest_)
             self.refits_ += 1
             alpha = float(self.alpha if self.alpha is not None else self.warm_start)
             while self.next_refit_ <= self.n_scored:

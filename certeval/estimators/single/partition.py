@@ -9,9 +9,13 @@ mean-of-means, so items inside a stratum always carry equal weight.
 
 The 1-NN neighbour of every item does not depend on the labelling, so the
 classifier is fitted once and its neighbour indices reused for every k (the
-same labels as fitting one classifier per k). Deviation from the printed text:
-Alg. 2 line 3 trains on "a random subset of S" without saying which; we use all
-of S.
+same labels as fitting one classifier per k). Between re-fits only the newly
+scored points can become an item's nearest neighbour, so :func:`update_nearest`
+keeps each item's nearest scored point and its distance and compares every item
+with the new points only: O(N · new) per re-fit instead of O(N · |S|), exactly
+the full 1-NN up to ties between equidistant points (the earlier point is kept).
+Deviation from the printed text: Alg. 2 line 3 trains on "a random subset of S"
+without saying which; we use all of S.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from sklearn.neighbors import KNeighborsClassifier
+from sklearn.neighbors import NearestNeighbors
 
 from .bounds import cereval_radius
 
@@ -48,6 +52,30 @@ def weighted_radius(codes, scored, scores, weights, n_codes, delta) -> float:
     return float(w[live] @ eps)
 
 
+def update_nearest(
+    features: np.ndarray, new: np.ndarray, nearest: np.ndarray | None = None, dist: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each item's nearest scored point after the points ``new`` were scored.
+
+    ``nearest``/``dist`` hold the answer for the points scored before (``None``: none yet).
+    Returns new arrays (inputs are not modified); a scored point is its own neighbour at
+    distance 0, also when another point shares its embedding.
+    """
+    new = np.asarray(new, dtype=np.int64)
+    n_items = features.shape[0]
+    if nearest is None or dist is None:
+        nearest, dist = np.full(n_items, -1, dtype=np.int64), np.full(n_items, np.inf)
+    nearest, dist = nearest.copy(), dist.copy()
+    if new.size == 0:
+        return nearest, dist
+    d_new, j_new = NearestNeighbors(n_neighbors=1).fit(features[new]).kneighbors(features)
+    d_new, j_new = d_new[:, 0], new[j_new[:, 0]]
+    closer = d_new < dist  # strict: an equidistant earlier point keeps its place
+    nearest[closer], dist[closer] = j_new[closer], d_new[closer]
+    nearest[new], dist[new] = new, 0.0
+    return nearest, dist
+
+
 def nn_partition(
     features: np.ndarray,
     scored: np.ndarray,
@@ -55,15 +83,17 @@ def nn_partition(
     base_codes: np.ndarray,
     weights: np.ndarray,
     delta: float,
+    nearest: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Alg. 2: the best 1-NN partition (stratum code per item, 0..K−1), refined by ``base_codes``."""
+    """Alg. 2: the best 1-NN partition (stratum code per item, 0..K−1), refined by ``base_codes``.
+
+    ``nearest`` (each item's nearest scored point, from :func:`update_nearest`) saves the
+    1-NN search; without it the search runs over every scored point.
+    """
     idx = np.flatnonzero(scored)
     n_base = int(base_codes.max()) + 1
-    z = scores[idx]
-    clf = KNeighborsClassifier(n_neighbors=1)
-    clf.fit(features[idx], np.zeros(idx.size, dtype=int))
-    nearest = idx[clf.kneighbors(features, return_distance=False)[:, 0]]
-    nearest[idx] = idx  # a scored item is its own neighbour (duplicated embeddings aside)
+    if nearest is None:
+        nearest, _ = update_nearest(features, idx)
     best, best_codes = math.inf, base_codes
     for k in range(1, int(math.ceil(math.log(idx.size))) + 2):
         labels = np.minimum(np.floor(k * scores[nearest]).astype(np.int64), k)  # ⌊kZ⌋ ∈ {0..k}
