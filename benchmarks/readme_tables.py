@@ -20,7 +20,7 @@ from benchmarks._meta import RESULTS_DIR, ROOT
 
 DOCS = ROOT / "docs"
 IMG = DOCS / "img"
-METHOD_ORDER = ("static", "seq", "cer-eval", "uniform", "adaptive")
+METHOD_ORDER = ("static", "seq", "cer-eval", "uniform", "adaptive", "faq", "faq-uniform", "faq-uniform-half")
 
 
 def _load(name: str, results_dir: Path) -> dict[str, Any] | None:
@@ -94,7 +94,17 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
            "Each cell: **items used / bank size** · ratio to `uniform` · coverage of the true bank mean at the "
            "stopping time (fraction of reps). `uniform` is certeval's uniform-order betting confidence sequence "
            "(anytime-valid, without replacement); the same-guarantee comparison is Cer-Eval vs Seq "
-           "(both adaptive-Hoeffding, seed 000 §6) and adaptive vs uniform (same betting CS).", ""]
+           "(both adaptive-Hoeffding, seed 000 §6) and adaptive vs uniform (same betting CS)"
+           + (". FAQ (seed 002; logistic factor model fitted on the same history half, K and λ by CV) uses its "
+              "anytime interval, an *asymptotic* confidence sequence (not exact like the betting ones), and is "
+              "compared with `faq-uniform`: the same estimator and interval on one constant item factor (it "
+              "learns the model's overall accuracy, nothing about items; weight-proportional sampling mixed with "
+              "10% uniform). FAQ draws with replacement: its "
+              "items are model calls, the distinct items scored (a re-drawn item's score is cached), with at most "
+              "10·N draws; \"met k/n\" says how many reps reached the goal "
+              "when some did not (the others count what they scored: such cells are censored, their items and "
+              "ratios are not what the goal would need)"
+              if any(m.startswith("faq") for m in methods) else "") + ".", ""]
     for goal in goals:
         rows = []
         for d in datasets:
@@ -104,8 +114,10 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
                 if c is None:
                     row.append("–")
                     continue
+                met = c.get("reached_rate")  # below 1 only where reps ran out of bank (or faq's draw cap) first
+                short = f" · met {round(met * c['reps'])}/{c['reps']}" if met is not None and met < 1 else ""
                 row.append(f"{_f(c.get('fraction_of_bank'))} · ×{_f(c.get('items_ratio_vs_uniform'))} · "
-                           f"{_f(c.get('coverage'), 3)}")
+                           f"{_f(c.get('coverage'), 3)}{short}")
             rows.append(row)
         out += [f"**Goal {goal}**", "", _table(["dataset", *methods], rows), ""]
     # same-guarantee savings summary
@@ -117,16 +129,23 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
                 continue  # a baseline against itself says nothing
             ratios = [c["items_ratio_same_guarantee"] for c in sel if c.get("items_ratio_same_guarantee") is not None]
             covs = [c["coverage"] for c in sel if c.get("coverage") is not None]
+            met = [c["reached_rate"] for c in sel if c.get("reached_rate") is not None]
+            base_met = [c["same_guarantee_reached_rate"] for c in sel
+                        if c.get("same_guarantee_reached_rate") is not None]
             if not ratios:
                 continue
             ratios_sorted = sorted(ratios)
             med = ratios_sorted[len(ratios_sorted) // 2]
             summary_rows.append([m, goal, sel[0].get("same_guarantee_baseline", "?"), _f(1 - med, 2),
                                  f"{_f(1 - max(ratios))} … {_f(1 - min(ratios))}", _f(min(covs), 3) if covs else "–",
+                                 (f"{100 * min(met):.1f}%" if met else "–")
+                                 + (f" / {100 * min(base_met):.1f}%" if base_met else ""), str(len(ratios)),
                                  str(sum(c.get("reps", 0) for c in sel))])
     out += ["**Saving vs the uniform-order method with the same guarantee** (1 − items/items(baseline); median and "
-            "range over datasets; lowest coverage over datasets):", "",
-            _table(["method", "goal", "baseline", "median saving", "range", "min coverage", "reps"], summary_rows), "",
+            "range over datasets; lowest coverage over datasets; lowest share of reps that met the goal, method / "
+            "baseline — below 100% the ratios are censored by the bank or the draw cap):", "",
+            _table(["method", "goal", "baseline", "median saving", "range", "min coverage", "min goal met",
+                    "datasets", "reps"], summary_rows), "",
             f"![savings vs goal](img/{image})", ""]
     errs = [c for c in doc["cells"] if c.get("errors")]
     if errs:
@@ -150,6 +169,15 @@ def efficiency_gap(doc: dict[str, Any]) -> list[str]:
         s = sorted(1 - c["items_ratio_vs_uniform"] for c in ada)
         lines.append(f"certeval's `adaptive` (variance-adaptive allocation over sub-datasets) vs `uniform` with the "
                      f"identical interval: {_f(s[0], 2)} … {_f(s[-1], 2)} (median {_f(s[len(s) // 2], 2)}).")
+    faq = [c for c in cells if c["method"] == "faq" and c.get("items_ratio_same_guarantee") is not None]
+    if faq:
+        s = sorted(1 - c["items_ratio_same_guarantee"] for c in faq)
+        short = [c for c in faq if any(r is not None and r < 1 for r in
+                                       (c.get("reached_rate"), c.get("same_guarantee_reached_rate")))]
+        lines.append(f"FAQ vs `faq-uniform` (same estimator and asymptotic anytime interval, overall accuracy only): "
+                     f"{_f(s[0], 2)} … {_f(s[-1], 2)} (median {_f(s[len(s) // 2], 2)}) over {len(faq)} cells"
+                     + (f"; in {len(short)} of them some reps of FAQ or its baseline did not meet the goal within "
+                        f"10·N draws, so those ratios are censored" if short else "") + ".")
     worse = [c for c in cells if c["method"] != c.get("same_guarantee_baseline")
              and (c.get("items_ratio_same_guarantee") or 0) > 1.2]
     if worse:
@@ -243,7 +271,8 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
         if r["n_items"] in (12_000, 1_000_000) or r["n_items"] == max(doc["sizes"]):
             rows.append([r["method"], f"{r['n_items']:,}", _f(1e3 * r["round_s"], 2) if "round_s" in r else "error",
                          _f(1e3 * r.get("propose_s", float("nan")), 2), _f(1e3 * r.get("update_s", float("nan")), 2),
-                         _f(1e3 * r.get("result_s", float("nan")), 2)])
+                         _f(1e3 * r.get("result_s", float("nan")), 2),
+                         _f(1e3 * r.get("round_max_s", float("nan")), 2)])
     for m, f in doc["scaling_fit"].items():  # results written before the local slope was stored
         pts = sorted((r["n_items"], r["round_s"]) for r in doc["by_size"] if r["method"] == m and "round_s" in r)
         if "exponent_largest_two" not in f and len(pts) >= 2:
@@ -265,8 +294,11 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
               for r in doc.get("by_models", [])]
     return ["## Controller overhead (answers \"negligible overhead\")", "", _meta_line(doc), "",
             f"Median time of one round of {doc['batch']} items (propose = partition + select, update, result; "
-            f"decide is included in the round), after a warm-up; {doc['bank']}.", "",
-            _table(["method", "bank size", "round (ms)", "propose (ms)", "update (ms)", "result (ms)"], rows), "",
+            f"decide is included in the round), after a warm-up; {doc['bank']}. The slowest of the "
+            f"{doc.get('rounds_timed', '')} timed rounds is shown too: Cer-Eval re-fits its partition on a schedule "
+            "(after α·βᵗ scored items), so a re-fit round costs more than the median.", "",
+            _table(["method", "bank size", "round (ms)", "propose (ms)", "update (ms)", "result (ms)",
+                    "slowest round (ms)"], rows), "",
             "Scaling exponent b of round time ≈ a·N^b (least squares on log–log over "
             f"{', '.join(f'{n:,}' for n in doc['sizes'])} items):", "",
             _table(["method", "exponent b (all sizes)", "rms log residual", "local exponent", "between"], fits), "",

@@ -231,6 +231,21 @@ def test_state_round_trip_through_json_continues_identically():
     assert est.anytime_valid and "anytime-valid" in est.guarantee
 
 
+def test_anytime_interval_without_budget_is_tuned_once_at_the_bank_size():
+    """A confidence sequence re-tuned at every look is not time-uniform: without a budget the tuning
+    point must be fixed before the data (the bank size), the same at every look."""
+    v, mean, cov, z = _small_bank(n=60)
+    m = _method(v, mean, cov, ci="anytime")
+    rng = np.random.default_rng(2)
+    for look in range(1, 9):
+        prop = m.propose(25, rng)  # 200 draws in all: past N = 60, where max(n, 100) would re-tune
+        m.update(prop.items, z[prop.items])
+        est = m.result()
+        pseudo = 0.25 * 60 * float(np.sum(np.full(60, 1 / 60) ** 2))
+        _, lo, hi, _ = pai_interval(m.terms(), 0.95, "anytime", planned_n=60, pseudo_var=pseudo)
+        assert est.ci() == pytest.approx((float(lo), float(hi)), abs=1e-12), look
+
+
 def test_repeats_are_legal_unproposed_items_are_refused_and_empty_is_trivial():
     v, mean, cov, z = _small_bank(n=5)
     m = _method(v, mean, cov, tau=0.5)

@@ -107,3 +107,92 @@ def test_one_call_backtest_stores_a_run_with_its_baseline(tmp_path):
     with pytest.raises(Exception, match="unknown model"):
         backtest("bundled:helm_mmlu", "adaptive", "halfwidth:0.1", 2, 1, use_ray=False, models=["nope"],
                  progress=None)
+
+
+# --------------------------------------------------------------------------------------
+# FAQ (seed 002) cells
+# --------------------------------------------------------------------------------------
+
+
+def test_faq_cells_replay_with_fitted_and_uninformative_factors(tmp_path):
+    from certeval.backtest.ray_fanout import faq_cell
+
+    fit = {"n_factors": 2, "penalty": 1.0}  # fixed K, λ: no cross-validation in a unit test
+    data = dataset_arrays("helm_raft", max_eval_models=2, faq=True, faq_cache=tmp_path, faq_fit=fit)
+    assert data.faq["item_factors"].shape == (data.spec.n_items, 2) and data.notes["faq"]["cached"] is False
+    again = dataset_arrays("helm_raft", max_eval_models=2, faq=True, faq_cache=tmp_path, faq_fit=fit)
+    assert isinstance(again.notes["faq"]["cached"], str)  # the cached fit, same arrays
+    assert np.array_equal(again.faq["item_factors"], data.faq["item_factors"])
+    cells = [faq_cell("helm_raft", "halfwidth:0.1", 4, 10, factors=f) for f in ("history", "mean", "none")]
+    rows = run_cells({"helm_raft": data}, cells, 5, record_errors=True)
+    assert len(rows) == 12 and not any("error" in r for r in rows)
+    assert {r["method"] for r in rows} == {"faq", "faq-uniform", "faq-uniform-half"}
+    # draws may pass N (re-draws reuse a cached score), never the cap; model calls never pass N
+    assert all(r["n_distinct"] <= min(r["n_scored"], data.spec.n_items) for r in rows)
+    assert all(r["n_scored"] <= 10 * data.spec.n_items for r in rows)
+    cells_out = {c["method"]: c for c in summarise(rows)}
+    faq, base = cells_out["faq"], cells_out["faq-uniform"]
+    by_cell = {m: [r for r in rows if r["method"] == m] for m in ("faq", "faq-uniform")}
+    # items (model calls) are distinct items, and the same-guarantee ratio compares model calls
+    assert faq["mean_items"] == pytest.approx(np.mean([r["n_distinct"] for r in by_cell["faq"]]))
+    assert faq["mean_draws"] == pytest.approx(np.mean([r["n_scored"] for r in by_cell["faq"]]))
+    assert faq["items_ratio_same_guarantee"] == pytest.approx(
+        faq["mean_items"] / np.mean([r["n_distinct"] for r in by_cell["faq-uniform"]]))
+    assert faq["same_guarantee_baseline"] == "faq-uniform" and faq["items_ratio_same_guarantee"] is not None
+    assert base["items_ratio_same_guarantee"] == 1.0
+    for c in (faq, base):
+        assert 0 <= c["coverage"] <= 1 and len(c["coverage_ci95"]) == 2 and c["anytime_valid"]
+        assert 0 <= c["reached_rate"] <= 1 and c["mean_items"] <= c["mean_draws"]
+
+
+def test_faq_uniform_draws_uniformly_and_estimates_the_plain_mean():
+    """Item-blind factors: q = (1−τ) w + τ/N, i.e. exactly 1/N and the sample mean for the plain bank mean."""
+    from certeval.backtest.ray_fanout import faq_cell, faq_params
+    from certeval.estimators import make_method
+
+    goal = parse_goal("halfwidth:0.1")
+    plain = dataset_arrays("helm_raft", features=False, mean_of_means=False)
+    n = plain.spec.n_items
+    row = plain.matrix[np.argmax(np.abs(plain.matrix.mean(axis=1) - 0.5))]  # the model furthest from 50%
+    variance = {}
+    for factors in ("mean", "none"):
+        cell = faq_cell("helm_raft", "halfwidth:0.1", 1, 10, factors=factors)
+        obj = make_method("faq", **faq_params(plain, cell, goal)).start(plain.spec)
+        rng = np.random.default_rng(0)
+        drawn = []
+        for _ in range(20):
+            prop = obj.propose(10, rng)
+            assert np.allclose(prop.probs, 1.0 / n)
+            obj.update(prop.items, row[prop.items])
+            drawn.extend(row[prop.items])
+        est = obj.result()
+        assert est.mean == pytest.approx(np.mean(drawn))  # duplicates count once per draw
+        variance[factors] = dict(est.extra)["variance_per_draw"]
+    # a constant plug-in of 1/2 pins the variance at the worst case; learning the overall accuracy does not
+    assert variance["none"] == pytest.approx(0.25) and variance["mean"] < 0.2
+    # mean of sub-dataset means: the policy FAQ follows when it knows nothing about items (uniform within a subset)
+    mom = dataset_arrays("helm_raft", max_eval_models=1, features=False)
+    cell = faq_cell("helm_raft", "halfwidth:0.1", 1, 10, factors="mean")
+    obj = make_method("faq", **faq_params(mom, cell, goal)).start(mom.spec)
+    prop = obj.propose(10, np.random.default_rng(1))
+    w = mom.spec.weights()
+    assert np.allclose(prop.probs, 0.9 * w[prop.items] + 0.1 / mom.spec.n_items)
+
+
+def test_faq_cells_check_their_inputs():
+    from certeval.backtest.ray_fanout import faq_cell, faq_planned_draws
+    from certeval.estimators.faq import anytime_radius
+    from certeval.estimators._validation import InputError
+
+    d = _synthetic()
+    with pytest.raises(InputError, match="without FAQ inputs"):
+        run_cells({"synth": d}, [faq_cell("synth", "halfwidth:0.1", 1, 10)], 0)
+    with pytest.raises(InputError, match="must not carry 'item_factors'"):
+        run_cells({"synth": d}, [faq_cell("synth", "halfwidth:0.1", 1, 10, factors="mean", item_factors=[[0.0]])], 0)
+    with pytest.raises(InputError, match="factors must be one of"):
+        faq_cell("synth", "halfwidth:0.1", 1, 10, factors="text")
+    # the anytime CS is tuned, before the run, where it would just reach the goal at variance 1/4
+    big = BankSpec(n_items=10**6)
+    n = faq_planned_draws(parse_goal("halfwidth:0.05"), big)
+    assert anytime_radius(n, 0.25, 0.05, n) <= 0.05 < anytime_radius(n - 1, 0.25, 0.05, n - 1)
+    assert faq_planned_draws(parse_goal("halfwidth:0.01"), d.spec) == 10 * d.spec.n_items  # capped like the draws

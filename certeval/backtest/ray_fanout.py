@@ -14,6 +14,10 @@ Ray: local by default (``ray.init(address="local", num_cpus=2, include_dashboard
 with the loopback environment of :mod:`certeval.envsetup`); pass ``ray_address`` for any
 cluster. Tasks are chunks of reps of one (dataset, method, goal) cell; the score matrix goes
 to the object store once per dataset.
+
+FAQ (seed 002) needs arrays — item factors and a prior fitted on the history half — that do not
+belong in a cell's small JSON-able params: they travel with the dataset (``DatasetArrays.faq``,
+``dataset_arrays(..., faq=True)``) and :func:`faq_params` joins them to a ``faq`` cell at replay time.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class RepResult:
     anytime_valid: bool
     controller_s: float  # time spent in propose/update/result/decide (no inference in a replay)
     curve: tuple[tuple[int, float, float, float], ...] = ()  # (n_scored, mean, lower, upper) per look
+    # methods that draw with replacement (faq): n_scored counts draws, this the distinct items among them
+    n_distinct: int | None = None
 
     @property
     def covered(self) -> bool:
@@ -105,7 +111,6 @@ def replay_one(
         raise InputError(f"scores must hold one value per bank item ({spec.n_items}), got shape {scores.shape}")
     batch_size = check_positive_int(batch_size, "batch_size")
     truth = bank_truth(spec, scores)
-    budget = spec.n_items if max_items is None else min(int(max_items), spec.n_items)
     curve: list[tuple[int, float, float, float]] = []
     looks = 0
     t0 = time.perf_counter()
@@ -118,9 +123,12 @@ def replay_one(
             n_scored=int(est.n_scored), mean=float(est.mean), lower=float(est.lower), upper=float(est.upper),
             truth=truth, reached=bool(decision.reached), rule=decision.rule,
             looks=math.ceil(est.n_scored / batch_size), anytime_valid=bool(est.anytime_valid),
-            controller_s=time.perf_counter() - t0,
+            controller_s=time.perf_counter() - t0, n_distinct=_n_distinct(est),
         )
+    from .single import draw_budget
+
     obj = make_method(method, **params).start(spec)
+    budget = draw_budget(obj, spec.n_items, max_items)
     est = obj.result()
     decision = goal.decide(est, look=0, budget_left=budget)
     while not decision.done:
@@ -146,7 +154,13 @@ def replay_one(
         anytime_valid=bool(est.anytime_valid),
         controller_s=spent,
         curve=tuple(curve),
+        n_distinct=_n_distinct(est),
     )
+
+
+def _n_distinct(est: Any) -> int | None:
+    value = dict(est.extra).get("n_distinct")
+    return None if value is None else int(value)
 
 
 # --------------------------------------------------------------------------------------
@@ -192,13 +206,110 @@ class Cell:
 
 @dataclass
 class DatasetArrays:
-    """What a worker needs to replay one dataset: the bank spec and a models × items score matrix."""
+    """What a worker needs to replay one dataset: the bank spec and a models × items score matrix.
+
+    ``faq`` holds FAQ's inputs from the history half when :func:`dataset_arrays` was asked for them:
+    ``item_factors`` (N×K, bank order), ``prior_mean`` (K) and ``prior_cov`` (K×K).
+    """
 
     name: str
     spec: BankSpec
     models: tuple[str, ...]
     matrix: np.ndarray  # (n_models, n_items)
     notes: dict[str, Any] = field(default_factory=dict)
+    faq: dict[str, np.ndarray] | None = None
+
+
+# --------------------------------------------------------------------------------------
+# FAQ (seed 002) cells: arrays come from the dataset, never from Cell.params
+# --------------------------------------------------------------------------------------
+
+FAQ_METHOD = "faq"
+# Cell.params key for FAQ cells, and the default label of each choice:
+#   "history": the dataset's fitted factors (FAQ itself);
+#   "mean":    one constant factor, so the posterior learns only the model's overall accuracy — the
+#              same-guarantee baseline (FAQ's estimator and interval, nothing learnt about items);
+#   "none":    zero factors, p̂ = 1/2 for ever (a constant plug-in; its interval's variance is then
+#              pinned at the worst case 1/4 for 0/1 scores, a weaker baseline kept for comparison).
+FAQ_FACTORS_KEY = "factors"
+FAQ_LABELS = {"history": "faq", "mean": "faq-uniform", "none": "faq-uniform-half"}
+FAQ_FACTORS = tuple(FAQ_LABELS)
+# prior sd 2 on the logit of the overall accuracy: σ(±4) spans 0.02…0.98
+MEAN_FACTOR_PRIOR_VAR = 4.0
+# FAQ draws with replacement: a replay may draw up to this many times the bank size (a re-drawn item's
+# score is cached, so the cost stays the distinct items; after 10·N draws all but e^-10 of them are scored)
+FAQ_MAX_DRAWS_PER_ITEM = 10
+
+
+def faq_cell(dataset: str, goal: str, reps: int, batch_size: int, *, factors: str = "history",
+             label: str | None = None, **params: Any) -> Cell:
+    """A FAQ cell; ``factors`` picks FAQ (``history``) or a baseline (``mean``, ``none``), see FAQ_LABELS."""
+    if factors not in FAQ_FACTORS:
+        raise InputError(f"factors must be one of {', '.join(FAQ_FACTORS)}; got {factors!r}")
+    return Cell(dataset, FAQ_METHOD, goal, reps, batch_size,
+                tuple(sorted({FAQ_FACTORS_KEY: factors, **params}.items())), label or FAQ_LABELS[factors])
+
+
+def uninformative_factors(n_items: int, kind: str = "mean") -> dict[str, np.ndarray]:
+    """FAQ inputs that say nothing about items: every item gets the same p̂, so the policy is
+    q_j = (1−τ) w_j + τ/N (exactly 1/N when every w_j = 1/N, where φ_s = z_s: the plain sample mean).
+
+    ``kind="mean"``: one factor equal to 1 for every item; p̂ = σ(μ) follows the model's overall
+    accuracy as scores arrive (a predictable plug-in), so the interval's variance adapts to it.
+    ``kind="none"``: zero factors; p̂ = σ(0) = 1/2 whatever is observed (v = 0 leaves the posterior
+    unchanged), so the plug-in is the constant 1/2.
+    """
+    if kind == "mean":
+        return {"item_factors": np.ones((int(n_items), 1)), "prior_mean": np.zeros(1),
+                "prior_cov": np.full((1, 1), MEAN_FACTOR_PRIOR_VAR)}
+    if kind == "none":
+        return {"item_factors": np.zeros((int(n_items), 1)), "prior_mean": np.zeros(1), "prior_cov": np.ones((1, 1))}
+    raise InputError(f"kind must be 'mean' or 'none'; got {kind!r}")
+
+
+def faq_planned_draws(goal: Goal, spec: BankSpec, confidence: float = 0.95) -> int:
+    """Where FAQ's anytime confidence sequence is tuned to be tightest, fixed before the run.
+
+    The Gaussian-mixture CS (Waudby-Smith et al. 2024) is time-uniform only for a mixing parameter
+    chosen in advance. For ``halfwidth:E`` we take the number of draws at which the CS, tuned there,
+    reaches E under the worst-case variance of uniform sampling (FAQ's ``pseudo_var``) — at most the
+    replay's cap of ``FAQ_MAX_DRAWS_PER_ITEM``·N draws; other goals use the bank size.
+    """
+    from ..estimators.faq import anytime_radius
+
+    n_items = spec.n_items
+    if goal.kind != "halfwidth":
+        return int(n_items)
+    worst_var = 0.25 * n_items * float(np.sum(spec.weights() ** 2))
+    # tuned at n, the radius is C·σ/√n with C = anytime_radius(n=1, var=1, planned_n=1)
+    c = float(anytime_radius(np.array(1.0), np.array(1.0), 1.0 - float(confidence), 1.0))
+    return int(min(FAQ_MAX_DRAWS_PER_ITEM * n_items, max(2, math.ceil(worst_var * (c / goal.value) ** 2))))
+
+
+def faq_params(data: DatasetArrays, cell: Cell, goal: Goal) -> dict[str, Any]:
+    """The keyword arguments of the ``faq`` method for one cell: the cell's own (small) params plus the arrays.
+
+    Defaults for a stop-when-the-goal-is-met replay: ``ci="anytime"`` (it peeks at every look, so the
+    fixed-budget intervals are not valid there) and ``budget`` = :func:`faq_planned_draws`.
+    """
+    params = dict(cell.params)
+    factors = params.pop(FAQ_FACTORS_KEY, "history")
+    if factors not in FAQ_FACTORS:
+        raise InputError(f"{FAQ_FACTORS_KEY} must be one of {', '.join(FAQ_FACTORS)}; got {factors!r}")
+    for key in ("item_factors", "prior_mean", "prior_cov"):
+        if key in params:
+            raise InputError(f"a faq cell must not carry {key!r} in its params: the arrays come from the "
+                             f"dataset (dataset_arrays(..., faq=True))")
+    if factors != "history":
+        arrays = uninformative_factors(data.spec.n_items, factors)
+    elif data.faq is None:
+        raise InputError(f"dataset {data.name!r} was loaded without FAQ inputs; load it with "
+                         f"dataset_arrays({data.name!r}, faq=True)")
+    else:
+        arrays = data.faq
+    params.setdefault("ci", "anytime")
+    params.setdefault("budget", faq_planned_draws(goal, data.spec, params.get("confidence", 0.95)))
+    return {**params, **arrays}
 
 
 def _chunks(cell: Cell, chunk_reps: int) -> list[tuple[int, int]]:
@@ -213,7 +324,8 @@ def run_chunk(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_se
     (benchmarks report it) instead of aborting the whole run.
     """
     goal = parse_goal(cell.goal)
-    params = dict(cell.params)
+    params = faq_params(data, cell, goal) if cell.method == FAQ_METHOD else dict(cell.params)
+    max_draws = FAQ_MAX_DRAWS_PER_ITEM * data.spec.n_items if cell.method == FAQ_METHOD else None
     rows = []
     for rep in range(rep_lo, rep_hi):
         model_idx = rep % len(data.models)
@@ -223,7 +335,7 @@ def run_chunk(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_se
                 "n_items": data.spec.n_items}
         try:
             res = replay_one(cell.method, params, data.spec, data.matrix[model_idx], goal, cell.batch_size, rng,
-                             record_curve=record_curve)
+                             record_curve=record_curve, max_items=max_draws)
         except InputError:
             raise
         except Exception as exc:  # a method's own bug: recorded per rep so one cell cannot sink a benchmark
@@ -372,8 +484,20 @@ def _wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]
 
 # The uniform-sampling method with the same kind of guarantee as each method: Cer-Eval is
 # compared with Seq (both adaptive-Hoeffding, seed 000 §6), adaptive with uniform (same betting CS).
+# FAQ is compared with itself on uninformative factors (same PAI estimator, same asymptotic anytime CS).
 SAME_GUARANTEE_BASELINE = {"adaptive": "uniform", "uniform": "uniform", "cer-eval": "seq", "seq": "seq",
-                           "static": "static"}
+                           "static": "static", "faq": "faq-uniform", "faq-uniform": "faq-uniform",
+                           "faq-uniform-half": "faq-uniform"}
+
+
+def _cost(g: Any) -> np.ndarray:
+    """Model calls per rep: distinct items scored. Equal to ``n_scored`` for methods drawing without
+    replacement; a with-replacement method (faq) re-draws items whose score is already cached."""
+    draws = g["n_scored"].to_numpy(float)
+    if "n_distinct" not in g:
+        return draws
+    distinct = g["n_distinct"].to_numpy(float)
+    return np.where(np.isnan(distinct), draws, distinct)
 
 
 def summarise(rows: Iterable[dict[str, Any]], baseline: str = "uniform",
@@ -384,6 +508,11 @@ def summarise(rows: Iterable[dict[str, Any]], baseline: str = "uniform",
     the same dataset (same models and reps); ``saving = 1 - ratio``. ``items_ratio_vs_uniform``
     uses ``baseline``; ``items_ratio_same_guarantee`` uses the uniform-order method with the same
     guarantee type (:data:`SAME_GUARANTEE_BASELINE`).
+
+    Items are model calls (:func:`_cost`): distinct items scored; ``mean_draws`` counts draws. A rep
+    that stopped without meeting its goal (bank exhausted, or a with-replacement method at its cap on
+    draws) counts what it scored — a lower bound on what it needed — and not in ``reached_rate``;
+    ``rules`` counts how reps stopped.
     """
     same_guarantee = SAME_GUARANTEE_BASELINE if same_guarantee is None else same_guarantee
     import pandas as pd
@@ -403,23 +532,26 @@ def summarise(rows: Iterable[dict[str, Any]], baseline: str = "uniform",
                         "first_error": str(errors["error"].iloc[0])})
             continue
         covered = int(g["covered"].sum())
-        n_items = g["n_scored"].to_numpy(float)
+        n_items = _cost(g)
         base = frame[(frame["dataset"] == dataset) & (frame["method"] == baseline) & (frame["goal"] == goal)
                      & frame["error"].isna()]
-        ratio = float(n_items.mean() / base["n_scored"].mean()) if len(base) else None
+        ratio = float(n_items.mean() / _cost(base).mean()) if len(base) else None
         sg_name = same_guarantee.get(str(method).split("@")[0], baseline)
         sg = frame[(frame["dataset"] == dataset) & (frame["method"] == sg_name) & (frame["goal"] == goal)
                    & frame["error"].isna()]
-        ratio_sg = float(n_items.mean() / sg["n_scored"].mean()) if len(sg) else None
+        ratio_sg = float(n_items.mean() / _cost(sg).mean()) if len(sg) else None
         lo, hi = _wilson(covered, n)
         out.append({
             "dataset": dataset, "method": method, "goal": goal, "reps": n,
             "mean_items": float(n_items.mean()), "median_items": float(np.median(n_items)),
+            "mean_draws": float(g["n_scored"].mean()),
             "sd_items": float(n_items.std(ddof=1)) if n > 1 else 0.0,
             "n_items": int(g["n_items"].iloc[0]) if "n_items" in g else None,
-            "fraction_of_bank": float((g["n_scored"] / g["n_items"]).mean()) if "n_items" in g else None,
+            "fraction_of_bank": float((n_items / g["n_items"].to_numpy(float)).mean()) if "n_items" in g else None,
             "items_ratio_vs_uniform": ratio, "saving_vs_uniform": None if ratio is None else 1.0 - ratio,
             "same_guarantee_baseline": sg_name, "items_ratio_same_guarantee": ratio_sg,
+            # a baseline that ran out of bank before its goal makes the ratio censored, not a saving
+            "same_guarantee_reached_rate": float(sg["reached"].mean()) if len(sg) else None,
             "coverage": covered / n, "coverage_ci95": [lo, hi],
             "reached_rate": float(g["reached"].mean()),
             "mean_abs_error": float((g["mean"] - g["truth"]).abs().mean()),
@@ -491,14 +623,78 @@ def history_features(history: np.ndarray, n_features: int = 8) -> np.ndarray:
     return (feats - feats.mean(axis=0)) / sd
 
 
+def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 0,
+                   cache: str | Path | None = None, tag: str = "history",
+                   fit_params: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """FAQ's inputs from a history matrix: the logistic factor model of seed 002, its item factors and prior.
+
+    ``fit_params`` are :class:`~certeval.estimators.factor_model.FactorModel` arguments (default: K and λ
+    by 3-fold cross-validation with the 1-SE rule, as ``benchmarks/faq.py`` fits them); the fit starts
+    from ``np.random.default_rng(seed)``. With ``cache`` (a folder) the fit is stored there as
+    ``<tag>_<digest>.npz`` (arrays only, never pickled) with a ``.json`` of its fit info; the digest
+    hashes the history, the item ids, the seed and ``fit_params``, so only an identical fit is reused.
+    Returns ``(arrays, info)``: ``item_factors``, ``prior_mean``, ``prior_cov`` and a JSON-able summary.
+    """
+    import hashlib
+    import json
+
+    from ..estimators.factor_model import FactorModel, factor_prior
+    from .faq import load_factor_model, save_factor_model
+
+    hist = np.asarray(history, dtype=float)
+    ids = [str(i) for i in item_ids]
+    if hist.ndim != 2 or hist.shape[1] != len(ids):
+        raise InputError(f"history must be a models × items matrix with {len(ids)} items, got shape {hist.shape}")
+    fit_params = dict(fit_params or {})
+    try:
+        template = FactorModel(**fit_params)
+    except TypeError as exc:
+        raise InputError(f"fit_params are FactorModel arguments: {exc}") from None
+    path = None
+    if cache is not None:
+        digest = hashlib.sha256()
+        digest.update(np.ascontiguousarray(hist).tobytes())
+        digest.update("\x1f".join(ids).encode("utf-8"))
+        digest.update(json.dumps({"seed": int(seed), "shape": list(hist.shape), **fit_params}, sort_keys=True,
+                                 default=str).encode("utf-8"))
+        path = Path(cache) / f"{tag}_{digest.hexdigest()[:16]}.npz"
+    info: dict[str, Any]
+    if path is not None and path.is_file():
+        fm, cached_ids, _ = load_factor_model(path)
+        side = path.with_suffix(".json")
+        info = {**(json.loads(side.read_text()) if side.is_file() else {}), "cached": path.name}
+        if cached_ids != ids:  # same digest, different items: cannot happen unless the file was replaced
+            raise InputError(f"cached factor model {str(path)!r} does not match the bank's items; delete it")
+    else:
+        t0 = time.perf_counter()
+        fm = template.fit(hist, rng=np.random.default_rng(int(seed)))
+        cv = fm.cv_.to_dict() if fm.cv_ is not None else None
+        info = {"fit_s": time.perf_counter() - t0, "fit_params": fit_params or "K, λ by 3-fold CV (1-SE rule)",
+                "cv_factor_grid": cv and cv["factor_grid"], "cv_penalty_grid": cv and cv["penalty_grid"],
+                "cv_mean_loss": cv and cv["mean_loss"], "final_fit": fm.fit_info_, "seed": int(seed),
+                "history_shape": list(hist.shape), "cached": False}
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_factor_model(path, fm, ids)
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(info, default=str))
+            tmp.replace(path.with_suffix(".json"))
+    mean, cov = factor_prior(fm.model_factors_)
+    info = {**info, "n_factors": int(fm.item_factors_.shape[1]), "penalty": float(fm.penalty_)}
+    return {"item_factors": np.asarray(fm.item_factors_, dtype=float), "prior_mean": mean, "prior_cov": cov}, info
+
+
 def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
                    max_eval_models: int | None = None, mean_of_means: bool = True,
-                   models: Sequence[str] | None = None, features: bool = True) -> DatasetArrays:
+                   models: Sequence[str] | None = None, features: bool = True, faq: bool = False,
+                   faq_cache: str | Path | None = None, faq_fit: dict[str, Any] | None = None) -> DatasetArrays:
     """Load ``bundled:<name>``; split models into history (features) and evaluated halves.
 
     The evaluated models never contribute to the features their own reps use. With
     ``features=False`` (methods that need none) no split is made: every model, or those named
-    in ``models``, is evaluated.
+    in ``models``, is evaluated — unless ``faq`` asks for FAQ's inputs, which also come from
+    the history half (:func:`fit_faq_inputs` with ``faq_cache`` and ``faq_fit``; it costs a
+    factor-model fit, seconds to minutes, hence opt-in).
     ``mean_of_means`` picks the estimand: the mean of sub-dataset means (seed 004, eq. 1) or
     the plain bank mean (every item weighs 1/N, as in seed 000's experiments).
     """
@@ -511,7 +707,7 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
         missing = [m for m in models if m not in set(all_models)]
         if missing:
             raise InputError(f"unknown model {missing[0]!r} in {name!r}; it has {len(all_models)} models")
-    if not features:
+    if not features and not faq:
         eval_models = list(models) if models is not None else all_models
         if max_eval_models is not None:
             eval_models = eval_models[:max_eval_models]
@@ -535,19 +731,29 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
     if max_eval_models is not None:
         eval_models = eval_models[:max_eval_models]
     hist = score_matrix(frame, hist_models, bank)
-    feats = history_features(hist, n_features)
+    feats = history_features(hist, n_features) if features else None
     matrix = score_matrix(frame, eval_models, bank)
     label = name.split(":")[-1]
+    notes = {"n_models": len(all_models), "n_history_models": len(hist_models), "n_eval_models": len(eval_models),
+             "n_items": bank.n_items, "n_subsets": int(bank.spec().n_subsets),
+             "estimand": "mean of sub-dataset means" if mean_of_means else "bank mean",
+             "features": "none" if feats is None else
+             f"history item factors: mean score + {feats.shape[1] - 1} SVD components over "
+             f"{len(hist_models)} held-out models (no text embeddings)"}
+    faq_arrays = None
+    if faq:
+        tag = f"{label}_split{split_seed}" + ("" if models is None else "_named")
+        faq_arrays, info = fit_faq_inputs(hist, bank.item_ids, seed=split_seed, cache=faq_cache, tag=tag,
+                                          fit_params=faq_fit)
+        notes["faq"] = {"factor_model": f"logistic factor model (seed 002) on {len(hist_models)} history models "
+                                        f"× {bank.n_items} items", **info}
     return DatasetArrays(
         name=label,
         spec=bank.spec(features=feats, mean_of_means=mean_of_means),
         models=tuple(eval_models),
         matrix=matrix,
-        notes={"n_models": len(all_models), "n_history_models": len(hist_models), "n_eval_models": len(eval_models),
-               "n_items": bank.n_items, "n_subsets": int(bank.spec().n_subsets),
-               "estimand": "mean of sub-dataset means" if mean_of_means else "bank mean",
-               "features": f"history item factors: mean score + {feats.shape[1] - 1} SVD components over "
-                           f"{len(hist_models)} held-out models (no text embeddings)"},
+        notes=notes,
+        faq=faq_arrays,
     )
 
 

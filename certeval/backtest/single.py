@@ -128,14 +128,24 @@ def replay_once(method_name: str, params: dict, spec, row: np.ndarray, goal: Goa
     """One live-like run over a model's recorded scores; returns (estimate, decision)."""
     method = make_method(method_name, **params)
     method.start(spec)
-    budget = spec.n_items if max_items is None else min(max_items, spec.n_items)
+    budget = draw_budget(method, spec.n_items, max_items)
     while True:
         est = method.result()
         decision = goal.decide(est, budget_left=budget - est.n_scored)
         if decision.done:
             return est, decision
         prop = method.propose(min(batch_size, budget - est.n_scored), rng)
+        if len(prop) == 0:  # nothing left to propose: the goal's decision at exhaustion stands
+            return est, goal.decide(est, budget_left=0)
         method.update(prop.items, row[prop.items])
+
+
+def draw_budget(method, n_items: int, max_items: int | None) -> int:
+    """Most draws a replay may make: the bank size, or ``max_items`` (beyond N only for methods drawing
+    with replacement, whose repeated draws reuse a score already paid for)."""
+    if max_items is None:
+        return int(n_items)
+    return int(max_items) if getattr(method, "with_replacement", False) else min(int(max_items), int(n_items))
 
 
 def run_single_backtest(

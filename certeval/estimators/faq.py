@@ -338,6 +338,7 @@ class FAQ(BankMethod):
     """
 
     name: ClassVar[str] = "faq"
+    with_replacement: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -450,7 +451,8 @@ class FAQ(BankMethod):
         if n == 0:
             return self._empty_estimate(GUARANTEES[self.ci])
         terms = self.terms()
-        planned = self.budget if self.budget else max(n, 100)
+        # the anytime CS is time-uniform only for a tuning point fixed before the data: the budget, else N
+        planned = self.budget if self.budget else self.bank_.n_items
         pseudo = 0.25 * self.bank_.n_items * float(np.sum(self.weights_**2))
         mean, lo, hi, var = pai_interval(terms, float(self.confidence), self.ci, planned_n=planned, pseudo_var=pseudo)
         extra = (

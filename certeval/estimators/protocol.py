@@ -181,6 +181,8 @@ class BankMethod:
     """
 
     name: ClassVar[str] = "base"
+    # draws with replacement (may propose an item again): a run's draws may then exceed the bank size
+    with_replacement: ClassVar[bool] = False
     anytime_valid: ClassVar[bool] = True
 
     def __init__(self, confidence: float = 0.95, target: str = "bank") -> None:
