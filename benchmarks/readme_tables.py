@@ -178,6 +178,13 @@ def efficiency_gap(doc: dict[str, Any]) -> list[str]:
                      f"{_f(s[0], 2)} … {_f(s[-1], 2)} (median {_f(s[len(s) // 2], 2)}) over {len(faq)} cells"
                      + (f"; in {len(short)} of them some reps of FAQ or its baseline did not meet the goal within "
                         f"10·N draws, so those ratios are censored" if short else "") + ".")
+        fu = {c["dataset"]: c for c in cells if c["method"] == "faq-uniform" and c.get("items_ratio_vs_uniform")}
+        if fu:
+            r = sorted(c["items_ratio_vs_uniform"] for c in fu.values())
+            lines.append(f"`faq-uniform` itself needs ×{_f(r[0])} … ×{_f(r[-1])} the items of `uniform` with no item "
+                         "knowledge at all: that is the asymptotic interval against the exact betting one (with a "
+                         "sub-dataset union bound), a different guarantee, not a better sampler — compare FAQ with "
+                         "`faq-uniform`, and `uniform`/`adaptive` with each other.")
     worse = [c for c in cells if c["method"] != c.get("same_guarantee_baseline")
              and (c.get("items_ratio_same_guarantee") or 0) > 1.2]
     if worse:
@@ -296,7 +303,8 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
             f"Median time of one round of {doc['batch']} items (propose = partition + select, update, result; "
             f"decide is included in the round), after a warm-up; {doc['bank']}. The slowest of the "
             f"{doc.get('rounds_timed', '')} timed rounds is shown too: Cer-Eval re-fits its partition on a schedule "
-            "(after α·βᵗ scored items), so a re-fit round costs more than the median.", "",
+            "(after α·βᵗ scored items, α = 50, β = 1.1: past about 2,000 items that is every round of 100, so its median "
+            "round is a re-fit round; each re-fit compares every item with the newly scored ones, O(N)).", "",
             _table(["method", "bank size", "round (ms)", "propose (ms)", "update (ms)", "result (ms)",
                     "slowest round (ms)"], rows), "",
             "Scaling exponent b of round time ≈ a·N^b (least squares on log–log over "
