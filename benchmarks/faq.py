@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
 
 from benchmarks._meta import ROOT, write_result
-from certeval.backtest.faq import evaluate_new_models, load_factor_model, mask_mcar, save_factor_model
+from certeval.backtest.faq import evaluate_new_models, mask_mcar
+from certeval.backtest.ray_fanout import fit_faq_inputs
 from certeval.banks import DATA_DIR, bank_from_scores, load_scores, score_matrix
-from certeval.estimators.factor_model import FactorModel, factor_prior
+from certeval.estimators.factor_model import factor_prior
 
 CACHE = ROOT / ".cache" / "faq"
 BUDGET_FRACTIONS = (0.05, 0.10, 0.25)
@@ -36,28 +36,6 @@ PAPER_HEADLINE = {
     "coverage": [0.94, 0.95],
     "note": "002 Fig. 2: MMLU-Pro, full history, budgets up to 25% of the bank, sequential (batch 1)",
 }
-
-
-def _fit_cached(name: str, history: np.ndarray, item_ids, seed: int) -> tuple[FactorModel, dict]:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"{name}_seed{seed}.npz"
-    if path.is_file():
-        fm, _, _ = load_factor_model(path)
-        return fm, {"cached": True, "path": str(path.relative_to(ROOT))}
-    t0 = time.time()
-    fm = FactorModel().fit(history, rng=np.random.default_rng(seed))
-    info = {"cached": False, "fit_seconds": time.time() - t0, "n_factors": fm.n_factors_, "penalty": fm.penalty_,
-            "cv": fm.cv_.to_dict() if fm.cv_ else None, "final_fit": fm.fit_info_}
-    save_factor_model(path, fm, item_ids)
-    (CACHE / f"{name}_seed{seed}.cv.json").write_text(__import__("json").dumps(info))
-    return fm, info
-
-
-def _cv_info(name: str, seed: int, info: dict) -> dict:
-    side = CACHE / f"{name}_seed{seed}.cv.json"
-    if info.get("cached") and side.is_file():
-        return {**__import__("json").loads(side.read_text()), "cached": True}
-    return info
 
 
 def openllm_tiny(seed: int, n_new: int, reps: int, missing: float | None, tau: float) -> dict:
@@ -70,19 +48,19 @@ def openllm_tiny(seed: int, n_new: int, reps: int, missing: float | None, tau: f
     history = score_matrix(scores, hist_models, bank)
     tag = "openllm_tiny_hist" if not missing else f"openllm_tiny_hist_missing{missing:g}"
     history = mask_mcar(history, missing, np.random.default_rng(seed + 1))
-    fm, info = _fit_cached(tag, history, bank.item_ids, seed)
-    info = _cv_info(tag, seed, info)
+    # the same cached fit as the efficiency benchmark's FAQ cells (default CV, rng from seed)
+    arrays, info = fit_faq_inputs(history, bank.item_ids, seed=seed, cache=CACHE, tag=tag)
     pick = np.linspace(0, len(new_models) - 1, min(n_new, len(new_models))).round().astype(int)
     chosen = [new_models[i] for i in pick]
     truth = score_matrix(scores, chosen, bank)
-    mu, cov = factor_prior(fm.model_factors_)
+    mu, cov = arrays["prior_mean"], arrays["prior_cov"]
     budgets = [int(round(f * bank.n_items)) for f in BUDGET_FRACTIONS]
     t0 = time.time()
-    res = evaluate_new_models(truth, fm.item_factors_, mu, cov, budgets, reps, rng, tau=tau)
+    res = evaluate_new_models(truth, arrays["item_factors"], mu, cov, budgets, reps, rng, tau=tau)
     return {
         "dataset": "openllm_tiny", "n_items": bank.n_items, "history_models": len(hist_models),
         "new_models_available": len(new_models), "new_models_evaluated": len(chosen), "reps": reps,
-        "missing": missing, "tau": tau, "factor_model": {"n_factors": fm.n_factors_, "penalty": fm.penalty_, **info},
+        "missing": missing, "tau": tau, "factor_model": info,
         "seconds": time.time() - t0,
         "budgets": {f"{b / bank.n_items:.2f}": r["summary"] for b, r in res.items()},
         "per_model_at_10pct": res[budgets[1]]["per_model"],

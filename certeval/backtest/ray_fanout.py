@@ -671,7 +671,7 @@ def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 
         cv = fm.cv_.to_dict() if fm.cv_ is not None else None
         info = {"fit_s": time.perf_counter() - t0, "fit_params": fit_params or "K, λ by 3-fold CV (1-SE rule)",
                 "cv_factor_grid": cv and cv["factor_grid"], "cv_penalty_grid": cv and cv["penalty_grid"],
-                "cv_mean_loss": cv and cv["mean_loss"], "final_fit": fm.fit_info_, "seed": int(seed),
+                "cv_mean_loss": cv and cv["mean_loss"], "cv_se_loss": cv and cv["se_loss"], "final_fit": fm.fit_info_, "seed": int(seed),
                 "history_shape": list(hist.shape), "cached": False}
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
