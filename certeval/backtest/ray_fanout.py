@@ -101,9 +101,9 @@ def replay_one(
     """Run one method on one model's recorded scores until its goal decides (pure, no I/O).
 
     ``scores[i]`` is the recorded score of bank position ``i``. The loop is the single-model
-    round protocol of DESIGN §1 with inference replaced by a lookup: without ``record_curve``
-    it is :func:`certeval.backtest.single.replay_once` itself; with it, the same loop also
-    records (n_scored, mean, lower, upper) after every look (the report's interval curve).
+    round protocol of DESIGN §1 with inference replaced by a lookup,
+    :func:`certeval.backtest.single.replay_once`; with ``record_curve`` it also records
+    (n_scored, mean, lower, upper) after every look (the report's interval curve).
     ``controller_s`` is the whole loop's time (a replay has no inference).
     """
     scores = np.asarray(scores, dtype=float)
@@ -111,50 +111,23 @@ def replay_one(
         raise InputError(f"scores must hold one value per bank item ({spec.n_items}), got shape {scores.shape}")
     batch_size = check_positive_int(batch_size, "batch_size")
     truth = bank_truth(spec, scores)
+    # the in-process backtest's own loop (certeval.backtest.single), so both give the same numbers
+    from .single import replay_once
+
     curve: list[tuple[int, float, float, float]] = []
-    looks = 0
+
+    def record(est: Any) -> None:
+        curve.append((int(est.n_scored), float(est.mean), float(est.lower), float(est.upper)))
+
     t0 = time.perf_counter()
-    if not record_curve:
-        # the in-process backtest's own loop (certeval.backtest.single), so both give the same numbers
-        from .single import replay_once
-
-        est, decision = replay_once(method, params, spec, scores, goal, batch_size, max_items, rng)
-        return RepResult(
-            n_scored=int(est.n_scored), mean=float(est.mean), lower=float(est.lower), upper=float(est.upper),
-            truth=truth, reached=bool(decision.reached), rule=decision.rule,
-            looks=math.ceil(est.n_scored / batch_size), anytime_valid=bool(est.anytime_valid),
-            controller_s=time.perf_counter() - t0, n_distinct=_n_distinct(est),
-        )
-    from .single import draw_budget
-
-    obj = make_method(method, **params).start(spec)
-    budget = draw_budget(obj, spec.n_items, max_items)
-    est = obj.result()
-    decision = goal.decide(est, look=0, budget_left=budget)
-    while not decision.done:
-        prop = obj.propose(min(batch_size, budget - est.n_scored), rng)
-        if len(prop) == 0:  # nothing left to propose: the bank is exhausted for this method
-            break
-        obj.update(prop.items, scores[prop.items])
-        est = obj.result()
-        looks += 1
-        decision = goal.decide(est, look=looks, budget_left=budget - est.n_scored)
-        if record_curve:
-            curve.append((int(est.n_scored), float(est.mean), float(est.lower), float(est.upper)))
-    spent = time.perf_counter() - t0
+    est, decision = replay_once(method, params, spec, scores, goal, batch_size, max_items, rng,
+                                on_look=record if record_curve else None)
     return RepResult(
-        n_scored=int(est.n_scored),
-        mean=float(est.mean),
-        lower=float(est.lower),
-        upper=float(est.upper),
-        truth=truth,
-        reached=bool(decision.reached),
-        rule=decision.rule,
-        looks=looks,
-        anytime_valid=bool(est.anytime_valid),
-        controller_s=spent,
-        curve=tuple(curve),
-        n_distinct=_n_distinct(est),
+        n_scored=int(est.n_scored), mean=float(est.mean), lower=float(est.lower), upper=float(est.upper),
+        truth=truth, reached=bool(decision.reached), rule=decision.rule,
+        looks=len(curve) if record_curve else math.ceil(est.n_scored / batch_size),
+        anytime_valid=bool(est.anytime_valid), controller_s=time.perf_counter() - t0,
+        curve=tuple(curve), n_distinct=_n_distinct(est),
     )
 
 

@@ -124,13 +124,19 @@ class ModelBacktest:
 
 
 def replay_once(method_name: str, params: dict, spec, row: np.ndarray, goal: Goal, batch_size: int,
-                max_items: int | None, rng: np.random.Generator):
-    """One live-like run over a model's recorded scores; returns (estimate, decision)."""
+                max_items: int | None, rng: np.random.Generator, on_look=None):
+    """One live-like run over a model's recorded scores; returns (estimate, decision).
+
+    ``on_look(est)``, if given, sees the estimate after every look (the report's interval curve).
+    """
     method = make_method(method_name, **params)
     method.start(spec)
     budget = draw_budget(method, spec.n_items, max_items)
+    looked = False
     while True:
         est = method.result()
+        if looked and on_look is not None:
+            on_look(est)
         decision = goal.decide(est, budget_left=budget - est.n_scored)
         if decision.done:
             return est, decision
@@ -138,6 +144,7 @@ def replay_once(method_name: str, params: dict, spec, row: np.ndarray, goal: Goa
         if len(prop) == 0:  # nothing left to propose: the goal's decision at exhaustion stands
             return est, goal.decide(est, budget_left=0)
         method.update(prop.items, row[prop.items])
+        looked = True
 
 
 def draw_budget(method, n_items: int, max_items: int | None) -> int:
