@@ -47,6 +47,20 @@ class ModelSpec:
                 return v
         return default
 
+    def number_option(self, key: str, default: Any, cast: type = int, low: float = 1) -> Any:
+        """Option ``key`` (else ``default``) as ``cast``, at least ``low``; ``None`` stays ``None``."""
+        value = self.option(key, default)
+        if value is None:
+            return None
+        kind = "an integer" if cast is int else "a number"
+        try:
+            out = cast(value)
+        except (TypeError, ValueError):
+            raise InputError(f"model spec option {key}={value!r} in {self.text!r} must be {kind}") from None
+        if out < low:
+            raise InputError(f"model spec option {key}={out} in {self.text!r} must be >= {low}")
+        return out
+
 
 def parse_model_spec(text: str) -> ModelSpec:
     """Parse a model spec; raise :class:`InputError` naming the spec when it is malformed."""

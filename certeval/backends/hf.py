@@ -39,16 +39,6 @@ class HFOptions:
     threads: int | None = None  # torch CPU threads; None leaves torch's default
 
 
-def _int_option(spec: ModelSpec, key: str, value: Any, low: int = 1) -> int:
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be an integer") from None
-    if out < low:
-        raise InputError(f"model spec option {key}={out} in {spec.text!r} must be >= {low}")
-    return out
-
-
 def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
     """Options from keyword arguments, overridden by the spec's query string."""
     known = {"device", "dtype", "batch", "max_new_tokens", "max_length", "scorer", "threads"}
@@ -64,12 +54,11 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
     return HFOptions(
         device=device,
         dtype=dtype,
-        batch_size=_int_option(spec, "batch", spec.option("batch", kwargs.get("batch_size", 16))),
-        max_new_tokens=_int_option(spec, "max_new_tokens", spec.option("max_new_tokens", kwargs.get("max_new_tokens", 16))),
-        max_length=_int_option(spec, "max_length", spec.option("max_length", kwargs.get("max_length", 2048)), low=8),
+        batch_size=spec.number_option("batch", kwargs.get("batch_size", 16)),
+        max_new_tokens=spec.number_option("max_new_tokens", kwargs.get("max_new_tokens", 16)),
+        max_length=spec.number_option("max_length", kwargs.get("max_length", 2048), low=8),
         scorer=spec.option("scorer", kwargs.get("scorer")),
-        threads=(None if spec.option("threads", kwargs.get("threads")) is None
-                 else _int_option(spec, "threads", spec.option("threads", kwargs.get("threads")))),
+        threads=spec.number_option("threads", kwargs.get("threads")),
     )
 
 

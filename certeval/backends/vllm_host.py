@@ -62,16 +62,7 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> VLLMOptions:
         return spec.option(key, kwargs.get(key, default))
 
     def number(key: str, default: Any, cast: type, low: float) -> Any:
-        value = get(key, default)
-        if value is None:
-            return None
-        try:
-            out = cast(value)
-        except (TypeError, ValueError):
-            raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be a number") from None
-        if out < low:
-            raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be >= {low}")
-        return out
+        return spec.number_option(key, kwargs.get(key, default), cast, low)
 
     utilization = number("gpu_memory_utilization", 0.9, float, 0.01)
     if utilization > 1:
