@@ -58,6 +58,15 @@ def state_dir() -> Path:
     return _STATE
 
 
+@pytest.fixture(scope="module")
+def infra(state_dir):
+    """The pipeline tests' Prefect API and Ray cluster on loopback (started once, reused); Ray's address."""
+    from test_pipeline_support import prefect_api, ray_address
+
+    prefect_api()
+    return ray_address(state_dir)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     from certeval.banks import DATA_DIR

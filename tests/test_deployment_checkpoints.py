@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from test_pipeline_support import MIDDLE, PYTHON, STRONG, WEAK, cli_env, prefect_api, ray_address, replay, small_scores
+from test_pipeline_support import MIDDLE, PYTHON, STRONG, WEAK, cli_env, replay, small_scores
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +22,6 @@ select_checkpoints_flow.serve(name="nightly-checkpoints", cron="0 3 * * *", para
     "checkpoints": sys.argv[1], "output": sys.argv[2], "ray_address": sys.argv[3],
     "threshold": 0.3, "halfwidth": 0.05, "batch_size": 50, "seed": 1})
 """
-
-
-@pytest.fixture(scope="module")
-def infra(state_dir):
-    prefect_api()
-    return ray_address(state_dir)
 
 
 def test_prefect_yaml_declares_the_scheduled_selection_and_ranking():

@@ -18,15 +18,9 @@ from certeval.banks import load_scores
 from certeval.cli import main
 from certeval.tasks.plan import make_plan
 
-from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, prefect_api, ray_address, read_log, replay
+from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, read_log, replay
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def infra(state_dir):
-    prefect_api()
-    return ray_address(state_dir)
 
 
 def _truth(model: str) -> float:

@@ -21,15 +21,9 @@ import pytest
 from certeval.tasks.plan import make_plan
 
 from test_network_loopback import connect_targets, is_loopback
-from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, prefect_api, ray_address, read_log, replay, small_scores
+from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, read_log, replay, small_scores
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def infra(state_dir):
-    prefect_api()
-    return ray_address(state_dir)
 
 
 def _outside(line: str) -> bool:

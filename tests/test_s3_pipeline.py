@@ -15,7 +15,7 @@ import pytest
 from certeval.cli import main
 from certeval.tasks.plan import make_plan
 
-from test_pipeline_support import MIDDLE, WEAK, prefect_api, ray_address, replay
+from test_pipeline_support import MIDDLE, WEAK, replay
 
 pytestmark = pytest.mark.slow
 
@@ -54,12 +54,6 @@ def s3_env(s3_endpoint, monkeypatch):
     if not fs.exists("certeval-test"):
         fs.mkdir("certeval-test")
     return fs
-
-
-@pytest.fixture(scope="module")
-def infra(state_dir):
-    prefect_api()
-    return ray_address(state_dir)
 
 
 def test_flow_writes_to_s3_reads_back_and_resumes(infra, s3_env, tmp_path, monkeypatch):
