@@ -118,6 +118,9 @@ class ModelBacktest:
     reached: float  # fraction of reps that met the goal before the bank/budget ran out
     decided: float | None = None  # threshold goals: fraction of reps with a verdict
     decision_correct: float | None = None  # threshold goals: fraction with the right verdict
+    baseline_scored: float | None = None  # the baseline (uniform) on the same reps and seeds
+    ratio_to_uniform: float | None = None
+    history_models: float | None = None  # mean number of history models per rep
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -171,8 +174,19 @@ def run_single_backtest(
     all_models: list[str] | None = None,
     method_params: dict | None = None,
     features: str = "auto",
+    history: "HistoryScores | None" = None,
+    history_fraction: float | None = None,
+    history_permute: bool = False,
+    baseline: str | None = None,
 ) -> dict:
-    """Replay ``method`` on every model's recorded scores ``reps`` times; per-model and summary numbers."""
+    """Replay ``method`` on every model's recorded scores ``reps`` times; per-model and summary numbers.
+
+    History (method ``history``): ``history`` gives recorded sources (the evaluated model left out), or
+    ``history_fraction`` F makes a random fraction F of the scores file's *other* models the history of
+    each rep (drawn per model and rep); ``history_permute`` shuffles the history's items per rep (useless
+    history). ``baseline`` (e.g. ``uniform``) is replayed on the same reps with the same seeds, and each
+    model gets ``ratio_to_uniform`` = items / the baseline's items.
+    """
     confidence = check_confidence(confidence)
     reps = check_positive_int(reps, "reps")
     batch_size = check_positive_int(batch_size, "batch-size")
@@ -199,14 +213,27 @@ def run_single_backtest(
     weights = spec.weights()
     params = {"confidence": confidence, "target": target, **(method_params or {})}
     order = sorted(all_models or models)
+    history_for = _history_plan(scores, bank, order, method, history, history_fraction, history_permute, seed)
+    if baseline is not None and baseline not in REGISTRY.methods:
+        make_method(baseline)
     rows = []
     for i, model in enumerate(models):
         truth = float(weights @ matrix[i])
         key = order.index(model) if model in order else i
-        n_used, widths, covered, reached, verdicts = [], [], [], [], []
+        n_used, widths, covered, reached, verdicts, base_used, n_hist = [], [], [], [], [], [], []
         for r in range(reps):
-            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key, r)))
-            est, dec = replay_once(method, params, specs[model], matrix[i], goal, batch_size, max_items, rng)
+            rep_seed = np.random.SeedSequence(seed, spawn_key=(key, r))
+            rng = np.random.default_rng(rep_seed)
+            rep_spec = specs[model]
+            if history_for is not None:
+                prior = history_for(model, key, r)
+                rep_spec = replace(rep_spec, history=prior)
+                n_hist.append(prior.n_models)
+            est, dec = replay_once(method, params, rep_spec, matrix[i], goal, batch_size, max_items, rng)
+            if baseline is not None:
+                base_est, _ = replay_once(baseline, {"confidence": confidence, "target": target}, specs[model],
+                                          matrix[i], goal, batch_size, max_items, np.random.default_rng(rep_seed))
+                base_used.append(base_est.n_scored)
             n_used.append(est.n_scored)
             widths.append(est.halfwidth)
             covered.append(est.lower - 1e-9 <= truth <= est.upper + 1e-9)
@@ -217,6 +244,11 @@ def run_single_backtest(
             side = "above" if truth > goal.value else ("below" if truth < goal.value else None)
             extra["decided"] = float(np.mean([v is not None for v in verdicts]))
             extra["decision_correct"] = float(np.mean([v is not None and v == side for v in verdicts]))
+        if base_used:
+            extra["baseline_scored"] = float(np.mean(base_used))
+            extra["ratio_to_uniform"] = float(np.mean(n_used) / max(np.mean(base_used), 1e-12))
+        if n_hist:
+            extra["history_models"] = float(np.mean(n_hist))
         rows.append(ModelBacktest(
             model=model, truth=truth, mean_scored=float(np.mean(n_used)),
             fraction_scored=float(np.mean(n_used)) / spec.n_items, coverage=float(np.mean(covered)),
@@ -229,13 +261,68 @@ def run_single_backtest(
     }
     if goal.kind in ("above", "below"):
         summary["decision_correct"] = float(np.mean([r.decision_correct for r in rows]))
+    if baseline is not None:
+        summary["baseline"] = baseline
+        summary["ratio_to_uniform"] = float(sum(r.mean_scored for r in rows) / sum(r.baseline_scored for r in rows))
+    history_info = None
+    if history_for is not None:
+        history_info = {"sources": list(history.sources) if history is not None else [],
+                        "fraction": history_fraction, "permuted": bool(history_permute),
+                        "mean_models": float(np.mean([r.history_models for r in rows])),
+                        "rule": "the evaluated model is never part of its own history"}
     return {
         "method": method, "goal": str(goal), "confidence": confidence, "reps": reps, "seed": seed,
         "batch_size": batch_size, "max_items": max_items, "target": target, "features": features,
-        "method_params": dict(method_params or {}),
+        "method_params": dict(method_params or {}), "history": history_info,
         "truth": "bank mean-of-means over sub-datasets" if (spec.subsets is not None and spec.mean_of_means)
         else "bank mean",
         "n_items": spec.n_items,
         "models": [r.to_dict() for r in rows],
         "summary": summary,
     }
+
+
+def _history_plan(scores: pd.DataFrame, bank: Bank, all_models: list[str], method: str, history,
+                  fraction: float | None, permute: bool, seed: int):
+    """``(model, key, rep) -> HistoryPrior`` for a history backtest, or None without history."""
+    from ..history import history_prior, matrix_prior
+
+    if history is None and fraction is None:
+        if method == "history":
+            raise InputError("method 'history' needs history: --history SOURCE or --history-fraction F")
+        if permute:
+            raise InputError("--history-permute needs --history SOURCE or --history-fraction F")
+        return None
+    if method != "history":
+        raise InputError(f"history is used by method 'history'; got --method {method} (drop --method or "
+                         "--history)")
+    if history is not None and fraction is not None:
+        raise InputError("give --history SOURCE or --history-fraction F, not both")
+
+    def permuter(key: int, rep: int) -> np.random.Generator | None:
+        return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key, rep, 0x9E37))) if permute else None
+
+    if history is not None:
+        fixed = {}
+
+        def from_sources(model: str, key: int, rep: int):
+            if model not in fixed:
+                fixed[model] = history_prior(history, bank, model)
+            rng = permuter(key, rep)
+            return fixed[model] if rng is None else fixed[model].permuted(rng)
+
+        return from_sources
+    if not (0.0 < float(fraction) <= 1.0):
+        raise InputError(f"--history-fraction must lie in (0, 1], got {fraction!r}")
+    full = score_matrix(scores, all_models, bank)
+
+    def from_fraction(model: str, key: int, rep: int):
+        others = [j for j, m in enumerate(all_models) if m != model]
+        if not others:
+            raise InputError("--history-fraction needs at least two models in the scores file")
+        k = max(1, int(round(float(fraction) * len(others))))
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key, rep, 0x4157)))
+        chosen = np.sort(rng.choice(others, size=k, replace=False))
+        return matrix_prior(full[chosen], [all_models[j] for j in chosen], permute=permuter(key, rep))
+
+    return from_fraction

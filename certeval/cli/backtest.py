@@ -23,7 +23,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--scores", required=True, help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
     p.add_argument("--items", default=None, help="item bank with text and/or embedding (optional)")
     p.add_argument("--model", action="append", default=None, help="model to replay (repeatable; default all)")
-    p.add_argument("--method", default="adaptive", help="adaptive (default), static, seq, cer-eval, uniform, faq")
+    p.add_argument("--method", default=None,
+                   help="history (default with --history/--history-fraction), adaptive (default otherwise), "
+                        "static, seq, cer-eval, uniform, faq")
     p.add_argument("--goal", default="halfwidth:0.05", help="halfwidth:E, above:T, below:T (or compare:/rank:/select:)")
     p.add_argument("--reps", type=int, default=20, help="repetitions per model (default 20)")
     p.add_argument("--batch-size", type=int, default=10, help="items per round (default 10)")
@@ -37,8 +39,15 @@ def add_parser(subparsers) -> None:
                    help="adaptive only: strata from sub-datasets, or refined by k-means on the features "
                         "(default: the method's own, auto)")
     # options of the comparative and FAQ modes (read by those modules)
+    p.add_argument("--history", action="append", default=None, metavar="SOURCE",
+                   help="other models' recorded scores (scores file, bundled:<name>, run folder; repeatable): the "
+                        "history of method 'history'; each evaluated model is left out of its own history")
+    p.add_argument("--history-fraction", type=float, default=None,
+                   help="a random fraction F of the scores file's other models is each rep's history "
+                        "(method 'history' and FAQ)")
+    p.add_argument("--history-permute", action="store_true",
+                   help="shuffle the history's items in every rep (useless history: validity check)")
     p.add_argument("--history-models", type=int, default=None, help="FAQ: models used as history")
-    p.add_argument("--history-fraction", type=float, default=None, help="FAQ: fraction of models used as history")
     p.add_argument("--budget", type=float, default=None, help="FAQ: item budget (fraction < 1 or a count)")
     p.add_argument("--missing", type=float, default=None, help="FAQ: fraction of history entries hidden")
     p.add_argument("--statistic", choices=("paired", "unpaired"), default="paired", help="comparisons: test statistic")
@@ -61,7 +70,12 @@ def _delegate(module: str, function: str, args) -> int:
 
 
 def run(args) -> int:
+    if args.method is None:
+        with_history = bool(args.history) or args.history_fraction is not None
+        args.method = "history" if with_history else "adaptive"
     if isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES):
+        if args.history or args.history_permute:
+            raise InputError("--history in backtests applies to single-model goals (halfwidth/above/below) for now")
         return _delegate("comparative", "run_comparative_backtest", args)
     if args.method == "faq":
         return _delegate("faq", "run_faq_backtest", args)
@@ -81,7 +95,14 @@ def run_single(args) -> int:
     max_items = None if args.max_items is None else check_positive_int(args.max_items, "max-items")
     if args.method not in method_names():
         raise InputError(f"unknown method {args.method!r}; choose one of {', '.join(method_names())}")
+    if args.history_models is not None:
+        raise InputError("--history-models applies to --method faq; use --history-fraction F")
     scores = load_scores(args.scores)
+    history = None
+    if args.history:
+        from ..history import load_history
+
+        history = load_history(args.history)
     items = None if args.items is None else read_table(args.items, "items file")
     if items is not None and len(items) == 0:
         raise InputError(f"items file {args.items!r} is empty (no items)")
@@ -92,6 +113,8 @@ def run_single(args) -> int:
         scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
         batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
         features=getattr(args, "features", "auto"), method_params=_method_params(args),
+        history=history, history_fraction=args.history_fraction, history_permute=args.history_permute,
+        baseline="uniform" if args.method == "history" else None,
     )
     if args.json:
         print_json(out)
@@ -116,7 +139,10 @@ def _print_table(out: dict) -> None:
     threshold = out["goal"].startswith(("above", "below"))
     table = Table(title=f"backtest: {out['method']}  goal {out['goal']}  confidence {out['confidence']:g}  "
                         f"{out['reps']} reps  seed {out['seed']}  ({out['n_items']} items; truth = {out['truth']})")
+    ratio = out["summary"].get("ratio_to_uniform") is not None
     cols = ["model", "truth", "items scored", "fraction", "coverage", "half-width", "goal met"]
+    if ratio:
+        cols += ["÷ uniform"]
     if threshold:
         cols += ["decided", "correct"]
     for c in cols:
@@ -124,10 +150,19 @@ def _print_table(out: dict) -> None:
     for m in out["models"]:
         row = [m["model"], f"{m['truth']:.4f}", f"{m['mean_scored']:.1f}", f"{m['fraction_scored']:.3f}",
                f"{m['coverage']:.3f}", f"{m['mean_halfwidth']:.4f}", f"{m['reached']:.2f}"]
+        if ratio:
+            row += [f"{m['ratio_to_uniform']:.3f}"]
         if threshold:
             row += [f"{m['decided']:.2f}", f"{m['decision_correct']:.2f}"]
         table.add_row(*row)
     s = out["summary"]
     Console().print(table)
     print(f"summary: mean fraction scored {s['mean_fraction_scored']:.3f}, coverage {s['coverage']:.3f}, "
-          f"goal met {s['reached']:.3f}")
+          f"goal met {s['reached']:.3f}"
+          + (f", items ÷ uniform's on the same reps {s['ratio_to_uniform']:.3f}" if ratio else ""))
+    if out.get("history"):
+        h = out["history"]
+        what = (f"a random {h['fraction']:g} of the other models per rep" if h["fraction"] is not None
+                else ", ".join(h["sources"]))
+        print(f"history: {what}; {h['mean_models']:.1f} models on average"
+              + ("; items permuted (useless history)" if h["permuted"] else "") + f"; {h['rule']}")

@@ -57,6 +57,7 @@ class BankSpec:
     subset_names: tuple[str, ...] = ()
     features: np.ndarray | None = None
     mean_of_means: bool = True
+    history: Any = None  # a HistoryPrior over these items (other models' recorded scores), or None
 
     def __post_init__(self) -> None:
         n = self.n_items
@@ -74,6 +75,8 @@ class BankSpec:
                 raise InputError(f"features must have shape ({n}, d), got {feats.shape}")
             if not np.all(np.isfinite(feats)):
                 raise InputError("features (item embeddings) must be finite")
+        if self.history is not None and getattr(self.history, "n_items", None) != n:
+            raise InputError(f"history must describe the bank's {n} items, got {getattr(self.history, 'n_items', None)}")
 
     @property
     def n_subsets(self) -> int:
@@ -107,6 +110,7 @@ class BankSpec:
             "subset_names": list(self.subset_names),
             "features": None if self.features is None else np.asarray(self.features, dtype=float).tolist(),
             "mean_of_means": bool(self.mean_of_means),
+            "history": None if self.history is None else self.history.to_state(),
         }
 
     @classmethod
@@ -117,7 +121,14 @@ class BankSpec:
             subset_names=tuple(state.get("subset_names") or ()),
             features=None if state.get("features") is None else np.asarray(state["features"], dtype=float),
             mean_of_means=bool(state.get("mean_of_means", True)),
+            history=None if state.get("history") is None else _history_from_state(state["history"]),
         )
+
+
+def _history_from_state(state: dict[str, Any]):
+    from .history import HistoryPrior
+
+    return HistoryPrior.from_state(state)
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,41 @@ class ControlVariateCS:
             self.rejected[a:b] |= log_k >= self._log_threshold
         self.n = i
 
+    def observe_many(self, y: np.ndarray, y_min: np.ndarray, y_max: np.ndarray, alpha: np.ndarray,
+                     beta: np.ndarray, var: np.ndarray, chunk: int = 256) -> None:
+        """:meth:`observe` for a sequence of observations at once (same capital, same rejections).
+
+        The capital after every observation is formed with a cumulative sum, so a candidate whose capital
+        crosses 1/δ anywhere inside the sequence is rejected exactly as one at a time would.
+        """
+        y, y_min, y_max, alpha, beta, var = (np.asarray(v, dtype=float).reshape(-1)
+                                             for v in (y, y_min, y_max, alpha, beta, var))
+        for s in range(0, y.size, chunk):
+            self._observe_chunk(*(v[s:s + chunk] for v in (y, y_min, y_max, alpha, beta, var)))
+
+    def _observe_chunk(self, y, y_min, y_max, alpha, beta, var) -> None:
+        n = y.size
+        if n == 0:
+            return
+        i = self.n + 1 + np.arange(n, dtype=float)
+        lam = np.sqrt(self._log_bet / (np.maximum(var, 1e-6) * i * np.log1p(i)))[:, None]
+        live = np.flatnonzero(~self.rejected)
+        if live.size:
+            a, b = int(live[0]), int(live[-1]) + 1
+            lo, hi = y_min[:, None], y_max[:, None]
+            nu = np.clip(alpha[:, None] * self.grid[None, a:b] + beta[:, None], lo, hi)
+            dev = y[:, None] - nu
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lam_plus = np.minimum(lam, self.c / (nu - lo))
+                lam_minus = np.minimum(lam, self.c / (hi - nu))
+            cum_plus = self.log_kplus[a:b] + np.cumsum(np.log1p(lam_plus * dev), axis=0)
+            cum_minus = self.log_kminus[a:b] + np.cumsum(np.log1p(-lam_minus * dev), axis=0)
+            log_k = np.logaddexp(cum_plus, cum_minus) - math.log(2.0)
+            self.rejected[a:b] |= (log_k >= self._log_threshold).any(axis=0)
+            self.log_kplus[a:b] = cum_plus[-1]
+            self.log_kminus[a:b] = cum_minus[-1]
+        self.n += n
+
     def interval(self, f_lo: float, f_hi: float) -> tuple[float, float]:
         """Accepted hull widened by one grid step, inside the deterministic bounds [f_lo, f_hi]."""
         # the deterministic bounds only tighten: candidates outside them are rejected for good

@@ -1,0 +1,346 @@
+"""``history``: an exact, anytime-valid interval for the bank's mean that learns from other models' scores.
+
+The idea (prediction-powered / active statistical inference, made exact for a finite bank)
+------------------------------------------------------------------------------------------
+The bank's estimand is ``m = Σ_j w_j x_j`` (``w = BankSpec.weights()``: the plain mean or the
+mean-of-means over sub-datasets). Other models' recorded scores on the same items
+(:class:`~certeval.estimators.history.HistoryPrior`) give a prediction ``a_j`` of every item's score for
+the model under evaluation, refitted on that model's own scores before every batch. Write
+``m = Σ_j w_j a_j + Σ_j w_j (x_j − a_j)``: the first sum is known, so only the residuals need sampling,
+and they vary much less than the scores when the history is informative (Angelopoulos et al. 2023,
+prediction-powered inference; Zrnic & Candès 2024, active statistical inference). Those results are
+asymptotic or fixed-n; here the residual mean gets a without-replacement betting confidence sequence
+(Waudby-Smith & Ramdas, NeurIPS 2020; JRSS-B 2024), which is exact and valid at any stopping time.
+
+Draws and the martingale
+------------------------
+Before draw i the undrawn items are ``R_i`` with weight ``U_i = Σ_{R_i} w_j``; ``K_i`` is the weighted
+sum of the scores already drawn. Draw i picks ``J ∈ R_i`` with a known probability
+``π_j = s_j / S_i`` (``S_i = Σ_{R_i} s_j``), ``s_j = w_j ((1 − η) σ_j/σ̄ + η)``: more draws where the
+predicted residual spread ``σ_j = sqrt(a_j (1 − a_j))`` is large (Neyman's allocation), mixed with
+draws in proportion to the weight (``η`` = ``uniform_mix``) so that every item can be drawn and the
+importance weights stay bounded. A batch of k draws is successive sampling (exponential keys,
+Efraimidis & Spirakis 2006), so each draw has exactly that law given the earlier ones. With
+
+    ``Y_i = Σ_{j∈R_i} (w_j/U_i) a_j + (w_J / (U_i π_J)) (x_J − a_J)``,
+
+``E[Y_i | past] = Σ_{R_i} (w_j/U_i) x_j = (m − K_i)/U_i =: ν_i(m)``, affine and increasing in m, and
+``Y_i`` lies in a known range (worst case over the items that could be drawn). Every ``a_j``, ``π_j``
+and the bet are fixed before draw i (predictable), so the hedged capital
+``½∏(1 + λ⁺(Y − ν(m))) + ½∏(1 − λ⁻(Y − ν(m)))`` is a nonnegative martingale at the true m
+(:class:`~certeval.estimators.single.adaptive.ControlVariateCS`), and Ville's inequality gives
+
+    P(∃ t: m ∉ [lower_t, upper_t]) ≤ δ
+
+under any stopping rule, whatever the history is: useless or adversarial history costs items, never
+validity. The interval is intersected with the deterministic bounds of the bank, so its width is
+exactly 0, at the exact bank mean, once every item is scored. The bets' variance is the predicted
+``Var(Y)`` times a calibration factor (observed / predicted squared residuals, shrunk to 1).
+Per-subset intervals (mean-of-means banks) are the same construction for each sub-dataset's mean;
+each holds with probability ≥ 1 − δ on its own (the overall one needs no union bound).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._validation import InputError, check_in_range, check_positive_int
+from ..protocol import BankMethod, register
+from ..results import Estimate, SubsetEstimate
+from .adaptive import ControlVariateCS
+from .uniform import _pack, _unpack
+
+CALIBRATION_PSEUDO_DRAWS = 5.0
+
+
+@register
+class HistoryMethod(BankMethod):
+    """Control-variate betting confidence sequence with history predictions (see module docstring)."""
+
+    name = "history"
+    anytime_valid = True
+    guarantee_text = ("anytime-valid and exact: one without-replacement betting confidence sequence "
+                      "(Waudby-Smith & Ramdas 2020) on score − history prediction, with known draw "
+                      "probabilities; valid whatever the history is")
+
+    def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
+                 uniform_mix: float = 0.3, variance_floor: float = 0.01) -> None:
+        super().__init__(confidence=confidence, target=target)
+        self.grid_size = grid_size
+        self.uniform_mix = uniform_mix
+        self.variance_floor = variance_floor
+
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        if self.target != "bank":
+            raise InputError(f"method 'history' answers the bank's question: target must be 'bank', "
+                             f"got target={self.target!r}")
+        check_positive_int(self.grid_size, "grid_size", minimum=65)
+        check_in_range(self.uniform_mix, "uniform_mix", 0.0, 1.0)
+        if not self.uniform_mix > 0.0:  # every item must keep a positive draw probability
+            raise InputError(f"uniform_mix must lie in (0, 1], got {self.uniform_mix!r}")
+        check_in_range(self.variance_floor, "variance_floor", 0.0, 0.25, closed=False)
+
+    # -- start ----------------------------------------------------------------------
+    def _start_extra(self) -> None:
+        spec = self.bank_
+        if spec.history is None:
+            raise InputError("method 'history' needs history: other models' recorded scores on these items "
+                             "(--history); without it use 'adaptive'")
+        self.prior_ = spec.history
+        self.w_ = spec.weights()
+        masks = [np.ones(spec.n_items, dtype=bool)]
+        self.group_subset_ = [-1]
+        if spec.subsets is not None and spec.mean_of_means:
+            codes = spec.subset_codes()
+            for s in np.unique(codes):
+                masks.append(codes == s)
+                self.group_subset_.append(int(s))
+        self.group_mask_ = np.vstack(masks)
+        self.group_weight_ = self.group_mask_ @ self.w_
+        self.cs_ = [ControlVariateCS(self.delta, int(self.grid_size)) for _ in masks]
+        n_groups = len(masks)
+        # the draw log, in the order items leave the population; outside (undrawn) items have batch −1
+        self.log_items_ = np.zeros(0, dtype=np.int64)
+        self.log_a_ = np.zeros(0)
+        self.log_s_ = np.zeros(0)
+        self.log_total_ = np.zeros(0)
+        self.log_batch_ = np.zeros(0, dtype=np.int64)
+        self.in_log_ = np.zeros(spec.n_items, dtype=bool)
+        # per batch and group, fixed at the batch's draw time: Σ_R w a, max w a/s, max w (1−a)/s, Σ w² σ² κ / s
+        self.batch_stats_ = np.zeros((0, 4, n_groups))
+        self._reset_progress()
+        self._replaying = False
+        self._pred_cache: tuple[int, np.ndarray] | None = None
+
+    def _reset_progress(self) -> None:
+        n_groups = self.group_mask_.shape[0]
+        self.processed_ = 0
+        self.done_w_ = np.zeros(n_groups)  # Σ w over processed log entries, per group
+        self.known_ = np.zeros(n_groups)  # Σ w x over processed log entries, per group
+        self.carry_batch_ = -1  # batch of the last processed draw and Σ w a of its processed draws, per group
+        self.carry_a_ = np.zeros(n_groups)
+        self.resid_sq_ = 0.0  # calibration: Σ (x − a)² and Σ predicted σ² over processed draws
+        self.pred_var_ = 0.0
+        self.n_draws_done_ = 0
+
+    # -- predictions ------------------------------------------------------------------
+    def predictions(self) -> np.ndarray:
+        """Current prediction of every item's score (history refitted on the scores absorbed so far)."""
+        n = int(self.order_.size)
+        if self._pred_cache is None or self._pred_cache[0] != n:
+            self._pred_cache = (n, self.prior_.predict(self.order_, self.scores_[self.order_]))
+        return self._pred_cache[1]
+
+    def _sigma2(self, a: np.ndarray) -> np.ndarray:
+        return np.maximum(a * (1.0 - a), float(self.variance_floor))
+
+    def _calibration(self) -> float:
+        pseudo = CALIBRATION_PSEUDO_DRAWS
+        mean_pred = self.pred_var_ / self.n_draws_done_ if self.n_draws_done_ else 0.25
+        return (pseudo * mean_pred + self.resid_sq_) / (pseudo * mean_pred + self.pred_var_)
+
+    # -- draws ------------------------------------------------------------------------
+    def _choose(self, k: int, rng: np.random.Generator):
+        avail = self.available()
+        redo = avail[self.in_log_[avail]][:k]  # released draws: their scores are still owed to the log
+        need = k - redo.size
+        undrawn = np.flatnonzero(~self.in_log_)
+        if need <= 0 or undrawn.size == 0:
+            return redo, np.ones(redo.size)
+        a = self.predictions()
+        a_r, w_r = a[undrawn], self.w_[undrawn]
+        sig2 = self._sigma2(a_r)
+        sig = np.sqrt(sig2)
+        sig_bar = float(w_r @ sig) / float(w_r.sum())
+        s = w_r * ((1.0 - self.uniform_mix) * sig / sig_bar + self.uniform_mix)
+        keys = rng.exponential(size=undrawn.size) / s  # successive sampling ∝ s without replacement
+        pick = np.argsort(keys, kind="stable")[:need]
+        drawn, s_drawn = undrawn[pick], s[pick]
+        totals = float(s.sum()) - np.concatenate([[0.0], np.cumsum(s_drawn)[:-1]])
+        gm = self.group_mask_[:, undrawn]
+        stats = np.stack([
+            gm @ (w_r * a_r),
+            np.where(gm, w_r * a_r / s, 0.0).max(axis=1),
+            np.where(gm, w_r * (1.0 - a_r) / s, 0.0).max(axis=1),
+            gm @ (w_r**2 * sig2 / s) * self._calibration(),
+        ])
+        self._log(drawn, a[drawn], s_drawn, np.maximum(totals, s_drawn), self.batch_stats_.shape[0])
+        self.batch_stats_ = np.concatenate([self.batch_stats_, stats[None]], axis=0)
+        items = np.concatenate([redo, drawn])
+        probs = np.concatenate([np.ones(redo.size), s_drawn / np.maximum(totals, s_drawn)])
+        return items, probs
+
+    def _log(self, items, a, s, totals, batch) -> None:
+        self.log_items_ = np.concatenate([self.log_items_, items])
+        self.log_a_ = np.concatenate([self.log_a_, a])
+        self.log_s_ = np.concatenate([self.log_s_, s])
+        self.log_total_ = np.concatenate([self.log_total_, totals])
+        self.log_batch_ = np.concatenate([self.log_batch_, np.full(len(items), batch, dtype=np.int64)])
+        self.in_log_[items] = True
+
+    # -- updates ------------------------------------------------------------------------
+    def _absorb(self, items: np.ndarray, scores: np.ndarray) -> None:
+        if self._replaying:
+            return
+        outside = items[~self.in_log_[items]]
+        if outside.size:  # scored without being drawn here: they leave the population as known items
+            nan = np.full(outside.size, np.nan)
+            self._log(outside, nan, nan, nan, -1)
+        self._advance()
+
+    def _advance(self) -> None:
+        """Feed the martingales every logged entry whose predecessors are all scored, in log order."""
+        start = self.processed_
+        ready = self.scored_[self.log_items_[start:]]
+        stop = start + (int(np.argmin(ready)) if not ready.all() else ready.size)
+        if stop == start:
+            return
+        idx = self.log_items_[start:stop]
+        x, w = self.scores_[idx], self.w_[idx]
+        a, s, tot, batch = (arr[start:stop] for arr in (self.log_a_, self.log_s_, self.log_total_, self.log_batch_))
+        draw = batch >= 0
+        b = np.where(draw, batch, 0)
+        stats = self.batch_stats_[b] if self.batch_stats_.shape[0] else np.zeros((idx.size, 4, len(self.cs_)))
+        # segments of consecutive entries of one batch; the first may continue the batch processed last time
+        continuing = bool(batch[0] == self.carry_batch_)
+        starts = np.concatenate([[True], batch[1:] != batch[:-1]])
+        seg_id = np.cumsum(starts) - 1
+        seg_first = np.flatnonzero(starts)
+        a_safe = np.nan_to_num(a)
+        for g, cs in enumerate(self.cs_):
+            in_g = self.group_mask_[g, idx]
+            wg = np.where(in_g, w, 0.0)
+            done_before = self.done_w_[g] + np.cumsum(wg) - wg
+            known_before = self.known_[g] + np.cumsum(wg * x) - wg * x
+            # Σ w a of the earlier draws of the same batch (in this group): the batch's A minus those
+            contrib = np.where(draw, wg * a_safe, 0.0)
+            csum = np.cumsum(contrib) - contrib
+            drawn_a = csum - csum[seg_first][seg_id]
+            if continuing:
+                drawn_a = drawn_a + np.where(seg_id == 0, self.carry_a_[g], 0.0)
+            u = self.group_weight_[g] - done_before
+            ok = draw & (u > 1e-12)
+            if ok.any():
+                u_ok = u[ok]
+                base = (stats[ok, 0, g] - drawn_a[ok]) / u_ok
+                scale = tot[ok] / u_ok
+                ratio = np.where(in_g[ok], w[ok] / s[ok], 0.0) * scale
+                y = base + ratio * (x[ok] - a[ok])
+                cs.observe_many(
+                    y, base - scale * stats[ok, 1, g], base + scale * stats[ok, 2, g],
+                    np.full(y.size, self.group_weight_[g]) / u_ok, -known_before[ok] / u_ok,
+                    tot[ok] / u_ok**2 * stats[ok, 3, g],
+                )
+            self.done_w_[g] += wg.sum()
+            self.known_[g] += float(wg @ x)
+            last_seg = seg_id == seg_id[-1]
+            tail = float(contrib[last_seg].sum())
+            carried = self.carry_a_[g] if (continuing and seg_id[-1] == 0) else 0.0
+            self.carry_a_[g] = carried + tail
+        self.carry_batch_ = int(batch[-1])
+        self.resid_sq_ += float(np.sum((x[draw] - a[draw]) ** 2))
+        self.pred_var_ += float(np.sum(self._sigma2(a[draw])))
+        self.n_draws_done_ += int(draw.sum())
+        self.processed_ = stop
+
+    # -- results ------------------------------------------------------------------------
+    def _group_bounds(self, g: int) -> tuple[float, float]:
+        mask = self.group_mask_[g]
+        w = self.w_[mask]
+        sc = self.scored_[mask]
+        known = float(w[sc] @ self.scores_[mask][sc])
+        wg = float(self.group_weight_[g])
+        return known / wg, (known + float(w[~sc].sum())) / wg
+
+    def _group_point(self, g: int, a: np.ndarray) -> float:
+        mask = self.group_mask_[g]
+        filled = np.where(self.scored_, self.scores_, a)[mask]
+        return float(self.w_[mask] @ filled) / float(self.group_weight_[g])
+
+    def _group_interval(self, g: int) -> tuple[float, float]:
+        return self.cs_[g].interval(*self._group_bounds(g))
+
+    def result(self) -> Estimate:
+        self._check_started()
+        if self.n_scored == 0:
+            return self._empty_estimate(self.guarantee_text)
+        a = self.predictions()
+        lo, hi = self._group_interval(0)
+        point = min(max(self._group_point(0, a), lo), hi)
+        subsets: tuple[SubsetEstimate, ...] = ()
+        if len(self.cs_) > 1:
+            names = self.bank_.names()
+            out = []
+            for g in range(1, len(self.cs_)):
+                s_lo, s_hi = self._group_interval(g)
+                mask = self.group_mask_[g]
+                seen = int(self.scored_[mask].sum())
+                out.append(SubsetEstimate(
+                    subset=names[self.group_subset_[g]],
+                    mean=min(max(self._group_point(g, a), s_lo), s_hi) if seen else float("nan"),
+                    lower=s_lo, upper=s_hi, n_scored=seen, n_total=int(mask.sum()),
+                    weight=float(self.group_weight_[g]),
+                ))
+            subsets = tuple(out)
+        return Estimate(
+            method=self.name, mean=point, lower=lo, upper=hi, n_scored=self.n_scored,
+            confidence=float(self.confidence), anytime_valid=True, target=self.target,
+            n_total=self.bank_.n_items, guarantee=self.guarantee_text, exhausted=self.exhausted,
+            subsets=subsets, extra=self._result_extra(),
+        )
+
+    def _result_extra(self) -> tuple[tuple[str, Any], ...]:
+        info = self.prior_.describe()
+        return (("history_models", info["n_models"]), ("history_items_matched", info["items_matched"]),
+                ("history_factors", info["n_factors"]), ("calibration", round(self._calibration(), 4)))
+
+    # -- persistence ----------------------------------------------------------------------
+    def _state_extra(self) -> dict[str, Any]:
+        def floats(arr):
+            return [None if not np.isfinite(v) else float(v) for v in arr]
+
+        return {"log_items": self.log_items_.tolist(), "log_a": floats(self.log_a_), "log_s": floats(self.log_s_),
+                "log_total": floats(self.log_total_), "log_batch": self.log_batch_.tolist(),
+                "batch_stats": self.batch_stats_.tolist(),
+                "rejected": [_pack(cs.rejected) for cs in self.cs_]}
+
+    def _replay(self, order: np.ndarray, scores: np.ndarray, looks: int) -> None:
+        # the draw log (with its probabilities) comes from the state, in _load_extra
+        self._replaying = True
+        try:
+            super()._replay(order, scores, looks)
+        finally:
+            self._replaying = False
+
+    def _load_extra(self, extra: dict[str, Any]) -> None:
+        items = np.asarray(extra.get("log_items", []), dtype=np.int64)
+        if items.size and (items.min() < 0 or items.max() >= self.bank_.n_items or np.unique(items).size != items.size):
+            raise InputError("state's draw log names items outside the bank or the same item twice")
+
+        def col(key):
+            arr = np.asarray([np.nan if v is None else v for v in extra.get(key, [])], dtype=float)
+            if arr.size != items.size:
+                raise InputError(f"state's draw log is damaged: {key!r} has {arr.size} entries, expected {items.size}")
+            return arr
+
+        a, s, tot = col("log_a"), col("log_s"), col("log_total")
+        batch = np.asarray(extra.get("log_batch", []), dtype=np.int64)
+        stats = np.asarray(extra.get("batch_stats", []), dtype=float)
+        n_groups = len(self.cs_)
+        stats = stats.reshape((-1, 4, n_groups)) if stats.size else np.zeros((0, 4, n_groups))
+        if batch.size != items.size or (batch.size and batch.max() >= stats.shape[0]):
+            raise InputError("state's draw log is damaged: batch numbers do not match its batch statistics")
+        self.batch_stats_ = stats
+        self._log(items, a, s, tot, 0)
+        self.log_batch_ = batch
+        outside = self.order_[~self.in_log_[self.order_]]
+        if outside.size:
+            nan = np.full(outside.size, np.nan)
+            self._log(outside, nan, nan, nan, -1)
+        self._reset_progress()
+        self._advance()
+        for cs, text in zip(self.cs_, extra.get("rejected") or []):
+            cs.rejected |= _unpack(text, cs.grid.size)

@@ -1,0 +1,117 @@
+"""History sources: other models' recorded scores on the bank's items, read from files or earlier runs.
+
+A source (``--history``, repeatable) is
+
+* a recorded-scores table (``model, item_id, score[, subset]``; Parquet/CSV/JSONL, ``bundled:<name>``,
+  any fsspec URL), or
+* a certeval run folder (it holds ``config.json`` and ``rounds/``), or a folder of run folders (an
+  ``--output`` root): every model's stored round scores, labelled as in those runs.
+
+Items are matched by ``item_id``; a model without a score for an item is simply missing there. The
+model under evaluation is never its own history: a history model with the same name is left out, and
+the result says so. :func:`history_prior` fits :func:`~certeval.estimators.history.fit_history_prior`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .banks import Bank, load_scores
+from .estimators._validation import InputError
+from .estimators.history import DEFAULT_FACTORS, HistoryPrior, fit_history_prior
+from .storage import filesystem
+
+
+@dataclass(frozen=True)
+class HistoryScores:
+    """Long table ``model, item_id, score`` gathered from ``sources`` (one row per model and item)."""
+
+    frame: pd.DataFrame
+    sources: tuple[str, ...]
+
+    @property
+    def models(self) -> list[str]:
+        return sorted(self.frame["model"].unique())
+
+
+def _run_folder_scores(fs, path: str) -> pd.DataFrame | None:
+    """Scores stored in the rounds of one run folder, or None if ``path`` is not a run folder."""
+    if not fs.exists(f"{path}/config.json") or not fs.isdir(f"{path}/rounds"):
+        return None
+    frames = []
+    for name in sorted(fs.ls(f"{path}/rounds", detail=False)):
+        if str(name).endswith(".parquet"):
+            with fs.open(name, "rb") as fh:
+                frames.append(pd.read_parquet(fh, columns=["model", "item_id", "score"]))
+    if not frames:
+        return pd.DataFrame(columns=["model", "item_id", "score"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _read_source(source: str) -> pd.DataFrame:
+    if not source.startswith("bundled:"):
+        fs, path = filesystem(source)
+        if fs.isdir(path):
+            own = _run_folder_scores(fs, path)
+            if own is not None:
+                return own
+            parts = [f for f in (_run_folder_scores(fs, str(p)) for p in sorted(fs.ls(path, detail=False))
+                                 if fs.isdir(p)) if f is not None]
+            if not parts:
+                raise InputError(f"--history {source!r} is a folder but holds no certeval run (config.json + "
+                                 "rounds/) and no run folders; pass a scores file or a runs folder")
+            return pd.concat(parts, ignore_index=True)
+    return load_scores(source)[["model", "item_id", "score"]]
+
+
+def load_history(sources: Sequence[str]) -> HistoryScores:
+    """Read every source; a (model, item) recorded twice keeps its mean score."""
+    if not sources:
+        raise InputError("no --history source given")
+    frames = []
+    for source in sources:
+        frame = _read_source(str(source))
+        frames.append(frame.assign(item_id=frame["item_id"].astype(str), model=frame["model"].astype(str)))
+    frame = pd.concat(frames, ignore_index=True)
+    scores = pd.to_numeric(frame["score"], errors="coerce")
+    if scores.isna().any() or (scores < 0).any() or (scores > 1).any():
+        bad = frame["score"][scores.isna() | (scores < 0) | (scores > 1)].iloc[0]
+        raise InputError(f"history scores must be numbers in [0, 1]; got {bad!r}")
+    frame = frame.assign(score=scores).groupby(["model", "item_id"], as_index=False)["score"].mean()
+    return HistoryScores(frame, tuple(str(s) for s in sources))
+
+
+def history_prior(history: HistoryScores, bank: Bank, evaluated: str, *,
+                  n_factors: int = DEFAULT_FACTORS) -> HistoryPrior:
+    """The prior for model ``evaluated`` on ``bank``: every history model but ``evaluated`` itself."""
+    frame = history.frame[history.frame["model"] != evaluated]
+    frame = frame[frame["item_id"].isin(set(bank.item_ids))]
+    models = sorted(frame["model"].unique())
+    if not models:
+        left_out = " (the model under evaluation is never its own history)" if (
+            history.frame["model"] == evaluated).any() else ""
+        raise InputError(f"--history has no model with a score on this bank's items other than {evaluated!r}"
+                         f"{left_out}; sources: {', '.join(history.sources)}")
+    pivot = frame.pivot(index="model", columns="item_id", values="score").reindex(
+        index=models, columns=list(bank.item_ids))
+    prior = fit_history_prior(pivot.to_numpy(dtype=float), n_factors=n_factors, models=tuple(models),
+                              sources=history.sources)
+    excluded = bool((history.frame["model"] == evaluated).any())
+    return _with_extra(prior, left_out_self=excluded)
+
+
+def _with_extra(prior: HistoryPrior, **extra) -> HistoryPrior:
+    from dataclasses import replace
+
+    return replace(prior, extra=prior.extra + tuple(extra.items()))
+
+
+def matrix_prior(matrix: np.ndarray, models: Sequence[str], *, sources: Sequence[str] = (),
+                 permute: np.random.Generator | None = None, n_factors: int = DEFAULT_FACTORS) -> HistoryPrior:
+    """A prior from an already aligned models × items matrix (backtests); ``permute`` shuffles its items."""
+    prior = fit_history_prior(matrix, n_factors=n_factors, models=tuple(models), sources=tuple(sources))
+    return prior.permuted(permute) if permute is not None else prior
