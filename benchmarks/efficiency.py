@@ -42,14 +42,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2 shared cores: no BLAS ov
 
 from benchmarks._meta import ROOT, read_result, write_result  # noqa: E402
 from certeval.backtest.ray_fanout import (  # noqa: E402
-    FAQ_LABELS, FAQ_MAX_DRAWS_PER_ITEM, Cell, dataset_arrays, faq_cell, faq_planned_draws, run_cells, summarise,
+    FAQ_LABELS, FAQ_MAX_DRAWS_PER_ITEM, Cell, dataset_arrays, faq_cell, faq_planned_draws, history_cell, run_cells,
+    summarise,
 )
 from certeval.banks import bundled_datasets  # noqa: E402
 from certeval.estimators import parse_goal  # noqa: E402
 from certeval.estimators.faq import GUARANTEES as FAQ_GUARANTEES  # noqa: E402
 
 # faq-uniform is FAQ's same-guarantee baseline: without it faq's cells have no same-guarantee ratio
-METHODS = ("static", "seq", "cer-eval", "uniform", "adaptive", "faq", "faq-uniform")
+METHODS = ("static", "seq", "cer-eval", "uniform", "adaptive", "history", "history-permuted", "faq", "faq-uniform")
+HISTORY_LABELS = {"history": False, "history-permuted": True}  # label -> items shuffled (useless history)
 FAQ_CACHE = ROOT / ".cache" / "faq"
 # --quick runs faq only where the CV fit takes about a second (5-50 s elsewhere on a fresh checkout);
 # helm_v023 has just 3 history models, helm_raft 11 sub-datasets
@@ -66,6 +68,8 @@ def make_cell(dataset: str, method: str, goal: str, reps: int, batch_size: int) 
     faq_kinds = {label: kind for kind, label in FAQ_LABELS.items()}
     if method in faq_kinds:
         return faq_cell(dataset, goal, reps, batch_size, factors=faq_kinds[method])
+    if method in HISTORY_LABELS:
+        return history_cell(dataset, goal, reps, batch_size, permute=HISTORY_LABELS[method])
     return Cell(dataset, method, goal, reps, batch_size)
 
 
@@ -108,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         # only faq needs the factor model (its baselines' factors are constants): fit it only then
         datasets[name] = dataset_arrays(name, max_eval_models=4 if quick else None,
                                         mean_of_means=args.estimand == "mean-of-means",
-                                        faq="faq" in methods and runs("faq", name), faq_cache=FAQ_CACHE)
+                                        faq="faq" in methods and runs("faq", name), faq_cache=FAQ_CACHE,
+                                        history=bool(set(HISTORY_LABELS) & set(methods)))
     load_s = time.perf_counter() - t0
     cells = []
     for name, data in datasets.items():

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -191,6 +191,7 @@ class DatasetArrays:
     matrix: np.ndarray  # (n_models, n_items)
     notes: dict[str, Any] = field(default_factory=dict)
     faq: dict[str, np.ndarray] | None = None
+    history: Any = None  # HistoryPrior fitted on the history half (method 'history')
 
 
 # --------------------------------------------------------------------------------------
@@ -285,6 +286,29 @@ def faq_params(data: DatasetArrays, cell: Cell, goal: Goal) -> dict[str, Any]:
     return {**params, **arrays}
 
 
+HISTORY_METHOD = "history"
+HISTORY_PERMUTE_KEY = "permute"  # Cell.params: shuffle the history's items in every rep (useless history)
+
+
+def history_cell(dataset: str, goal: str, reps: int, batch_size: int, *, permute: bool = False,
+                 label: str | None = None) -> Cell:
+    """A ``history`` cell: the dataset's history prior, or (``permute``) the same with its items shuffled."""
+    params = ((HISTORY_PERMUTE_KEY, True),) if permute else ()
+    # per-subset intervals are not what a cell measures: only the estimand's confidence sequence runs
+    params = params + (("subset_intervals", False),)
+    return Cell(dataset, HISTORY_METHOD, goal, reps, batch_size, params,
+                label or ("history-permuted" if permute else "history"))
+
+
+def history_spec(data: DatasetArrays, permute: bool, seed: np.random.SeedSequence) -> BankSpec:
+    """The rep's bank spec with the dataset's history prior (items shuffled by ``seed`` when ``permute``)."""
+    if data.history is None:
+        raise InputError(f"dataset {data.name!r} was loaded without history; load it with "
+                         f"dataset_arrays({data.name!r}, history=True)")
+    prior = data.history.permuted(np.random.default_rng(seed)) if permute else data.history
+    return replace(data.spec, history=prior)
+
+
 def _chunks(cell: Cell, chunk_reps: int) -> list[tuple[int, int]]:
     return [(a, min(a + chunk_reps, cell.reps)) for a in range(0, cell.reps, chunk_reps)]
 
@@ -298,16 +322,21 @@ def run_chunk(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_se
     """
     goal = parse_goal(cell.goal)
     params = faq_params(data, cell, goal) if cell.method == FAQ_METHOD else dict(cell.params)
+    permute = bool(params.pop(HISTORY_PERMUTE_KEY, False))
     max_draws = FAQ_MAX_DRAWS_PER_ITEM * data.spec.n_items if cell.method == FAQ_METHOD else None
     rows = []
     for rep in range(rep_lo, rep_hi):
         model_idx = rep % len(data.models)
         model = data.models[model_idx]
-        rng = np.random.default_rng(rep_seed(root_seed, data.name, model, cell.name, rep))
+        seed = rep_seed(root_seed, data.name, model, cell.name, rep)
+        rng = np.random.default_rng(seed)
+        spec = data.spec
+        if cell.method == HISTORY_METHOD:
+            spec = history_spec(data, permute, seed.spawn(1)[0])
         head = {"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep, "model": model,
                 "n_items": data.spec.n_items}
         try:
-            res = replay_one(cell.method, params, data.spec, data.matrix[model_idx], goal, cell.batch_size, rng,
+            res = replay_one(cell.method, params, spec, data.matrix[model_idx], goal, cell.batch_size, rng,
                              record_curve=record_curve, max_items=max_draws)
         except InputError:
             raise
@@ -460,7 +489,7 @@ def _wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]
 # FAQ is compared with itself on uninformative factors (same PAI estimator, same asymptotic anytime CS).
 SAME_GUARANTEE_BASELINE = {"adaptive": "uniform", "uniform": "uniform", "cer-eval": "seq", "seq": "seq",
                            "static": "static", "faq": "faq-uniform", "faq-uniform": "faq-uniform",
-                           "faq-uniform-half": "faq-uniform"}
+                           "faq-uniform-half": "faq-uniform", "history": "uniform", "history-permuted": "uniform"}
 
 
 def _cost(g: Any) -> np.ndarray:
@@ -660,7 +689,8 @@ def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 
 def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
                    max_eval_models: int | None = None, mean_of_means: bool = True,
                    models: Sequence[str] | None = None, features: bool = True, faq: bool = False,
-                   faq_cache: str | Path | None = None, faq_fit: dict[str, Any] | None = None) -> DatasetArrays:
+                   faq_cache: str | Path | None = None, faq_fit: dict[str, Any] | None = None,
+                   history: bool = False) -> DatasetArrays:
     """Load ``bundled:<name>``; split models into history (features) and evaluated halves.
 
     The evaluated models never contribute to the features their own reps use. With
@@ -680,7 +710,7 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
         missing = [m for m in models if m not in set(all_models)]
         if missing:
             raise InputError(f"unknown model {missing[0]!r} in {name!r}; it has {len(all_models)} models")
-    if not features and not faq:
+    if not features and not faq and not history:
         eval_models = list(models) if models is not None else all_models
         if max_eval_models is not None:
             eval_models = eval_models[:max_eval_models]
@@ -720,6 +750,13 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
                                           fit_params=faq_fit)
         notes["faq"] = {"factor_model": f"logistic factor model (seed 002) on {len(hist_models)} history models "
                                         f"× {bank.n_items} items", **info}
+    prior = None
+    if history:
+        from ..history import matrix_prior
+
+        prior = matrix_prior(hist, hist_models, sources=(f"bundled:{label}",))
+        notes["history"] = {"models": len(hist_models), "n_factors": prior.n_factors,
+                            "prior": "history item means + ridge on SVD item factors (certeval.estimators.history)"}
     return DatasetArrays(
         name=label,
         spec=bank.spec(features=feats, mean_of_means=mean_of_means),
@@ -727,6 +764,7 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
         matrix=matrix,
         notes=notes,
         faq=faq_arrays,
+        history=prior,
     )
 
 

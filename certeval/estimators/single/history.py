@@ -66,11 +66,12 @@ class HistoryMethod(BankMethod):
                       "probabilities; valid whatever the history is")
 
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
-                 uniform_mix: float = 0.3, variance_floor: float = 0.01) -> None:
+                 uniform_mix: float = 0.3, variance_floor: float = 0.01, subset_intervals: bool = True) -> None:
         super().__init__(confidence=confidence, target=target)
         self.grid_size = grid_size
         self.uniform_mix = uniform_mix
         self.variance_floor = variance_floor
+        self.subset_intervals = subset_intervals
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -93,7 +94,8 @@ class HistoryMethod(BankMethod):
         self.w_ = spec.weights()
         masks = [np.ones(spec.n_items, dtype=bool)]
         self.group_subset_ = [-1]
-        if spec.subsets is not None and spec.mean_of_means:
+        # per-subset intervals cost one more confidence sequence each; the estimand's needs none of them
+        if spec.subsets is not None and spec.mean_of_means and self.subset_intervals:
             codes = spec.subset_codes()
             for s in np.unique(codes):
                 masks.append(codes == s)
