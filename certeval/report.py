@@ -6,8 +6,9 @@ Reads the run layout of DESIGN §5 from a local path or any fsspec URL::
 
 and writes, into the same folder:
 
-* ``interval_curve.png`` — the interval vs items scored, per model (like seed 004, Fig. 1).
-  The curve is rebuilt by replaying each model's stored state (``order``/``scores``) through
+* ``interval_curve.png`` — the interval vs items scored, per model (like seed 004, Fig. 1),
+  read from the look log in ``rounds/*.parquet`` (the estimate recorded at every look). Runs
+  written before the look log existed are rebuilt by replaying each model's stored state (``order``/``scores``) through
   its method, look by look (look sizes from ``rounds/*.parquet``); a ``curve`` list in a
   model's entry of ``results.json`` is used as is when present.
 * ``ranking.png`` — every model's interval, best first, coloured by tie group.
@@ -126,13 +127,35 @@ def replay_curve(state: dict[str, Any], look_sizes: list[int]) -> list[tuple[int
     return curve
 
 
+LOOK_COLUMNS = ("look_n_scored", "look_mean", "look_lower", "look_upper")
+
+
+def look_log_curve(rounds: pd.DataFrame, model: str) -> list[tuple[int, float, float, float]] | None:
+    """(n_scored, mean, lower, upper) per look as recorded in the rounds (the look log); None if not recorded."""
+    if rounds.empty or not set(LOOK_COLUMNS) <= set(rounds.columns) or "round" not in rounds.columns:
+        return None
+    sub = rounds[rounds["model"].astype(str) == str(model)]
+    if sub.empty or sub[list(LOOK_COLUMNS)].isna().all(axis=None):
+        return None
+    looks = sub.sort_values("round").groupby("round", sort=True)[list(LOOK_COLUMNS)].first()
+    return [(int(n), float(m), float(lo), float(hi)) for n, m, lo, hi in looks.itertuples(index=False)]
+
+
 def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]]]:
-    """The interval curve of every model in ``results.json`` that has one (see module docstring)."""
+    """The interval curve of every model in ``results.json`` that has one (see module docstring).
+
+    Runs that record a look log (``look_*`` columns in ``rounds/``) are drawn from it: the curve then
+    shows exactly the estimates the run computed. Older runs are replayed from their stored state.
+    """
     curves: dict[str, list[tuple[int, float, float, float]]] = {}
     for entry in run.models:
         name = str(entry.get("model"))
         if entry.get("curve"):
             curves[name] = [tuple(c) for c in entry["curve"]]  # type: ignore[misc]
+            continue
+        logged = look_log_curve(run.rounds, name)
+        if logged is not None:
+            curves[name] = logged
             continue
         state = run.states.get(safe_name(name)) or run.states.get(name)
         if isinstance(state, dict) and isinstance(state.get("method_state"), dict):

@@ -34,7 +34,13 @@ def add_parser(subparsers) -> None:
                                                     "bundled:trivia); optional with replay models only")
         if name == "certify":
             p.add_argument("--goal", required=True, help="halfwidth:E, above:T or below:T")
-            p.add_argument("--method", default="adaptive", help="adaptive (default), uniform, seq, cer-eval, static, faq")
+            p.add_argument("--method", default=None,
+                           help="history (default with --history), adaptive (default otherwise), uniform, seq, "
+                                "cer-eval, static")
+            p.add_argument("--history", action="append", default=None, metavar="SOURCE",
+                           help="other models' recorded scores on the bank's items (scores file, bundled:<name>, "
+                                "a run folder or a folder of runs; repeatable): the run learns from them and its "
+                                "interval stays exact")
         else:
             p.add_argument("--method", default=None, help=argparse.SUPPRESS)
         if name in ("compare", "rank"):
@@ -90,6 +96,7 @@ def plan_from_args(args) -> tuple[Any, Any]:
         margin=getattr(args, "margin", 0.0), threshold=getattr(args, "threshold", None),
         halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
         ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
+        history=getattr(args, "history", None),
     )
 
 

@@ -29,7 +29,11 @@ KINDS = ("certify", "compare", "rank", "select")
 TRIVIA = "bundled:trivia"
 # keys of config.json a resumed run must match exactly
 COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
-            "scorer", "margin", "threshold", "halfwidth", "mode")
+            "scorer", "margin", "threshold", "halfwidth", "mode", "history")
+HISTORY_METHOD = "history"
+BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on history and runs in backtests only "
+                                "(certeval backtest --method faq); for a live run that learns from history use "
+                                "--history SOURCE (method 'history', exact and anytime-valid)"}
 PAIRED_METHOD = "uniform"  # per-model intervals on the shared uniform item order
 
 
@@ -59,6 +63,7 @@ class RunPlan:
     num_gpus: float = 0.0
     in_flight: int = 2
     chunk_size: int | None = None  # items per actor call (default: batch_size split over replicas x in_flight)
+    history: tuple[str, ...] = ()  # --history sources (other models' recorded scores, earlier runs)
 
     @property
     def paired(self) -> bool:
@@ -80,6 +85,7 @@ class RunPlan:
         out["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         out["models"] = list(self.models)
         out["labels"] = list(self.labels)
+        out["history"] = list(self.history)
         return out
 
     def generation(self) -> dict[str, Any]:
@@ -195,7 +201,7 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
               scorer: str | None = None, margin: float = 0.0, threshold: float | None = None,
               halfwidth: float | None = None, mode: str = "best", ray_address: str | None = None,
               replicas: int = 1, num_gpus: float = 0.0, in_flight: int = 2, chunk_size: int | None = None,
-              check_output: bool = True) -> tuple[RunPlan, Bank]:
+              check_output: bool = True, history: list[str] | tuple[str, ...] | None = None) -> tuple[RunPlan, Bank]:
     """Validate a request; return the plan and its loaded bank. Raises InputError on any bad input."""
     if kind not in KINDS:
         raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
@@ -215,13 +221,24 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputError(f"--seed must be a non-negative integer, got {seed!r}")
     margin = check_in_range(margin, "--margin", 0.0, 1.0)
+    history = tuple(str(h) for h in (history or ()))
     if kind == "certify":
         if goal is None:
             raise InputError("certify needs --goal halfwidth:E, above:T or below:T")
         goal = str(parse_goal(goal))
-        method = method or "adaptive"
+        method = method or (HISTORY_METHOD if history else "adaptive")
+        if method in BACKTEST_ONLY_METHODS:
+            raise InputError(BACKTEST_ONLY_METHODS[method])
+        if history and method != HISTORY_METHOD:
+            raise InputError(f"--history is used by method {HISTORY_METHOD!r}; got --method {method} (drop --method)")
+        if method == HISTORY_METHOD and not history:
+            raise InputError(f"method {HISTORY_METHOD!r} needs --history SOURCE: other models' recorded scores on "
+                             "the bank's items (a scores file, bundled:<name>, or earlier run folders)")
         method_obj = make_method(method, confidence=confidence)
     else:
+        if history:
+            raise InputError(f"--history is not used by {kind} yet (paired runs sample one uniform item order for "
+                             "every model); use it with certify")
         if method not in (None, PAIRED_METHOD):
             raise InputError(f"{kind} samples the same uniform item order for every model; --method must be "
                              f"{PAIRED_METHOD!r}, got {method!r}")
@@ -241,6 +258,8 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
+    if history:
+        run_history_priors(history, loaded, labels)  # sources readable, items matched: checked before any write
     if method_obj is not None and getattr(method_obj, "needs_features", False):
         if loaded.features is None and loaded.texts() is None:
             raise InputError(f"method {method!r} needs item features, but the bank has neither an 'embedding' "
@@ -252,12 +271,20 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
         margin=margin, threshold=threshold, halfwidth=halfwidth, mode=mode, ray_address=ray_address,
         replicas=_positive_int(replicas, "--replicas"), num_gpus=float(num_gpus),
         in_flight=_positive_int(in_flight, "--in-flight"),
-        chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"),
+        chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"), history=history,
     )
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
     return plan, loaded
+
+
+def run_history_priors(sources: tuple[str, ...], bank: Bank, labels: tuple[str, ...]) -> dict[str, Any]:
+    """Per model label, the history prior fitted on every other history model (the model is left out)."""
+    from ..history import history_prior, load_history
+
+    loaded = load_history(sources)
+    return {label: history_prior(loaded, bank, label) for label in labels}
 
 
 def claim_run(plan: RunPlan) -> bool:

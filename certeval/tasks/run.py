@@ -74,6 +74,7 @@ class Run:
         self.progress: Progress | None = None
         self.pool_stats: Any = None
         self.started = time.time()
+        self.history: dict[str, Any] = {}  # label -> HistoryPrior (method 'history')
 
     # -- load -----------------------------------------------------------------
     @classmethod
@@ -84,6 +85,10 @@ class Run:
         bank = load_run_bank(plan.bank, plan.models)
         store = plan.store()
         run = cls(plan, bank, store)
+        if plan.history:
+            from .plan import run_history_priors
+
+            run.history = run_history_priors(plan.history, bank, tuple(plan.labels))
         run.resumed = claim_run(plan)
         for label, cache in run.caches.items():
             cache.describe({"model": dict(zip(plan.labels, plan.models))[label], "scorer": plan.scorer or "auto",
@@ -129,7 +134,8 @@ class Run:
                 if stored.get("decision"):
                     self.decisions[label] = Decision(**stored["decision"])
             else:
-                self.methods[label] = make_method(method_name, confidence=self.plan.confidence).start(self.spec)
+                spec = replace(self.spec, history=self.history[label]) if label in self.history else self.spec
+                self.methods[label] = make_method(method_name, confidence=self.plan.confidence).start(spec)
                 self.model_round[label] = 0
         self.active = [m for m in self.labels if not (m in self.decisions and self.decisions[m].done)]
         self.round = min(self.model_round.values()) if self.active else max(self.model_round.values())
@@ -365,9 +371,14 @@ class Run:
         between two writes leaves the previous commit point valid."""
         rows = []
         for label, pos in batch.items.items():
+            # the look log: the estimate at this look, recorded once; reports read it, never re-run methods
+            est = self.methods[label].result()
+            decision = self.decisions.get(label)
             rows.append(pd.DataFrame({
                 "model": label, "item_id": [self.bank.item_ids[p] for p in pos],
                 "score": batch.scores[label], "round": self.round, "prob": batch.probs[label],
+                "look_n_scored": int(est.n_scored), "look_mean": float(est.mean), "look_lower": float(est.lower),
+                "look_upper": float(est.upper), "look_rule": None if decision is None else decision.rule,
             }))
         if rows:
             frame = pd.concat(rows, ignore_index=True)
@@ -412,6 +423,8 @@ class Run:
                 "decision": self.decisions[label].to_dict() if label in self.decisions else None,
                 "estimate": est.to_dict(),
             }
+            if label in self.history:
+                entry["history"] = self.history[label].describe()
             block = {
                 "alias": plan.task_name, "acc,none": est.mean, "acc_stderr,none": stderr,
                 "acc_ci_lower,none": est.lower, "acc_ci_upper,none": est.upper,
@@ -432,6 +445,9 @@ class Run:
             "done": all(d.done for d in self.decisions.values()) if self.decisions else False,
             "reached": all(d.reached for d in self.decisions.values()) if self.decisions else False,
             "models": models, "results": lm_eval,
+            "history": None if not plan.history else {
+                "sources": list(plan.history),
+                "rule": "the model under evaluation is never part of its own history (same name: left out)"},
             "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
                        "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
                        "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None},

@@ -1,0 +1,95 @@
+"""``--history`` end to end: real Prefect flows and Ray actors, history from recorded scores and from
+earlier run folders, the look log read by the report, and bad history input refused before anything is
+written (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from certeval.banks import load_scores
+from certeval.cli import main
+from certeval.estimators import InputError
+from certeval.report import model_curves, load_run
+from certeval.tasks.plan import make_plan
+
+from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
+
+pytestmark = pytest.mark.slow
+
+
+def _run(tmp_path, **kw):
+    from certeval.flows.pipeline import run_plan
+
+    kw.setdefault("output", str(tmp_path / "runs"))
+    plan, _ = make_plan("certify", **kw)
+    return plan, run_plan(plan)
+
+
+def _truth(model: str) -> float:
+    frame = load_scores(SCORES)
+    return float(frame[frame["model"] == model].groupby("subset")["score"].mean().mean())
+
+
+def test_certify_with_history_uses_the_other_models_and_needs_fewer_items(infra, tmp_path):
+    common = dict(models=[replay(MIDDLE)], goal="halfwidth:0.08", batch_size=30, seed=4)
+    _, plain = _run(tmp_path, run_id="plain", **common)
+    _, hist = _run(tmp_path, run_id="hist", history=[SCORES], **common)
+    m, p = hist["models"][0], plain["models"][0]
+    assert m["method"] == "history" and p["method"] == "adaptive"
+    assert m["lower"] <= _truth(MIDDLE) <= m["upper"] and hist["reached"]
+    assert m["n_scored"] < p["n_scored"], (m["n_scored"], p["n_scored"])
+    info = m["history"]
+    assert info["n_models"] == 43 and info["left_out_self"] is True and info["items_matched"] == 567
+    assert MIDDLE not in info["models"] and hist["history"]["sources"] == [SCORES]
+    # the look log: every round records its estimate; the report draws exactly those, ending at the result
+    folder = tmp_path / "runs" / "hist"
+    rounds = pd.concat(pd.read_parquet(f) for f in sorted((folder / "rounds").glob("*.parquet")))
+    assert rounds.groupby("round")["look_n_scored"].nunique().max() == 1
+    curve = model_curves(load_run(str(folder)))[MIDDLE]
+    assert len(curve) == hist["rounds"]
+    assert curve[-1] == (m["n_scored"], m["mean"], m["lower"], m["upper"])
+    assert json.loads((folder / "config.json").read_text())["history"] == [SCORES]
+
+
+def test_history_from_earlier_run_folders(infra, tmp_path):
+    scores = small_scores(tmp_path, n_items=150)
+    out = tmp_path / "runs"
+    for model, run_id in ((STRONG, "earlier-a"), (WEAK, "earlier-b")):
+        _run(tmp_path, models=[replay(model, scores)], goal="halfwidth:0.3", batch_size=50, run_id=run_id,
+             method="uniform")
+    _, res = _run(tmp_path, models=[replay(MIDDLE, scores)], goal="halfwidth:0.15", batch_size=25,
+                  run_id="later", history=[str(out)])
+    info = res["models"][0]["history"]
+    assert sorted(info["models"]) == sorted([STRONG, WEAK]) and info["left_out_self"] is False
+    assert res["models"][0]["method"] == "history"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--method", "history"], "needs --history"),
+    (["--history", SCORES, "--method", "adaptive"], "used by method 'history'"),
+    (["--method", "faq"], "backtests only"),
+    (["--history", "/nonexistent/history.parquet"], "history.parquet"),
+    (["--history", "bundled:vlm_ocrbench"], "no model with a score on this bank's items"),
+])
+def test_bad_history_input_exits_2_and_writes_nothing(tmp_path, capsys, extra, message):
+    out = tmp_path / "runs"
+    argv = ["certify", "--model", replay(MIDDLE), "--goal", "halfwidth:0.1", "--output", str(out), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_history_left_out_entirely_when_only_the_model_itself_is_recorded(tmp_path):
+    scores = small_scores(tmp_path, models=(MIDDLE,), n_items=40)
+    with pytest.raises(InputError, match="never its own history"):
+        make_plan("certify", models=[replay(MIDDLE, scores)], goal="halfwidth:0.1", history=[scores],
+                  output=str(tmp_path / "runs"))
+
+
+def test_paired_commands_refuse_history_for_now(tmp_path):
+    with pytest.raises(InputError, match="not used by rank"):
+        make_plan("rank", models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], output=str(tmp_path / "r"))
