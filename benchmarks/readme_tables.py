@@ -20,7 +20,8 @@ from benchmarks._meta import RESULTS_DIR, ROOT
 
 DOCS = ROOT / "docs"
 IMG = DOCS / "img"
-METHOD_ORDER = ("static", "seq", "cer-eval", "uniform", "adaptive", "faq", "faq-uniform", "faq-uniform-half")
+METHOD_ORDER = ("static", "seq", "cer-eval", "uniform", "adaptive", "history", "history-permuted", "faq", "faq-uniform",
+                "faq-uniform-half")
 
 
 def _load(name: str, results_dir: Path) -> dict[str, Any] | None:
@@ -104,7 +105,13 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
               "10·N draws; \"met k/n\" says how many reps reached the goal "
               "when some did not (the others count what they scored: such cells are censored, their items and "
               "ratios are not what the goal would need)"
-              if any(m.startswith("faq") for m in methods) else "") + ".", ""]
+              if any(m.startswith("faq") for m in methods) else "")
+           + (". `history` is certeval's history-powered method: the exact without-replacement betting CS on "
+              "score − prediction, the prediction refitted every round from the history half of the models (item "
+              "means + ridge on SVD item factors), draws favouring items whose predicted residual varies; "
+              "`history-permuted` is the same with the history's items shuffled in every rep (history that says "
+              "nothing true). Both have `uniform`'s guarantee (exact, anytime-valid)"
+              if "history" in methods else "") + ".", ""]
     for goal in goals:
         rows = []
         for d in datasets:
@@ -185,6 +192,19 @@ def efficiency_gap(doc: dict[str, Any]) -> list[str]:
                          "knowledge at all: that is the asymptotic interval against the exact betting one (with a "
                          "sub-dataset union bound), a different guarantee, not a better sampler — compare FAQ with "
                          "`faq-uniform`, and `uniform`/`adaptive` with each other.")
+    for label, what in (("history", "history-powered `history` vs `uniform` (same exact guarantee)"),
+                        ("history-permuted", "with useless (permuted) history")):
+        hist = [c for c in cells if c["method"] == label and c.get("items_ratio_vs_uniform") is not None]
+        if not hist:
+            continue
+        parts = []
+        for goal in doc["goals"]:
+            r = sorted(c["items_ratio_vs_uniform"] for c in hist if c["goal"] == goal)
+            if r:
+                parts.append(f"{goal.split(':')[-1]}: median ×{_f(r[len(r) // 2])} (×{_f(r[0])} … ×{_f(r[-1])})")
+        low = min(c["coverage"] for c in hist)
+        lines.append(f"Items ÷ uniform's, {what}, over {len(hist)} cells — " + "; ".join(parts)
+                     + f"; lowest coverage {_f(low, 3)}.")
     worse = [c for c in cells if c["method"] != c.get("same_guarantee_baseline")
              and (c.get("items_ratio_same_guarantee") or 0) > 1.2]
     if worse:
