@@ -93,3 +93,22 @@ def test_history_left_out_entirely_when_only_the_model_itself_is_recorded(tmp_pa
 def test_paired_commands_refuse_history_for_now(tmp_path):
     with pytest.raises(InputError, match="not used by rank"):
         make_plan("rank", models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], output=str(tmp_path / "r"))
+
+
+def test_checkpoint_schedule_learns_from_the_checkpoints_it_already_certified(infra, tmp_path):
+    from certeval.flows.checkpoints import certify_checkpoints_flow
+
+    scores = small_scores(tmp_path, n_items=150)
+    ckpt, out = tmp_path / "checkpoints", tmp_path / "runs"
+    ckpt.mkdir()
+    seen = []
+    for step, model in (("step-1000", WEAK), ("step-2000", MIDDLE), ("step-3000", STRONG)):
+        (ckpt / f"{step}.spec").write_text(replay(model, scores) + "\n")  # a new checkpoint appears
+        report = certify_checkpoints_flow(str(ckpt), str(out), goal="halfwidth:0.2", batch_size=25, seed=2)
+        seen.append({r["checkpoint"]: r for r in report["checkpoints"]})
+    assert seen[0][WEAK]["method"] == "adaptive" and seen[0][WEAK]["history_models"] == []
+    assert seen[1][MIDDLE]["method"] == "history" and seen[1][MIDDLE]["history_models"] == [WEAK]
+    assert sorted(seen[2][STRONG]["history_models"]) == sorted([WEAK, MIDDLE])
+    # earlier checkpoints were not certified again on later ticks
+    assert seen[2][WEAK]["run_id"] == seen[0][WEAK]["run_id"] and seen[2][WEAK]["n_scored"] == seen[0][WEAK]["n_scored"]
+    assert report["best"] == STRONG and (out / "checkpoints.json").is_file()

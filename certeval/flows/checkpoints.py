@@ -10,6 +10,12 @@ A checkpoint is an entry of the folder:
 * a sub-folder holding ``model.spec``, or a file ``<name>.spec`` → the model spec written
   in it (one line, e.g. ``vllm:/ckpt/step-2000`` or ``replay:scores.parquet#step-2000``).
 
+``certify-checkpoints``: the history-powered schedule. Each tick certifies every checkpoint of the
+folder that has no run yet (one ``certify`` run each, run id ``ckpt-<name>``), with the stored runs of the
+checkpoints already evaluated under ``output`` as history (plus any ``history`` sources): a training run's
+later checkpoints cost fewer items, and every interval stays exact (method ``history``; the checkpoint
+itself is never its own history). ``checkpoints.json`` lists every certified checkpoint, best mean first.
+
 ``rank-models``: a ranking run over a fixed list of model specs.
 """
 
@@ -21,10 +27,11 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
+from ..backends.base import parse_model_spec
 from ..estimators._validation import InputError
-from ..storage import filesystem
+from ..storage import Folder, RunStore, filesystem, safe_name
 from ..tasks.plan import claim_run, make_plan
-from .pipeline import rank_flow, select_flow
+from .pipeline import certify_flow, rank_flow, select_flow
 
 
 @task(name="find-checkpoints", cache_policy=NONE, retries=0)
@@ -95,6 +102,47 @@ def _report_artifact(report: dict[str, Any]) -> None:
              f"still selected: {', '.join(report['selected'])}; discarded: {', '.join(report['discarded']) or 'none'}",
              "", f"run folder: {report['run_folder']}"]
     create_markdown_artifact("\n".join(lines), key="best-checkpoint", description="certeval checkpoint selection")
+
+
+def _has_history(output: str) -> bool:
+    """Whether ``output`` already holds a certeval run with stored rounds (history for the next checkpoint)."""
+    fs, path = filesystem(output)
+    try:
+        return any(fs.isdir(f"{p}/rounds") for p in fs.ls(path, detail=False))
+    except FileNotFoundError:
+        return False
+
+
+@flow(name="certify-checkpoints", validate_parameters=True, persist_result=False)
+def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwidth:0.05", bank: str | None = None,
+                             history: list[str] | None = None, confidence: float = 0.95, batch_size: int = 50,
+                             max_items: int | None = None, seed: int = 0, scorer: str | None = None,
+                             ray_address: str | None = None) -> dict[str, Any]:
+    """Certify every new checkpoint of a folder, learning from the checkpoints already certified in ``output``."""
+    specs = find_checkpoints(checkpoints)
+    for spec in specs:
+        run_id = f"ckpt-{safe_name(parse_model_spec(spec).label)}"
+        store = RunStore(output, run_id)
+        if store.read_results() is not None:
+            continue  # certified on an earlier tick: never scored again
+        sources = list(history or []) + ([output] if _has_history(output) else [])
+        plan, _ = make_plan("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
+                            confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
+                            scorer=scorer, ray_address=ray_address, history=sources or None)
+        claim_run(plan)
+        certify_flow(plan)
+    rows = []
+    for spec in specs:
+        res = RunStore(output, f"ckpt-{safe_name(parse_model_spec(spec).label)}").read_results() or {}
+        for m in res.get("models", []):
+            rows.append({"checkpoint": m["model"], "spec": spec, "mean": m["mean"], "lower": m["lower"],
+                         "upper": m["upper"], "n_scored": m["n_scored"], "method": m["method"],
+                         "history_models": (m.get("history") or {}).get("models", []), "run_id": res["run_id"]})
+    rows.sort(key=lambda r: -r["mean"])
+    report = {"goal": goal, "checkpoints": rows, "best": rows[0]["checkpoint"] if rows else None,
+              "note": "each interval is valid on its own at the stated confidence (not simultaneously)"}
+    Folder(*filesystem(output)).write_json("checkpoints.json", report)
+    return report
 
 
 @flow(name="rank-models", validate_parameters=True, persist_result=False)
