@@ -150,6 +150,11 @@ def test_killed_actor_mid_batch_every_item_scored_exactly_once(infra, tmp_path, 
       "--goal", "halfwidth:0.1"], "does not exist"),
     (["rank", "--model", "replay:bundled:helm_mmlu#openai_ada"], "at least 2"),
     (["certify", "--model", "replay:bundled:helm_mmlu#openai_ada", "--goal", "width:3"], "goal kind"),
+    # nothing listens on port 9: the endpoint is probed (bounded) before anything is written
+    (["certify", "--model", "openai:http://127.0.0.1:9/v1#m", "--bank", "bundled:trivia?limit=20",
+      "--goal", "halfwidth:0.1"], "is unreachable"),
+    (["certify", "--model", "replay:bundled:helm_mmlu#openai_ada", "--goal", "halfwidth:0.1", "--method", "faq"],
+     "backtests only"),
 ])
 def test_bad_input_is_one_line_exit_2_and_fast(argv, needle, tmp_path, capsys):
     t0 = time.perf_counter()

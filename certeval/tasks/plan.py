@@ -276,6 +276,11 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
+    for spec in specs:  # network probes last, after every cheap check: bounded (≤ 10 s), one line on failure
+        if spec.kind == "openai":
+            from ..backends.openai_host import build_host
+
+            build_host(spec)  # options parsed and GET {base_url}/models answered, or InputError
     return plan, loaded
 
 
