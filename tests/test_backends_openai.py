@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -20,14 +25,57 @@ try:
     import llama_cpp  # noqa: F401
 
     LLAMA_CPP = None
-except ImportError as exc:  # the optional extra certeval[openai]
+except ImportError as exc:  # the optional extra certeval[openai]; scripts/test.sh builds it (docs/backends.md)
     LLAMA_CPP = f"llama_cpp is not importable ({exc}); pip install 'llama-cpp-python[server]'"
+    if os.environ.get("CERTEVAL_LLAMA_BUILD_LOG"):  # set by scripts/test.sh when its build failed
+        LLAMA_CPP += f"; scripts/test.sh could not build it, see {os.environ['CERTEVAL_LLAMA_BUILD_LOG']}"
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """A running ``llama_cpp.server``: its ``/v1`` URL, process and log file."""
+
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            with open(self.log, errors="replace") as fh:
+                return "".join(deque(fh, maxlen=n)).rstrip("\n") or "(empty)"
+        except OSError as exc:
+            return f"(cannot read {self.log}: {exc})"
+
+    def death(self, what: str, grace: float = 0.0) -> str | None:
+        """The failure message if the server process has exited (waiting up to ``grace`` s for it), else None."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=grace)
+        code = self.proc.poll()
+        if code is None:
+            return None
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                code = f"{code}, {signal.Signals(-code).name}"
+        return f"llama_cpp.server died (exit {code}) during {what}; last log lines of {self.log}:\n{self.log_tail()}"
+
+    @contextlib.contextmanager
+    def watch(self, what: str):
+        """Fail with the server's exit code and log tail, not a client-side error, if it dies during ``what``."""
+        try:
+            yield self.url
+        except Exception:
+            # a crashing process may still be on its way out when the client sees the error
+            if (message := self.death(what, grace=2.0)) is not None:
+                pytest.fail(message, pytrace=False)
+            raise
+        if (message := self.death(what)) is not None:
+            pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -41,25 +89,32 @@ def server(tmp_path_factory):
     except InputError as exc:
         pytest.skip(str(exc))
     port = _free_port()
-    log = open(tmp_path_factory.mktemp("llama") / "server.log", "w")
+    log_path = tmp_path_factory.mktemp("llama") / "server.log"
+    log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "smollm2",
          "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--n_threads", "1",
          "--n_threads_batch", "1", "--logits_all", "true", "--verbose", "false"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    base = f"http://127.0.0.1:{port}/v1"
+    srv = Server(f"http://127.0.0.1:{port}/v1", proc, log_path)
     deadline = time.monotonic() + 120
     while True:
         try:
-            with urllib.request.urlopen(f"{base}/models", timeout=2) as response:
+            with urllib.request.urlopen(f"{srv.url}/models", timeout=2) as response:
                 json.loads(response.read())
             break
         except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
+            if (message := srv.death("start-up")) is not None:
+                log.close()
+                pytest.fail(message, pytrace=False)
+            if time.monotonic() > deadline:
                 proc.kill()
-                pytest.fail(f"llama_cpp.server did not come up (exit {proc.poll()}); see {log.name}")
+                proc.wait()
+                log.close()
+                pytest.fail(f"llama_cpp.server did not answer {srv.url}/models within 120 s (killed); last log lines "
+                            f"of {log_path}:\n{srv.log_tail()}", pytrace=False)
             time.sleep(0.5)
-    yield base
+    yield srv
     proc.terminate()
     try:
         proc.wait(timeout=20)
@@ -69,13 +124,14 @@ def server(tmp_path_factory):
 
 
 def test_generation_on_trivia_items(server):
-    host = make_host(f"openai:{server}#smollm2?concurrency=2&max_new_tokens=8")
     items = [
         {"item_id": "t1", "question": "Who painted the ceiling of the Sistine Chapel?", "answers": ["Michelangelo"]},
         {"item_id": "t2", "question": "In 2015 evidence of water was found on which planet?", "answers": ["Mars"]},
         {"item_id": "t3", "question": "Who won the Premier League in 2015?", "answers": ["Chelsea"]},
     ]
-    results = host.score(items)
+    with server.watch("generation on 3 trivia items (/v1/completions)") as url:
+        host = make_host(f"openai:{url}#smollm2?concurrency=2&max_new_tokens=8")
+        results = host.score(items)
     assert [r["item_id"] for r in results] == ["t1", "t2", "t3"]
     for r in results:
         assert r["score"] in (0.0, 1.0) and r["tokens"] > 0 and r["latency_s"] > 0
@@ -87,14 +143,17 @@ def test_multiple_choice_by_generation_and_by_echo(server):
     items = [{"item_id": "m1", "question": "What is 2 + 2?", "choices": ["4", "9", "17", "31"], "answer": 0},
              {"item_id": "m2", "question": "What is the capital city of France?",
               "choices": ["Tokyo", "Cairo", "Paris", "Lima"], "answer": 2}]
-    gen = make_host(f"openai:{server}#smollm2?max_new_tokens=4")
-    for r in gen.score(items):
+    with server.watch("multiple choice by generation") as url:
+        gen = make_host(f"openai:{url}#smollm2?max_new_tokens=4")
+        gen_results = gen.score(items)
+    for r in gen_results:
         assert r["score"] in (0.0, 1.0) and r["tokens"] > 0
-    echo = make_host(f"openai:{server}#smollm2?mc=echo")
-    assert echo.describe()["mc"] == "echo"
-    lp, tokens = echo.prompt_loglik("Question: What is the capital city of France?\nAnswer:", " Paris")
-    assert math.isfinite(lp) and lp < 0 and tokens > 0
-    (r,) = echo.score(items[1:])  # one item: echo requests are slow on llama.cpp (logits for every position)
+    with server.watch("multiple choice by echo (prompt log-probs)") as url:
+        echo = make_host(f"openai:{url}#smollm2?mc=echo")
+        assert echo.describe()["mc"] == "echo"
+        lp, tokens = echo.prompt_loglik("Question: What is the capital city of France?\nAnswer:", " Paris")
+        assert math.isfinite(lp) and lp < 0 and tokens > 0
+        (r,) = echo.score(items[1:])  # one item: echo requests are slow on llama.cpp (logits for every position)
     assert r["score"] in (0.0, 1.0) and r["output"] in items[1]["choices"]
 
 
