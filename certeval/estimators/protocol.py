@@ -225,6 +225,7 @@ class BankMethod:
         self.order_ = np.zeros(0, dtype=np.int64)  # positions in the order they were absorbed
         self.pending_ = np.zeros(n, dtype=bool)
         self.n_looks_ = 0
+        self.proposed_rank_ = None
         self._start_extra()
         return self
 
@@ -257,6 +258,9 @@ class BankMethod:
         items, probs = self._choose(k, rng)
         items = np.asarray(items, dtype=np.int64)
         self.pending_[items] = True
+        rank = self._proposed_rank()
+        rank[items] = self._next_rank + np.arange(items.size)
+        self._next_rank += items.size
         if probs is None:
             probs = np.full(len(items), 1.0 / avail.size)
         return Proposal(items, np.asarray(probs, dtype=float))
@@ -276,6 +280,10 @@ class BankMethod:
         _, first = np.unique(items, return_index=True)
         first.sort()
         items, scores = items[first], scores[first]
+        # a batch's scores are absorbed in proposal order, whatever order they arrived in, so a result never
+        # depends on which model call finished first (items never proposed keep their given order, after)
+        by_proposal = np.argsort(self._proposed_rank()[items], kind="stable")
+        items, scores = items[by_proposal], scores[by_proposal]
         fresh = ~self.scored_[items]
         items, scores = items[fresh], scores[fresh]
         self.pending_[items] = False
@@ -284,6 +292,13 @@ class BankMethod:
         self.order_ = np.concatenate([self.order_, items])
         self.n_looks_ += 1
         self._absorb(items, scores)
+
+    def _proposed_rank(self) -> np.ndarray:
+        """Position of each item in the sequence of proposals (a large number for never proposed)."""
+        if getattr(self, "proposed_rank_", None) is None:
+            self.proposed_rank_ = np.full(self.bank_.n_items, np.iinfo(np.int64).max, dtype=np.int64)
+            self._next_rank = 0
+        return self.proposed_rank_
 
     def _absorb(self, items: np.ndarray, scores: np.ndarray) -> None:
         """Hook: incremental statistics after new scores (items already recorded)."""

@@ -171,10 +171,13 @@ class BettingCS:
 
     def _refresh_running(self) -> None:
         lo, hi = self._current()
-        self.running = (max(self.running[0], lo), min(self.running[1], hi))
-        if self.running[0] > self.running[1]:  # only through float rounding at exhaustion
-            mid = 0.5 * (self.running[0] + self.running[1])
-            self.running = (mid, mid)
+        running = (max(self.running[0], lo), min(self.running[1], hi))
+        if running[0] > running[1]:
+            # the sequence has excluded every value (an event of probability ≤ δ, or float rounding at
+            # exhaustion): report what is certain, the population's deterministic bounds — exact once every
+            # item is scored — never a midpoint of crossed bounds
+            running = self.feasible()
+        self.running = running
 
     def _current(self) -> tuple[float, float]:
         f_lo, f_hi = self.feasible()

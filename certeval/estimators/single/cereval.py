@@ -143,8 +143,8 @@ class CerEvalMethod(BankMethod):
         if self.target == "bank":
             b_lo, b_hi = self._bank_bounds(mask)
             lo, hi = max(lo, b_lo), min(hi, b_hi)
-            if lo > hi:
-                lo = hi = 0.5 * (lo + hi)
+            if lo > hi:  # the radius missed what is certain (probability ≤ δ): report the certain bounds
+                lo, hi = b_lo, b_hi
         return min(max(point, lo), hi), lo, hi
 
     def result(self) -> Estimate:

@@ -168,8 +168,8 @@ class StratifiedMethod(BankMethod):
     def _clip_to_feasible(self, h: int, lo: float, hi: float) -> tuple[float, float]:
         f_lo, f_hi = self._stratum_feasible(h)
         lo, hi = max(lo, f_lo, 0.0), min(hi, f_hi, 1.0)
-        if lo > hi:  # float rounding only
-            lo = hi = 0.5 * (lo + hi)
+        if lo > hi:  # the interval missed what is certain (probability ≤ δ): report the certain bounds
+            lo, hi = max(f_lo, 0.0), min(f_hi, 1.0)
         return lo, hi
 
     def _overall_interval(self, means, lows, highs) -> tuple[float, float, float]:
