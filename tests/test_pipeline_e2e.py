@@ -155,6 +155,8 @@ def test_killed_actor_mid_batch_every_item_scored_exactly_once(infra, tmp_path, 
       "--goal", "halfwidth:0.1"], "is unreachable"),
     (["certify", "--model", "replay:bundled:helm_mmlu#openai_ada", "--goal", "halfwidth:0.1", "--method", "faq"],
      "backtests only"),
+    (["certify", "--model", "replay:bundled:helm_mmlu#openai_ada", "--goal", "halfwidth:0.1", "--num-gpus", "-1"],
+     "--num-gpus must be"),
 ])
 def test_bad_input_is_one_line_exit_2_and_fast(argv, needle, tmp_path, capsys):
     t0 = time.perf_counter()
@@ -223,3 +225,20 @@ def test_pool_keeps_several_batches_in_flight_across_replicas(infra, tmp_path):
     from certeval.storage import ScoreCache, filesystem
 
     assert set(ScoreCache(*filesystem(str(tmp_path / "cache"))).load()) == set(ids)  # written by the actors
+
+
+def test_gpus_asked_for_on_a_machine_without_gpus_fail_before_start(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what a GPU-less machine looks like to a local Ray
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code = main(["certify", "--model", replay(WEAK), "--goal", "halfwidth:0.1", "--num-gpus", "1",
+                 "--output", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "0 GPU(s)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bounds_with_a_huge_number_of_looks_is_refused_at_once(capsys):
+    t0 = time.perf_counter()
+    assert main(["bounds", "--looks", "1000000", "--alpha", "0.05"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "at most 1000" in err and len(err.splitlines()) == 1 and time.perf_counter() - t0 < 5

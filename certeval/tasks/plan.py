@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -273,6 +274,14 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
         in_flight=_positive_int(in_flight, "--in-flight"),
         chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"), history=history,
     )
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
+        raise InputError(f"--num-gpus must be a number >= 0, got {num_gpus!r}")
+    if num_gpus > 0 and ray_address is None and not os.environ.get("RAY_ADDRESS"):
+        found = local_gpu_count()
+        if found < min(num_gpus, 1.0) or (num_gpus >= 1 and found < num_gpus):
+            raise InputError(f"--num-gpus {num_gpus:g} asks each model actor for GPUs, but the local Ray would see "
+                             f"{found} GPU(s) on this machine; drop --num-gpus or pass --ray-address of a cluster "
+                             "with GPUs")
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
@@ -290,6 +299,27 @@ def run_history_priors(sources: tuple[str, ...], bank: Bank, labels: tuple[str, 
 
     loaded = load_history(sources)
     return {label: history_prior(loaded, bank, label) for label in labels}
+
+
+def local_gpu_count(timeout_s: float = 10.0) -> int:
+    """NVIDIA GPUs a local Ray would see: ``nvidia-smi -L`` (bounded), limited by ``CUDA_VISIBLE_DEVICES``."""
+    import shutil
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=timeout_s, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    if visible is not None:
+        count = min(count, len([v for v in visible.split(",") if v.strip()]))
+    return count
 
 
 def claim_run(plan: RunPlan) -> bool:
