@@ -242,3 +242,19 @@ def test_bounds_with_a_huge_number_of_looks_is_refused_at_once(capsys):
     assert main(["bounds", "--looks", "1000000", "--alpha", "0.05"]) == 2
     err = capsys.readouterr().err.strip()
     assert "at most 1000" in err and len(err.splitlines()) == 1 and time.perf_counter() - t0 < 5
+
+
+def test_ray_address_from_the_environment_is_used(infra, tmp_path):
+    """RAY_ADDRESS names a running cluster: the CLI joins it instead of starting its own."""
+    import subprocess
+
+    from test_pipeline_support import PYTHON, cli_env
+
+    out = tmp_path / "runs"
+    proc = subprocess.run([PYTHON, "-m", "certeval", "certify", "--model", replay(WEAK), "--goal",
+                           "halfwidth:0.2", "--batch-size", "60", "--output", str(out), "--run-id", "env-ray",
+                           "--json"], env=cli_env(tmp_path, RAY_ADDRESS=infra), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    res = json.loads((out / "env-ray" / "results.json").read_text())
+    assert res["pipeline"]["ray_address"] == infra

@@ -72,7 +72,9 @@ def _add_run_options(p) -> None:
     p.add_argument("--output", default=None, help="root of run folders: a folder or any fsspec URL (s3://...); "
                                                   "default ./certeval-runs")
     p.add_argument("--run-id", default=None, help="name of the run folder; the same id resumes a stopped run")
-    p.add_argument("--ray-address", default=None, help="connect to a running Ray cluster (default: start a local one)")
+    p.add_argument("--ray-address", default=None,
+                   help="connect to a running Ray cluster (default: $RAY_ADDRESS if set, else start a local one)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: this machine's)")
     p.add_argument("--replicas", type=int, default=1, help="actors per model (default 1)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per actor (vLLM / CUDA hosts)")
     p.add_argument("--in-flight", type=int, default=2, help="batches queued per actor (default 2)")
@@ -96,7 +98,7 @@ def plan_from_args(args) -> tuple[Any, Any]:
         margin=getattr(args, "margin", 0.0), threshold=getattr(args, "threshold", None),
         halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
         ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
-        history=getattr(args, "history", None),
+        history=getattr(args, "history", None), num_cpus=args.num_cpus,
     )
 
 

@@ -13,7 +13,7 @@ import datetime as _dt
 import functools
 import os
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class RunPlan:
     ray_address: str | None = None
     replicas: int = 1
     num_gpus: float = 0.0
+    num_cpus: int | None = None  # CPUs of a local Ray (default: this machine's); ignored with ray_address
     in_flight: int = 2
     chunk_size: int | None = None  # items per actor call (default: batch_size split over replicas x in_flight)
     history: tuple[str, ...] = ()  # --history sources (other models' recorded scores, earlier runs)
@@ -202,7 +203,8 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
               scorer: str | None = None, margin: float = 0.0, threshold: float | None = None,
               halfwidth: float | None = None, mode: str = "best", ray_address: str | None = None,
               replicas: int = 1, num_gpus: float = 0.0, in_flight: int = 2, chunk_size: int | None = None,
-              check_output: bool = True, history: list[str] | tuple[str, ...] | None = None) -> tuple[RunPlan, Bank]:
+              check_output: bool = True, history: list[str] | tuple[str, ...] | None = None,
+              num_cpus: int | None = None) -> tuple[RunPlan, Bank]:
     """Validate a request; return the plan and its loaded bank. Raises InputError on any bad input."""
     if kind not in KINDS:
         raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
@@ -276,12 +278,16 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
     )
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
         raise InputError(f"--num-gpus must be a number >= 0, got {num_gpus!r}")
-    if num_gpus > 0 and ray_address is None and not os.environ.get("RAY_ADDRESS"):
+    ray_address = ray_address or os.environ.get("RAY_ADDRESS") or None  # a running cluster the user set up
+    if num_cpus is not None:
+        num_cpus = _positive_int(num_cpus, "--num-cpus")
+    if num_gpus > 0 and ray_address is None:
         found = local_gpu_count()
         if found < min(num_gpus, 1.0) or (num_gpus >= 1 and found < num_gpus):
             raise InputError(f"--num-gpus {num_gpus:g} asks each model actor for GPUs, but the local Ray would see "
                              f"{found} GPU(s) on this machine; drop --num-gpus or pass --ray-address of a cluster "
                              "with GPUs")
+    plan = replace(plan, ray_address=ray_address, num_cpus=num_cpus)
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)

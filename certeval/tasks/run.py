@@ -453,6 +453,7 @@ class Run:
                        "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None},
             "run_folder": self.store.url,
             "pipeline": {"resumed": self.resumed, "items_sent": dict(self.sent),
+                         "ray_address": plan.ray_address or "local",
                          "wall_s": round(time.time() - self.started, 2),
                          "batches": getattr(self.pool_stats, "batches", 0),
                          "batches_resubmitted": getattr(self.pool_stats, "resubmitted", 0),
