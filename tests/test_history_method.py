@@ -341,3 +341,36 @@ def test_bad_inputs_name_the_problem():
     method = HistoryMethod().start(BankSpec(10, history=prior))
     est = method.result()
     assert math.isnan(est.mean) and (est.lower, est.upper) == (0.0, 1.0)  # no data: no confident number
+
+
+# -- the paired difference (compare --history) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["informative", "adversarial"])
+def test_paired_difference_covers_with_peeking_on_the_shared_uniform_order(kind):
+    from certeval.estimators.paired_history import PairDifferenceMethod, PairPrior, bank_comparison
+
+    misses = 0
+    for r in range(REPS):
+        rng = np.random.default_rng([31, r, kind == "adversarial"])
+        pop = logistic_population(42, 300, rng)
+        xa, xb = pop[-1], pop[-2]
+        if kind == "adversarial":  # each model's history predicts the other's scores
+            pa, pb = fit_history_prior(np.tile(xb, (3, 1))), fit_history_prior(np.tile(xa, (3, 1)))
+        else:
+            pa = pb = fit_history_prior(pop[:-2], n_factors=3)
+        spec = BankSpec(300, subsets=np.arange(300) % 3, subset_names=("a", "b", "c"), history=PairPrior(pa, pb))
+        truth = float(spec.weights() @ (xa - xb))
+        pair = PairDifferenceMethod(confidence=1 - DELTA, subset_intervals=False).start(spec)
+        order = rng.permutation(300)
+        for look, start in enumerate(range(0, 300, 25)):
+            chunk = order[start:start + 25]
+            pair.propose_uniform_order(chunk)
+            pair.update_pair(chunk, xa[chunk], xb[chunk])
+            comp = bank_comparison(pair, "a", "b", 0.0, look + 1)
+            if not (comp.lower - 1e-12 <= truth <= comp.upper + 1e-12):
+                misses += 1
+                break
+        else:
+            assert comp.exact and comp.lower == pytest.approx(truth, abs=1e-12) == comp.upper
+    assert misses <= tolerance(REPS), f"history={kind}: paired difference missed in {misses}/{REPS} runs"

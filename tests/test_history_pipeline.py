@@ -112,3 +112,46 @@ def test_checkpoint_schedule_learns_from_the_checkpoints_it_already_certified(in
     # earlier checkpoints were not certified again on later ticks
     assert seen[2][WEAK]["run_id"] == seen[0][WEAK]["run_id"] and seen[2][WEAK]["n_scored"] == seen[0][WEAK]["n_scored"]
     assert report["best"] == STRONG and (out / "checkpoints.json").is_file()
+
+
+def _bank_diff(scores: str, a: str, b: str) -> float:
+    from certeval.banks import bank_from_scores, score_matrix
+
+    frame = load_scores(scores)
+    bank = bank_from_scores(frame)
+    x = score_matrix(frame, [a, b], bank)
+    return float(bank.spec().weights() @ (x[0] - x[1]))
+
+
+def test_compare_with_history_answers_the_bank_question_exactly(infra, tmp_path):
+    from certeval.flows.pipeline import run_plan
+    from certeval.tasks.run import Run
+
+    scores = small_scores(tmp_path, n_items=200)
+    plan, _ = make_plan("compare", models=[replay(STRONG, scores), replay(WEAK, scores)], history=[SCORES],
+                        batch_size=20, seed=3, output=str(tmp_path / "runs"), run_id="cmp-hist")
+    res = run_plan(plan)
+    pair = res["pairs"][0]
+    truth = _bank_diff(scores, STRONG, WEAK)
+    assert pair["statistic"] == "paired-history" and res["history"]["comparison_target"] == "bank"
+    assert pair["lower"] - 1e-9 <= truth <= pair["upper"] + 1e-9 and pair["verdict"] == "a>b"
+    assert pair["n_items"] < 200  # decided before the bank ran out
+    # a resumed run replays its rounds into the same comparison (nothing re-scored, same numbers)
+    run = Run.open(plan)
+    run.restore()
+    again = run.group.to_dict()
+    assert (again["lower"], again["upper"], again["verdict"]) == (pair["lower"], pair["upper"], pair["verdict"])
+
+
+def test_compare_with_history_at_exhaustion_gives_the_exact_difference(infra, tmp_path):
+    from certeval.flows.pipeline import run_plan
+
+    a, b = "openai_text-ada-001", "openai_text-babbage-001"  # equal bank means on these 40 items
+    scores = small_scores(tmp_path, models=(a, b), n_items=40)
+    plan, _ = make_plan("compare", models=[replay(a, scores), replay(b, scores)], history=[SCORES], batch_size=20,
+                        seed=1, output=str(tmp_path / "runs"), run_id="cmp-x")
+    pair = run_plan(plan)["pairs"][0]
+    truth = _bank_diff(scores, a, b)
+    assert truth == 0.0 and pair["exact"]  # margin 0: only the whole bank can show a tie
+    assert pair["lower"] == pytest.approx(0.0, abs=1e-12) and pair["upper"] == pytest.approx(0.0, abs=1e-12)
+    assert pair["verdict"] == "equivalent" and pair["rule"] == "exhausted"

@@ -43,6 +43,11 @@ def add_parser(subparsers) -> None:
                                 "interval stays exact")
         else:
             p.add_argument("--method", default=None, help=argparse.SUPPRESS)
+        if name == "compare":
+            p.add_argument("--history", action="append", default=None, metavar="SOURCE",
+                           help="other models' recorded scores (repeatable): the comparison then answers the "
+                                "bank's question with an exact, anytime-valid interval for the difference, using "
+                                "the predicted paired difference as control variate")
         if name in ("compare", "rank"):
             p.add_argument("--margin", type=float, default=0.0, help="equivalence margin D (default 0)")
         if name == "select":

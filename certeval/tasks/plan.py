@@ -239,9 +239,9 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
                              "the bank's items (a scores file, bundled:<name>, or earlier run folders)")
         method_obj = make_method(method, confidence=confidence)
     else:
-        if history:
-            raise InputError(f"--history is not used by {kind} yet (paired runs sample one uniform item order for "
-                             "every model); use it with certify")
+        if history and kind != "compare":
+            raise InputError(f"--history is not used by {kind} yet (rank and select test every pair on one uniform "
+                             "item order); use it with certify or compare")
         if method not in (None, PAIRED_METHOD):
             raise InputError(f"{kind} samples the same uniform item order for every model; --method must be "
                              f"{PAIRED_METHOD!r}, got {method!r}")

@@ -148,6 +148,13 @@ class Run:
         marker = self.store.read_marker()
         for label in self.labels:
             self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence).start(self.spec)
+        self.pair = None
+        if self.plan.kind == "compare" and self.history:
+            from ..estimators.paired_history import PairDifferenceMethod, PairPrior
+
+            prior = PairPrior(self.history[self.labels[0]], self.history[self.labels[1]])
+            self.pair = PairDifferenceMethod(confidence=self.plan.confidence, subset_intervals=False).start(
+                replace(self.spec, history=prior))
         if marker is None:
             return
         last = int(marker["round"])
@@ -163,7 +170,9 @@ class Run:
                 pos = self.bank.positions(mine["item_id"])
                 self.matrix[row[label], [column[int(p)] for p in pos]] = mine["score"].to_numpy(float)
                 self.methods[label].update(pos, mine["score"].to_numpy(float))
+            start = self.looks[-1] if self.looks else 0
             self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
+            self._pair_absorb(start, self.looks[-1])
         self.round = last + 1
         self.active = list(marker.get("active", self.labels))
         self.decisions = {k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()}
@@ -192,6 +201,8 @@ class Run:
                 k = min(k, max(0, min(x for x in left if x is not None)))
             chunk = self.order[start:start + k].astype(np.int64)
             prob = np.full(len(chunk), 1.0 / max(1, self.bank.n_items - start))
+            if self.pair is not None:  # the pair's draws are the shared uniform order's (probability 1/undrawn)
+                self.pair.propose_uniform_order(chunk[~self.pair.in_log_[chunk]])
             for label in self.active:
                 items[label], probs[label] = chunk, prob
             return RoundScores(items, probs)
@@ -273,7 +284,19 @@ class Run:
                 if label in batch.items:
                     cols = [column[int(p)] for p in batch.items[label]]
                     self.matrix[i, cols] = batch.scores[label]
+            start = self.looks[-1] if self.looks else 0
             self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
+            self._pair_absorb(start, self.looks[-1])
+
+    def _pair_absorb(self, start: int, stop: int) -> None:
+        """Feed the history-powered pair the shared items newly scored by both models (columns start..stop)."""
+        if getattr(self, "pair", None) is None or stop <= start:
+            return
+        pos = self.order[start:stop].astype(np.int64)
+        fresh = ~self.pair.in_log_[pos]
+        if fresh.any():  # resumed: the rounds are replayed, so the draws are logged again in the same order
+            self.pair.propose_uniform_order(pos[fresh])
+        self.pair.update_pair(pos, self.matrix[0, start:stop], self.matrix[1, start:stop])
 
     # -- decide ---------------------------------------------------------------
     def decide(self, batch: RoundScores) -> dict[str, Decision]:
@@ -315,7 +338,13 @@ class Run:
         design = ComparisonDesign(alpha=alpha, margin=plan.margin, look_size=plan.batch_size)
         exhausted = n_now >= self.bank.n_items
         budget_spent = plan.max_items is not None and n_now >= plan.max_items
-        if plan.kind == "compare":
+        if plan.kind == "compare" and getattr(self, "pair", None) is not None:
+            from ..estimators.paired_history import bank_comparison
+
+            self.group = bank_comparison(self.pair, self.labels[0], self.labels[1], plan.margin, len(looks))
+            still = [] if self.group.done else list(self.labels)
+            pairs_done = {frozenset(self.labels): self.group.done}
+        elif plan.kind == "compare":
             comp = PairedComparison(self.labels[0], self.labels[1], confidence=plan.confidence, design=design)
             comp.start(self.bank.n_items, None if self.codes is None else self.codes)
             prev = 0
@@ -447,6 +476,7 @@ class Run:
             "models": models, "results": lm_eval,
             "history": None if not plan.history else {
                 "sources": list(plan.history),
+                "comparison_target": "bank" if getattr(self, "pair", None) is not None else None,
                 "rule": "the model under evaluation is never part of its own history (same name: left out)"},
             "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
                        "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,

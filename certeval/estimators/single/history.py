@@ -133,8 +133,12 @@ class HistoryMethod(BankMethod):
         """Current prediction of every item's score (history refitted on the scores absorbed so far)."""
         n = int(self.order_.size)
         if self._pred_cache is None or self._pred_cache[0] != n:
-            self._pred_cache = (n, self.prior_.predict(self.order_, self.scores_[self.order_]))
+            seen = np.flatnonzero(self.scored_)  # bank order: the fit never depends on arrival order
+            self._pred_cache = (n, self._predict(seen))
         return self._pred_cache[1]
+
+    def _predict(self, seen: np.ndarray) -> np.ndarray:
+        return self.prior_.predict(seen, self.scores_[seen])
 
     def _sigma2(self, a: np.ndarray) -> np.ndarray:
         return np.maximum(a * (1.0 - a), float(self.variance_floor))
@@ -153,27 +157,54 @@ class HistoryMethod(BankMethod):
         if need <= 0 or undrawn.size == 0:
             return redo, np.ones(redo.size)
         a = self.predictions()
-        a_r, w_r = a[undrawn], self.w_[undrawn]
-        sig2 = self._sigma2(a_r)
-        sig = np.sqrt(sig2)
-        sig_bar = float(w_r @ sig) / float(w_r.sum())
-        s = w_r * ((1.0 - self.uniform_mix) * sig / sig_bar + self.uniform_mix)
+        s = self._sampling_scores(a[undrawn], self.w_[undrawn])
         keys = rng.exponential(size=undrawn.size) / s  # successive sampling ∝ s without replacement
         pick = np.argsort(keys, kind="stable")[:need]
+        probs = self._log_batch(undrawn, pick, a, s)
+        return np.concatenate([redo, undrawn[pick]]), np.concatenate([np.ones(redo.size), probs])
+
+    def _sampling_scores(self, a_r: np.ndarray, w_r: np.ndarray) -> np.ndarray:
+        """Draw weights over the undrawn items: Neyman on the predicted residual spread, mixed with ∝ w."""
+        sig = np.sqrt(self._sigma2(a_r))
+        sig_bar = float(w_r @ sig) / float(w_r.sum())
+        return w_r * ((1.0 - self.uniform_mix) * sig / sig_bar + self.uniform_mix)
+
+    def _log_batch(self, undrawn: np.ndarray, pick: np.ndarray, a: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Log draws ``undrawn[pick]`` (in that order, successive sampling ∝ ``s``); their draw probabilities."""
+        a_r, w_r = a[undrawn], self.w_[undrawn]
         drawn, s_drawn = undrawn[pick], s[pick]
         totals = float(s.sum()) - np.concatenate([[0.0], np.cumsum(s_drawn)[:-1]])
+        totals = np.maximum(totals, s_drawn)
         gm = self.group_mask_[:, undrawn]
         stats = np.stack([
             gm @ (w_r * a_r),
             np.where(gm, w_r * a_r / s, 0.0).max(axis=1),
             np.where(gm, w_r * (1.0 - a_r) / s, 0.0).max(axis=1),
-            gm @ (w_r**2 * sig2 / s) * self._calibration(),
+            gm @ (w_r**2 * self._sigma2(a_r) / s) * self._calibration(),
         ])
-        self._log(drawn, a[drawn], s_drawn, np.maximum(totals, s_drawn), self.batch_stats_.shape[0])
+        self._log(drawn, a[drawn], s_drawn, totals, self.batch_stats_.shape[0])
         self.batch_stats_ = np.concatenate([self.batch_stats_, stats[None]], axis=0)
-        items = np.concatenate([redo, drawn])
-        probs = np.concatenate([np.ones(redo.size), s_drawn / np.maximum(totals, s_drawn)])
-        return items, probs
+        return s_drawn / totals
+
+    def propose_uniform_order(self, items: Any) -> None:
+        """Take ``items`` as the next draws, made uniformly at random without replacement by the caller.
+
+        For runs whose item order is fixed in advance (a shared uniform permutation drawn before any score,
+        as in paired runs): each draw then has probability 1 / (number of undrawn items), which is what the
+        log records, so the martingale is the same as for the method's own draws.
+        """
+        items = np.asarray(items, dtype=np.int64)
+        if items.size == 0:
+            return
+        if self.in_log_[items].any() or np.unique(items).size != items.size:
+            raise InputError("propose_uniform_order: items must be distinct and not drawn before")
+        undrawn = np.flatnonzero(~self.in_log_)
+        where = np.searchsorted(undrawn, items)
+        self._log_batch(undrawn, where, self.predictions(), np.ones(undrawn.size))
+        self.pending_[items] = True
+        rank = self._proposed_rank()
+        rank[items] = self._next_rank + np.arange(items.size)
+        self._next_rank += items.size
 
     def _log(self, items, a, s, totals, batch) -> None:
         self.log_items_ = np.concatenate([self.log_items_, items])
