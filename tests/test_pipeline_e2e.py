@@ -258,3 +258,38 @@ def test_ray_address_from_the_environment_is_used(infra, tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     res = json.loads((out / "env-ray" / "results.json").read_text())
     assert res["pipeline"]["ray_address"] == infra
+
+
+def test_a_users_prefect_profile_is_used(infra, tmp_path):
+    """A user whose ~/.prefect/profiles.toml points at a Prefect server gets their flow runs there
+    (certeval only falls back to its embedded server when nothing is configured)."""
+    import asyncio
+    import os
+    import subprocess
+
+    from prefect.client.orchestration import get_client
+
+    from test_pipeline_support import PYTHON, cli_env, prefect_api
+
+    home = tmp_path / "home"
+    (home / ".prefect").mkdir(parents=True)
+    (home / ".prefect" / "profiles.toml").write_text(
+        f'active = "team"\n\n[profiles.team]\nPREFECT_API_URL = "{prefect_api()}"\n')
+
+    async def certify_runs() -> set[str]:
+        async with get_client() as client:
+            runs = await client.read_flow_runs(limit=200)
+            return {str(r.id) for r in runs if r.parameters.get("plan", {}).get("run_id") == "via-profile"
+                    or "via-profile" in str(r.parameters)}
+
+    before = asyncio.run(certify_runs())
+    env = cli_env(tmp_path, HOME=str(home))
+    for key in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH"):
+        env.pop(key, None)
+    proc = subprocess.run([PYTHON, "-m", "certeval", "certify", "--model", replay(WEAK), "--goal", "halfwidth:0.2",
+                           "--batch-size", "60", "--output", str(tmp_path / "runs"), "--run-id", "via-profile",
+                           "--ray-address", infra], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=str(tmp_path))
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    assert not (tmp_path / ".prefect").exists()  # no project-local embedded server was started
+    assert len(asyncio.run(certify_runs()) - before) >= 1, "the flow run did not reach the profile's server"

@@ -89,8 +89,20 @@ def prepare_env() -> None:
     """Offline, loopback-only defaults and a project-local PREFECT_HOME, before Prefect is imported."""
     from ..envsetup import configure_offline_env
 
-    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    if not user_prefect_configured():
+        # zero-config default: Prefect's embedded server with its state in ./.prefect
+        os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
     configure_offline_env()
+
+
+def user_prefect_configured() -> bool:
+    """Whether the user set Prefect up: an API URL or profile in the environment, or a profiles file in
+    their Prefect home (``$PREFECT_HOME``, default ``~/.prefect``). Then their server and profile are used
+    as they are; certeval only picks a project-local home (embedded server) when nothing is configured."""
+    if any(os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_PROFILE", "PREFECT_HOME",
+                                       "PREFECT_PROFILES_PATH")):
+        return True
+    return (Path.home() / ".prefect" / "profiles.toml").is_file()
 
 
 def plan_from_args(args) -> tuple[Any, Any]:
