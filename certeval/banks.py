@@ -96,7 +96,11 @@ def validate_scores(frame: pd.DataFrame, source: str = "scores") -> pd.DataFrame
 
 
 def load_scores(path: str | Path) -> pd.DataFrame:
-    """Load and validate a recorded-scores table."""
+    """Load and validate a recorded-scores table (or an lm-eval ``samples_<task>_<timestamp>.jsonl``)."""
+    from .readers import is_lm_eval_samples, read_lm_eval_samples
+
+    if is_lm_eval_samples(str(path)):
+        return validate_scores(read_lm_eval_samples(str(path)), f"lm-eval samples {str(path)!r}")
     return validate_scores(read_table(path, "scores file"), f"scores file {str(path)!r}")
 
 

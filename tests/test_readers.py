@@ -1,0 +1,69 @@
+"""lm-eval samples files (the format lm-eval's --log_samples documents) as scores and as history."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from certeval.banks import load_scores
+from certeval.cli import main
+from certeval.estimators import InputError
+from certeval.history import load_history
+
+
+def write_samples(folder, model: str, task: str, scores, metric: str = "acc") -> str:
+    """A samples file as lm-eval writes it: <output_path>/<model>/samples_<task>_<timestamp>.jsonl."""
+    out = folder / model
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"samples_{task}_2026-11-23T10-11-12.123456.jsonl"
+    with open(path, "w") as fh:
+        for doc_id, value in enumerate(scores):
+            fh.write(json.dumps({
+                "doc_id": doc_id, "doc": {"question": f"q{doc_id}", "choices": ["a", "b"], "answer": 0},
+                "target": "a", "arguments": [["q", " a"], ["q", " b"]], "resps": [[[-1.0, True]], [[-2.0, False]]],
+                "filtered_resps": [[-1.0, True], [-2.0, False]], "doc_hash": f"h{doc_id}", "prompt_hash": "p",
+                "target_hash": "t", metric: value, "acc_norm": value}) + "\n")
+    return str(path)
+
+
+def test_samples_file_reads_as_scores(tmp_path):
+    path = write_samples(tmp_path, "org__model-7b", "mmlu_astronomy", [1.0, 0.0, True, False])
+    frame = load_scores(path)
+    assert list(frame["model"].unique()) == ["org__model-7b"]
+    assert list(frame["item_id"]) == [f"mmlu_astronomy/{i}" for i in range(4)]
+    assert frame["score"].tolist() == [1.0, 0.0, 1.0, 0.0] and set(frame["subset"]) == {"mmlu_astronomy"}
+
+
+def test_samples_files_as_history_for_a_backtest(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    ability = rng.normal(size=8)
+    difficulty = rng.normal(size=300)
+    paths = []
+    for m in range(8):
+        p = 1 / (1 + np.exp(-(ability[m] - difficulty)))
+        paths.append(write_samples(tmp_path, f"model-{m}", "arc_easy", (rng.random(300) < p).astype(float)))
+    hist = load_history(paths)
+    assert len(hist.models) == 8
+    argv = ["backtest", "--scores", paths[0], "--goal", "halfwidth:0.1", "--reps", "2", "--json"]
+    for p in paths[1:]:
+        argv += ["--history", p]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["method"] == "history" and out["history"]["mean_models"] == 7 and out["summary"]["coverage"] == 1.0
+
+
+@pytest.mark.parametrize("line, message", [
+    ({"doc": {}}, "no doc_id"),
+    ({"doc_id": 0, "acc": "yes"}, "not a number"),
+    ({"doc_id": 0, "acc": 1.5}, "not a number"),
+    ({"doc_id": 0, "resps": []}, "no metric"),
+])
+def test_bad_samples_are_one_clear_error(tmp_path, line, message):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    path = folder / "samples_task_2026-01-01T00-00-00.000001.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(InputError, match=message):
+        load_scores(str(path))
