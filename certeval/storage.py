@@ -124,7 +124,13 @@ class Folder:
 
     def read_json(self, rel: str) -> Any:
         raw = self.read_bytes(rel)
-        return None if raw is None else json.loads(raw)
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:  # truncated or overwritten: name the object, never a traceback
+            raise InputError(f"{self.url(rel)} is damaged (not valid JSON: {str(exc).splitlines()[0]}); "
+                             "start a new --run-id or restore the file") from None
 
     def write_parquet(self, rel: str, frame: pd.DataFrame) -> None:
         sink = io.BytesIO()
@@ -133,7 +139,14 @@ class Folder:
 
     def read_parquet(self, rel: str) -> pd.DataFrame | None:
         raw = self.read_bytes(rel)
-        return None if raw is None else pq.read_table(io.BytesIO(raw)).to_pandas()
+        if raw is None:
+            return None
+        try:
+            return pq.read_table(io.BytesIO(raw)).to_pandas()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise InputError(f"{self.url(rel)} is damaged (not a readable Parquet file: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                             "start a new --run-id or restore the file") from None
 
     def list(self, rel: str) -> list[str]:
         """Names (not paths) of the files directly below ``rel``; hidden temporaries are skipped."""

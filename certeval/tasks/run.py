@@ -173,10 +173,25 @@ class Run:
             start = self.looks[-1] if self.looks else 0
             self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
             self._pair_absorb(start, self.looks[-1])
+        self._check_paired_record(rounds, last)
         self.round = last + 1
         self.active = list(marker.get("active", self.labels))
         self.decisions = {k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()}
         self._decide_paired()
+
+    def _check_paired_record(self, rounds: pd.DataFrame, last: int) -> None:
+        """A paired run resumes only from a complete record: every round file up to the committed one, and
+        the scored items a prefix of the shared order. Otherwise the next round would re-select items already
+        scored and never advance (a missing round file once made a resumed run loop without end)."""
+        have = set(int(r) for r in rounds["round"].unique()) if len(rounds) else set()
+        missing = [r for r in range(last + 1) if r not in have]
+        filled = ~np.isnan(self.matrix).all(axis=0)
+        n = int(filled.sum())
+        if missing or not filled[:n].all():
+            what = (f"rounds/{missing[0]:05d}.parquet is missing" if missing
+                    else "the stored rounds leave a gap in the shared item order")
+            raise InputError(f"run folder {self.store.url} is damaged: {what} (the marker says round {last} was "
+                             "committed); nothing was changed — start a new --run-id")
 
     # -- select ---------------------------------------------------------------
     def rng(self, round_: int) -> np.random.Generator:
