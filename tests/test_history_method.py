@@ -96,7 +96,7 @@ def test_prior_validation_and_state_round_trip():
 # -- the method's martingale, re-implemented one draw at a time --------------------------------------
 
 
-def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, mix, floor, c=0.5):
+def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, mix_final, floor, c=0.5, warmup=50):
     """Brute-force log capital K⁺, K⁻ over ``grid`` for the estimand's CS, one logged draw at a time."""
     w = spec.weights()
     n = spec.n_items
@@ -113,6 +113,7 @@ def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, m
         mean_pred = pred_var / n_draws if n_draws else 0.25
         kappa = (5.0 * mean_pred + resid_sq) / (5.0 * mean_pred + pred_var)
         r0 = np.flatnonzero(in_pop)
+        mix = mix_final + (1 - mix_final) * warmup / (warmup + n_draws)  # all earlier draws are scored here
         s_all = np.zeros(n)
         sig_bar = (w[r0] @ np.sqrt(sig2[r0])) / w[r0].sum()
         s_all[r0] = w[r0] * ((1 - mix) * np.sqrt(sig2[r0]) / sig_bar + mix)
