@@ -221,8 +221,23 @@ class ControlVariateCS:
         return lo, hi
 
 
+class DrawLogReplay:
+    """Mixin for methods that keep a draw log (items with their draw probabilities) in their state: on
+    ``from_state`` the scores are replayed without logging them as undrawn items; ``_load_extra`` then
+    restores the log and feeds the martingales in draw order."""
+
+    _replaying = False
+
+    def _replay(self, order: np.ndarray, scores: np.ndarray, looks: int) -> None:
+        self._replaying = True
+        try:
+            super()._replay(order, scores, looks)  # type: ignore[misc]
+        finally:
+            self._replaying = False
+
+
 @register
-class AdaptiveMethod(BettingStrataMethod):
+class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
     """Stratified without-replacement betting CS with variance-adaptive allocation (see module docstring)."""
 
     name = "adaptive"
@@ -501,14 +516,6 @@ class AdaptiveMethod(BettingStrataMethod):
         return {**extra, "log_items": self.log_items_.tolist(), "log_q": self.log_q_.tolist(),
                 "log_a": self.log_a_.tolist(), "log_v": self.log_v_.tolist(),
                 "rejected": [_pack(cs.rejected) for cs in self.cs_groups_]}
-
-    def _replay(self, order: np.ndarray, scores: np.ndarray, looks: int) -> None:
-        # the draw log (with its probabilities) comes from the state, in _load_extra
-        self._replaying = True
-        try:
-            super()._replay(order, scores, looks)
-        finally:
-            self._replaying = False
 
     def _load_extra(self, extra: dict[str, Any]) -> None:
         if "strata" in extra and not np.array_equal(np.asarray(extra["strata"], dtype=np.int64), self.strata_):

@@ -52,14 +52,14 @@ import numpy as np
 from .._validation import InputError, check_in_range, check_positive_int
 from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
-from .adaptive import ControlVariateCS
+from .adaptive import ControlVariateCS, DrawLogReplay
 from .uniform import _pack, _unpack
 
 CALIBRATION_PSEUDO_DRAWS = 5.0
 
 
 @register
-class HistoryMethod(BankMethod):
+class HistoryMethod(DrawLogReplay, BankMethod):
     """Control-variate betting confidence sequence with history predictions (see module docstring)."""
 
     name = "history"
@@ -121,7 +121,6 @@ class HistoryMethod(BankMethod):
         # per batch and group, fixed at the batch's draw time: Σ_R w a, max w a/s, max w (1−a)/s, Σ w² σ² κ / s
         self.batch_stats_ = np.zeros((0, 4, n_groups))
         self._reset_progress()
-        self._replaying = False
         self._pred_cache: tuple[int, np.ndarray] | None = None
 
     def _reset_progress(self) -> None:
@@ -358,14 +357,6 @@ class HistoryMethod(BankMethod):
                 "log_total": floats(self.log_total_), "log_batch": self.log_batch_.tolist(),
                 "batch_stats": self.batch_stats_.tolist(),
                 "rejected": [_pack(cs.rejected) for cs in self.cs_]}
-
-    def _replay(self, order: np.ndarray, scores: np.ndarray, looks: int) -> None:
-        # the draw log (with its probabilities) comes from the state, in _load_extra
-        self._replaying = True
-        try:
-            super()._replay(order, scores, looks)
-        finally:
-            self._replaying = False
 
     def _load_extra(self, extra: dict[str, Any]) -> None:
         items = np.asarray(extra.get("log_items", []), dtype=np.int64)
