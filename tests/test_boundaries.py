@@ -88,9 +88,25 @@ def test_hsd_minus4_matches_gsdesign_default_upper_bounds():
     assert np.allclose(b.boundaries, [3.25, 2.99, 2.69, 2.37, 2.03], atol=6e-3)
 
 
+def test_ld_obf_two_sided_matches_gsdesign_symmetric_design():
+    # gsDesign(k=5, test.type=2, alpha=0.025, sfu=sfLDOF) (rpact asOF, two-sided 0.05): 4.8769 3.3569 2.6803
+    # 2.2898 2.0310 — alpha/2 spent per side with the one-sided Lan-DeMets O'Brien-Fleming function
+    b = group_sequential_boundary(5, 0.05, "ld-obf", fractions=(0.2, 0.4, 0.6, 0.8, 1.0), sides=2)
+    assert np.allclose(b.boundaries, [4.8769, 3.3569, 2.6803, 2.2898, 2.0310], atol=1e-3)
+    # the 1983 two-sided form, kept under its own name, spends 2 - 2 Phi(z_{alpha/2}/sqrt(t)) in total
+    old = group_sequential_boundary(5, 0.05, "ld-obf-1983", sides=2)
+    t = np.array([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert np.allclose(old.cumulative, 2 - 2 * stats.norm.cdf(stats.norm.isf(0.025) / np.sqrt(t)), atol=1e-7)
+    assert old.boundaries[0] < b.boundaries[0]  # it spends more at the first look
+    # one-sided designs: the same function at the one-sided level
+    one = group_sequential_boundary(5, 0.025, "ld-obf", sides=1)
+    assert np.allclose(one.boundaries, b.boundaries, atol=1e-6)
+
+
 UNEQUAL = [
     ("ld-pocock", (0.15, 0.4, 0.7, 1.0), 2, 0.05),
     ("ld-obf", (0.25, 0.5, 0.6, 1.0), 2, 0.05),
+    ("ld-obf-1983", (0.25, 0.5, 0.6, 1.0), 2, 0.05),
     ("hsd:-2", (0.1, 0.3, 0.65, 0.8, 1.0), 1, 0.025),
     ("hsd:1", (0.2, 0.5, 1.0), 2, 0.10),
     ("pocock", (0.3, 0.45, 1.0), 1, 0.05),
@@ -104,7 +120,7 @@ def test_unequal_fractions_against_multivariate_normal_cdf(spending, fractions, 
     assert np.allclose(1.0 - no_cross, b.cumulative, atol=2e-5)
     if not spending.startswith("pocock"):  # spending functions: cumulative spent is the function itself
         name, _, g = spending.partition(":")
-        expected = spending_function(name, float(g) if g else None, alpha, np.asarray(fractions))
+        expected = spending_function(name, float(g) if g else None, alpha, np.asarray(fractions), sides)
         assert np.allclose(b.cumulative, expected, atol=1e-7)
 
 

@@ -13,7 +13,12 @@ Boundaries:
 * ``pocock``           constant ``c`` at every look (Pocock 1977);
 * ``obrien-fleming``   ``c / sqrt(t_k)``, i.e. ``c sqrt(K/k)`` at equal looks (O'Brien & Fleming 1979);
 * ``ld-pocock``        Lan–DeMets spending ``alpha * ln(1 + (e - 1) t)`` (Lan & DeMets 1983);
-* ``ld-obf``           Lan–DeMets spending ``2 - 2 Phi(z_{alpha/2} / sqrt(t))``;
+* ``ld-obf``           Lan–DeMets O'Brien–Fleming-type spending of one tail, ``2 - 2 Phi(z_{a/2} / sqrt(t))``
+                       at one-sided level ``a``; a two-sided symmetric design spends ``a = alpha/2`` on each
+                       side (gsDesign ``test.type = 2`` with ``sfLDOF``, rpact's ``asOF``), so its total is
+                       ``4 - 4 Phi(z_{alpha/4} / sqrt(t))``;
+* ``ld-obf-1983``      the two-sided form of Lan & DeMets (1983): ``2 - 2 Phi(z_{alpha/2} / sqrt(t))`` for the
+                       total two-sided alpha (it spends less early than ``ld-obf``; both reach alpha at t = 1);
 * ``hsd:G``            Hwang–Shih–DeCani ``alpha (1 - e^{-G t}) / (1 - e^{-G})`` (``G = 0``: ``alpha t``).
 
 Two-sided designs are symmetric and ``alpha`` is the *total* level, split over both tails.
@@ -35,7 +40,7 @@ from scipy import optimize, special
 from ._validation import InputError, check_alpha, check_positive_int
 
 CLASSICAL = ("pocock", "obrien-fleming")
-SPENDING_NAMES = ("pocock", "obrien-fleming", "ld-pocock", "ld-obf", "hsd:G")
+SPENDING_NAMES = ("pocock", "obrien-fleming", "ld-pocock", "ld-obf", "ld-obf-1983", "hsd:G")
 _GRID_STEP = 0.02  # grid spacing on the standardised scale; Simpson error ~ step^4
 _TAIL = 8.5  # grid covers mean +- 8.5 sd; mass beyond is < 1e-16
 _Z_MAX = 12.0  # a boundary that never rejects is reported as this value
@@ -70,7 +75,7 @@ def parse_spending(spending: str) -> tuple[str, float | None]:
         if not math.isfinite(gamma):
             raise InputError(f"spending hsd:G needs a finite G, got {spending!r}")
         return "hsd", gamma
-    if text in ("pocock", "obrien-fleming", "ld-pocock", "ld-obf"):
+    if text in ("pocock", "obrien-fleming", "ld-pocock", "ld-obf", "ld-obf-1983"):
         return text, None
     aliases = {"obf": "obrien-fleming", "of": "obrien-fleming", "ld-of": "ld-obf"}
     if text in aliases:
@@ -78,18 +83,26 @@ def parse_spending(spending: str) -> tuple[str, float | None]:
     raise InputError(f"spending must be one of {', '.join(SPENDING_NAMES)}; got {spending!r}")
 
 
-def spending_function(name: str, param: float | None, level: float, t: np.ndarray) -> np.ndarray:
+def spending_function(name: str, param: float | None, level: float, t: np.ndarray, sides: int = 1) -> np.ndarray:
     """Cumulative error spent by information fraction ``t`` (Lan & DeMets 1983; Hwang, Shih & DeCani 1990).
 
-    ``level`` is the total error of the design (alpha, or beta for futility).
+    ``level`` is the total error of the design (alpha, or beta for futility); ``sides`` = 2 for a symmetric
+    two-sided design. Only ``ld-obf`` depends on it: gsDesign and rpact spend ``level/2`` per side with the
+    one-sided function (the others are proportional to ``level``, so per side or in total is the same).
     """
     t = np.clip(np.asarray(t, dtype=float), 0.0, 1.0)
+
+    def obf(one_sided: float) -> np.ndarray:
+        z = special.ndtri(1.0 - one_sided / 2.0)
+        with np.errstate(divide="ignore"):
+            return np.where(t > 0, 2.0 - 2.0 * _norm_cdf(z / np.sqrt(np.where(t > 0, t, 1.0))), 0.0)
+
     if name == "ld-pocock":
         out = level * np.log1p((math.e - 1.0) * t)
     elif name == "ld-obf":
-        z = special.ndtri(1.0 - level / 2.0)
-        with np.errstate(divide="ignore"):
-            out = np.where(t > 0, 2.0 - 2.0 * _norm_cdf(z / np.sqrt(np.where(t > 0, t, 1.0))), 0.0)
+        out = obf(level) if sides == 1 else 2.0 * obf(level / 2.0)
+    elif name == "ld-obf-1983":
+        out = obf(level)
     elif name == "hsd":
         gamma = float(param if param is not None else 1.0)
         if abs(gamma) < 1e-12:
@@ -279,7 +292,7 @@ def _solve_look(rec: _Recursion, t: float, target: float, sides: int) -> float:
 
 def _spending_bounds(name: str, param: float | None, fractions: tuple[float, ...], alpha: float,
                      sides: int) -> np.ndarray:
-    cum = spending_function(name, param, alpha, np.asarray(fractions))
+    cum = spending_function(name, param, alpha, np.asarray(fractions), sides)
     inc = np.diff(np.concatenate([[0.0], cum]))
     rec, out = _Recursion(), []
     for t, target in zip(fractions, inc):
