@@ -89,3 +89,32 @@ def test_tie_groups_follow_the_leader():
 def test_bad_input(scores, names, match):
     with pytest.raises(InputError, match=match):
         rank_models(scores, names, [5])
+
+
+@pytest.mark.parametrize("dataset", ["helm_mmlu", "helm_raft", "helm_v023", "vlm_hallusionbench", "vlm_ocrbench",
+                                     "opencompass_large", "openllm_tiny", "openllm_arc", "chembench"])
+def test_rank_order_agrees_with_every_directional_verdict(dataset):
+    """Order and verdicts answer one estimand (mean-of-means on banks with sub-datasets): a model certified
+    better than another is never ranked below it."""
+    from certeval.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.estimators.ranking import rank_models
+
+    frame = load_scores(f"bundled:{dataset}")
+    bank = bank_from_scores(frame)
+    models = sorted(frame["model"].unique())
+    picks = [models[i] for i in np.random.default_rng(0).choice(len(models), size=min(12, len(models)),
+                                                                 replace=False)]
+    order = np.random.default_rng(1).permutation(bank.n_items)
+    x = score_matrix(frame, picks, bank)[:, order]
+    codes = None if bank.subsets is None else bank.spec().subset_codes()[order]
+    n = bank.n_items
+    step = max(100, n // 20)
+    looks = list(range(step, n, step)) + [n]
+    r = rank_models(x, picks, looks, subsets=codes, n_subsets=None if codes is None else int(codes.max()) + 1)
+    place = {name: i for i, name in enumerate(r.models)}
+    for a, b, verdict in zip(r.pairs.a, r.pairs.b, r.pairs.verdict):
+        name_a, name_b = picks[a], picks[b]
+        if verdict == 1:  # a>b
+            assert place[name_a] < place[name_b], (name_a, name_b)
+        elif verdict == 2:  # b>a
+            assert place[name_b] < place[name_a], (name_a, name_b)

@@ -169,6 +169,30 @@ def tie_groups(names: Sequence[str], means: np.ndarray, separated: np.ndarray) -
     return groups
 
 
+def ordering_means(scores: np.ndarray, used: np.ndarray, subsets: np.ndarray | None = None,
+                   n_subsets: int | None = None) -> np.ndarray:
+    """Each model's estimate over its first ``used[k]`` shared items, in the estimand the verdicts test:
+    the mean of sub-dataset means (seed 004, eq. 1) when the bank has sub-datasets (over the sub-datasets
+    scored so far), else the plain mean. Ordering by another estimand than the verdicts' could rank a model
+    first that a verdict certified worse."""
+    m = scores.shape[0]
+    out = np.empty(m)
+    codes = None if subsets is None else np.asarray(subsets, dtype=np.int64)
+    for k in range(m):
+        n_k = max(int(used[k]), 1)
+        row = scores[k, :n_k]
+        if codes is None:
+            out[k] = row.mean()
+            continue
+        c = codes[:n_k]
+        count = int(n_subsets if n_subsets is not None else codes.max() + 1)
+        sums = np.bincount(c, weights=row, minlength=count)
+        sizes = np.bincount(c, minlength=count)
+        seen = sizes > 0
+        out[k] = float(np.mean(sums[seen] / sizes[seen]))
+    return out
+
+
 def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int], *, alpha: float = 0.05,
                 margin: float = 0.0, design: ComparisonDesign | None = None, correction: str = "bonferroni",
                 subsets: np.ndarray | None = None, n_subsets: int | None = None, path: str = "auto") -> Ranking:
@@ -223,7 +247,7 @@ def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int],
     used = np.zeros(m, dtype=np.int64)
     np.maximum.at(used, ii, res["used"])
     np.maximum.at(used, jj, res["used"])
-    means = np.array([scores[k, : max(used[k], 1)].mean() for k in range(m)])
+    means = ordering_means(scores, used, subsets, n_subsets)
     groups = tie_groups(list(names), means, separated)
     order = [k for g in groups for k in g]
     guarantee = (pair_design.describe() + f"; family-wise over {n_pairs} pairs by "
