@@ -87,7 +87,7 @@ class RunPlan:
         out["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         out["models"] = list(self.models)
         out["labels"] = list(self.labels)
-        out["history"] = list(self.history)
+        out["history"] = list(self.history) or None  # None: runs stored before --history resume unchanged
         return out
 
     def generation(self) -> dict[str, Any]:
