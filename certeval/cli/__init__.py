@@ -27,6 +27,7 @@ COMMANDS = {
     "select": "pipeline",
     "demo": "pipeline",
     "report": "report",
+    "import": "harness_import",
 }
 
 

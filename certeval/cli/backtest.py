@@ -22,6 +22,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("backtest", help="replay recorded scores as if queried live")
     p.add_argument("--scores", required=True, help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
     p.add_argument("--items", default=None, help="item bank with text and/or embedding (optional)")
+    p.add_argument("--metric", default=None, help="lm-eval samples / Inspect logs: the metric or scorer to read "
+                                                   "(default: the file's first)")
     p.add_argument("--model", action="append", default=None, help="model to replay (repeatable; default all)")
     p.add_argument("--method", default=None,
                    help="history (default with --history/--history-fraction), adaptive (default otherwise), "
@@ -83,7 +85,7 @@ def run(args) -> int:
 
 
 def run_single(args) -> int:
-    from ..banks import bank_from_scores, load_scores, read_table
+    from ..banks import bank_from_scores, load_items, load_scores
     from ..estimators import method_names
     from ..backtest.single import run_single_backtest
 
@@ -97,13 +99,13 @@ def run_single(args) -> int:
         raise InputError(f"unknown method {args.method!r}; choose one of {', '.join(method_names())}")
     if args.history_models is not None:
         raise InputError("--history-models applies to --method faq; use --history-fraction F")
-    scores = load_scores(args.scores)
+    scores = load_scores(args.scores, args.metric)
     history = None
     if args.history:
         from ..history import load_history
 
-        history = load_history(args.history)
-    items = None if args.items is None else read_table(args.items, "items file")
+        history = load_history(args.history, metric=args.metric)
+    items = None if args.items is None else load_items(args.items)
     if items is not None and len(items) == 0:
         raise InputError(f"items file {args.items!r} is empty (no items)")
     bank = bank_from_scores(scores, items)
