@@ -94,12 +94,13 @@ def _lm_eval_question(rec: dict) -> str:
             if isinstance(doc.get(key), str):
                 return doc[key]
     args = rec.get("arguments")
+    if isinstance(args, dict):  # newer lm-eval: {"gen_args_0": {"arg_0": context, "arg_1": ...}, ...}
+        args = list(args.values())
     first = args[0] if isinstance(args, list) and args else None
-    if isinstance(first, (list, tuple)) and first:
+    if isinstance(first, dict):
+        first = first.get("arg_0")
+    elif isinstance(first, (list, tuple)) and first:
         first = first[0]
-    if isinstance(first, dict):  # newer lm-eval: {"gen_args_0": {"arg_0": context, ...}}
-        inner = next(iter(first.values()), None)
-        first = inner.get("arg_0") if isinstance(inner, dict) else inner
     return first if isinstance(first, str) else json.dumps(doc, default=str)
 
 
