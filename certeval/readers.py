@@ -29,7 +29,8 @@ from .estimators._validation import InputError
 from .storage import filesystem
 
 LM_EVAL_FIELDS = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "doc_hash", "prompt_hash",
-                  "target_hash", "task", "filter", "metrics"}
+                  "target_hash", "task", "filter", "metrics",
+                  "item_id", "round", "prob"}  # the last three: certeval's own --log_samples files
 SAMPLES_NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<stamp>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.jsonl$")
 
 
@@ -83,8 +84,13 @@ def read_lm_eval_samples(path: str, metric: str | None = None) -> pd.DataFrame:
             value = float(value)
         if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
             raise InputError(f"{path!r} line {number}: metric {key!r} is {value!r}, not a number in [0, 1]")
-        rows.append({"model": model, "item_id": f"{task}/{rec['doc_id']}", "score": float(value), "subset": task})
+        rows.append({"model": model, "item_id": _item_id(task, rec), "score": float(value), "subset": task})
     return pd.DataFrame(rows)
+
+
+def _item_id(task: str, rec: dict) -> str:
+    """``<task>/<doc_id>``; certeval's own samples files carry the bank's ``item_id``."""
+    return str(rec["item_id"]) if "item_id" in rec else f"{task}/{rec['doc_id']}"
 
 
 def _lm_eval_question(rec: dict) -> str:
@@ -107,7 +113,7 @@ def _lm_eval_question(rec: dict) -> str:
 def read_lm_eval_items(path: str) -> pd.DataFrame:
     """One lm-eval samples file as an item bank: ``item_id, subset, question, answer``."""
     task, _, records = _lm_eval_records(path)
-    return pd.DataFrame([{"item_id": f"{task}/{rec['doc_id']}", "subset": task, "question": _lm_eval_question(rec),
+    return pd.DataFrame([{"item_id": _item_id(task, rec), "subset": task, "question": _lm_eval_question(rec),
                           "answer": _text(rec.get("target"))} for rec in records])
 
 
