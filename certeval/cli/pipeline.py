@@ -177,9 +177,12 @@ def summary(results: dict[str, Any]) -> str:
     """A short human summary of a results.json."""
     lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}), "
              f"{results['rounds']} round(s)"]
-    rank_of = {}
-    for i, group in enumerate((results.get("ranking") or {}).get("tie_groups", [])):
-        rank_of.update({m: i + 1 for m in group})
+    from ..report import rank_numbers, spell_verdict
+
+    rank_of = {}  # the report's numbering: ties share a rank, the next group skips places (1, 2, 2, 4)
+    tie_groups = (results.get("ranking") or {}).get("tie_groups", [])
+    for group, rank in zip(tie_groups, rank_numbers(tie_groups)):
+        rank_of.update({m: rank for m in group})
     for m in results["models"]:
         mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
         d = m.get("decision") or {}
@@ -193,7 +196,8 @@ def summary(results: dict[str, Any]) -> str:
         lines.append("  ranking: " + "  >  ".join(groups))
     if results["kind"] == "compare" and results.get("pairs"):
         p = results["pairs"][0]
-        lines.append(f"  {p['model_a']} - {p['model_b']}: {p['diff']:.4f} [{p['lower']:.4f}, {p['upper']:.4f}] -> {p['verdict']}")
+        lines.append(f"  {p['model_a']} - {p['model_b']}: {p['diff']:.4f} [{p['lower']:.4f}, {p['upper']:.4f}] -> "
+                     f"{spell_verdict(p)}")
     if results.get("selection"):
         lines.append("  selected: " + ", ".join(results["selection"]["selected"]))
     wall = (results.get("pipeline") or {}).get("wall_s")
