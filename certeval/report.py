@@ -426,7 +426,7 @@ def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float]]
         if margin > 0:
             w.axhspan(-margin, margin, color="tab:blue", alpha=0.12, label=f"equivalence margin ±{margin:g}")
         w.axhline(0.0, color="k", lw=1, ls="--", label="boundary: no difference (0)")
-        w.plot(c[:, 0], c[:, 1], "o-", ms=3, lw=1.4, label="paired difference at each look")
+        w.plot(c[:, 0], c[:, 1], "o-", ms=3, lw=1.4, label="paired difference at each look (plain mean of shared items)")
         last = shown[0]
         if last.get("lower") is not None:
             w.errorbar([c[-1, 0]], [last["diff"]], yerr=[[last["diff"] - last["lower"]], [last["upper"] - last["diff"]]],

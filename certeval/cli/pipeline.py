@@ -148,6 +148,11 @@ def run(args) -> int:
     from ..tasks.run import want_progress
 
     claim_run(plan)  # a changed config of an existing run id stops here, nothing overwritten
+    if want_progress(args.json):  # the first minute can be silent otherwise (Prefect's server, Ray, models)
+        import sys
+
+        print(f"certeval: {plan.kind} run {plan.run_id}: starting the Prefect flow (the embedded server's first "
+              "start takes 10-20 s), then Ray and the model hosts...", file=sys.stderr, flush=True)
     results = run_plan(plan, progress=want_progress(args.json))
     if getattr(args, "log_samples", False):
         results["samples_files"] = log_samples(plan, bank, results)
@@ -177,7 +182,7 @@ def summary(results: dict[str, Any]) -> str:
     """A short human summary of a results.json."""
     lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}), "
              f"{results['rounds']} round(s)"]
-    from ..report import rank_numbers, spell_verdict
+    from ..report import VERDICT_TEXT, rank_numbers, spell_verdict
 
     rank_of = {}  # the report's numbering: ties share a rank, the next group skips places (1, 2, 2, 4)
     tie_groups = (results.get("ranking") or {}).get("tie_groups", [])
@@ -187,6 +192,8 @@ def summary(results: dict[str, Any]) -> str:
         mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
         d = m.get("decision") or {}
         note = d.get("verdict") or d.get("rule") or ""
+        if note in VERDICT_TEXT and results.get("pairs"):  # a pair's verdict, spelled with the models' names
+            note = spell_verdict(results["pairs"][0])
         if m["model"] in rank_of:
             note = f"rank {rank_of[m['model']]}" + (f" ({d.get('rule')})" if not d.get("reached") else "")
         lines.append(f"  {m['model']:<40} {mean} [{m['lower']:.4f}, {m['upper']:.4f}]  "

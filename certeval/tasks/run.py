@@ -555,8 +555,14 @@ class Progress:
         self.tasks = {label: self.bar.add_task(label[:32], total=min(total, run.bank.n_items),
                                                completed=run.n_scored(label), interval="")
                       for label in run.labels}
+        # a status line for the slow steps between rounds (start-up of Ray and model hosts)
+        self.status_task = self.bar.add_task("", total=None, interval="", visible=False)
         self.bar.start()
         self.refresh()
+
+    def status(self, text: str | None) -> None:
+        """Show ``text`` on the status line (None hides it)."""
+        self.bar.update(self.status_task, description=text or "", visible=bool(text))
 
     def advance(self, label: str, n: int) -> None:
         self.bar.advance(self.tasks[label], n)
