@@ -25,6 +25,9 @@ from certeval.history import load_history  # noqa: E402
 from certeval.inspect_early_stopping import CertevalStopping  # noqa: E402
 from certeval.readers import score_value  # noqa: E402
 
+# inspect-ai 0.3.285 passes a deprecated argument to tenacity 9.2 on every model call: not ours to fix
+pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
+
 N_SAMPLES = 400
 TASK = "mock_qa"
 
@@ -237,3 +240,20 @@ def test_bad_inspect_logs_are_one_clear_error(stopped_eval, tmp_path):
     assert main(["import", "inspect", str(tmp_path / "missing.eval"), "-o", str(tmp_path / "s.parquet")]) == 2
     assert main(["import", "lm-eval", ok, "-o", str(tmp_path / "s.parquet")]) == 2
     assert not (tmp_path / "s.parquet").exists()
+
+
+@pytest.mark.slow
+def test_imported_inspect_scores_run_certify_replay(stopped_eval, infra, tmp_path, capsys):
+    """``certeval import inspect`` output as a replay model and its items as the bank, through the real pipeline
+    (Prefect + Ray); the model's name (``mockllm/model``) has a slash."""
+    log, _ = stopped_eval
+    out, items = tmp_path / "scores.parquet", tmp_path / "items.parquet"
+    assert main(["import", "inspect", log.location, "-o", str(out), "--items", str(items)]) == 0
+    capsys.readouterr()
+    assert main(["certify", "--model", f"replay:{out}#mockllm/model", "--bank", str(items), "--goal",
+                 "halfwidth:0.2", "--method", "uniform", "--output", str(tmp_path / "runs"), "--ray-address", infra,
+                 "--batch-size", "30", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    m = res["models"][0]
+    truth = float(pd.read_parquet(out)["score"].mean())
+    assert m["model"] == "mockllm/model" and m["lower"] <= truth <= m["upper"] and m["n_total"] == len(log.samples)

@@ -79,8 +79,14 @@ def run(args) -> int:
     if isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES):
         if args.history or args.history_permute:
             raise InputError("--history in backtests applies to single-model goals (halfwidth/above/below) for now")
+        if args.metric:
+            raise InputError(f"--metric {args.metric!r} applies to single-model goals for now; convert with "
+                             "certeval import lm-eval|inspect --metric NAME first")
         return _delegate("comparative", "run_comparative_backtest", args)
     if args.method == "faq":
+        if args.metric:
+            raise InputError(f"--metric {args.metric!r} does not apply to --method faq; convert with "
+                             "certeval import lm-eval|inspect --metric NAME first")
         return _delegate("faq", "run_faq_backtest", args)
     return run_single(args)
 
