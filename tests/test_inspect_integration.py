@@ -257,3 +257,14 @@ def test_imported_inspect_scores_run_certify_replay(stopped_eval, infra, tmp_pat
     m = res["models"][0]
     truth = float(pd.read_parquet(out)["score"].mean())
     assert m["model"] == "mockllm/model" and m["lower"] <= truth <= m["upper"] and m["n_total"] == len(log.samples)
+
+
+def test_seq_method_and_threshold_goal_inside_inspect_protocol():
+    """``seq`` and ``above:T`` through the same protocol calls: a verdict against the threshold, and the
+    interval still covers the bank mean of a shuffled 400-item bank."""
+    rng = np.random.default_rng(11)
+    scores = (rng.random(N_SAMPLES) < 0.8).astype(float)
+    meta = asyncio.run(_drive(CertevalStopping(goal="above:0.6", method="seq"), rng.permutation(N_SAMPLES), scores))
+    assert meta["method"] == "seq" and meta["verdict"] == "above" and meta["reached"]
+    assert meta["lower"] > 0.6 and meta["lower"] <= scores.mean() <= meta["upper"]
+    assert meta["n_scored"] < N_SAMPLES and meta["skipped"] == N_SAMPLES - meta["n_scored"]
