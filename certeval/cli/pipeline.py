@@ -130,7 +130,8 @@ def plan_from_args(args) -> tuple[Any, Any]:
     from ..tasks.plan import make_plan
 
     return make_plan(
-        args.command, models=with_model_args(args.model, getattr(args, "model_args", None)), bank=args.bank, output=args.output, run_id=args.run_id,
+        args.command, models=with_model_args(args.model, getattr(args, "model_args", None)), bank=args.bank,
+        output=args.output, run_id=args.run_id,
         goal=getattr(args, "goal", None), method=args.method, confidence=args.confidence,
         batch_size=args.batch_size, max_items=args.max_items, seed=args.seed, scorer=args.scorer,
         margin=getattr(args, "margin", 0.0), threshold=getattr(args, "threshold", None),
