@@ -21,6 +21,11 @@ scheduled before it has finished. When the goal is met, every sample not yet sta
 already running still finish and are absorbed (an anytime-valid interval may absorb more). At the end the
 estimate, interval, guarantee and decision go into the log's ``results.early_stopping.metadata``.
 
+A sample that ends in an error never reports a score (Inspect calls ``complete_sample`` for scored samples
+only), and its score could have been anything: nothing scheduled after it is absorbed, so the eval then runs on
+without stopping early, and ``not_absorbed`` in the metadata counts what was left out. (Inspect's default
+``fail_on_error`` ends the eval at the first error anyway; with ``retry_on_error`` a retried sample reports.)
+
 Scores are read from one scorer (``scorer``; default the first) and mapped to [0, 1] with Inspect's value
 semantics (``C``/``I``/``P``/``N``, booleans, numbers; :func:`certeval.readers.score_value`). One epoch only:
 with several epochs the target would be a mean over epochs, which the betting sequence does not track here.
