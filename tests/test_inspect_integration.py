@@ -268,3 +268,21 @@ def test_seq_method_and_threshold_goal_inside_inspect_protocol():
     assert meta["method"] == "seq" and meta["verdict"] == "above" and meta["reached"]
     assert meta["lower"] > 0.6 and meta["lower"] <= scores.mean() <= meta["upper"]
     assert meta["n_scored"] < N_SAMPLES and meta["skipped"] == N_SAMPLES - meta["n_scored"]
+
+
+def test_an_errored_sample_stops_absorption_after_it():
+    """A sample that never reports (it errored) may hide any score: nothing scheduled after it is absorbed, so
+    the eval does not stop early on the rest; the summary counts what was left out."""
+    async def go():
+        stopping = CertevalStopping(goal="halfwidth:0.2")
+        await stopping.start_task(SimpleNamespace(task="t"), [SimpleNamespace(id=i) for i in range(300)], 1)
+        skipped = 0
+        for i in range(300):
+            if await stopping.schedule_sample(i, 1) is not None:
+                skipped += 1
+            elif i != 5:  # sample 5 errors
+                await stopping.complete_sample(i, 1, {"s": SimpleNamespace(score=SimpleNamespace(value="C"))})
+        return skipped, await stopping.complete_task()
+
+    skipped, meta = asyncio.run(go())
+    assert skipped == 0 and meta["n_scored"] == 5 and meta["not_absorbed"] == 295 and meta["stopped_at"] is None
