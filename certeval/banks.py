@@ -95,12 +95,15 @@ def validate_scores(frame: pd.DataFrame, source: str = "scores") -> pd.DataFrame
     return out
 
 
-def load_scores(path: str | Path) -> pd.DataFrame:
-    """Load and validate a recorded-scores table (or an lm-eval ``samples_<task>_<timestamp>.jsonl``)."""
-    from .readers import is_lm_eval_samples, read_lm_eval_samples
+def load_scores(path: str | Path, metric: str | None = None) -> pd.DataFrame:
+    """Load and validate a recorded-scores table, an lm-eval ``samples_<task>_<timestamp>.jsonl`` or an Inspect
+    log (``.eval``/``.json``); ``metric`` picks the harness metric or scorer (default: the first)."""
+    from .readers import is_inspect_log, is_lm_eval_samples, read_inspect_log, read_lm_eval_samples
 
     if is_lm_eval_samples(str(path)):
-        return validate_scores(read_lm_eval_samples(str(path)), f"lm-eval samples {str(path)!r}")
+        return validate_scores(read_lm_eval_samples(str(path), metric), f"lm-eval samples {str(path)!r}")
+    if is_inspect_log(str(path)):
+        return validate_scores(read_inspect_log(str(path), metric), f"Inspect log {str(path)!r}")
     return validate_scores(read_table(path, "scores file"), f"scores file {str(path)!r}")
 
 
@@ -176,7 +179,21 @@ def bank_from_frame(frame: pd.DataFrame, source: str = "bank") -> Bank:
     return Bank(tuple(frame["item_id"]), subsets, names, features, frame)
 
 
+def load_items(path: str | Path) -> pd.DataFrame:
+    """An items table (``--items``): a table file, or the item text of an lm-eval samples file / Inspect log."""
+    from .readers import is_inspect_log, is_lm_eval_samples, read_harness_items
+
+    if is_lm_eval_samples(str(path)) or is_inspect_log(str(path)):
+        return read_harness_items([str(path)])
+    return read_table(path, "items file")
+
+
 def load_bank(path: str | Path) -> Bank:
+    """A bank file, or the items of an lm-eval samples file / Inspect log (their text and targets)."""
+    from .readers import is_inspect_log, is_lm_eval_samples, read_harness_items
+
+    if is_lm_eval_samples(str(path)) or is_inspect_log(str(path)):
+        return bank_from_frame(read_harness_items([str(path)]), f"bank {str(path)!r}")
     return bank_from_frame(read_table(path, "bank"), f"bank {str(path)!r}")
 
 

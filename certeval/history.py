@@ -4,6 +4,7 @@ A source (``--history``, repeatable) is
 
 * a recorded-scores table (``model, item_id, score[, subset]``; Parquet/CSV/JSONL, ``bundled:<name>``,
   any fsspec URL), or
+* an lm-eval samples file or an Inspect log (:mod:`certeval.readers`), or
 * a certeval run folder (it holds ``config.json`` and ``rounds/``), or a folder of run folders (an
   ``--output`` root): every model's stored round scores, labelled as in those runs.
 
@@ -52,7 +53,7 @@ def _run_folder_scores(fs, path: str) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True)
 
 
-def _read_source(source: str) -> pd.DataFrame:
+def _read_source(source: str, metric: str | None = None) -> pd.DataFrame:
     if not source.startswith("bundled:"):
         fs, path = filesystem(source)
         if fs.isdir(path):
@@ -65,16 +66,17 @@ def _read_source(source: str) -> pd.DataFrame:
                 raise InputError(f"--history {source!r} is a folder but holds no certeval run (config.json + "
                                  "rounds/) and no run folders; pass a scores file or a runs folder")
             return pd.concat(parts, ignore_index=True)
-    return load_scores(source)[["model", "item_id", "score"]]
+    return load_scores(source, metric)[["model", "item_id", "score"]]
 
 
-def load_history(sources: Sequence[str]) -> HistoryScores:
-    """Read every source; a (model, item) recorded twice keeps its mean score."""
+def load_history(sources: Sequence[str], *, metric: str | None = None) -> HistoryScores:
+    """Read every source (lm-eval samples files and Inspect logs too: ``metric`` picks their metric or scorer);
+    a (model, item) recorded twice keeps its mean score."""
     if not sources:
         raise InputError("no --history source given")
     frames = []
     for source in sources:
-        frame = _read_source(str(source))
+        frame = _read_source(str(source), metric)
         frames.append(frame.assign(item_id=frame["item_id"].astype(str), model=frame["model"].astype(str)))
     frame = pd.concat(frames, ignore_index=True)
     scores = pd.to_numeric(frame["score"], errors="coerce")

@@ -1,4 +1,5 @@
-"""Readers for results other harnesses write, as certeval's long scores table (``model, item_id, score, subset``).
+"""Readers for results other harnesses write, as certeval's long scores table (``model, item_id, score, subset``)
+and as item banks (``item_id, subset, question, answer``).
 
 lm-evaluation-harness ``--log_samples`` writes ``<output_path>/<model name>/samples_<task>_<timestamp>.jsonl``:
 one JSON object per line with ``doc_id``, ``doc``, ``target``, ``arguments``, ``resps``,
@@ -6,6 +7,14 @@ one JSON object per line with ``doc_id``, ``doc``, ``target``, ``arguments``, ``
 ``acc_norm``, ``exact_match``, …). Each line becomes one score: ``item_id`` = ``<task>/<doc_id>``,
 ``subset`` = the task, ``model`` = the folder's name (lm-eval names it after the model), ``score`` = the
 metric (the first metric key of the file unless ``metric`` names one); values must be numbers in [0, 1].
+As a bank, a line gives ``question`` (the doc's question/query/text field, else the first argument's
+context) and ``answer`` (``target``).
+
+Inspect AI logs (``.eval`` and ``.json``) are read with inspect_ai's own reader (``read_eval_log``, an optional
+dependency). One log holds one model's samples of one task: ``item_id`` = ``<task>/<sample id>``, ``score`` =
+the chosen scorer's value (the first scorer unless ``metric`` names one) mapped to [0, 1] with Inspect's value
+semantics (``C``/``I``/``P``/``N`` → 1/0/0.5/0, booleans, ``yes``/``no``/``true``/``false``, numbers); anything
+else is an error, never a silent 0. With several epochs a sample's score is the mean over its epochs.
 """
 
 from __future__ import annotations
@@ -20,16 +29,20 @@ from .estimators._validation import InputError
 from .storage import filesystem
 
 LM_EVAL_FIELDS = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "doc_hash", "prompt_hash",
-                  "target_hash", "task", "filter", "metrics"}
+                  "target_hash", "task", "filter", "metrics",
+                  "item_id", "round", "prob"}  # the last three: certeval's own --log_samples files
 SAMPLES_NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<stamp>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.jsonl$")
+
+
+SCORE_WORDS = {"c": 1.0, "i": 0.0, "p": 0.5, "n": 0.0, "yes": 1.0, "no": 0.0, "true": 1.0, "false": 0.0}
 
 
 def is_lm_eval_samples(path: str) -> bool:
     return bool(SAMPLES_NAME.match(PurePosixPath(str(path)).name))
 
 
-def read_lm_eval_samples(path: str, metric: str | None = None) -> pd.DataFrame:
-    """One lm-eval samples file as a scores table (see the module docstring)."""
+def _lm_eval_records(path: str) -> tuple[str, str, list[dict]]:
+    """(task, model, records) of one lm-eval samples file."""
     name = PurePosixPath(str(path)).name
     match = SAMPLES_NAME.match(name)
     if not match:
@@ -44,14 +57,23 @@ def read_lm_eval_samples(path: str, metric: str | None = None) -> pd.DataFrame:
         raise InputError(f"lm-eval samples file {path!r} does not exist") from None
     if not lines:
         raise InputError(f"lm-eval samples file {path!r} is empty")
-    rows = []
+    records = []
     for number, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             raise InputError(f"{path!r} line {number} is not JSON") from None
-        if "doc_id" not in rec:
+        if not isinstance(rec, dict) or "doc_id" not in rec:
             raise InputError(f"{path!r} line {number} has no doc_id (not an lm-eval sample)")
+        records.append(rec)
+    return task, model, records
+
+
+def read_lm_eval_samples(path: str, metric: str | None = None) -> pd.DataFrame:
+    """One lm-eval samples file as a scores table (see the module docstring)."""
+    task, model, records = _lm_eval_records(path)
+    rows = []
+    for number, rec in enumerate(records, 1):
         metrics = [k for k in rec if k not in LM_EVAL_FIELDS]
         key = metric or (metrics[0] if metrics else None)
         if key is None or key not in rec:
@@ -62,5 +84,173 @@ def read_lm_eval_samples(path: str, metric: str | None = None) -> pd.DataFrame:
             value = float(value)
         if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
             raise InputError(f"{path!r} line {number}: metric {key!r} is {value!r}, not a number in [0, 1]")
-        rows.append({"model": model, "item_id": f"{task}/{rec['doc_id']}", "score": float(value), "subset": task})
+        rows.append({"model": model, "item_id": _item_id(task, rec), "score": float(value), "subset": task})
     return pd.DataFrame(rows)
+
+
+def _item_id(task: str, rec: dict) -> str:
+    """``<task>/<doc_id>``; certeval's own samples files carry the bank's ``item_id``."""
+    return str(rec["item_id"]) if "item_id" in rec else f"{task}/{rec['doc_id']}"
+
+
+def _lm_eval_question(rec: dict) -> str:
+    doc = rec.get("doc")
+    if isinstance(doc, dict):
+        for key in ("question", "query", "problem", "prompt", "text", "sentence", "context", "input"):
+            if isinstance(doc.get(key), str):
+                return doc[key]
+    args = rec.get("arguments")
+    if isinstance(args, dict):  # newer lm-eval: {"gen_args_0": {"arg_0": context, "arg_1": ...}, ...}
+        args = list(args.values())
+    first = args[0] if isinstance(args, list) and args else None
+    if isinstance(first, dict):
+        first = first.get("arg_0")
+    elif isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    return first if isinstance(first, str) else json.dumps(doc, default=str)
+
+
+def read_lm_eval_items(path: str) -> pd.DataFrame:
+    """One lm-eval samples file as an item bank: ``item_id, subset, question, answer``."""
+    task, _, records = _lm_eval_records(path)
+    return pd.DataFrame([{"item_id": _item_id(task, rec), "subset": task, "question": _lm_eval_question(rec),
+                          "answer": _text(rec.get("target"))} for rec in records])
+
+
+def _text(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return " | ".join(value)
+    return json.dumps(value, default=str)
+
+
+# --------------------------------------------------------------------------------------------
+# Inspect AI logs
+# --------------------------------------------------------------------------------------------
+
+
+def is_inspect_log(path: str) -> bool:
+    """``.eval`` files always; ``.json`` files when they look like an Inspect log (top-level ``eval``)."""
+    lower = str(path).lower()
+    if lower.endswith(".eval"):
+        return True
+    if not lower.endswith(".json"):
+        return False
+    fs, local = filesystem(str(path))
+    try:
+        with fs.open(local, "rb") as fh:
+            head = fh.read(4096)
+    except (FileNotFoundError, IsADirectoryError):
+        return False
+    return bool(re.match(rb'\s*\{\s*"(version|status|eval)"', head)) and b'"eval"' in head
+
+
+def score_value(value, where: str) -> float:
+    """An Inspect score value in [0, 1] with Inspect's value semantics; InputError for anything else."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        word = value.strip().lower()
+        if word in SCORE_WORDS:
+            return SCORE_WORDS[word]
+        try:
+            number = float(word)
+        except ValueError:
+            raise InputError(f"{where}: score value {value!r} is not a number nor C/I/P/N/yes/no/true/false") from None
+    else:
+        raise InputError(f"{where}: score value {value!r} is not numeric (a {type(value).__name__}); "
+                         "pick a scorer with a scalar value (--metric)")
+    if not 0.0 <= number <= 1.0:
+        raise InputError(f"{where}: score value {value!r} is outside [0, 1]")
+    return number
+
+
+def _read_inspect(path: str):
+    try:
+        from inspect_ai.log import read_eval_log
+    except ImportError:
+        raise InputError(f"{path!r} is an Inspect log; reading it needs the optional package inspect-ai "
+                         "(pip install 'certeval[inspect]')") from None
+    fs, local = filesystem(str(path))
+    if not fs.exists(local):
+        raise InputError(f"Inspect log {path!r} does not exist")
+    try:
+        return read_eval_log(str(path))
+    except Exception as exc:  # a damaged log: one line, not a traceback
+        raise InputError(f"Inspect log {path!r} could not be read: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def _inspect_samples(path: str, log) -> list:
+    samples = list(log.samples or [])
+    if not samples:
+        raise InputError(f"Inspect log {path!r} has no samples (status {log.status!r}); run the eval with "
+                         "samples logged")
+    return samples
+
+
+def read_inspect_log(path: str, metric: str | None = None) -> pd.DataFrame:
+    """One Inspect log as a scores table (see the module docstring)."""
+    log = _read_inspect(path)
+    task = log.eval.task
+    model = str(log.eval.model)
+    by_item: dict[str, list[float]] = {}
+    scorer = metric
+    samples = _inspect_samples(path, log)
+    generators = sorted({str(s.output.model) for s in samples if getattr(s.output, "model", None)})
+    if len(generators) > 1:
+        raise InputError(f"Inspect log {path!r} mixes models ({', '.join(generators)}); certeval reads one model "
+                         "per log")
+    for sample in samples:
+        where = f"Inspect log {path!r} sample {sample.id!r}"
+        if not sample.scores:
+            raise InputError(f"{where} has no score (was the eval scored?)")
+        if scorer is None:
+            scorer = next(iter(sample.scores))
+        if scorer not in sample.scores:
+            raise InputError(f"{where} has no scorer {scorer!r}; scorers there: {', '.join(sample.scores)}")
+        value = sample.scores[scorer].value
+        if isinstance(value, dict) and metric is None:
+            raise InputError(f"{where}: scorer {scorer!r} gives several values ({', '.join(value)}); "
+                             "name one with --metric SCORER")
+        by_item.setdefault(f"{task}/{sample.id}", []).append(score_value(value, where))
+    return pd.DataFrame([{"model": model, "item_id": item, "score": sum(v) / len(v), "subset": task}
+                         for item, v in by_item.items()])
+
+
+def read_inspect_items(path: str) -> pd.DataFrame:
+    """One Inspect log as an item bank: ``item_id, subset, question, answer`` (sample input and target)."""
+    log = _read_inspect(path)
+    task = log.eval.task
+    rows = {}
+    for sample in _inspect_samples(path, log):
+        question = sample.input if isinstance(sample.input, str) else "\n".join(
+            str(getattr(m, "text", m)) for m in sample.input)
+        rows.setdefault(f"{task}/{sample.id}", {"item_id": f"{task}/{sample.id}", "subset": task,
+                                                 "question": question, "answer": _text(sample.target)})
+    return pd.DataFrame(list(rows.values()))
+
+
+def read_harness_scores(paths, metric: str | None = None) -> pd.DataFrame:
+    """Scores from lm-eval samples files and Inspect logs (any mix); one model per file."""
+    frames = []
+    for path in paths:
+        path = str(path)
+        if is_lm_eval_samples(path):
+            frames.append(read_lm_eval_samples(path, metric))
+        elif is_inspect_log(path):
+            frames.append(read_inspect_log(path, metric))
+        else:
+            raise InputError(f"{path!r} is neither an lm-eval samples file (samples_<task>_<timestamp>.jsonl) "
+                             "nor an Inspect log (.eval, .json)")
+    return pd.concat(frames, ignore_index=True)
+
+
+def read_harness_items(paths) -> pd.DataFrame:
+    """Item text from lm-eval samples files and Inspect logs; an item seen twice keeps its first text."""
+    frames = [read_lm_eval_items(str(p)) if is_lm_eval_samples(str(p)) else read_inspect_items(str(p))
+              for p in paths]
+    return pd.concat(frames, ignore_index=True).drop_duplicates("item_id")

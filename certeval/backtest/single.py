@@ -20,6 +20,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -173,6 +174,7 @@ def run_single_backtest(
     target: str = "bank",
     all_models: list[str] | None = None,
     method_params: dict | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
     features: str = "auto",
     history: "HistoryScores | None" = None,
     history_fraction: float | None = None,
@@ -239,6 +241,8 @@ def run_single_backtest(
             covered.append(est.lower - 1e-9 <= truth <= est.upper + 1e-9)
             reached.append(bool(dec.reached))
             verdicts.append(dec.verdict)
+            if progress is not None:  # (runs done, runs in all, what): the CLI's progress bar
+                progress(i * reps + r + 1, len(models) * reps, model)
         extra = {}
         if goal.kind in ("above", "below"):
             side = "above" if truth > goal.value else ("below" if truth < goal.value else None)

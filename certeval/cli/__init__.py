@@ -27,6 +27,7 @@ COMMANDS = {
     "select": "pipeline",
     "demo": "pipeline",
     "report": "report",
+    "import": "harness_import",
 }
 
 
@@ -37,6 +38,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="certeval", description="Adaptive, certified LLM evaluation.")
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"certeval {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.required = True
     seen = set()

@@ -10,6 +10,7 @@ own output).
 from __future__ import annotations
 
 import importlib
+import sys
 
 from ..estimators._validation import InputError, check_confidence, check_positive_int
 from ..estimators.goals import parse_goal
@@ -22,6 +23,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("backtest", help="replay recorded scores as if queried live")
     p.add_argument("--scores", required=True, help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
     p.add_argument("--items", default=None, help="item bank with text and/or embedding (optional)")
+    p.add_argument("--metric", default=None, help="lm-eval samples / Inspect logs: the metric or scorer to read "
+                                                   "(default: the file's first)")
     p.add_argument("--model", action="append", default=None, help="model to replay (repeatable; default all)")
     p.add_argument("--method", default=None,
                    help="history (default with --history/--history-fraction), adaptive (default otherwise), "
@@ -76,14 +79,20 @@ def run(args) -> int:
     if isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES):
         if args.history or args.history_permute:
             raise InputError("--history in backtests applies to single-model goals (halfwidth/above/below) for now")
+        if args.metric:
+            raise InputError(f"--metric {args.metric!r} applies to single-model goals for now; convert with "
+                             "certeval import lm-eval|inspect --metric NAME first")
         return _delegate("comparative", "run_comparative_backtest", args)
     if args.method == "faq":
+        if args.metric:
+            raise InputError(f"--metric {args.metric!r} does not apply to --method faq; convert with "
+                             "certeval import lm-eval|inspect --metric NAME first")
         return _delegate("faq", "run_faq_backtest", args)
     return run_single(args)
 
 
 def run_single(args) -> int:
-    from ..banks import bank_from_scores, load_scores, read_table
+    from ..banks import bank_from_scores, load_items, load_scores
     from ..estimators import method_names
     from ..backtest.single import run_single_backtest
 
@@ -97,30 +106,58 @@ def run_single(args) -> int:
         raise InputError(f"unknown method {args.method!r}; choose one of {', '.join(method_names())}")
     if args.history_models is not None:
         raise InputError("--history-models applies to --method faq; use --history-fraction F")
-    scores = load_scores(args.scores)
+    scores = load_scores(args.scores, args.metric)
     history = None
     if args.history:
         from ..history import load_history
 
-        history = load_history(args.history)
-    items = None if args.items is None else read_table(args.items, "items file")
+        history = load_history(args.history, metric=args.metric)
+    items = None if args.items is None else load_items(args.items)
     if items is not None and len(items) == 0:
         raise InputError(f"items file {args.items!r} is empty (no items)")
     bank = bank_from_scores(scores, items)
     all_models = sorted(scores["model"].unique())
     models = args.model or all_models
-    out = run_single_backtest(
-        scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
-        batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
-        features=getattr(args, "features", "auto"), method_params=_method_params(args),
-        history=history, history_fraction=args.history_fraction, history_permute=args.history_permute,
-        baseline="uniform" if args.method == "history" else None,
-    )
+    with BacktestProgress(enabled=not args.json and sys.stderr.isatty(),
+                          what=f"{args.method} {goal} on {len(models)} model(s) x {reps} reps") as progress:
+        out = run_single_backtest(
+            scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
+            batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
+            features=getattr(args, "features", "auto"), method_params=_method_params(args),
+            history=history, history_fraction=args.history_fraction, history_permute=args.history_permute,
+            baseline="uniform" if args.method == "history" else None, progress=progress.update,
+        )
     if args.json:
         print_json(out)
     else:
         _print_table(out)
     return 0
+
+
+class BacktestProgress:
+    """A rich progress bar on stderr (terminal only): runs done of runs in all, and the model being replayed."""
+
+    def __init__(self, enabled: bool, what: str) -> None:
+        self.enabled, self.what = enabled, what
+        self.bar = self.task = None
+
+    def __enter__(self) -> "BacktestProgress":
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[status]}"), TimeElapsedColumn(), transient=True)
+            self.task = self.bar.add_task(f"backtest {self.what}", total=None, status="starting")
+            self.bar.start()
+        return self
+
+    def update(self, done: int, total: int, model: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, total=total, status=model[:40])
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def _method_params(args) -> dict:

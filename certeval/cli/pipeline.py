@@ -30,8 +30,12 @@ def add_parser(subparsers) -> None:
         p.add_argument("--model", action="append", required=True, metavar="SPEC",
                        help="model spec (repeatable): replay:<scores>#<model>, hf:<dir|bundled:smollm2>, "
                             "vllm:<dir>, openai:<base_url>#<model>")
-        p.add_argument("--bank", default=None, help="item bank (Parquet/JSONL/CSV, any fsspec URL, bundled:<name>, "
-                                                    "bundled:trivia); optional with replay models only")
+        p.add_argument("--model_args", "--model-args", dest="model_args", default=None, metavar="K=V,...",
+                       help="options added to every --model spec (lm-eval style: key=value,key=value)")
+        p.add_argument("--bank", "--tasks", dest="bank", default=None,
+                       help="item bank (Parquet/JSONL/CSV, an lm-eval samples file or Inspect log, any fsspec URL, "
+                            "bundled:<name>, bundled:trivia); optional with replay models only. --tasks: lm-eval's "
+                            "name for it")
         if name == "certify":
             p.add_argument("--goal", required=True, help="halfwidth:E, above:T or below:T")
             p.add_argument("--method", default=None,
@@ -72,10 +76,13 @@ def add_parser(subparsers) -> None:
 def _add_run_options(p) -> None:
     add_common(p)
     p.add_argument("--batch-size", type=int, default=50, help="items per round and model (default 50)")
-    p.add_argument("--max-items", type=int, default=None, help="item budget per model")
+    p.add_argument("--max-items", "--limit", dest="max_items", type=int, default=None,
+                   help="item budget per model (--limit: lm-eval's name for it)")
     p.add_argument("--scorer", default=None, help="mc-loglik, mc-loglik-norm, exact, normalized, numeric or pkg.mod:func")
-    p.add_argument("--output", default=None, help="root of run folders: a folder or any fsspec URL (s3://...); "
-                                                  "default ./certeval-runs")
+    p.add_argument("--output", "--output_path", "--output-path", dest="output", default=None,
+                   help="root of run folders: a folder or any fsspec URL (s3://...); default ./certeval-runs")
+    p.add_argument("--log_samples", "--log-samples", dest="log_samples", action="store_true",
+                   help="also write samples/<model>/samples_<task>_<time>.jsonl (lm-eval's format) in the run folder")
     p.add_argument("--run-id", default=None, help="name of the run folder; the same id resumes a stopped run")
     p.add_argument("--ray-address", default=None,
                    help="connect to a running Ray cluster (default: $RAY_ADDRESS if set, else start a local one)")
@@ -105,11 +112,26 @@ def user_prefect_configured() -> bool:
     return (Path.home() / ".prefect" / "profiles.toml").is_file()
 
 
+def with_model_args(specs: list[str], model_args: str | None) -> list[str]:
+    """lm-eval's ``--model_args k=v,k2=v2`` as spec options (``?k=v&k2=v2``) of every model."""
+    if not model_args:
+        return list(specs)
+    parts = [p.strip() for p in model_args.split(",") if p.strip()]
+    for part in parts:
+        if "=" not in part or not part.partition("=")[0]:
+            from ..estimators._validation import InputError
+
+            raise InputError(f"--model_args must look like key=value,key=value; got {part!r} in {model_args!r}")
+    query = "&".join(parts)
+    return [f"{spec}{'&' if '?' in spec else '?'}{query}" for spec in specs]
+
+
 def plan_from_args(args) -> tuple[Any, Any]:
     from ..tasks.plan import make_plan
 
     return make_plan(
-        args.command, models=args.model, bank=args.bank, output=args.output, run_id=args.run_id,
+        args.command, models=with_model_args(args.model, getattr(args, "model_args", None)), bank=args.bank,
+        output=args.output, run_id=args.run_id,
         goal=getattr(args, "goal", None), method=args.method, confidence=args.confidence,
         batch_size=args.batch_size, max_items=args.max_items, seed=args.seed, scorer=args.scorer,
         margin=getattr(args, "margin", 0.0), threshold=getattr(args, "threshold", None),
@@ -121,13 +143,20 @@ def plan_from_args(args) -> tuple[Any, Any]:
 
 def run(args) -> int:
     prepare_env()
-    plan, _ = plan_from_args(args)  # every InputError happens here, before Ray/Prefect
+    plan, bank = plan_from_args(args)  # every InputError happens here, before Ray/Prefect
     from ..flows.pipeline import run_plan
     from ..tasks.plan import claim_run
     from ..tasks.run import want_progress
 
     claim_run(plan)  # a changed config of an existing run id stops here, nothing overwritten
+    if want_progress(args.json):  # the first minute can be silent otherwise (Prefect's server, Ray, models)
+        import sys
+
+        print(f"certeval: {plan.kind} run {plan.run_id}: starting the Prefect flow (the embedded server's first "
+              "start takes 10-20 s), then Ray and the model hosts...", file=sys.stderr, flush=True)
     results = run_plan(plan, progress=want_progress(args.json))
+    if getattr(args, "log_samples", False):
+        results["samples_files"] = log_samples(plan, bank, results)
     from ..report import write_report
 
     # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
@@ -139,17 +168,33 @@ def run(args) -> int:
     return 0 if results.get("reached") else 1
 
 
+def log_samples(plan, bank, results: dict[str, Any]) -> list[str]:
+    """``--log_samples``: every scored item of the run, in lm-eval's samples format (certeval.harness_output)."""
+    import time
+
+    from ..harness_output import write_samples
+
+    store = plan.store()
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%S.000000", time.gmtime())
+    return write_samples(store.folder, results, store.read_rounds(), bank.frame, stamp)
+
+
 def summary(results: dict[str, Any]) -> str:
     """A short human summary of a results.json."""
     lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}), "
              f"{results['rounds']} round(s)"]
-    rank_of = {}
-    for i, group in enumerate((results.get("ranking") or {}).get("tie_groups", [])):
-        rank_of.update({m: i + 1 for m in group})
+    from ..report import VERDICT_TEXT, rank_numbers, spell_verdict
+
+    rank_of = {}  # the report's numbering: ties share a rank, the next group skips places (1, 2, 2, 4)
+    tie_groups = (results.get("ranking") or {}).get("tie_groups", [])
+    for group, rank in zip(tie_groups, rank_numbers(tie_groups)):
+        rank_of.update({m: rank for m in group})
     for m in results["models"]:
         mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
         d = m.get("decision") or {}
         note = d.get("verdict") or d.get("rule") or ""
+        if note in VERDICT_TEXT and results.get("pairs"):  # a pair's verdict, spelled with the models' names
+            note = spell_verdict(results["pairs"][0])
         if m["model"] in rank_of:
             note = f"rank {rank_of[m['model']]}" + (f" ({d.get('rule')})" if not d.get("reached") else "")
         lines.append(f"  {m['model']:<40} {mean} [{m['lower']:.4f}, {m['upper']:.4f}]  "
@@ -159,7 +204,8 @@ def summary(results: dict[str, Any]) -> str:
         lines.append("  ranking: " + "  >  ".join(groups))
     if results["kind"] == "compare" and results.get("pairs"):
         p = results["pairs"][0]
-        lines.append(f"  {p['model_a']} - {p['model_b']}: {p['diff']:.4f} [{p['lower']:.4f}, {p['upper']:.4f}] -> {p['verdict']}")
+        lines.append(f"  {p['model_a']} - {p['model_b']}: {p['diff']:.4f} [{p['lower']:.4f}, {p['upper']:.4f}] -> "
+                     f"{spell_verdict(p)}")
     if results.get("selection"):
         lines.append("  selected: " + ", ".join(results["selection"]["selected"]))
     wall = (results.get("pipeline") or {}).get("wall_s")

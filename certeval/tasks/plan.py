@@ -76,6 +76,10 @@ class RunPlan:
         """The lm-eval-style task name: the bank's (or scores file's) short name."""
         source = self.bank or self.models[0].split(":", 1)[1].split("#")[0]
         name = source.split("?")[0].replace("bundled:", "").rstrip("/").split("/")[-1]
+        from ..readers import SAMPLES_NAME
+
+        if SAMPLES_NAME.match(name):  # an lm-eval samples file names its task
+            return SAMPLES_NAME.match(name).group("task")
         for suffix in (".scores.parquet", ".items.parquet", ".parquet", ".jsonl", ".json", ".csv", ".items", ".scores"):
             if name.endswith(suffix):
                 return name[: -len(suffix)]

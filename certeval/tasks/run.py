@@ -32,6 +32,7 @@ from ..banks import Bank, bank_features
 from ..estimators import make_method, method_from_state, parse_goal
 from ..estimators._validation import InputError
 from ..estimators.results import Decision, Estimate
+from ..harness_output import lm_eval_block, task_block
 from ..storage import RunStore, item_key
 from .plan import RunPlan, load_run_bank
 
@@ -449,6 +450,7 @@ class Run:
         plan = self.plan
         models = []
         lm_eval = {}
+        lm_eval_files = {}  # one lm-eval results file per model
         rounds = self.store.read_rounds()
         by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
         for label, spec in zip(self.labels, plan.models):
@@ -469,14 +471,14 @@ class Run:
             }
             if label in self.history:
                 entry["history"] = self.history[label].describe()
-            block = {
-                "alias": plan.task_name, "acc,none": est.mean, "acc_stderr,none": stderr,
-                "acc_ci_lower,none": est.lower, "acc_ci_upper,none": est.upper,
-                "items_scored,none": n, "items_total,none": total, "confidence": est.confidence,
-                "guarantee": est.guarantee,
-            }
+            # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
+            block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
+                               n_scored=n, n_total=total)
             entry["results"] = {plan.task_name: block}
             lm_eval[plan.task_name if len(self.labels) == 1 else f"{plan.task_name}|{label}"] = block
+            lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
+                                                 limit=plan.max_items, seed=plan.seed,
+                                                 date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
             models.append(entry)
         if plan.kind == "select" and self.group is not None:  # the selection's own simultaneous intervals
             status = {s.model: s for s in self.group.models}
@@ -488,7 +490,7 @@ class Run:
             "confidence": plan.confidence, "seed": plan.seed, "rounds": self.round,
             "done": all(d.done for d in self.decisions.values()) if self.decisions else False,
             "reached": all(d.reached for d in self.decisions.values()) if self.decisions else False,
-            "models": models, "results": lm_eval,
+            "models": models, "results": lm_eval, "lm_eval": lm_eval_files,
             "history": None if not plan.history else {
                 "sources": list(plan.history),
                 "comparison_target": "bank" if getattr(self, "pair", None) is not None else None,
@@ -553,8 +555,14 @@ class Progress:
         self.tasks = {label: self.bar.add_task(label[:32], total=min(total, run.bank.n_items),
                                                completed=run.n_scored(label), interval="")
                       for label in run.labels}
+        # a status line for the slow steps between rounds (start-up of Ray and model hosts)
+        self.status_task = self.bar.add_task("", total=None, interval="", visible=False)
         self.bar.start()
         self.refresh()
+
+    def status(self, text: str | None) -> None:
+        """Show ``text`` on the status line (None hides it)."""
+        self.bar.update(self.status_task, description=text or "", visible=bool(text))
 
     def advance(self, label: str, n: int) -> None:
         self.bar.advance(self.tasks[label], n)

@@ -46,12 +46,17 @@ def start_models(plan: RunPlan, run: Run) -> Any:
     """Start (or connect to) Ray and one named actor pool per model."""
     from ..backends.pool import CALL_LOG_ENV, ModelPool, init_ray
 
+    if run.progress is not None:
+        run.progress.status("starting Ray + model hosts…")
     init_ray(plan.ray_address, num_cpus=plan.num_cpus or os.cpu_count() or 2)
     cache_urls = {label: cache.folder.url() for label, cache in run.caches.items()}
     pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
                      in_flight=plan.in_flight, cache_urls=cache_urls, call_log=os.environ.get(CALL_LOG_ENV),
                      run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None)
-    return pool.start()
+    started = pool.start()
+    if run.progress is not None:
+        run.progress.status(None)
+    return started
 
 
 @task(name="select", **_OPTS)

@@ -1,0 +1,97 @@
+"""Results in lm-evaluation-harness's own shapes: the per-model results block and ``--log_samples`` files.
+
+lm-eval writes one ``results_<timestamp>.json`` per model with ``results`` (``{task: {"alias": …,
+"<metric>,<filter>": number, "<metric>_stderr,<filter>": number | "N/A"}}``), ``versions``, ``n-shot``,
+``n-samples`` (``{"original": N, "effective": n}``), ``higher_is_better``, ``group_subtasks``, ``configs``
+and ``config`` (``model``, ``model_args``, …). :func:`lm_eval_block` builds exactly that for one certeval model,
+so lm-eval's table code (``lm_eval.utils.make_table``) prints it; every metric value is a number (the
+interval as ``acc_ci_lower``/``acc_ci_upper``). The guarantee, confidence and decision stay in certeval's
+own entry of the model in ``results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pandas as pd
+
+from .backends.base import parse_model_spec
+from .storage import Folder, safe_name
+
+FILTER = "none"
+
+
+def model_config(spec_text: str) -> dict[str, Any]:
+    """lm-eval's ``config.model`` / ``config.model_args`` for a certeval model spec."""
+    spec = parse_model_spec(spec_text)
+    args = [f"location={spec.location}"] + ([f"name={spec.name}"] if spec.name else [])
+    args += [f"{k}={v}" for k, v in spec.options]
+    return {"model": spec.kind, "model_args": ",".join(args)}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+def task_block(task: str, *, mean: float, stderr: float, lower: float, upper: float, n_scored: int,
+               n_total: int) -> dict[str, Any]:
+    """One task's metrics in lm-eval's ``<metric>,<filter>`` form (numbers; stderr ``"N/A"`` when unknown,
+    as lm-eval writes it)."""
+    se = _number(stderr)
+    return {"alias": task, f"acc,{FILTER}": _number(mean) if n_scored else None,
+            f"acc_stderr,{FILTER}": "N/A" if se is None else se,
+            f"acc_ci_lower,{FILTER}": _number(lower), f"acc_ci_upper,{FILTER}": _number(upper),
+            f"items_scored,{FILTER}": int(n_scored), f"items_total,{FILTER}": int(n_total)}
+
+
+def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], *, batch_size: int,
+                  limit: int | None, seed: int, date: str | None = None) -> dict[str, Any]:
+    """The whole lm-eval results file of one model (see the module docstring)."""
+    return {
+        "results": {task: block},
+        "group_subtasks": {task: []},
+        "configs": {task: {"task": task, "num_fewshot": 0, "output_type": "certeval",
+                           "metric_list": [{"metric": "acc", "higher_is_better": True}]}},
+        "versions": {task: None},  # a certeval bank has no task version
+        "n-shot": {task: 0},
+        "higher_is_better": {task: {"acc": True, "acc_ci_lower": True, "acc_ci_upper": True}},
+        "n-samples": {task: {"original": block[f"items_total,{FILTER}"],
+                             "effective": block[f"items_scored,{FILTER}"]}},
+        "config": {**model_config(spec_text), "batch_size": batch_size, "limit": limit, "random_seed": seed},
+        "model_name": label,
+        "date": date,
+    }
+
+
+def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame, bank_frame: pd.DataFrame | None,
+                  stamp: str) -> list[str]:
+    """``--log_samples``: ``samples/<model>/samples_<task>_<stamp>.jsonl`` in the run folder, one line per
+    scored item in scoring order, lm-eval's field names where they apply (``doc_id`` = position in the bank,
+    ``doc``, ``target``, ``resps``, ``filtered_resps``, ``acc``); certeval adds ``item_id``, ``round`` and
+    ``prob`` (selection probability).
+    The files read back as scores and history (lm-eval's layout: the folder names the model)."""
+    task = str(results["task"])
+    docs: dict[str, dict] = {}
+    position: dict[str, int] = {}
+    if bank_frame is not None:
+        position = {str(i): k for k, i in enumerate(bank_frame["item_id"].astype(str))}
+        frame = bank_frame.drop(columns=[c for c in ("embedding",) if c in bank_frame.columns])
+        docs = {str(r["item_id"]): r for r in json.loads(frame.to_json(orient="records"))}
+    written = []
+    for model, group in rounds.groupby("model", sort=False) if len(rounds) else []:
+        lines = []
+        for row in group.sort_values("round", kind="stable").itertuples(index=False):
+            doc = docs.get(str(row.item_id), {"item_id": str(row.item_id)})
+            output = getattr(row, "output", None)
+            resps = [] if output is None or (isinstance(output, float) and math.isnan(output)) else [[str(output)]]
+            lines.append(json.dumps({
+                "doc_id": position.get(str(row.item_id), str(row.item_id)), "item_id": str(row.item_id), "doc": doc, "target": doc.get("answer", doc.get("answers")),
+                "arguments": [], "resps": resps, "filtered_resps": [r[0] for r in resps], "filter": FILTER,
+                "acc": float(row.score), "round": int(row.round),
+                "prob": None if getattr(row, "prob", None) is None else float(row.prob)}, default=str))
+        rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"
+        folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
+        written.append(folder.url(rel))
+    return written
