@@ -241,8 +241,9 @@ def _bank_looks_run(update, looks: list[int], done) -> None:
 def _statement_errors(verdict: np.ndarray, true_diff: np.ndarray, margin: float) -> np.ndarray:
     """Wrong ordering statements against the exact bank differences: a>b claims a difference above the
     margin, b>a below -margin, equivalent inside [-margin, margin]."""
-    return (((verdict == A_GT_B) & (true_diff <= margin)) | ((verdict == B_GT_A) & (true_diff >= -margin))
-            | ((verdict == EQUIVALENT) & (np.abs(true_diff) > margin)))
+    tol = 1e-9  # exact differences equal to the margin, up to floating point
+    return (((verdict == A_GT_B) & (true_diff <= margin - tol)) | ((verdict == B_GT_A) & (true_diff >= -margin + tol))
+            | ((verdict == EQUIVALENT) & (np.abs(true_diff) > margin + tol)))
 
 
 def bank_compare_backtest(matrix, models, weights, *, margin: float, alpha: float, reps: int, seed: int,

@@ -44,6 +44,7 @@ from .results import to_jsonable
 
 TARGETS = ("bank", "distribution")
 TRUNCATION = 0.5  # lambda_i <= 1/2, as in wor_confidence_sequence
+EXACT_TOL = 1e-9  # floating-point slack when an exact difference is compared with the margin
 
 GUARANTEE = ("bank target, anytime-valid: without-replacement empirical-Bernstein confidence sequences "
              "(Waudby-Smith & Ramdas 2020) on the paired differences of the bank's weighted means; exact once "
@@ -165,10 +166,10 @@ def pair_verdicts(diff: np.ndarray, lower: np.ndarray, upper: np.ndarray, margin
     """Verdict codes (into ``VERDICTS``) with margin D: a>b once the interval lies above D, b>a below -D,
     equivalent inside (-D, D); at exhaustion the exact difference decides (|diff| <= D: equivalent)."""
     codes = np.full(np.shape(diff), UNDECIDED)
-    if exact:
+    if exact:  # a difference equal to the margin (rational weights: it happens) is not beyond it
         codes[:] = EQUIVALENT
-        codes[diff > margin] = A_GT_B
-        codes[diff < -margin] = B_GT_A
+        codes[diff > margin + EXACT_TOL] = A_GT_B
+        codes[diff < -margin - EXACT_TOL] = B_GT_A
         return codes
     if margin > 0:
         codes[(lower > -margin) & (upper < margin)] = EQUIVALENT
