@@ -74,10 +74,11 @@ def test_exhausted_pair_gets_its_exact_verdict_and_zero_width():
     n = 400
     a = (rng.random(n) < 0.5).astype(float)
     b = a.copy()
-    flip = rng.choice(n, size=12, replace=False)  # b loses 12 items: exact difference 12/400 = 0.03
+    flip = rng.choice(np.flatnonzero(a == 1), size=12, replace=False)  # b loses 12 items: exactly 0.03
     b[flip] = 0.0
     diff = a.mean() - b.mean()
-    for margin, want in ((0.0, "a>b"), (0.02, "a>b"), (0.05, "equivalent")):
+    assert diff == pytest.approx(0.03)
+    for margin, want in ((0.0, "a>b"), (0.02, "a>b"), (0.03, "equivalent"), (0.05, "equivalent")):
         r = bank_rank(np.vstack([a, b]), ["a", "b"], [n], margin=margin).result()
         c = r.comparisons[0]
         if c.n_items < n:
