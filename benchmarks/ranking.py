@@ -117,7 +117,7 @@ def round_time(dataset: str = "openllm_arc", batch: int = 25, looks: int = 20, s
             "distribution_look1_s": dist_s[0], "distribution_look20_s": dist_s[-1]}
 
 
-def pipeline_run(dataset: str = "openllm_tiny", margin: float = 0.02, timeout: int = 3000) -> dict:
+def pipeline_run(dataset: str = "openllm_tiny", margin: float = 0.02, timeout: int = 2400) -> dict:
     """``certeval rank`` over every model of the dataset, in a child process (peak RSS of children)."""
     from certeval.banks import load_scores
 
@@ -128,7 +128,10 @@ def pipeline_run(dataset: str = "openllm_tiny", margin: float = 0.02, timeout: i
     for m in models:
         cmd += ["--model", f"replay:bundled:{dataset}#{m}"]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir)
+    except subprocess.TimeoutExpired:
+        return {"dataset": dataset, "models": len(models), "error": f"timed out after {timeout} s"}
     wall = time.perf_counter() - start
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if proc.returncode not in (0, 1):
