@@ -214,3 +214,51 @@ def test_bad_input(kwargs, match):
         r.update([0, 1], np.zeros((3, 2)))
     with pytest.raises(InputError, match="top"):
         BankSelection(["a", "b"], top=3)
+
+
+def _history_bank(seed, m=4, n=200):
+    from certeval.estimators.history import fit_history_prior
+
+    rng = np.random.default_rng(seed)
+    ability = rng.normal(0, 1, 30 + m)
+    difficulty = rng.normal(0, 1.2, n)
+    p = 1 / (1 + np.exp(-(ability[:, None] - difficulty[None, :])))
+    pop = (rng.random(p.shape) < p).astype(float)
+    prior = fit_history_prior(pop[:30], n_factors=2)  # the other 30 models are the history
+    return pop[30:], prior
+
+
+def test_history_ranking_statements_hold_and_exhaustion_is_exact():
+    """rank --history: each pair is compare --history's exact CS at alpha/P. Over seeded banks, no
+    statement contradicts the exact bank differences; at exhaustion every pair has its exact verdict."""
+    from certeval.estimators.paired_history import HistoryRanking
+    from certeval.estimators.protocol import BankSpec
+
+    names = ["a", "b", "c", "d"]
+    wrong = 0
+    for seed in range(4):
+        x, prior = _history_bank(seed)
+        n = x.shape[1]
+        spec = BankSpec(n)
+        rank = HistoryRanking(names, [prior] * 4, spec, alpha=ALPHA, margin=0.0)
+        order = np.random.default_rng(100 + seed).permutation(n)
+        for start in range(0, n, 50):
+            cols = order[start:start + 50]
+            rank.update(cols, np.where(rank.model_open[:, None], x[:, cols], np.nan))
+            if not rank.active:
+                break
+        res = rank.result()
+        exact = x.mean(axis=1)
+        for c in res.comparisons:
+            d = exact[names.index(c.model_a)] - exact[names.index(c.model_b)]
+            wrong += (c.verdict == "a>b" and d <= 0) or (c.verdict == "b>a" and d >= 0)
+            assert c.lower - 1e-9 <= d <= c.upper + 1e-9
+            if c.exact:
+                assert c.lower == pytest.approx(d, abs=1e-9) and c.verdict != "undecided"
+        place = {m: i for i, m in enumerate(res.models)}
+        for c in res.comparisons:
+            if c.verdict == "a>b":
+                assert place[c.model_a] < place[c.model_b]
+    assert wrong == 0
+    with pytest.raises(InputError, match="at most|2 to"):
+        HistoryRanking([f"m{k}" for k in range(31)], [prior] * 31, BankSpec(10))

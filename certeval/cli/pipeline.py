@@ -43,7 +43,7 @@ def add_parser(subparsers) -> None:
                                 "interval stays exact")
         else:
             p.add_argument("--method", default=None, help=argparse.SUPPRESS)
-        if name == "compare":
+        if name in ("compare", "rank"):
             p.add_argument("--history", action="append", default=None, metavar="SOURCE",
                            help="other models' recorded scores (repeatable): the comparison then answers the "
                                 "bank's question with an exact, anytime-valid interval for the difference, using "

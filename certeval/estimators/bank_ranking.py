@@ -263,6 +263,29 @@ def group_ties(order: Sequence[int], separated_from: Any) -> list[list[int]]:
     return groups
 
 
+def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: np.ndarray, *, alpha: float,
+                     correction: str = "bonferroni"):
+    """A :class:`~.ranking.Ranking` from every pair's verdict and each model's bank-mean estimate: order
+    consistent with the verdicts, tie groups with no two separated members."""
+    from .ranking import Ranking
+
+    names = table.names
+    means = np.where(np.isnan(model_mean), -np.inf, model_mean)
+    order = consistent_order(means, names, table.a, table.b, table.verdict)
+    sep = np.zeros((len(names), len(names)), dtype=bool)
+    d = np.isin(table.verdict, (A_GT_B, B_GT_A))
+    sep[table.a[d], table.b[d]] = True
+    sep[table.b[d], table.a[d]] = True
+    groups = group_ties(order, lambda k, group: bool(sep[k, group].any()))
+    order = [k for g in groups for k in g]
+    return Ranking(
+        models=tuple(names[k] for k in order),
+        tie_groups=tuple(tuple(names[k] for k in g) for g in groups),
+        means=tuple(float(model_mean[k]) for k in order),
+        items_used=tuple(int(model_used[k]) for k in order),
+        n_total=table.n_total, pairs=table, alpha=alpha, correction=correction, guarantee=table.guarantee)
+
+
 class BankRanking:
     """Incremental bank-target ranking of M models over a shared uniform item order.
 
@@ -403,20 +426,8 @@ class BankRanking:
         return sep
 
     def result(self):
-        from .ranking import Ranking
-
-        means = np.where(np.isnan(self.model_mean), -np.inf, self.model_mean)
-        order = consistent_order(means, self.names, self.pa, self.pb, self.verdict)
-        sep = self.separated_matrix()
-        groups = group_ties(order, lambda k, group: bool(sep[k, group].any()))
-        order = [k for g in groups for k in g]
-        return Ranking(
-            models=tuple(self.names[k] for k in order),
-            tie_groups=tuple(tuple(self.names[k] for k in g) for g in groups),
-            means=tuple(float(self.model_mean[k]) for k in order),
-            items_used=tuple(int(self.model_used[k]) for k in order),
-            n_total=self.n_total, pairs=self.pair_table(), alpha=self.alpha, correction=self.correction,
-            guarantee=self.guarantee())
+        return assemble_ranking(self.pair_table(), self.model_mean, self.model_used, alpha=self.alpha,
+                                correction=self.correction)
 
     def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
         """Per model: (mean, lower, upper, items) — simultaneous CSs at alpha / M for the bank means."""

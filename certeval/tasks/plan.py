@@ -243,9 +243,11 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
                              "the bank's items (a scores file, bundled:<name>, or earlier run folders)")
         method_obj = make_method(method, confidence=confidence)
     else:
-        if history and kind != "compare":
-            raise InputError(f"--history is not used by {kind} yet (rank and select test every pair on one uniform "
-                             "item order); use it with certify or compare")
+        if history and kind == "select":
+            raise InputError("--history is not used by select yet; use it with certify, compare or rank")
+        if history and kind == "rank" and len(specs) > 30:
+            raise InputError(f"rank --history runs one exact confidence sequence per pair: at most 30 models, got "
+                             f"{len(specs)} (drop --history: the bank ranking without it scales to thousands)")
         if method not in (None, PAIRED_METHOD):
             raise InputError(f"{kind} samples the same uniform item order for every model; --method must be "
                              f"{PAIRED_METHOD!r}, got {method!r}")

@@ -174,8 +174,9 @@ class Run:
             start = self.looks[-1] if self.looks else 0
             self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
             self._pair_absorb(start, self.looks[-1])
-            self._group_absorb(start, self.looks[-1])
         self._check_paired_record(rounds, last)
+        for start, stop in zip([0] + self.looks[:-1], self.looks):  # a complete record: replay it once
+            self._group_absorb(start, stop)
         self.round = last + 1
         self.active = list(marker.get("active", self.labels))
         self.decisions = {k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()}
@@ -189,6 +190,11 @@ class Run:
         from ..estimators.bank_ranking import BankRanking, BankSelection
 
         alpha, weights = 1.0 - plan.confidence, self.spec.weights()
+        if plan.kind == "rank" and self.history:  # each pair: compare --history's exact CS, at alpha / P
+            from ..estimators.paired_history import HistoryRanking
+
+            return HistoryRanking(self.labels, [self.history[label] for label in self.labels], self.spec,
+                                  alpha=alpha, margin=plan.margin)
         if plan.kind == "select":
             return BankSelection(self.labels, alpha=alpha, top=plan.top or 1, epsilon=plan.halfwidth or 0.0,
                                  threshold=plan.threshold or 0.0).start(weights)
@@ -514,7 +520,7 @@ class Run:
             for entry in models:
                 s = status[entry["model"]]
                 entry.update(selection_status=s.status, selection_lower=s.lower, selection_upper=s.upper)
-        if plan.kind == "rank" and getattr(self, "bank_group", None) is not None:  # simultaneous at alpha/M
+        if plan.kind == "rank" and hasattr(getattr(self, "bank_group", None), "model_intervals"):  # at alpha/M
             for entry in models:
                 mean, lower, upper, used = self.bank_group.model_intervals()[entry["model"]]
                 entry.update(ranking_mean=mean, ranking_lower=lower, ranking_upper=upper, ranking_items=used)
@@ -527,7 +533,8 @@ class Run:
             "models": models, "results": lm_eval,
             "history": None if not plan.history else {
                 "sources": list(plan.history),
-                "comparison_target": "bank" if getattr(self, "pair", None) is not None else None,
+                "comparison_target": "bank" if (getattr(self, "pair", None) is not None
+                                                or getattr(self, "bank_group", None) is not None) else None,
                 "rule": "the model under evaluation is never part of its own history (same name: left out)"},
             "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
                        "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
