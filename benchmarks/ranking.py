@@ -153,7 +153,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="only the pipeline run, its JSON written to FILE (run it apart on a busy machine)")
     p.add_argument("--pipeline-from", metavar="FILE", default=None,
                    help="take the pipeline measurement from a --pipeline-only FILE instead of running it")
+    p.add_argument("--merge", action="store_true", help="with --pipeline-from: only add it to the stored result")
     args = p.parse_args(argv)
+    if args.pipeline_from and args.merge:  # add a pipeline measurement to the stored result
+        from benchmarks._meta import read_result
+
+        stored = read_result("ranking", args.quick)
+        if stored is None:
+            raise SystemExit("no stored ranking result to merge into; run without --merge")
+        stored.pop("meta", None)
+        with open(args.pipeline_from) as fh:
+            stored["pipeline"] = json.load(fh)
+        print(f"wrote {write_result('ranking', stored, args.quick, seed=args.seed)}")
+        return 0
     if args.pipeline_only:
         with open(args.pipeline_only, "w") as fh:
             json.dump(pipeline_run(), fh, indent=1)
