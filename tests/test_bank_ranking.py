@@ -262,3 +262,19 @@ def test_history_ranking_statements_hold_and_exhaustion_is_exact():
     assert wrong == 0
     with pytest.raises(InputError, match="at most|2 to"):
         HistoryRanking([f"m{k}" for k in range(31)], [prior] * 31, BankSpec(10))
+
+
+def test_selection_state_round_trip_resumes_exactly():
+    rng = np.random.default_rng(4)
+    m, n = 6, 300
+    x = (rng.random((m, n)) < np.linspace(0.3, 0.8, m)[:, None]).astype(float)
+    names = [f"m{k}" for k in range(m)]
+    whole = BankSelection(names, top=2, epsilon=0.05).start(np.full(n, 1 / n))
+    part = BankSelection(names, top=2, epsilon=0.05).start(np.full(n, 1 / n))
+    for start in range(0, n, 30):
+        for sel in (whole, part):
+            live = np.array([s == "running" for s in sel.status])
+            sel.update(np.arange(start, start + 30), np.where(live[:, None], x[:, start:start + 30], np.nan))
+        if start == 60:
+            part = BankSelection.from_state(part.state())
+    assert whole.result().to_dict() == part.result().to_dict()
