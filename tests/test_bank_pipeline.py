@@ -45,6 +45,17 @@ def test_bank_rank_states_its_target_and_resumes_into_the_same_ranking(infra, tm
     assert [c["lower"] for c in again["comparisons"]] == [p["lower"] for p in res["pairs"]]
 
 
+def test_distribution_target_answers_every_interval_for_the_distribution(infra, tmp_path):
+    from certeval.flows.pipeline import run_plan
+
+    plan, _ = make_plan("compare", models=[replay(STRONG), replay(WEAK)], batch_size=50, seed=1,
+                        target="distribution", output=str(tmp_path / "runs"), run_id="cmp-dist")
+    res = run_plan(plan)
+    assert res["target"] == "distribution" and res["pairs"][0]["verdict"] == "a>b"
+    assert {m["estimate"]["target"] for m in res["models"]} == {"distribution"}
+    assert res["pairs"][0]["statistic"] == "paired"  # the group-sequential test, not the bank CS
+
+
 def test_rank_with_history_records_it_and_agrees_with_the_exact_bank(infra, tmp_path):
     from certeval.flows.pipeline import run_plan
 

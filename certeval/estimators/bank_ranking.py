@@ -417,14 +417,6 @@ class BankRanking:
                              self.diff, self.lower, self.upper, self.n_total, 1.0 - self.alpha, self.margin,
                              self.guarantee())
 
-    def separated_matrix(self) -> np.ndarray:
-        m = len(self.names)
-        sep = np.zeros((m, m), dtype=bool)
-        d = np.isin(self.verdict, (A_GT_B, B_GT_A))
-        sep[self.pa[d], self.pb[d]] = True
-        sep[self.pb[d], self.pa[d]] = True
-        return sep
-
     def result(self):
         return assemble_ranking(self.pair_table(), self.model_mean, self.model_used, alpha=self.alpha,
                                 correction=self.correction)
@@ -584,12 +576,10 @@ class BankSelection:
             if self.upper[j] < self.threshold:
                 self.status[j], self.look_of[j] = "below", self.looks
         alive = alive[self.status[alive] != "below"]
-        if len(alive) > k:
-            lows = np.sort(self.lower[alive])[::-1]
-            kth_low = lows[k - 1]  # K models have lower >= this
+        if len(alive) > k:  # surely outside the top K: K models certainly better
+            kth_low = np.sort(self.lower[alive])[::-1][k - 1]
             for j in alive:
-                if self.status[j] == "running" and self.upper[j] < kth_low and \
-                        np.sum(self.lower[alive] > self.upper[j]) >= k:
+                if self.status[j] == "running" and self.upper[j] < kth_low:
                     self.status[j], self.look_of[j] = "not-best", self.looks
             alive = alive[self.status[alive] != "not-best"]
         exact = self.n == self.n_total

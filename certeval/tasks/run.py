@@ -146,8 +146,10 @@ class Run:
         self.matrix = np.full((len(self.labels), n), np.nan)  # columns in the shared order
         self.looks: list[int] = []
         marker = self.store.read_marker()
+        target = self.plan.target or "bank"  # every per-model interval answers the run's target too
         for label in self.labels:
-            self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence).start(self.spec)
+            self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence,
+                                              target=target).start(self.spec)
         self.pair = None
         if self.plan.kind == "compare" and self.history:
             from ..estimators.paired_history import PairDifferenceMethod, PairPrior
