@@ -137,11 +137,37 @@ def pipeline_run(dataset: str = "openllm_tiny", margin: float = 0.02, timeout: i
         return {"dataset": dataset, "error": proc.stderr[-2000:], "returncode": proc.returncode, "wall_s": wall}
     res = json.loads(proc.stdout)
     ranking = res["ranking"]
+    checked = pipeline_statement_errors(res["run_folder"], dataset, margin)
     return {"dataset": dataset, "models": len(models), "margin": margin, "returncode": proc.returncode,
             "wall_s": wall, "pipeline_wall_s": res["pipeline"]["wall_s"], "rounds": res["rounds"],
             "peak_rss_mb_largest_child": peak_kb / 1024, "fraction_cells": ranking["fraction_used"],
             "tie_groups": len(ranking["tie_groups"]), "n_pairs": ranking["n_pairs"],
-            "n_pairs_decided": ranking["n_pairs_decided"], "target": res["target"]}
+            "n_pairs_decided": ranking["n_pairs_decided"], "target": res["target"], "run_folder": res["run_folder"],
+            **checked}
+
+
+def pipeline_statement_errors(run_folder: str, dataset: str = "openllm_tiny", margin: float = 0.02) -> dict:
+    """Ordering statements of a stored rank run (pairs.parquet or results.json pairs) against the exact
+    bank differences: the family-wise check of that one run."""
+    import pandas as pd
+
+    from certeval.backtest.comparative import _statement_errors
+    from certeval.estimators.comparison import VERDICTS
+
+    matrix, models, weights = _load(dataset)
+    exact = dict(zip(models, matrix @ weights))
+    path = os.path.join(run_folder, "pairs.parquet")
+    if os.path.exists(path):
+        pairs = pd.read_parquet(path)
+    else:
+        with open(os.path.join(run_folder, "results.json")) as fh:
+            pairs = pd.DataFrame(json.load(fh)["pairs"])
+    diff = pairs["model_a"].map(exact).to_numpy() - pairs["model_b"].map(exact).to_numpy()
+    code = pairs["verdict"].map({v: k for k, v in enumerate(VERDICTS)}).to_numpy()
+    wrong = _statement_errors(code, diff, margin)
+    n_total = int(matrix.shape[1])
+    return {"wrong_statements": int(wrong.sum()), "pairs_decided_before_exhaustion":
+            int((pairs["n_items"] < n_total).sum())}
 
 
 def main(argv: list[str] | None = None) -> int:
