@@ -103,7 +103,8 @@ def bank_comparison(method: PairDifferenceMethod, model_a: str, model_b: str, ma
     diff, lower, upper = 2 * est.mean - 1, 2 * est.lower - 1, 2 * est.upper - 1
     verdict, rule = "undecided", None
     if est.exhausted:  # the exact difference decides
-        verdict = "a>b" if diff > margin else ("b>a" if diff < -margin else "equivalent")
+        tol = 1e-9  # a difference equal to the margin (up to floating point) is not beyond it
+        verdict = "a>b" if diff > margin + tol else ("b>a" if diff < -margin - tol else "equivalent")
         rule = "exhausted"
     elif lower > margin:
         verdict, rule = "a>b", "efficacy"
