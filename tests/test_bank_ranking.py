@@ -178,7 +178,7 @@ def test_bank_ranking_order_verdicts_and_tie_groups_agree_on_every_bundled_bank(
 
 def test_selection_finds_an_epsilon_best_model_and_drops_others_early():
     rng = np.random.default_rng(2)
-    m, n, reps, eps = 10, 1000, 100, 0.02
+    m, n, reps, eps = 10, 1000, 60, 0.02
     acc = np.linspace(0.35, 0.75, m)
     names = [f"m{k}" for k in range(m)]
     wrong, fractions = 0, []
