@@ -469,11 +469,16 @@ def ranking_rows(run: RunData) -> list[dict[str, Any]]:
     names = [str(m) for m in ranking.get("models") or list(by_model)]
     groups = ranking.get("tie_groups") or [[n] for n in names]
     means = ranking.get("means")
+    simultaneous = {m["model"]: m for m in run.results.get("models") or [] if m.get("ranking_mean") is not None}
     rows = []
     for gi, (group, rank) in enumerate(zip(groups, rank_numbers(groups)), 1):
         members = [names[m] if isinstance(m, (int, np.integer)) else str(m) for m in group]
         for name in members:
             base = by_model.get(name, {"model": name})
+            if name in simultaneous:  # a ranking shows the intervals its verdicts agree with (same target)
+                own = simultaneous[name]
+                base = {**base, "mean": own["ranking_mean"], "lower": own["ranking_lower"],
+                        "upper": own["ranking_upper"]}
             mean = base.get("mean")
             if mean is None and means is not None and name in names:
                 mean = means[names.index(name)]
@@ -500,7 +505,7 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
     title = cfg.get("run_id") or run.url.rstrip("/").rsplit("/", 1)[-1]
     lines = [f"# certeval report: {title}", ""]
     facts = []
-    for key in ("kind", "command", "goal", "method", "confidence", "bank", "scores", "seed", "margin"):
+    for key in ("kind", "command", "target", "goal", "method", "confidence", "bank", "scores", "seed", "margin", "top"):
         if cfg.get(key) is not None:
             facts.append(f"**{key}** `{cfg[key]}`")
     if facts:

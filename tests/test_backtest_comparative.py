@@ -66,3 +66,21 @@ def test_bad_goals(goal):
 def test_unknown_model_is_input_error():
     with pytest.raises(InputError, match="unknown model"):
         run_comparative_backtest(_args(model=["nope", "writer_palmyra-x"]))
+
+
+@pytest.mark.parametrize("goal", ["rank:0.02", "compare:0", "select:0.3,0.05"])
+def test_distribution_target_still_answers_with_group_sequential_tests(goal, capsys):
+    assert run_comparative_backtest(_args(goal=goal, target="distribution", reps=1)) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["target"] == "distribution" and "target" not in out["summary"]
+
+
+def test_bank_rank_backtest_states_are_exact_and_never_wrong_on_helm_mmlu(capsys):
+    """Bank target: the whole bank known at the end, so every fully scored pair is decided and no
+    ordering statement contradicts the exact bank order (over these reps)."""
+    assert run_comparative_backtest(_args(reps=3, looks_every=50)) == 0
+    out = json.loads(capsys.readouterr().out)
+    s = out["summary"]
+    assert s["target"] == "bank" and s["family_wise_error_rate"] == 0.0
+    first = out["rankings"][0]
+    assert all(c["verdict"] != "undecided" for c in first["comparisons"] if c["n_items"] == c["n_total"])

@@ -91,8 +91,11 @@ def test_history_left_out_entirely_when_only_the_model_itself_is_recorded(tmp_pa
 
 
 def test_paired_commands_refuse_history_for_now(tmp_path):
-    with pytest.raises(InputError, match="not used by rank"):
-        make_plan("rank", models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], output=str(tmp_path / "r"))
+    with pytest.raises(InputError, match="not used by select"):
+        make_plan("select", models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], output=str(tmp_path / "r"))
+    with pytest.raises(InputError, match="drop --target"):
+        make_plan("rank", models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], target="distribution",
+                  output=str(tmp_path / "r"))
 
 
 def test_checkpoint_schedule_learns_from_the_checkpoints_it_already_certified(infra, tmp_path):
@@ -152,6 +155,6 @@ def test_compare_with_history_at_exhaustion_gives_the_exact_difference(infra, tm
                         seed=1, output=str(tmp_path / "runs"), run_id="cmp-x")
     pair = run_plan(plan)["pairs"][0]
     truth = _bank_diff(scores, a, b)
-    assert truth == 0.0 and pair["exact"]  # margin 0: only the whole bank can show a tie
+    assert truth == pytest.approx(0.0, abs=1e-12) and pair["exact"]  # margin 0: only the whole bank shows a tie
     assert pair["lower"] == pytest.approx(0.0, abs=1e-12) and pair["upper"] == pytest.approx(0.0, abs=1e-12)
     assert pair["verdict"] == "equivalent" and pair["rule"] == "exhausted"

@@ -110,7 +110,8 @@ def test_select_flow_keeps_the_best_and_discards_the_weak(infra, tmp_path):
     assert sel["selected"] == [STRONG]
     assert WEAK in sel["discarded"] and MIDDLE in sel["discarded"]
     status = {m["model"]: m["selection_status"] for m in res["models"]}
-    assert status[WEAK] in ("below", "not-best") and status[STRONG] == "candidate"
+    assert status[WEAK] in ("below", "not-best") and status[STRONG] == "selected"  # bank target (default)
+    assert res["target"] == "bank" and sel["top"] == 1 and sel["fraction_used"] < 1
 
 
 def test_killed_actor_mid_batch_every_item_scored_exactly_once(infra, tmp_path, monkeypatch):

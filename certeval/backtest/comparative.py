@@ -13,6 +13,7 @@ and compares the sequential decisions with the full-bank truth:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,14 @@ def _load(args) -> tuple[np.ndarray, list[str], np.ndarray | None, int | None]:
         _, subsets = np.unique(codes, return_inverse=True)
         n_subsets = int(subsets.max()) + 1
     return matrix, models, subsets, n_subsets
+
+
+def _bank_weights(n: int, subsets, n_subsets) -> np.ndarray:
+    """Per-item weights of the bank mean: 1/N, or 1/(S N_s) for the mean of S sub-dataset means."""
+    if subsets is None:
+        return np.full(n, 1.0 / n)
+    sizes = np.bincount(subsets, minlength=n_subsets)
+    return 1.0 / (n_subsets * sizes[subsets])
 
 
 def _truth_pairs(a: np.ndarray, b: np.ndarray, alpha: float, statistic: str, subsets, n_subsets) -> tuple[np.ndarray, np.ndarray]:
@@ -218,6 +227,179 @@ def select_backtest(matrix, models, subsets, n_subsets, *, threshold: float, hal
     return {"runs": runs, "summary": summary}
 
 
+# ----------------------------------------------------------------------------------------- bank target
+def _bank_looks_run(update, looks: list[int], done) -> None:
+    prev = 0
+    for n_k in looks:
+        if n_k > prev:
+            update(prev, n_k)
+            prev = n_k
+        if done():
+            break
+
+
+def _statement_errors(verdict: np.ndarray, true_diff: np.ndarray, margin: float) -> np.ndarray:
+    """Wrong ordering statements against the exact bank differences: a>b claims a difference above the
+    margin, b>a below -margin, equivalent inside [-margin, margin]."""
+    tol = 1e-9  # exact differences equal to the margin, up to floating point
+    return (((verdict == A_GT_B) & (true_diff <= margin - tol)) | ((verdict == B_GT_A) & (true_diff >= -margin + tol))
+            | ((verdict == EQUIVALENT) & (np.abs(true_diff) > margin + tol)))
+
+
+def bank_compare_backtest(matrix, models, weights, *, margin: float, alpha: float, reps: int, seed: int,
+                          n_pairs: int, looks_every: int, max_items: int | None) -> dict[str, Any]:
+    """Each sampled pair on its own (level alpha per pair), bank target: without-replacement CS on the paired
+    difference of the bank's weighted means; truth is the exact bank difference."""
+    from ..estimators.bank_ranking import WorStreams, item_scale, pair_verdicts
+
+    m, n = matrix.shape
+    rng = np.random.default_rng(seed)
+    ii, jj = np.triu_indices(m, k=1)
+    if len(ii) > n_pairs:
+        pick = rng.choice(len(ii), size=n_pairs, replace=False)
+        ii, jj = ii[pick], jj[pick]
+    u, c = item_scale(weights)
+    true_diff = (matrix[ii] - matrix[jj]) @ weights
+    looks = _look_sizes(n, looks_every, max_items)
+    verdicts = np.zeros((reps, len(ii)), dtype=np.int64)
+    used = np.zeros((reps, len(ii)))
+    covered = np.ones((reps, len(ii)), dtype=bool)
+    for r in range(reps):
+        order = rng.permutation(n)
+        x = ((matrix[ii][:, order] - matrix[jj][:, order]) * u[order] / c + 1.0) / 2.0
+        streams = WorStreams(len(ii), n, math.log(2.0 / alpha))
+        open_ = np.ones(len(ii), dtype=bool)
+
+        def update(start, stop):
+            rows = np.flatnonzero(open_)
+            from ..estimators.bank_ranking import absorb_rows
+            absorb_rows(streams, rows, x[rows, start:stop], start)
+            mean, lo, up = streams.total[rows] / stop, streams.lower[rows], streams.upper[rows]
+            diff, lower, upper = c * (2 * mean - 1), c * (2 * lo - 1), c * (2 * up - 1)
+            codes = pair_verdicts(diff, lower, upper, margin, stop == n)
+            covered[r, rows] &= (lower <= true_diff[rows] + 1e-12) & (true_diff[rows] <= upper + 1e-12)
+            used[r, rows] = stop
+            verdicts[r, rows] = codes
+            open_[rows[codes != 0]] = False
+
+        _bank_looks_run(update, looks, lambda: not open_.any())
+    wrong = _statement_errors(verdicts, true_diff, margin)
+    directional = np.isin(verdicts, (A_GT_B, B_GT_A))
+    pairs = []
+    for p in range(len(ii)):
+        counts = np.bincount(verdicts[:, p], minlength=len(VERDICTS))
+        pairs.append({
+            "model_a": models[ii[p]], "model_b": models[jj[p]], "bank_diff": float(true_diff[p]),
+            "truth": VERDICTS[int(pair_verdicts(true_diff[p:p + 1], None, None, margin, True)[0])],
+            "fraction_used": float(used[:, p].mean() / n), "separated": float(directional[:, p].mean()),
+            "verdicts": {VERDICTS[v]: int(k) for v, k in enumerate(counts) if k},
+            "agreement": float((verdicts[:, p] == pair_verdicts(true_diff[p:p + 1], None, None, margin, True)[0]).mean()),
+            "error_rate": float(wrong[:, p].mean()), "coverage": float(covered[:, p].mean()),
+        })
+    truth = pair_verdicts(true_diff, None, None, margin, True)
+    summary = {
+        "target": "bank", "pairs": len(ii), "reps": reps, "n_items": n, "looks": looks, "margin": margin,
+        "fraction_used": float(used.mean() / n), "separated": float(directional.mean()),
+        "separated_before_exhaustion": float((directional & (used < n)).mean()),
+        "equivalent": float((verdicts == EQUIVALENT).mean()),
+        "full_bank_separated": float(np.isin(truth, (A_GT_B, B_GT_A)).mean()),
+        "agreement": float((verdicts == truth).mean()), "coverage": float(covered.mean()),
+        "directional_error_rate": float((wrong & directional).mean()),
+        "equivalence_error_rate": float((wrong & (verdicts == EQUIVALENT)).mean()),
+        "guarantee": "bank target: without-replacement empirical-Bernstein CS per pair (Waudby-Smith & Ramdas 2020), "
+                     f"level {1 - alpha:g} per pair, exact at exhaustion",
+    }
+    return {"pairs": pairs, "summary": summary}
+
+
+def bank_rank_backtest(matrix, models, weights, *, margin: float, alpha: float, reps: int, seed: int,
+                       looks_every: int, max_items: int | None, correction: str = "bonferroni") -> dict[str, Any]:
+    """Bank-target rankings over ``reps`` random item orders; a family-wise error is any wrong ordering statement
+    against the exact bank differences. Memory: O(pairs) arrays, nothing per pair per rep (M ~ 2000 fits)."""
+    import time
+
+    from ..estimators.bank_ranking import bank_rank
+
+    m, n = matrix.shape
+    rng = np.random.default_rng(seed)
+    looks = _look_sizes(n, looks_every, max_items)
+    exact = matrix @ weights
+    rankings, fwe, fractions, groups, walls, early = [], [], [], [], [], []
+    true_diff = None
+    for r in range(reps):
+        order = rng.permutation(n)
+        start = time.perf_counter()
+        rank = bank_rank(matrix[:, order], models, looks, alpha=alpha, margin=margin, weights=weights[order],
+                         correction=correction)
+        res = rank.result()
+        walls.append(time.perf_counter() - start)
+        if true_diff is None:
+            true_diff = exact[rank.pa] - exact[rank.pb]
+        errors = int(_statement_errors(rank.verdict, true_diff, margin).sum())
+        fwe.append(errors > 0)
+        fractions.append(res.fraction_used)
+        groups.append(len(res.tie_groups))
+        early.append(float(np.mean(np.asarray(res.items_used) < n)))
+        entry = {"rep": r, "fraction_used": res.fraction_used, "errors": errors, "n_tie_groups": len(res.tie_groups),
+                 "models_leaving_early": early[-1]}
+        if r == 0:
+            entry.update(tie_groups=[list(g) for g in res.tie_groups], models=list(res.models), means=list(res.means),
+                         items_used=list(res.items_used))
+            if len(rank.pa) <= 5000:
+                entry["comparisons"] = [c.to_dict() for c in res.comparisons]
+        rankings.append(entry)
+    summary = {
+        "target": "bank", "models": m, "pairs": m * (m - 1) // 2, "reps": reps, "n_items": n, "looks": looks,
+        "margin": margin, "fraction_used": float(np.mean(fractions)), "tie_groups_mean": float(np.mean(groups)),
+        "models_leaving_early": float(np.mean(early)), "family_wise_error_rate": float(np.mean(fwe)),
+        "wall_s_per_rep": float(np.mean(walls)), "correction": correction,
+        "guarantee": rank.guarantee(),
+        "full_bank_order": [models[k] for k in np.argsort(-exact, kind="stable")],
+    }
+    return {"rankings": rankings, "summary": summary}
+
+
+def bank_select_backtest(matrix, models, weights, *, threshold: float, halfwidth: float, alpha: float, top: int,
+                         reps: int, seed: int, looks_every: int, max_items: int | None) -> dict[str, Any]:
+    """Best-arm (top-K within epsilon = halfwidth) identification on the bank target."""
+    from ..estimators.bank_ranking import BankSelection
+
+    m, n = matrix.shape
+    rng = np.random.default_rng(seed)
+    looks = _look_sizes(n, looks_every, max_items)
+    exact = matrix @ weights
+    kth = np.sort(exact)[::-1][min(top, m) - 1]
+    runs, errors, fractions = [], [], []
+    for r in range(reps):
+        order = rng.permutation(n)
+        sel = BankSelection(models, alpha=alpha, top=top, epsilon=halfwidth, threshold=threshold).start(weights[order])
+        x = matrix[:, order]
+
+        def update(start, stop):
+            live = np.array([s == "running" for s in sel.status])
+            sel.update(np.arange(start, stop), np.where(live[:, None], x[:, start:stop], np.nan))
+
+        _bank_looks_run(update, looks, lambda: sel.finished)
+        res = sel.result()
+        chosen = [models.index(s) for s in res.selected]
+        bad = [models[k] for k in chosen if exact[k] < kth - halfwidth]
+        bad += [s.model for s in res.models if s.status == "below" and exact[models.index(s.model)] >= threshold]
+        errors.append(bool(bad))
+        fractions.append(res.fraction_used)
+        runs.append({"rep": r, "fraction_used": res.fraction_used, "selected": list(res.selected),
+                     "discarded": list(res.discarded), "wrong": bad,
+                     **({"models": [vars(s) for s in res.models]} if r == 0 else {})})
+    summary = {
+        "target": "bank", "models": m, "reps": reps, "n_items": n, "top": top, "epsilon": halfwidth,
+        "threshold": threshold, "fraction_used": float(np.mean(fractions)),
+        "discarded_mean": float(np.mean([len(x["discarded"]) for x in runs])),
+        "truly_below": int((exact < threshold).sum()), "error_rate": float(np.mean(errors)),
+        "wrong_discard_rate": float(np.mean(errors)),
+        "simultaneous_coverage": None,
+    }
+    return {"runs": runs, "summary": summary}
+
+
 def _print_compare(out: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -277,7 +459,8 @@ def _print_select(out: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"over {s['reps']} orders: items used {s['fraction_used']:.3f}; discarded {s['discarded_mean']:.1f} "
                   f"models on average ({s['truly_below']} truly below); wrong discards {s['wrong_discard_rate']:.3f}; "
-                  f"simultaneous coverage {s['simultaneous_coverage']:.3f}")
+                  + (f"simultaneous coverage {s['simultaneous_coverage']:.3f}" if s.get("simultaneous_coverage") is not None
+                     else f"errors (not an epsilon-top-{s.get('top')} or a wrong drop) {s.get('error_rate', 0):.3f}"))
 
 
 def run_comparative_backtest(args) -> int:
@@ -292,7 +475,19 @@ def run_comparative_backtest(args) -> int:
         max_items = check_positive_int(max_items, "--max-items")
     matrix, models, subsets, n_subsets = _load(args)
     common = dict(alpha=alpha, reps=reps, seed=seed, looks_every=looks_every, max_items=max_items)
-    if kind == "compare":
+    target = getattr(args, "target", "bank") or "bank"
+    if target == "bank":
+        weights = _bank_weights(matrix.shape[1], subsets, n_subsets)
+        if kind == "compare":
+            n_pairs = check_positive_int(getattr(args, "pairs", 200) or 200, "--pairs")
+            out = bank_compare_backtest(matrix, models, weights, margin=values[0], n_pairs=n_pairs, **common)
+        elif kind == "rank":
+            out = bank_rank_backtest(matrix, models, weights, margin=values[0], **common)
+        else:
+            top = check_positive_int(getattr(args, "top", None) or 1, "--top")
+            out = bank_select_backtest(matrix, models, weights, threshold=values[0], halfwidth=values[1], top=top,
+                                       **common)
+    elif kind == "compare":
         design = _design(args, alpha, values[0])
         n_pairs = check_positive_int(getattr(args, "pairs", 200) or 200, "--pairs")
         out = compare_backtest(matrix, models, subsets, n_subsets, margin=values[0], design=design, n_pairs=n_pairs,
@@ -303,7 +498,7 @@ def run_comparative_backtest(args) -> int:
     else:
         out = select_backtest(matrix, models, subsets, n_subsets, threshold=values[0], halfwidth=values[1],
                               spending=getattr(args, "spending", "pocock") or "pocock", **common)
-    out["config"] = {"goal": args.goal, "scores": str(args.scores), "confidence": 1 - alpha, "reps": reps,
+    out["config"] = {"goal": args.goal, "target": target, "scores": str(args.scores), "confidence": 1 - alpha, "reps": reps,
                      "seed": seed, "looks_every": looks_every, "max_items": max_items,
                      "statistic": getattr(args, "statistic", "paired"), "spending": getattr(args, "spending", "pocock")}
     if getattr(args, "json", False):

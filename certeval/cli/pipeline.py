@@ -21,7 +21,7 @@ PIPELINE_COMMANDS = ("certify", "compare", "rank", "select")
 def add_parser(subparsers) -> None:
     helps = {
         "certify": "certify each model's score to a goal (halfwidth:E, above:T, below:T)",
-        "compare": "compare two models on the same items (group-sequential)",
+        "compare": "compare two models on the same items (bank target by default)",
         "rank": "rank models by sequential pairwise comparisons, with tie groups",
         "select": "select models: discard those below a threshold, keep the best",
     }
@@ -47,18 +47,30 @@ def add_parser(subparsers) -> None:
                                 "interval stays exact")
         else:
             p.add_argument("--method", default=None, help=argparse.SUPPRESS)
-        if name == "compare":
+        if name in ("compare", "rank"):
             p.add_argument("--history", action="append", default=None, metavar="SOURCE",
                            help="other models' recorded scores (repeatable): the comparison then answers the "
                                 "bank's question with an exact, anytime-valid interval for the difference, using "
                                 "the predicted paired difference as control variate")
+        if name != "certify":
+            p.add_argument("--target", choices=("bank", "distribution"), default=None,
+                           help="bank (default): the bank's own means and differences, exact once every item is "
+                                "scored (without-replacement confidence sequences); distribution: items as a "
+                                "sample of a population (group-sequential tests)")
         if name in ("compare", "rank"):
-            p.add_argument("--margin", type=float, default=0.0, help="equivalence margin D (default 0)")
+            p.add_argument("--margin", type=float, default=0.0,
+                           help="margin D (default 0): a>b needs the difference above D, equivalent inside (-D, D)")
         if name == "select":
-            p.add_argument("--threshold", type=float, required=True, help="discard models whose score is surely below T")
-            p.add_argument("--halfwidth", type=float, required=True, help="stop when intervals are this precise")
+            p.add_argument("--threshold", type=float, default=None,
+                           help="discard models whose score is surely below T (required with --target distribution)")
+            p.add_argument("--halfwidth", type=float, default=None,
+                           help="bank target: epsilon of the best-model identification (default 0); distribution "
+                                "target (required): stop when intervals are this precise")
+            p.add_argument("--top", type=int, default=None,
+                           help="bank target: identify the K best models (default 1)")
             p.add_argument("--mode", choices=("best", "precision"), default="best",
-                           help="best: keep the best model(s) (default); precision: every model to --halfwidth")
+                           help="best: keep the best model(s) (default); precision: every model to --halfwidth "
+                                "(distribution target)")
         _add_run_options(p)
         p.set_defaults(func=run, command=name)
     demo = subparsers.add_parser("demo", help="the main job: rank recorded models and certify a real small LM",
@@ -137,7 +149,8 @@ def plan_from_args(args) -> tuple[Any, Any]:
         margin=getattr(args, "margin", 0.0), threshold=getattr(args, "threshold", None),
         halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
         ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
-        history=getattr(args, "history", None), num_cpus=args.num_cpus,
+        history=getattr(args, "history", None), num_cpus=args.num_cpus, target=getattr(args, "target", None),
+        top=getattr(args, "top", None),
     )
 
 
@@ -181,7 +194,8 @@ def log_samples(plan, bank, results: dict[str, Any]) -> list[str]:
 
 def summary(results: dict[str, Any]) -> str:
     """A short human summary of a results.json."""
-    lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}), "
+    target = f", {results['target']} target" if results.get("target") else ""
+    lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}{target}), "
              f"{results['rounds']} round(s)"]
     from ..report import VERDICT_TEXT, rank_numbers, spell_verdict
 
@@ -190,6 +204,9 @@ def summary(results: dict[str, Any]) -> str:
     for group, rank in zip(tie_groups, rank_numbers(tie_groups)):
         rank_of.update({m: rank for m in group})
     for m in results["models"]:
+        if m.get("ranking_mean") is not None:  # a ranking prints the intervals its verdicts agree with
+            m = {**m, "mean": m["ranking_mean"], "lower": m["ranking_lower"], "upper": m["ranking_upper"],
+                 "n_scored": m["ranking_items"]}
         mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
         d = m.get("decision") or {}
         note = d.get("verdict") or d.get("rule") or ""

@@ -30,12 +30,13 @@ KINDS = ("certify", "compare", "rank", "select")
 TRIVIA = "bundled:trivia"
 # keys of config.json a resumed run must match exactly
 COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
-            "scorer", "margin", "threshold", "halfwidth", "mode", "history")
+            "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top")
 HISTORY_METHOD = "history"
 BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on history and runs in backtests only "
                                 "(certeval backtest --method faq); for a live run that learns from history use "
                                 "--history SOURCE (method 'history', exact and anytime-valid)"}
 PAIRED_METHOD = "uniform"  # per-model intervals on the shared uniform item order
+TARGETS = ("bank", "distribution")  # what compare/rank/select answer (DESIGN §4); bank is the default
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class RunPlan:
     in_flight: int = 2
     chunk_size: int | None = None  # items per actor call (default: batch_size split over replicas x in_flight)
     history: tuple[str, ...] = ()  # --history sources (other models' recorded scores, earlier runs)
+    target: str | None = None  # compare/rank/select: "bank" (default) or "distribution"; None for certify
+    top: int | None = None  # select, bank target: how many best models to identify (default 1)
 
     @property
     def paired(self) -> bool:
@@ -208,7 +211,8 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
               halfwidth: float | None = None, mode: str = "best", ray_address: str | None = None,
               replicas: int = 1, num_gpus: float = 0.0, in_flight: int = 2, chunk_size: int | None = None,
               check_output: bool = True, history: list[str] | tuple[str, ...] | None = None,
-              num_cpus: int | None = None) -> tuple[RunPlan, Bank]:
+              num_cpus: int | None = None, target: str | None = None,
+              top: int | None = None) -> tuple[RunPlan, Bank]:
     """Validate a request; return the plan and its loaded bank. Raises InputError on any bad input."""
     if kind not in KINDS:
         raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
@@ -243,20 +247,49 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
                              "the bank's items (a scores file, bundled:<name>, or earlier run folders)")
         method_obj = make_method(method, confidence=confidence)
     else:
-        if history and kind != "compare":
-            raise InputError(f"--history is not used by {kind} yet (rank and select test every pair on one uniform "
-                             "item order); use it with certify or compare")
+        if history and kind == "select":
+            raise InputError("--history is not used by select yet; use it with certify, compare or rank")
+        if history and kind == "rank" and len(specs) > 30:
+            raise InputError(f"rank --history runs one exact confidence sequence per pair: at most 30 models, got "
+                             f"{len(specs)} (drop --history: the bank ranking without it scales to thousands)")
         if method not in (None, PAIRED_METHOD):
             raise InputError(f"{kind} samples the same uniform item order for every model; --method must be "
                              f"{PAIRED_METHOD!r}, got {method!r}")
         method, goal, method_obj = PAIRED_METHOD, None, None
+    if kind == "certify":
+        if target is not None:
+            raise InputError("--target applies to compare, rank and select (certify's methods state their own target)")
+        if top is not None:
+            raise InputError("--top applies to select")
+    else:
+        target = "bank" if target is None else target
+        if target not in TARGETS:
+            raise InputError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
+        if history and target != "bank":
+            raise InputError("--history answers the bank target (an exact interval for the bank's difference); "
+                             f"drop --target {target}")
+    if top is not None and kind != "select":
+        raise InputError("--top applies to select")
     if kind == "select":
-        if threshold is None or halfwidth is None:
-            raise InputError("select needs --threshold T and --halfwidth E")
-        threshold = check_in_range(threshold, "--threshold", 0.0, 1.0)
-        halfwidth = check_positive(halfwidth, "--halfwidth")
         if mode not in ("best", "precision"):
             raise InputError(f"--mode must be best or precision, got {mode!r}")
+        if target == "distribution":
+            if threshold is None or halfwidth is None:
+                raise InputError("select --target distribution needs --threshold T and --halfwidth E")
+            if top is not None:
+                raise InputError("--top is the bank target's best-arm identification; drop --target distribution")
+        else:
+            if mode != "best":
+                raise InputError("--mode precision is answered with --target distribution; the bank target "
+                                 "identifies the best model(s) (--top K, within --halfwidth E)")
+            threshold = 0.0 if threshold is None else threshold
+            halfwidth = 0.0 if halfwidth is None else halfwidth
+            top = 1 if top is None else top
+            if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= len(specs):
+                raise InputError(f"--top must be an integer in [1, number of models = {len(specs)}], got {top!r}")
+        threshold = check_in_range(threshold, "--threshold", 0.0, 1.0)
+        halfwidth = check_in_range(halfwidth, "--halfwidth", 0.0, 1.0) if target == "bank" else \
+            check_positive(halfwidth, "--halfwidth")
     for spec in specs:
         check_model(spec)
     loaded = load_run_bank(bank, tuple(s.text for s in specs))
@@ -279,6 +312,7 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
         replicas=_positive_int(replicas, "--replicas"), num_gpus=float(num_gpus),
         in_flight=_positive_int(in_flight, "--in-flight"),
         chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"), history=history,
+        target=target, top=top,
     )
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
         raise InputError(f"--num-gpus must be a number >= 0, got {num_gpus!r}")

@@ -147,8 +147,10 @@ class Run:
         self.matrix = np.full((len(self.labels), n), np.nan)  # columns in the shared order
         self.looks: list[int] = []
         marker = self.store.read_marker()
+        target = self.plan.target or "bank"  # every per-model interval answers the run's target too
         for label in self.labels:
-            self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence).start(self.spec)
+            self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence,
+                                              target=target).start(self.spec)
         self.pair = None
         if self.plan.kind == "compare" and self.history:
             from ..estimators.paired_history import PairDifferenceMethod, PairPrior
@@ -156,6 +158,7 @@ class Run:
             prior = PairPrior(self.history[self.labels[0]], self.history[self.labels[1]])
             self.pair = PairDifferenceMethod(confidence=self.plan.confidence, subset_intervals=False).start(
                 replace(self.spec, history=prior))
+        self.bank_group = self._bank_group() if self.pair is None else None
         if marker is None:
             return
         last = int(marker["round"])
@@ -175,10 +178,36 @@ class Run:
             self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
             self._pair_absorb(start, self.looks[-1])
         self._check_paired_record(rounds, last)
+        for start, stop in zip([0] + self.looks[:-1], self.looks):  # a complete record: replay it once
+            self._group_absorb(start, stop)
         self.round = last + 1
         self.active = list(marker.get("active", self.labels))
         self.decisions = {k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()}
         self._decide_paired()
+
+    def _bank_group(self) -> Any:
+        """The incremental bank-target estimator of a paired run (None for the distribution target)."""
+        plan = self.plan
+        if (plan.target or "distribution") != "bank":
+            return None
+        from ..estimators.bank_ranking import BankRanking, BankSelection
+
+        alpha, weights = 1.0 - plan.confidence, self.spec.weights()
+        if plan.kind == "rank" and self.history:  # each pair: compare --history's exact CS, at alpha / P
+            from ..estimators.paired_history import HistoryRanking
+
+            return HistoryRanking(self.labels, [self.history[label] for label in self.labels], self.spec,
+                                  alpha=alpha, margin=plan.margin)
+        if plan.kind == "select":
+            return BankSelection(self.labels, alpha=alpha, top=plan.top or 1, epsilon=plan.halfwidth or 0.0,
+                                 threshold=plan.threshold or 0.0).start(weights)
+        return BankRanking(self.labels, alpha=alpha, margin=plan.margin).start(weights)
+
+    def _group_absorb(self, start: int, stop: int) -> None:
+        """Feed the bank-target estimator the look's new shared columns (rows of models that left are NaN)."""
+        if getattr(self, "bank_group", None) is None or stop <= start:
+            return
+        self.bank_group.update(self.order[start:stop].astype(np.int64), self.matrix[:, start:stop])
 
     def _check_paired_record(self, rounds: pd.DataFrame, last: int) -> None:
         """A paired run resumes only from a complete record: every round file up to the committed one, and
@@ -303,6 +332,7 @@ class Run:
             start = self.looks[-1] if self.looks else 0
             self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
             self._pair_absorb(start, self.looks[-1])
+            self._group_absorb(start, self.looks[-1])
 
     def _pair_absorb(self, start: int, stop: int) -> None:
         """Feed the history-powered pair the shared items newly scored by both models (columns start..stop)."""
@@ -354,7 +384,16 @@ class Run:
         design = ComparisonDesign(alpha=alpha, margin=plan.margin, look_size=plan.batch_size)
         exhausted = n_now >= self.bank.n_items
         budget_spent = plan.max_items is not None and n_now >= plan.max_items
-        if plan.kind == "compare" and getattr(self, "pair", None) is not None:
+        bank_group = getattr(self, "bank_group", None)
+        if bank_group is not None and plan.kind == "compare":
+            self.group = bank_group.pair_table().comparison(0)
+            still = [] if self.group.done else list(self.labels)
+            pairs_done = {frozenset(self.labels): self.group.done}
+        elif bank_group is not None:  # rank / select: the models the estimator still samples
+            self.group = bank_group.result()
+            still = bank_group.active
+            pairs_done = None if plan.kind == "rank" else {}
+        elif plan.kind == "compare" and getattr(self, "pair", None) is not None:
             from ..estimators.paired_history import bank_comparison
 
             self.group = bank_comparison(self.pair, self.labels[0], self.labels[1], plan.margin, len(looks))
@@ -485,19 +524,26 @@ class Run:
             for entry in models:
                 s = status[entry["model"]]
                 entry.update(selection_status=s.status, selection_lower=s.lower, selection_upper=s.upper)
+        if plan.kind == "rank" and hasattr(getattr(self, "bank_group", None), "model_intervals"):  # at alpha/M
+            for entry in models:
+                mean, lower, upper, used = self.bank_group.model_intervals()[entry["model"]]
+                entry.update(ranking_mean=mean, ranking_lower=lower, ranking_upper=upper, ranking_items=used)
         out: dict[str, Any] = {
             "run_id": plan.run_id, "kind": plan.kind, "task": plan.task_name, "bank": plan.bank,
+            "target": self._target(),
             "confidence": plan.confidence, "seed": plan.seed, "rounds": self.round,
             "done": all(d.done for d in self.decisions.values()) if self.decisions else False,
             "reached": all(d.reached for d in self.decisions.values()) if self.decisions else False,
             "models": models, "results": lm_eval, "lm_eval": lm_eval_files,
             "history": None if not plan.history else {
                 "sources": list(plan.history),
-                "comparison_target": "bank" if getattr(self, "pair", None) is not None else None,
+                "comparison_target": "bank" if (getattr(self, "pair", None) is not None
+                                                or getattr(self, "bank_group", None) is not None) else None,
                 "rule": "the model under evaluation is never part of its own history (same name: left out)"},
             "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
                        "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
-                       "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None},
+                       "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None,
+                       "target": plan.target, "top": plan.top},
             "run_folder": self.store.url,
             "pipeline": {"resumed": self.resumed, "items_sent": dict(self.sent),
                          "ray_address": plan.ray_address or "local",
@@ -520,6 +566,15 @@ class Run:
             out["selection"] = self.group.to_dict()
         self.store.write_results(out)
         return out
+
+    def _target(self) -> str:
+        """What every interval, verdict and tie group of this result answers (DESIGN §4)."""
+        if not self.plan.paired:
+            targets = {self.methods[label].result().target for label in self.labels}
+            return targets.pop() if len(targets) == 1 else "mixed"
+        if getattr(self, "pair", None) is not None or getattr(self, "bank_group", None) is not None:
+            return "bank"
+        return "distribution"
 
     def exit_code(self) -> int:
         """0 when every goal was reached, 1 when the bank or budget ran out first (DESIGN §6)."""

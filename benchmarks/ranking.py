@@ -1,0 +1,216 @@
+"""Ranking and selection on the bank target: cells used, family-wise error against the exact bank order,
+tie groups, round time by look, and one run of all 1,989 openllm_tiny models through Prefect + Ray.
+
+    python -m benchmarks ranking                 # the full set (about an hour on 2 busy cores)
+    python -m benchmarks ranking --quick         # seconds: helm_mmlu, few reps, no pipeline
+    python -m benchmarks ranking --skip-pipeline # everything but the pipeline run
+
+Writes ``benchmarks/results/ranking.json``:
+
+* ``rank``: per (dataset, margin) the bank-target ranking replayed over random item orders
+  (:func:`certeval.backtest.comparative.bank_rank_backtest`): fraction of model x item cells scored,
+  models leaving before the bank is exhausted, tie groups, family-wise error rate of the ordering
+  statements against the exact bank differences (Wilson 95% upper bound beside it);
+* ``select``: best-arm (top-K within epsilon) identification, cells and error rate;
+* ``round_time``: seconds per look of the incremental bank estimator vs the distribution target's
+  estimator (which replays every look from look 1), on openllm_arc's 320 models;
+* ``pipeline``: ``certeval rank`` on all openllm_tiny models (replay actors, embedded Prefect, local Ray):
+  wall time, peak memory of the process tree, fraction of cells, tie groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from argparse import Namespace
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from benchmarks._meta import write_result  # noqa: E402
+
+RANK_CASES = [("helm_mmlu", 0.02, 200), ("helm_mmlu", 0.1, 200), ("openllm_arc", 0.02, 20), ("openllm_tiny", 0.02, 1)]
+SELECT_CASES = [("helm_mmlu", 1, 0.02, 200), ("helm_mmlu", 3, 0.02, 100), ("openllm_arc", 1, 0.02, 20),
+                ("openllm_tiny", 1, 0.02, 2)]
+QUICK_RANK = [("helm_mmlu", 0.02, 5)]
+QUICK_SELECT = [("helm_mmlu", 1, 0.02, 5)]
+
+
+def wilson_upper(k: int, n: int, z: float = 1.959964) -> float:
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(centre + half)
+
+
+def _load(dataset: str):
+    from certeval.backtest.comparative import _bank_weights, _load
+
+    matrix, models, subsets, n_subsets = _load(Namespace(scores=f"bundled:{dataset}", items=None, model=None))
+    return matrix, models, _bank_weights(matrix.shape[1], subsets, n_subsets)
+
+
+def rank_case(dataset: str, margin: float, reps: int, seed: int, looks_every: int = 50) -> dict:
+    from certeval.backtest.comparative import bank_rank_backtest
+
+    matrix, models, weights = _load(dataset)
+    start = time.perf_counter()
+    out = bank_rank_backtest(matrix, models, weights, margin=margin, alpha=0.05, reps=reps, seed=seed,
+                             looks_every=looks_every, max_items=None)
+    s = out["summary"]
+    errors = int(round(s["family_wise_error_rate"] * reps))
+    first = out["rankings"][0]
+    return {"dataset": dataset, "models": s["models"], "pairs": s["pairs"], "items": s["n_items"], "margin": margin,
+            "reps": reps, "looks_every": looks_every, "fraction_cells": s["fraction_used"],
+            "models_leaving_early": s["models_leaving_early"], "tie_groups_mean": s["tie_groups_mean"],
+            "tie_group_sizes_rep0": [len(g) for g in first["tie_groups"]],
+            "fwer": s["family_wise_error_rate"], "fwer_wilson_upper": wilson_upper(errors, reps),
+            "wall_s_per_rep": s["wall_s_per_rep"], "wall_s": time.perf_counter() - start}
+
+
+def select_case(dataset: str, top: int, eps: float, reps: int, seed: int) -> dict:
+    from certeval.backtest.comparative import bank_select_backtest
+
+    matrix, models, weights = _load(dataset)
+    start = time.perf_counter()
+    out = bank_select_backtest(matrix, models, weights, threshold=0.0, halfwidth=eps, alpha=0.05, top=top, reps=reps,
+                               seed=seed, looks_every=25, max_items=None)
+    s = out["summary"]
+    errors = int(round(s["error_rate"] * reps))
+    return {"dataset": dataset, "models": s["models"], "items": s["n_items"], "top": top, "epsilon": eps, "reps": reps,
+            "fraction_cells": s["fraction_used"], "error_rate": s["error_rate"],
+            "error_wilson_upper": wilson_upper(errors, reps), "wall_s": time.perf_counter() - start}
+
+
+def round_time(dataset: str = "openllm_arc", batch: int = 25, looks: int = 20, seed: int = 0) -> dict:
+    """Seconds per look: the incremental bank estimator (update + result) vs the distribution target's
+    ``rank_models`` over every look so far (what a paired run recomputed each round)."""
+    from certeval.estimators.bank_ranking import BankRanking
+    from certeval.estimators.ranking import rank_models
+
+    matrix, models, weights = _load(dataset)
+    n = matrix.shape[1]
+    order = np.random.default_rng(seed).permutation(n)
+    x, w = matrix[:, order], weights[order]
+    bank = BankRanking(models, margin=0.02).start(w)
+    bank_s, dist_s = [], []
+    for k in range(looks):
+        cols = np.arange(k * batch, (k + 1) * batch)
+        t = time.perf_counter()
+        bank.update(cols, np.where(bank.model_open[:, None], x[:, cols], np.nan))
+        bank.result()
+        bank_s.append(time.perf_counter() - t)
+        if k in (0, looks - 1):
+            t = time.perf_counter()
+            rank_models(x[:, :(k + 1) * batch], models, [batch * (j + 1) for j in range(k + 1)], margin=0.02)
+            dist_s.append(time.perf_counter() - t)
+    return {"dataset": dataset, "models": len(models), "batch": batch, "bank_s_per_look": bank_s,
+            "bank_look1_s": bank_s[0], "bank_look20_s": bank_s[-1],
+            "distribution_look1_s": dist_s[0], "distribution_look20_s": dist_s[-1]}
+
+
+def pipeline_run(dataset: str = "openllm_tiny", margin: float = 0.02, timeout: int = 2400) -> dict:
+    """``certeval rank`` over every model of the dataset, in a child process (peak RSS of children)."""
+    from certeval.banks import load_scores
+
+    models = sorted(load_scores(f"bundled:{dataset}")["model"].unique())
+    out_dir = tempfile.mkdtemp(prefix="certeval-rank-bench-")
+    cmd = [sys.executable, "-m", "certeval", "rank", "--json", "--margin", str(margin), "--output", out_dir,
+           "--run-id", "rank-all", "--batch-size", "50"]
+    for m in models:
+        cmd += ["--model", f"replay:bundled:{dataset}#{m}"]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=out_dir)
+    except subprocess.TimeoutExpired:
+        return {"dataset": dataset, "models": len(models), "error": f"timed out after {timeout} s"}
+    wall = time.perf_counter() - start
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if proc.returncode not in (0, 1):
+        return {"dataset": dataset, "error": proc.stderr[-2000:], "returncode": proc.returncode, "wall_s": wall}
+    res = json.loads(proc.stdout)
+    ranking = res["ranking"]
+    checked = pipeline_statement_errors(res["run_folder"], dataset, margin)
+    return {"dataset": dataset, "models": len(models), "margin": margin, "returncode": proc.returncode,
+            "wall_s": wall, "pipeline_wall_s": res["pipeline"]["wall_s"], "rounds": res["rounds"],
+            "peak_rss_mb_largest_child": peak_kb / 1024, "fraction_cells": ranking["fraction_used"],
+            "tie_groups": len(ranking["tie_groups"]), "n_pairs": ranking["n_pairs"],
+            "n_pairs_decided": ranking["n_pairs_decided"], "target": res["target"], "run_folder": res["run_folder"],
+            **checked}
+
+
+def pipeline_statement_errors(run_folder: str, dataset: str = "openllm_tiny", margin: float = 0.02) -> dict:
+    """Ordering statements of a stored rank run (pairs.parquet or results.json pairs) against the exact
+    bank differences: the family-wise check of that one run."""
+    import pandas as pd
+
+    from certeval.backtest.comparative import _statement_errors
+    from certeval.estimators.comparison import VERDICTS
+
+    matrix, models, weights = _load(dataset)
+    exact = dict(zip(models, matrix @ weights))
+    path = os.path.join(run_folder, "pairs.parquet")
+    if os.path.exists(path):
+        pairs = pd.read_parquet(path)
+    else:
+        with open(os.path.join(run_folder, "results.json")) as fh:
+            pairs = pd.DataFrame(json.load(fh)["pairs"])
+    diff = pairs["model_a"].map(exact).to_numpy() - pairs["model_b"].map(exact).to_numpy()
+    code = pairs["verdict"].map({v: k for k, v in enumerate(VERDICTS)}).to_numpy()
+    wrong = _statement_errors(code, diff, margin)
+    n_total = int(matrix.shape[1])
+    return {"wrong_statements": int(wrong.sum()), "pairs_decided_before_exhaustion":
+            int((pairs["n_items"] < n_total).sum())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks ranking")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-pipeline", action="store_true")
+    p.add_argument("--pipeline-only", metavar="FILE", default=None,
+                   help="only the pipeline run, its JSON written to FILE (run it apart on a busy machine)")
+    p.add_argument("--pipeline-from", metavar="FILE", default=None,
+                   help="take the pipeline measurement from a --pipeline-only FILE instead of running it")
+    p.add_argument("--merge", action="store_true", help="with --pipeline-from: only add it to the stored result")
+    args = p.parse_args(argv)
+    if args.pipeline_from and args.merge:  # add a pipeline measurement to the stored result
+        from benchmarks._meta import read_result
+
+        stored = read_result("ranking", args.quick)
+        if stored is None:
+            raise SystemExit("no stored ranking result to merge into; run without --merge")
+        stored.pop("meta", None)
+        with open(args.pipeline_from) as fh:
+            stored["pipeline"] = json.load(fh)
+        print(f"wrote {write_result('ranking', stored, args.quick, seed=args.seed)}")
+        return 0
+    if args.pipeline_only:
+        with open(args.pipeline_only, "w") as fh:
+            json.dump(pipeline_run(), fh, indent=1)
+        return 0
+    payload: dict = {"seed": args.seed, "target": "bank", "alpha": 0.05}
+    payload["rank"] = [rank_case(d, m, r, args.seed) for d, m, r in (QUICK_RANK if args.quick else RANK_CASES)]
+    payload["select"] = [select_case(d, k, e, r, args.seed)
+                         for d, k, e, r in (QUICK_SELECT if args.quick else SELECT_CASES)]
+    payload["round_time"] = round_time(looks=3 if args.quick else 20)
+    if args.pipeline_from:
+        with open(args.pipeline_from) as fh:
+            payload["pipeline"] = json.load(fh)
+    elif not (args.quick or args.skip_pipeline):
+        payload["pipeline"] = pipeline_run()
+    path = write_result("ranking", payload, args.quick, seed=args.seed)
+    print(json.dumps({k: v for k, v in payload.items() if k != "round_time"}, indent=1, default=str)[:4000])
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
