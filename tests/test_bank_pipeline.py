@@ -1,6 +1,6 @@
 """Bank target end to end (real Prefect flows, real Ray replay actors): rank resumes into the same result
 (incremental estimator replayed once), rank --history records its history and agrees with the exact bank
-order, and the target is stated in results.json; bad --target / --top input exits 2 before anything runs."""
+order, select --history selects within epsilon of the exact best, and the target is stated in results.json; bad --target / --top input exits 2 before anything runs."""
 
 from __future__ import annotations
 
@@ -73,6 +73,24 @@ def test_rank_with_history_records_it_and_agrees_with_the_exact_bank(infra, tmp_
         assert p["statistic"] == "paired-wor" and "history" in p["guarantee"]
     flat = [m for g in res["ranking"]["tie_groups"] for m in g]
     assert flat.index(STRONG) < flat.index(WEAK)
+
+
+def test_select_with_history_records_it_and_selects_the_exact_best(infra, tmp_path):
+    from certeval.flows.pipeline import run_plan
+
+    scores = small_scores(tmp_path, n_items=150)
+    models = (STRONG, MIDDLE, WEAK)
+    plan, _ = make_plan("select", models=[replay(m, scores) for m in models], history=[SCORES], batch_size=25,
+                        seed=4, halfwidth=0.02, output=str(tmp_path / "runs"), run_id="select-hist")
+    res = run_plan(plan)
+    exact = dict(zip(models, _exact(scores, models)))
+    assert res["target"] == "bank" and res["history"]["comparison_target"] == "bank"
+    assert all(m["history"]["n_models"] > 0 for m in res["models"])  # the other models, never itself
+    sel = res["selection"]
+    assert "history" in sel["guarantee"] and len(sel["selected"]) == 1
+    assert exact[sel["selected"][0]] >= max(exact.values()) - 0.02 - 1e-9
+    for m in sel["models"]:
+        assert m["lower"] - 1e-9 <= exact[m["model"]] <= m["upper"] + 1e-9
 
 
 @pytest.mark.parametrize("argv, match", [

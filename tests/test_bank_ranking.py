@@ -278,3 +278,40 @@ def test_selection_state_round_trip_resumes_exactly():
         if start == 60:
             part = BankSelection.from_state(part.state())
     assert whole.result().to_dict() == part.result().to_dict()
+
+
+def test_history_selection_drops_correctly_and_selects_within_epsilon():
+    """select --history: BankSelection's rule on HistoryMethod's per-model exact CSs at alpha/M. Over seeded
+    banks every look's intervals hold the exact bank means jointly, no drop is wrong, the selection is an
+    epsilon-top-1 of the bank, and a run to exhaustion selects the exact best."""
+    from certeval.estimators.paired_history import HistorySelection
+    from certeval.estimators.protocol import BankSpec
+
+    names = ["a", "b", "c", "d"]
+    eps, wrong, early = 0.05, 0, 0
+    for seed in range(6):
+        x, prior = _history_bank(seed, n=600)
+        n = x.shape[1]
+        exact = x.mean(axis=1)
+        sel = HistorySelection(names, [prior] * 4, BankSpec(n), alpha=ALPHA, top=1, epsilon=eps).start()
+        order = np.random.default_rng(200 + seed).permutation(n)
+        for start in range(0, n, 60):
+            cols = order[start:start + 60]
+            live = sel.rule.status == "running"
+            sel.update(cols, np.where(live[:, None], x[:, cols], np.nan))
+            for j in np.flatnonzero(live):  # every interval just updated holds its exact bank mean
+                wrong += not (sel.rule.lower[j] - 1e-9 <= exact[j] <= sel.rule.upper[j] + 1e-9)
+            if sel.rule.finished:
+                break
+        res = sel.result()
+        best = float(exact.max())
+        assert len(res.selected) == 1 and res.done
+        assert exact[names.index(res.selected[0])] >= best - eps - 1e-9
+        for m in res.models:
+            if m.status == "not-best":  # a drop is right: the model is not the bank's best
+                assert exact[names.index(m.model)] < best
+        early += sel.rule.n < n
+        if sel.rule.n == n:  # exhausted: the exact best is chosen
+            assert res.selected[0] == names[int(np.argmax(exact))]
+    assert wrong == 0 and "history" in res.guarantee and "Bonferroni over 4" in res.guarantee
+    assert early >= 1  # the rule stopped before the bank's end on some banks

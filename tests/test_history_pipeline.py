@@ -90,9 +90,7 @@ def test_history_left_out_entirely_when_only_the_model_itself_is_recorded(tmp_pa
                   output=str(tmp_path / "runs"))
 
 
-def test_paired_commands_refuse_history_for_now(tmp_path):
-    with pytest.raises(InputError, match="not used by select"):
-        make_plan("select", models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], output=str(tmp_path / "r"))
+def test_paired_commands_refuse_history_with_the_distribution_target(tmp_path):
     with pytest.raises(InputError, match="drop --target"):
         make_plan("rank", models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], target="distribution",
                   output=str(tmp_path / "r"))

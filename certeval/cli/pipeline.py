@@ -47,11 +47,12 @@ def add_parser(subparsers) -> None:
                                 "interval stays exact")
         else:
             p.add_argument("--method", default=None, help=argparse.SUPPRESS)
-        if name in ("compare", "rank"):
+        if name in ("compare", "rank", "select"):
             p.add_argument("--history", action="append", default=None, metavar="SOURCE",
-                           help="other models' recorded scores (repeatable): the comparison then answers the "
-                                "bank's question with an exact, anytime-valid interval for the difference, using "
-                                "the predicted paired difference as control variate")
+                           help="other models' recorded scores (repeatable), bank target: compare/rank get an exact, "
+                                "anytime-valid interval for each difference with the predicted paired difference as "
+                                "control variate; select gets each model's exact interval with its predicted score "
+                                "as control variate")
         if name != "certify":
             p.add_argument("--target", choices=("bank", "distribution"), default=None,
                            help="bank (default): the bank's own means and differences, exact once every item is "

@@ -214,3 +214,77 @@ class HistoryRanking:
 
     def describe_history(self) -> dict[str, Any]:
         return self.methods[0].prior_.describe() if self.methods else {}
+
+
+class HistorySelection:
+    """Best-arm (top-K) selection on the bank target whose per-model intervals learn from history.
+
+    The rule is :class:`~.bank_ranking.BankSelection`'s (drops below the threshold, drops of models with K
+    models surely better, LUCB's epsilon stop); only the per-model intervals differ: each model's bank mean
+    gets :class:`HistoryMethod`'s exact without-replacement betting CS with its own history prediction as
+    control variate, at level ``1 - alpha / M`` (Bonferroni over the M models), on the run's shared uniform
+    order. On the event that every model's CS covers (probability >= 1 - alpha, whatever the history), every
+    drop is correct and the selection is an epsilon-top-K of the bank means.
+    """
+
+    def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
+                 top: int = 1, epsilon: float = 0.0, threshold: float = 0.0) -> None:
+        from .bank_ranking import BankSelection
+
+        self.rule = BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold)
+        self.names = self.rule.names
+        self.priors = tuple(priors)
+        self.spec = spec
+        if len(self.priors) != len(self.names):
+            raise InputError(f"one history prior per model: {len(self.names)} models, {len(self.priors)} priors")
+
+    def start(self) -> "HistorySelection":
+        rule = self.rule.start(self.spec.weights())
+        confidence = 1.0 - rule.alpha / len(self.names)
+        self.methods_ = [HistoryMethod(confidence=confidence, subset_intervals=False).start(
+            replace(self.spec, history=prior)) for prior in self.priors]
+        return self
+
+    @property
+    def n_total(self) -> int:
+        return self.rule.n_total
+
+    @property
+    def active(self) -> list[str]:
+        return self.rule.active
+
+    def update(self, items: Any, scores: Any) -> "HistorySelection":
+        rule = self.rule
+        items = np.asarray(items, dtype=np.int64).reshape(-1)
+        x = np.asarray(scores, dtype=float)
+        if x.shape != (len(self.names), items.size):
+            raise InputError(f"scores must be (models={len(self.names)}, items={items.size}), got {x.shape}")
+        if items.size == 0 or rule.finished:
+            return self
+        live = np.flatnonzero(rule.status == "running")
+        if np.isnan(x[live]).any():
+            raise InputError("every model still in play needs a score for every item of the look")
+        rule.n += items.size
+        rule.looks += 1
+        for j in live:
+            method = self.methods_[j]
+            fresh = ~method.in_log_[items]
+            if fresh.any():  # the shared order's draws (probability 1 / undrawn), predictions fixed first
+                method.propose_uniform_order(items[fresh])
+            method.update(items, x[j])
+            est = method.result()
+            rule.used[j] = est.n_scored
+            rule.mean[j], rule.lower[j], rule.upper[j] = est.mean, est.lower, est.upper
+        rule._decide(live)
+        return self
+
+    def result(self):
+        res = self.rule.result()
+        m = len(self.names)
+        guarantee = (f"{GUARANTEE}, one per model at level {1 - self.rule.alpha / m:.4g} (Bonferroni over {m} "
+                     f"models); the selection is an epsilon-top-{self.rule.top} of the bank means and every drop "
+                     f"is correct, jointly with probability >= {1 - self.rule.alpha:g}, whatever the history")
+        return replace(res, guarantee=guarantee)
+
+    def describe_history(self) -> dict[str, Any]:
+        return self.priors[0].describe() if self.priors else {}

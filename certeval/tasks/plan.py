@@ -247,8 +247,6 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
                              "the bank's items (a scores file, bundled:<name>, or earlier run folders)")
         method_obj = make_method(method, confidence=confidence)
     else:
-        if history and kind == "select":
-            raise InputError("--history is not used by select yet; use it with certify, compare or rank")
         if history and kind == "rank" and len(specs) > 30:
             raise InputError(f"rank --history runs one exact confidence sequence per pair: at most 30 models, got "
                              f"{len(specs)} (drop --history: the bank ranking without it scales to thousands)")

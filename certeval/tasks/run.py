@@ -198,6 +198,12 @@ class Run:
 
             return HistoryRanking(self.labels, [self.history[label] for label in self.labels], self.spec,
                                   alpha=alpha, margin=plan.margin)
+        if plan.kind == "select" and self.history:  # each model: certify --history's exact CS, at alpha / M
+            from ..estimators.paired_history import HistorySelection
+
+            return HistorySelection(self.labels, [self.history[label] for label in self.labels], self.spec,
+                                    alpha=alpha, top=plan.top or 1, epsilon=plan.halfwidth or 0.0,
+                                    threshold=plan.threshold or 0.0).start()
         if plan.kind == "select":
             return BankSelection(self.labels, alpha=alpha, top=plan.top or 1, epsilon=plan.halfwidth or 0.0,
                                  threshold=plan.threshold or 0.0).start(weights)
