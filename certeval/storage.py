@@ -7,6 +7,8 @@ Layout of one run::
     <root>/<run_id>/state/<model>.json   method state after the last complete round
     <root>/<run_id>/state/_run.json      the commit marker: last complete round + decisions
     <root>/<run_id>/results.json         estimates, intervals, decisions, ranking; lm-eval block
+    <root>/<run_id>/run.lock             held by the one process writing the run (see RunLock)
+    <root>/<run_id>/logs/failure-*.log   the traceback of a runtime failure (exit 3)
 
 and, shared by every run under the same root::
 
@@ -26,6 +28,9 @@ import io
 import json
 import os
 import re
+import socket
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -41,11 +46,13 @@ from .estimators.results import to_jsonable
 DEFAULT_OUTPUT = "./certeval-runs"
 CACHE_DIR = "_cache"
 RUN_MARKER = "state/_run.json"
-# storage options for s3: fail fast on an unreachable endpoint instead of retrying for minutes
+# storage options for s3: every call bounded. botocore makes one attempt (connect 3 s, read 15 s) and s3fs
+# retries it once (S3_CALL_TRIES), so a stalled server fails a call within ~31 s instead of 5 x 2 x 20 s
 _S3_OPTIONS = {
     "skip_instance_cache": True,
-    "config_kwargs": {"connect_timeout": 3, "read_timeout": 20, "retries": {"max_attempts": 2}},
+    "config_kwargs": {"connect_timeout": 3, "read_timeout": 15, "retries": {"total_max_attempts": 1}},
 }
+S3_CALL_TRIES = 2
 
 
 def _json_default(value: Any) -> Any:
@@ -78,6 +85,8 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         raise InputError(f"--output {url!r} is not a usable location: {exc}") from None
     if protocol == "file":
         path = os.path.abspath(path)
+    elif hasattr(fs, "retries"):  # s3fs: class default 5 tries, each with botocore's own retries
+        fs.retries = S3_CALL_TRIES
     return fs, path.rstrip("/")
 
 
@@ -207,16 +216,22 @@ class RunStore:
         Returns True when the run already existed. A stored config that differs
         in any of ``compare_keys`` is bad input: nothing is written.
         """
-        stored = self.read_config()
-        if stored is None:
-            self.folder.write_json("config.json", config)
-            return False
-        for key in compare_keys:
-            if to_jsonable(stored.get(key)) != to_jsonable(json.loads(dumps(config.get(key)))):
-                raise InputError(
-                    f"run id {self.run_id!r} in {self.output!r} was started with {key}={stored.get(key)!r}, "
-                    f"not {config.get(key)!r}; use another --run-id"
-                )
+        took = self.acquire_lock()
+        try:
+            stored = self.read_config()
+            if stored is None:
+                self.folder.write_json("config.json", config)
+                return False
+            for key in compare_keys:
+                if to_jsonable(stored.get(key)) != to_jsonable(json.loads(dumps(config.get(key)))):
+                    raise InputError(
+                        f"run id {self.run_id!r} in {self.output!r} was started with {key}={stored.get(key)!r}, "
+                        f"not {config.get(key)!r}; use another --run-id"
+                    )
+        except BaseException:
+            if took:
+                self.release_lock()
+            raise
         return True
 
     # -- rounds and state ---------------------------------------------------
@@ -255,8 +270,186 @@ class RunStore:
     def read_results(self) -> dict | None:
         return self.folder.read_json("results.json")
 
+    # -- one writer -----------------------------------------------------------
+    def acquire_lock(self) -> bool:
+        """Take the run's writer lock (idempotent in this process); True when this call took it.
+
+        A second process asking for the same run folder gets :class:`InputError` at once."""
+        key = self.folder.url()
+        if key in _HELD:
+            return False
+        lock = RunLock(self.folder, self.run_id)
+        lock.acquire()
+        _HELD[key] = lock
+        if self.folder.local:
+            clean_temporaries(self.folder.path, self.root.path)
+        return True
+
+    def release_lock(self) -> None:
+        lock = _HELD.pop(self.folder.url(), None)
+        if lock is not None:
+            lock.release()
+
     def cache(self, key: str) -> "ScoreCache":
         return ScoreCache(self.root.fs, f"{self.root.path}/{CACHE_DIR}/{key}")
+
+
+LOCK_NAME = "run.lock"
+RELEASE_WAIT_S = 5.0
+LEASE_S = 60.0  # an object-store lease not renewed for this long belongs to a dead writer
+_HELD: dict[str, "RunLock"] = {}
+_TEMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # Folder.write_bytes' temporaries
+STALE_CACHE_TEMP_S = 600.0  # cache parts are shared by concurrent runs: only old temporaries are dead
+
+
+class RunLock:
+    """One writer per run folder.
+
+    Local folders: an exclusive ``flock`` on ``run.lock``, released by the
+    kernel when the process ends however it ends (SIGKILL included), so a
+    crashed run never blocks its own resume. Object stores: a lease object
+    created with a conditional PUT (``If-None-Match: *``), renewed every
+    ``LEASE_S / 3`` seconds by a daemon thread and deleted on release; a lease
+    not renewed for ``LEASE_S`` seconds is taken over. Where a server ignores
+    the condition, the lease is read back after the PUT, so two writers racing
+    within the same few milliseconds is the only case left unguarded.
+    """
+
+    def __init__(self, folder: Folder, run_id: str) -> None:
+        self.folder = folder
+        self.run_id = run_id
+        self.owner = {"owner": uuid.uuid4().hex, "pid": os.getpid(), "host": socket.gethostname()}
+        self._handle = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _busy(self, who: dict | None, extra: str = "") -> InputError:
+        by = f" by pid {who.get('pid')} on {who.get('host')}" if who else ""
+        return InputError(f"run id {self.run_id!r} in {self.folder.url()} is being written{by}{extra}; "
+                          "wait for that run to end or use another --run-id")
+
+    def acquire(self) -> None:
+        if self.folder.local:
+            self._acquire_local()
+        else:
+            self._acquire_lease()
+
+    def _acquire_local(self) -> None:
+        import fcntl
+
+        os.makedirs(self.folder.path, exist_ok=True)
+        path = self.folder.full(LOCK_NAME)
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            try:
+                who = json.loads(handle.read() or "null")
+            except ValueError:
+                who = None
+            handle.close()
+            raise self._busy(who) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(self.owner))
+        handle.flush()
+        self._handle = handle
+
+    # -- object stores --------------------------------------------------------
+    def _lease_body(self) -> bytes:
+        return json.dumps({**self.owner, "expires": time.time() + LEASE_S}).encode()
+
+    def _put_if_absent(self) -> bool:
+        """Conditional create; False when an object is already there."""
+        fs, full = self.folder.fs, self.folder.full(LOCK_NAME)
+        bucket, _, key = full.partition("/")
+        call = getattr(fs, "call_s3", None)
+        if call is None:  # another object store: best effort, check then put
+            if fs.exists(full):
+                return False
+            fs.pipe_file(full, self._lease_body())
+            return True
+        try:
+            call("put_object", Bucket=bucket, Key=key, Body=self._lease_body(), IfNoneMatch="*")
+            return True
+        except (FileExistsError, PermissionError) as exc:  # s3fs maps 412 PreconditionFailed onto these
+            if "Precondition" in str(exc) or isinstance(exc, FileExistsError):
+                return False
+            raise
+        except OSError as exc:
+            if "Precondition" in str(exc) or "412" in str(exc):
+                return False
+            raise
+
+    def _read_lease(self) -> dict | None:
+        raw = self.folder.read_bytes(LOCK_NAME)
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return None
+
+    def _acquire_lease(self) -> None:
+        for _ in range(2):
+            if self._put_if_absent():
+                held = self._read_lease()  # servers that ignore If-None-Match: the last PUT wins, check it is ours
+                if held is not None and held.get("owner") != self.owner["owner"]:
+                    raise self._busy(held)
+                self._renewer = threading.Thread(target=self._renew, daemon=True, name="certeval-run-lease")
+                self._renewer.start()
+                return
+            held = self._read_lease()
+            if held is not None and float(held.get("expires", 0)) > time.time():
+                left = float(held["expires"]) - time.time()
+                raise self._busy(held, f" (its lease runs {left:.0f} s more unless renewed)")
+            self.folder.fs.rm_file(self.folder.full(LOCK_NAME))  # a dead writer's lease: take it over
+        raise self._busy(self._read_lease())
+
+    def _renew(self) -> None:
+        while not self._stop.wait(LEASE_S / 3):
+            try:
+                self.folder.fs.pipe_file(self.folder.full(LOCK_NAME), self._lease_body())
+            except Exception:  # storage trouble: the run's own writes will report it
+                pass
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing the descriptor drops the flock; the file may stay
+            self._handle = None
+            return
+        self._stop.set()
+
+        def drop() -> None:
+            try:
+                if (self._read_lease() or {}).get("owner") == self.owner["owner"]:
+                    self.folder.fs.rm_file(self.folder.full(LOCK_NAME))
+            except Exception:  # the lease expires on its own
+                pass
+
+        # bounded: releasing after a storage failure must not add another stalled call to the exit
+        worker = threading.Thread(target=drop, daemon=True, name="certeval-release-lease")
+        worker.start()
+        worker.join(RELEASE_WAIT_S)
+
+
+def clean_temporaries(run_path: str, root_path: str) -> list[str]:
+    """Remove temporaries a killed write left behind: all of them in the run folder (its lock is held, so no
+    write of it is in flight), and old ones in the shared score cache. Returns the removed paths."""
+    removed = []
+    now = time.time()
+    for top, min_age in ((run_path, 0.0), (os.path.join(root_path, CACHE_DIR), STALE_CACHE_TEMP_S)):
+        for folder, _, files in os.walk(top):
+            for name in files:
+                if not _TEMP.match(name):
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    if now - os.path.getmtime(path) >= min_age:
+                        os.remove(path)
+                        removed.append(path)
+                except OSError:
+                    pass
+    return removed
 
 
 def item_key(item: dict[str, Any], prompt_fields: tuple[str, ...] = ("question", "choices", "answer", "answers", "prompt")) -> str:

@@ -95,6 +95,13 @@ def prepare_env() -> None:
     configure_offline_env()
 
 
+def start_watchdog() -> None:
+    """Ray and Prefect processes this command starts end with it, even after a SIGKILL (certeval.watchdog)."""
+    from ..watchdog import watch_parent
+
+    watch_parent()
+
+
 def user_prefect_configured() -> bool:
     """Whether the user set Prefect up: an API URL or profile in the environment, or a profiles file in
     their Prefect home (``$PREFECT_HOME``, default ``~/.prefect``). Then their server and profile are used
@@ -126,12 +133,20 @@ def run(args) -> int:
     from ..tasks.plan import claim_run
     from ..tasks.run import want_progress
 
-    claim_run(plan)  # a changed config of an existing run id stops here, nothing overwritten
-    results = run_plan(plan, progress=want_progress(args.json))
-    from ..report import write_report
+    from ._failure import set_run_folder
 
-    # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
-    results["report"] = write_report(results["run_folder"]).files.get("report.md")
+    start_watchdog()
+    store = plan.store()
+    claim_run(plan)  # a changed config of an existing run id, or a run id in use, stops here; nothing overwritten
+    set_run_folder(store)  # a runtime failure from here on leaves its traceback in <run>/logs/
+    try:
+        results = run_plan(plan, progress=want_progress(args.json))
+        from ..report import write_report
+
+        # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
+        results["report"] = write_report(results["run_folder"]).files.get("report.md")
+    finally:
+        store.release_lock()
     if args.json:
         print_json(results)
     else:
@@ -176,10 +191,17 @@ def run_demo(args) -> int:
     plans = demo_plans(output=args.output, lm_items=args.lm_items, skip_lm=args.skip_lm,
                        ray_address=args.ray_address, seed=args.seed)
     from ..tasks.plan import claim_run
+    from ._failure import set_run_folder
 
-    for plan in plans:
-        claim_run(plan)
-    out = demo_flow(plans)
+    start_watchdog()
+    try:
+        for plan in plans:
+            claim_run(plan)
+            set_run_folder(plan.store())
+        out = demo_flow(plans)
+    finally:
+        for plan in plans:
+            plan.store().release_lock()
     if args.json:
         print_json(out)
     else:

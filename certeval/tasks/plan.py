@@ -291,7 +291,11 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
-    for spec in specs:  # network probes last, after every cheap check: bounded (≤ 10 s), one line on failure
+    if ray_address:  # network probes last, after every cheap check: bounded, one line on failure
+        from ..envsetup import check_ray_address
+
+        check_ray_address(ray_address)
+    for spec in specs:  # bounded (≤ 10 s), one line on failure
         if spec.kind == "openai":
             from ..backends.openai_host import build_host
 

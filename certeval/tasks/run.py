@@ -70,6 +70,7 @@ class Run:
         self.model_round: dict[str, int] = {}
         self.group: Any = None  # Comparison / Ranking / Selection of paired runs
         self.resumed = False
+        self.owns_lock = False
         self.sent: dict[str, int] = {label: 0 for label in self.labels}
         self.progress: Progress | None = None
         self.pool_stats: Any = None
@@ -89,11 +90,17 @@ class Run:
             from .plan import run_history_priors
 
             run.history = run_history_priors(plan.history, bank, tuple(plan.labels))
-        run.resumed = claim_run(plan)
-        for label, cache in run.caches.items():
-            cache.describe({"model": dict(zip(plan.labels, plan.models))[label], "scorer": plan.scorer or "auto",
-                            "generation": plan.generation()})
-            run.cached[label] = cache.load()
+        run.owns_lock = run.store.acquire_lock()  # False when a CLI around the flow already holds it
+        try:
+            run.resumed = claim_run(plan)
+            for label, cache in run.caches.items():
+                cache.describe({"model": dict(zip(plan.labels, plan.models))[label],
+                                "scorer": plan.scorer or "auto", "generation": plan.generation()})
+                run.cached[label] = cache.load()
+        except BaseException:
+            if run.owns_lock:
+                run.store.release_lock()
+            raise
         return run
 
     def embed(self) -> None:
