@@ -171,10 +171,13 @@ def check_reachable(output: str) -> None:
     """Fail fast (InputError) when the output location cannot be listed or created."""
     fs, path = filesystem(output)
     try:
-        if fs.exists(path):
+        local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+        if local:  # checked, not created: nothing is written before every check has passed
+            _check_local_output(output, path)
             return
-        if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
-            os.makedirs(path, exist_ok=True)
+        if fs.exists(path):
+            if fs.isfile(path):
+                raise InputError(f"--output {output!r} is a file, not a folder")
             return
         bucket = path.split("/", 1)[0]
         if not fs.exists(bucket):
@@ -186,6 +189,21 @@ def check_reachable(output: str) -> None:
     except Exception as exc:  # unreachable endpoint, bad credentials, DNS ...
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise InputError(f"--output {output!r} is unreachable: {type(exc).__name__}: {first}") from None
+
+
+def _check_local_output(output: str, path: str) -> None:
+    """The folder exists and is writable, or its nearest existing ancestor is a writable folder."""
+    probe = path
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        what = "is a file" if probe == path else f"lies below the file {probe!r}"
+        raise InputError(f"--output {output!r} {what}, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"--output {output!r} is not writable ({probe!r} does not allow it)")
 
 
 @dataclass

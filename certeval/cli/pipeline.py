@@ -185,6 +185,10 @@ def summary(results: dict[str, Any]) -> str:
 
 
 def run_demo(args) -> int:
+    from ..estimators._validation import InputError
+
+    if isinstance(args.lm_items, bool) or args.lm_items < 1:
+        raise InputError(f"--lm-items must be a positive integer, got {args.lm_items!r}")
     prepare_env()
     from ..flows.demo import demo_flow, demo_plans
 
