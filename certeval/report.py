@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from .estimators._validation import InputError
-from .storage import Folder, filesystem, safe_name
+from .storage import Folder, bounded, filesystem, safe_name
 
 MAX_CURVES = 12  # more lines than this in one plot is unreadable
 MAX_FOREST = 60
@@ -64,7 +64,7 @@ def load_run(run: str) -> RunData:
     """Read a run folder; raise :class:`InputError` naming the folder when it is not one."""
     fs, path = filesystem(str(run))
     folder = Folder(fs, path)
-    if fs.isfile(path):
+    if bounded(fs, "isfile", path):
         raise InputError(f"{run!r} is a file, not a run folder")
     try:
         results = folder.read_json("results.json")

@@ -46,13 +46,37 @@ from .estimators.results import to_jsonable
 DEFAULT_OUTPUT = "./certeval-runs"
 CACHE_DIR = "_cache"
 RUN_MARKER = "state/_run.json"
-# storage options for s3: every call bounded. botocore makes one attempt (connect 3 s, read 15 s) and s3fs
-# retries it once (S3_CALL_TRIES), so a stalled server fails a call within ~31 s instead of 5 x 2 x 20 s
+# storage options for s3: every call bounded. botocore makes one attempt (connect 3 s, read 10 s) and s3fs
+# retries it once (S3_CALL_TRIES) instead of 5 x botocore's own retries (316 s on a stalled server). A PUT to a
+# stalled server ignores the read timeout altogether, so every call of an async filesystem also runs under an
+# overall deadline (call_timeout_s): no storage call waits longer, whatever the library does inside.
 _S3_OPTIONS = {
     "skip_instance_cache": True,
-    "config_kwargs": {"connect_timeout": 3, "read_timeout": 15, "retries": {"total_max_attempts": 1}},
+    "config_kwargs": {"connect_timeout": 3, "read_timeout": 10, "retries": {"total_max_attempts": 1}},
 }
 S3_CALL_TRIES = 2
+CALL_TIMEOUT_S = 30.0
+CALL_SECONDS_PER_MB = 1.0  # large uploads (pairs tables) get more time: 1 MB/s at worst
+
+
+def call_timeout_s(size: int = 0) -> float:
+    return CALL_TIMEOUT_S + CALL_SECONDS_PER_MB * size / 2**20
+
+
+def bounded(fs: fsspec.AbstractFileSystem, method: str, *args: Any, size: int = 0, **kwargs: Any) -> Any:
+    """``fs.<method>(*args)`` under an overall deadline (async filesystems: s3fs, gcsfs ...); a stalled store
+    raises :class:`TimeoutError` naming the object and the wait instead of hanging."""
+    from fsspec.asyn import AsyncFileSystem
+    from fsspec.exceptions import FSTimeoutError
+
+    if not isinstance(fs, AsyncFileSystem):
+        return getattr(fs, method)(*args, **kwargs)
+    timeout = call_timeout_s(size)
+    try:
+        return getattr(fs, method)(*args, timeout=timeout, **kwargs)
+    except FSTimeoutError:
+        where = fs.unstrip_protocol(str(args[0])) if args else fs.protocol
+        raise TimeoutError(f"object store did not answer within {timeout:.0f} s ({method} {where})") from None
 
 
 def _json_default(value: Any) -> Any:
@@ -106,7 +130,7 @@ class Folder:
         return full if self.local else self.fs.unstrip_protocol(full)
 
     def exists(self, rel: str) -> bool:
-        return bool(self.fs.exists(self.full(rel)))
+        return bool(bounded(self.fs, "exists", self.full(rel)))
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         target = self.full(rel)
@@ -120,11 +144,11 @@ class Folder:
                 os.fsync(handle.fileno())
             os.replace(tmp, target)
         else:  # one PUT: the object appears complete or not at all
-            self.fs.pipe_file(target, data)
+            bounded(self.fs, "pipe_file", target, data, size=len(data))
 
     def read_bytes(self, rel: str) -> bytes | None:
         try:
-            return self.fs.cat_file(self.full(rel))
+            return bounded(self.fs, "cat_file", self.full(rel))
         except FileNotFoundError:
             return None
 
@@ -160,7 +184,8 @@ class Folder:
     def list(self, rel: str) -> list[str]:
         """Names (not paths) of the files directly below ``rel``; hidden temporaries are skipped."""
         try:
-            entries = self.fs.ls(self.full(rel), detail=False, refresh=True) if not self.local else self.fs.ls(self.full(rel), detail=False)
+            entries = bounded(self.fs, "ls", self.full(rel), detail=False, refresh=True) if not self.local else \
+                self.fs.ls(self.full(rel), detail=False)
         except FileNotFoundError:
             return []
         names = [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
@@ -175,12 +200,12 @@ def check_reachable(output: str) -> None:
         if local:  # checked, not created: nothing is written before every check has passed
             _check_local_output(output, path)
             return
-        if fs.exists(path):
-            if fs.isfile(path):
+        if bounded(fs, "exists", path):
+            if bounded(fs, "isfile", path):
                 raise InputError(f"--output {output!r} is a file, not a folder")
             return
         bucket = path.split("/", 1)[0]
-        if not fs.exists(bucket):
+        if not bounded(fs, "exists", bucket):
             raise InputError(f"--output {output!r}: bucket {bucket!r} does not exist")
     except InputError:
         raise
@@ -384,12 +409,12 @@ class RunLock:
         bucket, _, key = full.partition("/")
         call = getattr(fs, "call_s3", None)
         if call is None:  # another object store: best effort, check then put
-            if fs.exists(full):
+            if bounded(fs, "exists", full):
                 return False
-            fs.pipe_file(full, self._lease_body())
+            bounded(fs, "pipe_file", full, self._lease_body())
             return True
         try:
-            call("put_object", Bucket=bucket, Key=key, Body=self._lease_body(), IfNoneMatch="*")
+            bounded(fs, "call_s3", "put_object", Bucket=bucket, Key=key, Body=self._lease_body(), IfNoneMatch="*")
             return True
         except (FileExistsError, PermissionError) as exc:  # s3fs maps 412 PreconditionFailed onto these
             if "Precondition" in str(exc) or isinstance(exc, FileExistsError):
@@ -420,13 +445,13 @@ class RunLock:
             if held is not None and float(held.get("expires", 0)) > time.time():
                 left = float(held["expires"]) - time.time()
                 raise self._busy(held, f" (its lease runs {left:.0f} s more unless renewed)")
-            self.folder.fs.rm_file(self.folder.full(LOCK_NAME))  # a dead writer's lease: take it over
+            bounded(self.folder.fs, "rm_file", self.folder.full(LOCK_NAME))  # a dead writer's lease: take it over
         raise self._busy(self._read_lease())
 
     def _renew(self) -> None:
         while not self._stop.wait(LEASE_S / 3):
             try:
-                self.folder.fs.pipe_file(self.folder.full(LOCK_NAME), self._lease_body())
+                bounded(self.folder.fs, "pipe_file", self.folder.full(LOCK_NAME), self._lease_body())
             except Exception:  # storage trouble: the run's own writes will report it
                 pass
 
@@ -440,7 +465,7 @@ class RunLock:
         def drop() -> None:
             try:
                 if (self._read_lease() or {}).get("owner") == self.owner["owner"]:
-                    self.folder.fs.rm_file(self.folder.full(LOCK_NAME))
+                    bounded(self.folder.fs, "rm_file", self.folder.full(LOCK_NAME))
             except Exception:  # the lease expires on its own
                 pass
 

@@ -92,6 +92,9 @@ def prepare_env() -> None:
     if not user_prefect_configured():
         # zero-config default: Prefect's embedded server with its state in ./.prefect
         os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    # a failed task would print its traceback through Prefect's console handler; the command prints one line
+    # and keeps the traceback in the run folder (exit 3). Prefect's API / UI still receive every run log.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
     configure_offline_env()
 
 
