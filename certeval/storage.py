@@ -7,6 +7,7 @@ Layout of one run::
     <root>/<run_id>/state/<model>.json   method state after the last complete round
     <root>/<run_id>/state/_run.json      the commit marker: last complete round + decisions
     <root>/<run_id>/results.json         estimates, intervals, decisions, ranking; lm-eval block
+    <root>/<run_id>/manifest.json        each round file's size, sha256 and rows per model
     <root>/<run_id>/run.lock             held by the one process writing the run (see RunLock)
     <root>/<run_id>/logs/failure-*.log   the traceback of a runtime failure (exit 3)
 
@@ -46,6 +47,12 @@ from .estimators.results import to_jsonable
 DEFAULT_OUTPUT = "./certeval-runs"
 CACHE_DIR = "_cache"
 RUN_MARKER = "state/_run.json"
+MANIFEST = "manifest.json"  # rounds written: size, sha256 and rows per model of each (checked on resume)
+MANIFEST_VERSION = 1
+
+
+def round_name(n: int) -> str:
+    return f"rounds/{n:05d}.parquet"
 # storage options for s3: every call bounded. botocore makes one attempt (connect 3 s, read 10 s) and s3fs
 # retries it once (S3_CALL_TRIES) instead of 5 x botocore's own retries (316 s on a stalled server). A PUT to a
 # stalled server ignores the read timeout altogether, so every call of an async filesystem also runs under an
@@ -279,7 +286,61 @@ class RunStore:
 
     # -- rounds and state ---------------------------------------------------
     def write_round(self, n: int, frame: pd.DataFrame) -> None:
-        self.folder.write_parquet(f"rounds/{n:05d}.parquet", frame)
+        """The round's Parquet file, then its manifest entry (size, sha256, rows per model)."""
+        sink = io.BytesIO()
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
+        data = sink.getvalue()
+        self.folder.write_bytes(round_name(n), data)
+        manifest = self.read_manifest() or {"version": MANIFEST_VERSION, "rounds": {}}
+        rows = frame["model"].astype(str).value_counts() if len(frame) else pd.Series(dtype=int)
+        manifest["rounds"][f"{n:05d}"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                                          "rows": {str(k): int(v) for k, v in rows.items()}}
+        self.folder.write_json(MANIFEST, manifest)
+
+    def read_manifest(self) -> dict | None:
+        manifest = self.folder.read_json(MANIFEST)
+        if manifest is not None and not (isinstance(manifest, dict) and isinstance(manifest.get("rounds"), dict)):
+            raise InputError(f"{self.folder.url(MANIFEST)} is damaged (not a manifest); nothing was changed — "
+                             "start a new --run-id or restore the file")
+        return manifest
+
+    def verify_rounds(self, committed: int, scored: dict[str, tuple[int, int]]) -> None:
+        """Refuse to resume from a record that differs from what was written.
+
+        ``committed``: rounds ``0 .. committed - 1`` are closed for every model; each must be in the manifest,
+        present, and byte-identical (sha256). ``scored[label] = (n, upto)``: the model's stored state says it
+        absorbed ``n`` items in rounds ``0 .. upto - 1``, which must equal its recorded rows there (a raised or
+        lowered round counter, a swapped or edited state file).
+        """
+        manifest = self.read_manifest()
+        if manifest is None:
+            if self.folder.list("rounds"):
+                raise self._damaged(f"{MANIFEST} is missing while rounds/ holds files")
+            manifest = {"rounds": {}}
+        entries = manifest["rounds"]
+        for n in range(committed):
+            entry = entries.get(f"{n:05d}")
+            if entry is None:
+                raise self._damaged(f"{MANIFEST} has no entry for {round_name(n)} (the states say it was committed)")
+            data = self.folder.read_bytes(round_name(n))
+            if data is None:
+                raise self._damaged(f"{round_name(n)} is missing")
+            if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+                raise self._damaged(f"{round_name(n)} differs from what was written ({len(data)} bytes, "
+                                    f"{entry.get('bytes')} recorded)")
+        for label, (n_scored, upto) in scored.items():
+            for n in range(upto):  # a model takes part in every round until its last committed one
+                if int((entries.get(f"{n:05d}") or {}).get("rows", {}).get(label, 0)) <= 0:
+                    raise self._damaged(f"the state of {label!r} says round {upto - 1} was committed, but "
+                                        f"{round_name(n)} holds no row of it")
+            rows = sum(int(entries.get(f"{n:05d}", {}).get("rows", {}).get(label, 0)) for n in range(upto))
+            if rows != n_scored:
+                raise self._damaged(f"the state of {label!r} says {n_scored} items were scored, the committed "
+                                    f"rounds hold {rows}")
+
+    def _damaged(self, what: str) -> InputError:
+        return InputError(f"run folder {self.url} is damaged: {what}; nothing was changed — start a new --run-id "
+                          "or restore the folder")
 
     def read_rounds(self, upto: int | None = None) -> pd.DataFrame:
         frames = []

@@ -36,6 +36,7 @@ BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on his
                                 "(certeval backtest --method faq); for a live run that learns from history use "
                                 "--history SOURCE (method 'history', exact and anytime-valid)"}
 REPLAY_OPTIONS = {"latency"}
+INTEGRITY = "manifest-v1"  # config.json: the run folder keeps manifest.json, checked on resume
 PAIRED_METHOD = "uniform"  # per-model intervals on the shared uniform item order
 
 
@@ -89,6 +90,7 @@ class RunPlan:
         out["models"] = list(self.models)
         out["labels"] = list(self.labels)
         out["history"] = list(self.history) or None  # None: runs stored before --history resume unchanged
+        out["integrity"] = INTEGRITY  # runs stored before the manifest resume without its check
         return out
 
     def generation(self) -> dict[str, Any]:
