@@ -594,13 +594,24 @@ class ScoreCache:
         self.folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", frame)
 
     def load(self) -> dict[str, float]:
-        """``item_key -> score`` of every cached score (first one wins if parts overlap)."""
+        """``item_key -> score`` of every cached score (first one wins if parts overlap).
+
+        A damaged part (truncated, other columns) is skipped: its items are simply scored again, so the run
+        recomputes what was lost from what is intact; ``self.skipped`` names the parts left out."""
         out: dict[str, float] = {}
+        self.skipped: list[str] = []
         for name in self.folder.list("parts"):
             if not name.endswith(".parquet"):
                 continue
-            part = self.folder.read_parquet(f"parts/{name}")
+            try:
+                part = self.folder.read_parquet(f"parts/{name}")
+            except InputError:
+                part = None
+                self.skipped.append(name)
             if part is None:
+                continue
+            if not {"item_key", "score"} <= set(part.columns):
+                self.skipped.append(name)
                 continue
             for key, score in zip(part["item_key"].astype(str), part["score"].astype(float)):
                 out.setdefault(key, score)

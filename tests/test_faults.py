@@ -300,3 +300,19 @@ def test_sigkill_of_the_cli_leaves_no_ray_or_prefect_process_after_10_s(tmp_path
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def test_a_damaged_cache_part_is_skipped_so_its_items_are_scored_again(tmp_path):
+    import pandas as pd
+
+    from certeval.storage import ScoreCache, filesystem
+
+    cache = ScoreCache(*filesystem(str(tmp_path / "_cache" / "k")))
+    row = dict(item_id="a", score=1.0, tokens=0, latency_s=0.0)
+    cache.add([{**row, "item_key": "a"}])
+    cache.add([{**row, "item_id": "b", "item_key": "b", "score": 0.0}])
+    parts = sorted((tmp_path / "_cache" / "k" / "parts").glob("*.parquet"))
+    damaged = next(p for p in parts if pd.read_parquet(p)["item_key"].iloc[0] == "b")
+    damaged.write_bytes(damaged.read_bytes()[:30])
+    assert cache.load() == {"a": 1.0}  # 'b' is no longer cached: the run asks the model again
+    assert cache.skipped == [damaged.name]
