@@ -314,7 +314,7 @@ class RunStore:
         """
         manifest = self.read_manifest()
         if manifest is None:
-            if self.folder.list("rounds"):
+            if any(name.endswith(".parquet") for name in self.folder.list("rounds")):
                 raise self._damaged(f"{MANIFEST} is missing while rounds/ holds files")
             manifest = {"rounds": {}}
         entries = manifest["rounds"]

@@ -316,3 +316,35 @@ def test_a_damaged_cache_part_is_skipped_so_its_items_are_scored_again(tmp_path)
     damaged.write_bytes(damaged.read_bytes()[:30])
     assert cache.load() == {"a": 1.0}  # 'b' is no longer cached: the run asks the model again
     assert cache.skipped == [damaged.name]
+
+
+def test_a_storage_failure_mid_run_is_exit_3_with_the_traceback_in_the_run_folder(infra, tmp_path):
+    """A real storage fault: the run's rounds/ folder cannot be created (a file took its name). One line,
+    exit 3, the traceback in <run>/logs/; with the obstacle gone the same run id resumes and finishes."""
+    import json
+
+    import pandas as pd
+
+    scores = small_scores(tmp_path, n_items=60)
+    run = tmp_path / "runs" / "fault"
+    argv = [PYTHON, "-m", "certeval", "certify", "--goal", "halfwidth:0.2", "--method", "uniform", "--batch-size",
+            "20", "--output", str(tmp_path / "runs"), "--run-id", "fault", "--ray-address", infra, "--json"]
+    for m in (MIDDLE, WEAK):
+        argv += ["--model", replay(m, scores)]
+    proc = subprocess.Popen(argv, env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "config.json").exists() and proc.poll() is None:
+        time.sleep(0.05)
+    (run / "rounds").write_text("in the way")
+    _, err = proc.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 3, err
+    assert len(lines) == 1 and lines[0].startswith("certeval: runtime failure:") and "logs/failure-" in lines[0], err
+    logs = list((run / "logs").glob("failure-*.log"))
+    assert len(logs) == 1 and "Traceback" in logs[0].read_text()
+    (run / "rounds").unlink()
+    done = subprocess.run(argv, env=cli_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads(done.stdout)["pipeline"]["resumed"]
+    rows = pd.concat(pd.read_parquet(p) for p in sorted((run / "rounds").glob("*.parquet")))
+    assert not rows.duplicated(["model", "item_id"]).any()
