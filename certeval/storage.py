@@ -278,10 +278,9 @@ class RunStore:
                         f"run id {self.run_id!r} in {self.output!r} was started with {key}={stored.get(key)!r}, "
                         f"not {config.get(key)!r}; use another --run-id"
                     )
-        except BaseException:
+        finally:  # the lock guards the check-and-write; whoever runs the rounds holds it on its own
             if took:
                 self.release_lock()
-            raise
         return True
 
     # -- rounds and state ---------------------------------------------------

@@ -135,14 +135,14 @@ def run(args) -> int:
     from ..flows.pipeline import run_plan
     from ..tasks.plan import claim_run
     from ..tasks.run import want_progress
-
     from ._failure import set_run_folder
 
     start_watchdog()
     store = plan.store()
-    claim_run(plan)  # a changed config of an existing run id, or a run id in use, stops here; nothing overwritten
-    set_run_folder(store)  # a runtime failure from here on leaves its traceback in <run>/logs/
+    store.acquire_lock()  # a run id in use stops here; held until this command ends (the flow reuses it)
     try:
+        claim_run(plan)  # a changed config of an existing run id stops here; nothing overwritten
+        set_run_folder(store)  # a runtime failure from here on leaves its traceback in <run>/logs/
         results = run_plan(plan, progress=want_progress(args.json))
         from ..report import write_report
 
@@ -203,6 +203,7 @@ def run_demo(args) -> int:
     start_watchdog()
     try:
         for plan in plans:
+            plan.store().acquire_lock()
             claim_run(plan)
             set_run_folder(plan.store())
         out = demo_flow(plans)
