@@ -348,3 +348,30 @@ def test_a_storage_failure_mid_run_is_exit_3_with_the_traceback_in_the_run_folde
     assert json.loads(done.stdout)["pipeline"]["resumed"]
     rows = pd.concat(pd.read_parquet(p) for p in sorted((run / "rounds").glob("*.parquet")))
     assert not rows.duplicated(["model", "item_id"]).any()
+
+
+def test_sigterm_stops_the_run_cleanly_and_the_folder_resumes(infra, tmp_path):
+    import json
+
+    import pandas as pd
+
+    scores = small_scores(tmp_path, n_items=150)
+    run = tmp_path / "runs" / "term"
+    argv = [PYTHON, "-m", "certeval", "rank", "--batch-size", "10", "--output", str(tmp_path / "runs"),
+            "--run-id", "term", "--ray-address", infra, "--json"]
+    for m in (MIDDLE, WEAK):
+        argv += ["--model", replay(m, scores, latency=0.05)]
+    proc = subprocess.Popen(argv, env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while time.time() < deadline and not (run / "state" / "_run.json").exists() and proc.poll() is None:
+        time.sleep(0.1)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 143 and len(lines) == 1 and "resumable" in lines[0], (proc.returncode, err)
+    done = subprocess.run(argv, env=cli_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads(done.stdout)["pipeline"]["resumed"]
+    rows = pd.concat(pd.read_parquet(p) for p in sorted((run / "rounds").glob("*.parquet")))
+    assert not rows.duplicated(["model", "item_id"]).any()

@@ -69,6 +69,7 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
     ray_home = ray_bootstrap_home(base)
     _pin_auth_token(ray_home, Path(real_home), local=not address)
     os.environ["HOME"] = str(ray_home)
+    handlers = _signal_handlers()
     try:
         common = dict(namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
                       runtime_env={"env_vars": {"HOME": real_home}})
@@ -85,6 +86,29 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
                      object_store_memory=object_store_mb * 2**20, **common)
     finally:
         os.environ["HOME"] = real_home
+        _restore_signal_handlers(handlers)
+
+
+def _signal_handlers() -> dict[int, Any]:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    """Ray's core worker installs a SIGTERM handler that aborts the process (a core dump, exit -6): the
+    driver's own handlers come back, so SIGTERM stops a run through every ``finally`` (actors, lock, Prefect)."""
+    import signal
+
+    for sig, handler in handlers.items():
+        if handler is not None:
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError):  # not the main thread after all
+                pass
 
 
 def _pin_auth_token(ray_home: Path, real_home: Path, *, local: bool) -> None:
