@@ -11,7 +11,6 @@ absent there too.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
