@@ -25,6 +25,7 @@ from certeval.storage import RunStore, clean_temporaries
 from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, replay, small_scores
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # real Ray, Prefect, moto_server and CLI subprocesses: about 5 minutes on 2 cores
 
 
 def _free_port() -> int:
