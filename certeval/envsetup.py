@@ -7,6 +7,8 @@ sets variables the user has not set (``setdefault``), except where noted.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 
@@ -46,3 +48,29 @@ def ray_bootstrap_home(base: str | Path) -> Path:
     if not cfg.exists():
         cfg.write_text("provider: {type: local}\n")
     return home
+
+
+RAY_PROBE_S = 5.0
+
+
+def check_ray_address(address: str | None, timeout_s: float = RAY_PROBE_S) -> None:
+    """Fail in ``timeout_s`` with one line when a ``host:port`` / ``ray://host:port`` Ray address does not
+    accept connections (``ray.init`` would retry for minutes and ignore SIGTERM meanwhile)."""
+    from .estimators._validation import InputError
+
+    if not address or address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise InputError(f"--ray-address must be host:port or ray://host:port, got {address!r}")
+    host = host.strip("[]")
+    t0 = time.monotonic()
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except OSError as exc:
+        waited = time.monotonic() - t0
+        reason = "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or type(exc).__name__)
+        raise InputError(f"--ray-address {address!r} did not answer ({reason} after {waited:.1f} s); "
+                         "is the Ray head running there?") from None

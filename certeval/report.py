@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .estimators._validation import InputError
-from .storage import Folder, filesystem, safe_name
+from .storage import Folder, bounded, filesystem, safe_name
 
 MAX_CURVES = 12  # more lines than this in one plot is unreadable
 MAX_FOREST = 60
@@ -66,6 +66,8 @@ def load_run(run: str) -> RunData:
     """Read a run folder; raise :class:`InputError` naming the folder when it is not one."""
     fs, path = filesystem(str(run))
     folder = Folder(fs, path)
+    if bounded(fs, "isfile", path):
+        raise InputError(f"{run!r} is a file, not a run folder")
     try:
         results = folder.read_json("results.json")
         config = folder.read_json("config.json") or {}
@@ -73,13 +75,48 @@ def load_run(run: str) -> RunData:
         raise InputError(f"run folder {run!r} has an unreadable JSON file: {exc}") from None
     if results is None:
         raise InputError(f"{run!r} is not a run folder: it has no results.json")
-    frames = [folder.read_parquet(f"rounds/{name}") for name in folder.list("rounds") if name.endswith(".parquet")]
-    rounds = pd.concat([f for f in frames if f is not None], ignore_index=True) if frames else pd.DataFrame()
+    _check_results(run, results)
+    if not isinstance(config, dict):
+        raise InputError(f"run folder {run!r} is damaged: config.json is not a JSON object")
+    frames = []
+    for name in folder.list("rounds"):
+        if not name.endswith(".parquet"):
+            continue
+        frame = folder.read_parquet(f"rounds/{name}")
+        if frame is not None:
+            missing = [c for c in ROUND_COLUMNS if c not in frame.columns]
+            if missing:
+                raise InputError(f"run folder {run!r} is damaged: rounds/{name} has no {missing[0]!r} column")
+            frames.append(frame)
+    rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     states = {}
     for name in folder.list("state"):
         if name.endswith(".json") and not name.startswith("_"):
-            states[name[: -len(".json")]] = folder.read_json(f"state/{name}")
+            state = folder.read_json(f"state/{name}")
+            if not isinstance(state, dict):
+                raise InputError(f"run folder {run!r} is damaged: state/{name} is not a JSON object")
+            states[name[: -len(".json")]] = state
     return RunData(folder.url(), folder, config, results, rounds, states)
+
+
+ROUND_COLUMNS = ("model", "item_id", "score")
+
+
+def _check_results(run: str, results: Any) -> None:
+    """results.json is an object naming its models; otherwise the report would fail half-way."""
+    where = f"run folder {run!r} is damaged: results.json"
+    if not isinstance(results, dict):
+        raise InputError(f"{where} is not a JSON object")
+    models = results.get("models")
+    if not isinstance(models, list) or not models:
+        raise InputError(f"{where} lists no models")
+    for entry in models:
+        if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
+            raise InputError(f"{where} has a model entry without a name: {str(entry)[:60]!r}")
+        for key in ("mean", "lower", "upper"):
+            value = entry.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise InputError(f"{where}: {key} of model {entry['model']!r} is not a number: {value!r}")
 
 
 # --------------------------------------------------------------------------------------

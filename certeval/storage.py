@@ -7,6 +7,9 @@ Layout of one run::
     <root>/<run_id>/state/<model>.json   method state after the last complete round
     <root>/<run_id>/state/_run.json      the commit marker: last complete round + decisions
     <root>/<run_id>/results.json         estimates, intervals, decisions, ranking; lm-eval block
+    <root>/<run_id>/manifest.json        each round file's size, sha256 and rows per model
+    <root>/<run_id>/run.lock             held by the one process writing the run (see RunLock)
+    <root>/<run_id>/logs/failure-*.log   the traceback of a runtime failure (exit 3)
 
 and, shared by every run under the same root::
 
@@ -26,6 +29,9 @@ import io
 import json
 import os
 import re
+import socket
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -41,11 +47,43 @@ from .estimators.results import to_jsonable
 DEFAULT_OUTPUT = "./certeval-runs"
 CACHE_DIR = "_cache"
 RUN_MARKER = "state/_run.json"
-# storage options for s3: fail fast on an unreachable endpoint instead of retrying for minutes
+MANIFEST = "manifest.json"  # rounds written: size, sha256 and rows per model of each (checked on resume)
+MANIFEST_VERSION = 1
+
+
+def round_name(n: int) -> str:
+    return f"rounds/{n:05d}.parquet"
+# storage options for s3: every call bounded. botocore makes one attempt (connect 3 s, read 10 s) and s3fs
+# retries it once (S3_CALL_TRIES) instead of 5 x botocore's own retries (316 s on a stalled server). A PUT to a
+# stalled server ignores the read timeout altogether, so every call of an async filesystem also runs under an
+# overall deadline (call_timeout_s): no storage call waits longer, whatever the library does inside.
 _S3_OPTIONS = {
     "skip_instance_cache": True,
-    "config_kwargs": {"connect_timeout": 3, "read_timeout": 20, "retries": {"max_attempts": 2}},
+    "config_kwargs": {"connect_timeout": 3, "read_timeout": 10, "retries": {"total_max_attempts": 1}},
 }
+S3_CALL_TRIES = 2
+CALL_TIMEOUT_S = 30.0
+CALL_SECONDS_PER_MB = 1.0  # large uploads (pairs tables) get more time: 1 MB/s at worst
+
+
+def call_timeout_s(size: int = 0) -> float:
+    return CALL_TIMEOUT_S + CALL_SECONDS_PER_MB * size / 2**20
+
+
+def bounded(fs: fsspec.AbstractFileSystem, method: str, *args: Any, size: int = 0, **kwargs: Any) -> Any:
+    """``fs.<method>(*args)`` under an overall deadline (async filesystems: s3fs, gcsfs ...); a stalled store
+    raises :class:`TimeoutError` naming the object and the wait instead of hanging."""
+    from fsspec.asyn import AsyncFileSystem
+    from fsspec.exceptions import FSTimeoutError
+
+    if not isinstance(fs, AsyncFileSystem):
+        return getattr(fs, method)(*args, **kwargs)
+    timeout = call_timeout_s(size)
+    try:
+        return getattr(fs, method)(*args, timeout=timeout, **kwargs)
+    except FSTimeoutError:
+        where = fs.unstrip_protocol(str(args[0])) if args else fs.protocol
+        raise TimeoutError(f"object store did not answer within {timeout:.0f} s ({method} {where})") from None
 
 
 def _json_default(value: Any) -> Any:
@@ -78,6 +116,8 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         raise InputError(f"--output {url!r} is not a usable location: {exc}") from None
     if protocol == "file":
         path = os.path.abspath(path)
+    elif hasattr(fs, "retries"):  # s3fs: class default 5 tries, each with botocore's own retries
+        fs.retries = S3_CALL_TRIES
     return fs, path.rstrip("/")
 
 
@@ -97,7 +137,7 @@ class Folder:
         return full if self.local else self.fs.unstrip_protocol(full)
 
     def exists(self, rel: str) -> bool:
-        return bool(self.fs.exists(self.full(rel)))
+        return bool(bounded(self.fs, "exists", self.full(rel)))
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         target = self.full(rel)
@@ -111,11 +151,11 @@ class Folder:
                 os.fsync(handle.fileno())
             os.replace(tmp, target)
         else:  # one PUT: the object appears complete or not at all
-            self.fs.pipe_file(target, data)
+            bounded(self.fs, "pipe_file", target, data, size=len(data))
 
     def read_bytes(self, rel: str) -> bytes | None:
         try:
-            return self.fs.cat_file(self.full(rel))
+            return bounded(self.fs, "cat_file", self.full(rel))
         except FileNotFoundError:
             return None
 
@@ -151,7 +191,8 @@ class Folder:
     def list(self, rel: str) -> list[str]:
         """Names (not paths) of the files directly below ``rel``; hidden temporaries are skipped."""
         try:
-            entries = self.fs.ls(self.full(rel), detail=False, refresh=True) if not self.local else self.fs.ls(self.full(rel), detail=False)
+            entries = bounded(self.fs, "ls", self.full(rel), detail=False, refresh=True) if not self.local else \
+                self.fs.ls(self.full(rel), detail=False)
         except FileNotFoundError:
             return []
         names = [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
@@ -162,13 +203,16 @@ def check_reachable(output: str) -> None:
     """Fail fast (InputError) when the output location cannot be listed or created."""
     fs, path = filesystem(output)
     try:
-        if fs.exists(path):
+        local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+        if local:  # checked, not created: nothing is written before every check has passed
+            _check_local_output(output, path)
             return
-        if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
-            os.makedirs(path, exist_ok=True)
+        if bounded(fs, "exists", path):
+            if bounded(fs, "isfile", path):
+                raise InputError(f"--output {output!r} is a file, not a folder")
             return
         bucket = path.split("/", 1)[0]
-        if not fs.exists(bucket):
+        if not bounded(fs, "exists", bucket):
             raise InputError(f"--output {output!r}: bucket {bucket!r} does not exist")
     except InputError:
         raise
@@ -177,6 +221,21 @@ def check_reachable(output: str) -> None:
     except Exception as exc:  # unreachable endpoint, bad credentials, DNS ...
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise InputError(f"--output {output!r} is unreachable: {type(exc).__name__}: {first}") from None
+
+
+def _check_local_output(output: str, path: str) -> None:
+    """The folder exists and is writable, or its nearest existing ancestor is a writable folder."""
+    probe = path
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        what = "is a file" if probe == path else f"lies below the file {probe!r}"
+        raise InputError(f"--output {output!r} {what}, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"--output {output!r} is not writable ({probe!r} does not allow it)")
 
 
 @dataclass
@@ -207,21 +266,80 @@ class RunStore:
         Returns True when the run already existed. A stored config that differs
         in any of ``compare_keys`` is bad input: nothing is written.
         """
-        stored = self.read_config()
-        if stored is None:
-            self.folder.write_json("config.json", config)
-            return False
-        for key in compare_keys:
-            if to_jsonable(stored.get(key)) != to_jsonable(json.loads(dumps(config.get(key)))):
-                raise InputError(
-                    f"run id {self.run_id!r} in {self.output!r} was started with {key}={stored.get(key)!r}, "
-                    f"not {config.get(key)!r}; use another --run-id"
-                )
+        took = self.acquire_lock()
+        try:
+            stored = self.read_config()
+            if stored is None:
+                self.folder.write_json("config.json", config)
+                return False
+            for key in compare_keys:
+                if to_jsonable(stored.get(key)) != to_jsonable(json.loads(dumps(config.get(key)))):
+                    raise InputError(
+                        f"run id {self.run_id!r} in {self.output!r} was started with {key}={stored.get(key)!r}, "
+                        f"not {config.get(key)!r}; use another --run-id"
+                    )
+        finally:  # the lock guards the check-and-write; whoever runs the rounds holds it on its own
+            if took:
+                self.release_lock()
         return True
 
     # -- rounds and state ---------------------------------------------------
     def write_round(self, n: int, frame: pd.DataFrame) -> None:
-        self.folder.write_parquet(f"rounds/{n:05d}.parquet", frame)
+        """The round's Parquet file, then its manifest entry (size, sha256, rows per model)."""
+        sink = io.BytesIO()
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
+        data = sink.getvalue()
+        self.folder.write_bytes(round_name(n), data)
+        manifest = self.read_manifest() or {"version": MANIFEST_VERSION, "rounds": {}}
+        rows = frame["model"].astype(str).value_counts() if len(frame) else pd.Series(dtype=int)
+        manifest["rounds"][f"{n:05d}"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                                          "rows": {str(k): int(v) for k, v in rows.items()}}
+        self.folder.write_json(MANIFEST, manifest)
+
+    def read_manifest(self) -> dict | None:
+        manifest = self.folder.read_json(MANIFEST)
+        if manifest is not None and not (isinstance(manifest, dict) and isinstance(manifest.get("rounds"), dict)):
+            raise InputError(f"{self.folder.url(MANIFEST)} is damaged (not a manifest); nothing was changed — "
+                             "start a new --run-id or restore the file")
+        return manifest
+
+    def verify_rounds(self, committed: int, scored: dict[str, tuple[int, int]]) -> None:
+        """Refuse to resume from a record that differs from what was written.
+
+        ``committed``: rounds ``0 .. committed - 1`` are closed for every model; each must be in the manifest,
+        present, and byte-identical (sha256). ``scored[label] = (n, upto)``: the model's stored state says it
+        absorbed ``n`` items in rounds ``0 .. upto - 1``, which must equal its recorded rows there (a raised or
+        lowered round counter, a swapped or edited state file).
+        """
+        manifest = self.read_manifest()
+        if manifest is None:
+            if any(name.endswith(".parquet") for name in self.folder.list("rounds")):
+                raise self._damaged(f"{MANIFEST} is missing while rounds/ holds files")
+            manifest = {"rounds": {}}
+        entries = manifest["rounds"]
+        for n in range(committed):
+            entry = entries.get(f"{n:05d}")
+            if entry is None:
+                raise self._damaged(f"{MANIFEST} has no entry for {round_name(n)} (the states say it was committed)")
+            data = self.folder.read_bytes(round_name(n))
+            if data is None:
+                raise self._damaged(f"{round_name(n)} is missing")
+            if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+                raise self._damaged(f"{round_name(n)} differs from what was written ({len(data)} bytes, "
+                                    f"{entry.get('bytes')} recorded)")
+        for label, (n_scored, upto) in scored.items():
+            for n in range(upto):  # a model takes part in every round until its last committed one
+                if int((entries.get(f"{n:05d}") or {}).get("rows", {}).get(label, 0)) <= 0:
+                    raise self._damaged(f"the state of {label!r} says round {upto - 1} was committed, but "
+                                        f"{round_name(n)} holds no row of it")
+            rows = sum(int(entries.get(f"{n:05d}", {}).get("rows", {}).get(label, 0)) for n in range(upto))
+            if rows != n_scored:
+                raise self._damaged(f"the state of {label!r} says {n_scored} items were scored, the committed "
+                                    f"rounds hold {rows}")
+
+    def _damaged(self, what: str) -> InputError:
+        return InputError(f"run folder {self.url} is damaged: {what}; nothing was changed — start a new --run-id "
+                          "or restore the folder")
 
     def read_rounds(self, upto: int | None = None) -> pd.DataFrame:
         frames = []
@@ -255,8 +373,186 @@ class RunStore:
     def read_results(self) -> dict | None:
         return self.folder.read_json("results.json")
 
+    # -- one writer -----------------------------------------------------------
+    def acquire_lock(self) -> bool:
+        """Take the run's writer lock (idempotent in this process); True when this call took it.
+
+        A second process asking for the same run folder gets :class:`InputError` at once."""
+        key = self.folder.url()
+        if key in _HELD:
+            return False
+        lock = RunLock(self.folder, self.run_id)
+        lock.acquire()
+        _HELD[key] = lock
+        if self.folder.local:
+            clean_temporaries(self.folder.path, self.root.path)
+        return True
+
+    def release_lock(self) -> None:
+        lock = _HELD.pop(self.folder.url(), None)
+        if lock is not None:
+            lock.release()
+
     def cache(self, key: str) -> "ScoreCache":
         return ScoreCache(self.root.fs, f"{self.root.path}/{CACHE_DIR}/{key}")
+
+
+LOCK_NAME = "run.lock"
+RELEASE_WAIT_S = 5.0
+LEASE_S = 60.0  # an object-store lease not renewed for this long belongs to a dead writer
+_HELD: dict[str, "RunLock"] = {}
+_TEMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # Folder.write_bytes' temporaries
+STALE_CACHE_TEMP_S = 600.0  # cache parts are shared by concurrent runs: only old temporaries are dead
+
+
+class RunLock:
+    """One writer per run folder.
+
+    Local folders: an exclusive ``flock`` on ``run.lock``, released by the
+    kernel when the process ends however it ends (SIGKILL included), so a
+    crashed run never blocks its own resume. Object stores: a lease object
+    created with a conditional PUT (``If-None-Match: *``), renewed every
+    ``LEASE_S / 3`` seconds by a daemon thread and deleted on release; a lease
+    not renewed for ``LEASE_S`` seconds is taken over. Where a server ignores
+    the condition, the lease is read back after the PUT, so two writers racing
+    within the same few milliseconds is the only case left unguarded.
+    """
+
+    def __init__(self, folder: Folder, run_id: str) -> None:
+        self.folder = folder
+        self.run_id = run_id
+        self.owner = {"owner": uuid.uuid4().hex, "pid": os.getpid(), "host": socket.gethostname()}
+        self._handle = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _busy(self, who: dict | None, extra: str = "") -> InputError:
+        by = f" by pid {who.get('pid')} on {who.get('host')}" if who else ""
+        return InputError(f"run id {self.run_id!r} in {self.folder.url()} is being written{by}{extra}; "
+                          "wait for that run to end or use another --run-id")
+
+    def acquire(self) -> None:
+        if self.folder.local:
+            self._acquire_local()
+        else:
+            self._acquire_lease()
+
+    def _acquire_local(self) -> None:
+        import fcntl
+
+        os.makedirs(self.folder.path, exist_ok=True)
+        path = self.folder.full(LOCK_NAME)
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            try:
+                who = json.loads(handle.read() or "null")
+            except ValueError:
+                who = None
+            handle.close()
+            raise self._busy(who) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(self.owner))
+        handle.flush()
+        self._handle = handle
+
+    # -- object stores --------------------------------------------------------
+    def _lease_body(self) -> bytes:
+        return json.dumps({**self.owner, "expires": time.time() + LEASE_S}).encode()
+
+    def _put_if_absent(self) -> bool:
+        """Conditional create; False when an object is already there."""
+        fs, full = self.folder.fs, self.folder.full(LOCK_NAME)
+        bucket, _, key = full.partition("/")
+        call = getattr(fs, "call_s3", None)
+        if call is None:  # another object store: best effort, check then put
+            if bounded(fs, "exists", full):
+                return False
+            bounded(fs, "pipe_file", full, self._lease_body())
+            return True
+        try:
+            bounded(fs, "call_s3", "put_object", Bucket=bucket, Key=key, Body=self._lease_body(), IfNoneMatch="*")
+            return True
+        except (FileExistsError, PermissionError) as exc:  # s3fs maps 412 PreconditionFailed onto these
+            if "Precondition" in str(exc) or isinstance(exc, FileExistsError):
+                return False
+            raise
+        except OSError as exc:
+            if "Precondition" in str(exc) or "412" in str(exc):
+                return False
+            raise
+
+    def _read_lease(self) -> dict | None:
+        raw = self.folder.read_bytes(LOCK_NAME)
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return None
+
+    def _acquire_lease(self) -> None:
+        for _ in range(2):
+            if self._put_if_absent():
+                held = self._read_lease()  # servers that ignore If-None-Match: the last PUT wins, check it is ours
+                if held is not None and held.get("owner") != self.owner["owner"]:
+                    raise self._busy(held)
+                self._renewer = threading.Thread(target=self._renew, daemon=True, name="certeval-run-lease")
+                self._renewer.start()
+                return
+            held = self._read_lease()
+            if held is not None and float(held.get("expires", 0)) > time.time():
+                left = float(held["expires"]) - time.time()
+                raise self._busy(held, f" (its lease runs {left:.0f} s more unless renewed)")
+            bounded(self.folder.fs, "rm_file", self.folder.full(LOCK_NAME))  # a dead writer's lease: take it over
+        raise self._busy(self._read_lease())
+
+    def _renew(self) -> None:
+        while not self._stop.wait(LEASE_S / 3):
+            try:
+                bounded(self.folder.fs, "pipe_file", self.folder.full(LOCK_NAME), self._lease_body())
+            except Exception:  # storage trouble: the run's own writes will report it
+                pass
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing the descriptor drops the flock; the file may stay
+            self._handle = None
+            return
+        self._stop.set()
+
+        def drop() -> None:
+            try:
+                if (self._read_lease() or {}).get("owner") == self.owner["owner"]:
+                    bounded(self.folder.fs, "rm_file", self.folder.full(LOCK_NAME))
+            except Exception:  # the lease expires on its own
+                pass
+
+        # bounded: releasing after a storage failure must not add another stalled call to the exit
+        worker = threading.Thread(target=drop, daemon=True, name="certeval-release-lease")
+        worker.start()
+        worker.join(RELEASE_WAIT_S)
+
+
+def clean_temporaries(run_path: str, root_path: str) -> list[str]:
+    """Remove temporaries a killed write left behind: all of them in the run folder (its lock is held, so no
+    write of it is in flight), and old ones in the shared score cache. Returns the removed paths."""
+    removed = []
+    now = time.time()
+    for top, min_age in ((run_path, 0.0), (os.path.join(root_path, CACHE_DIR), STALE_CACHE_TEMP_S)):
+        for folder, _, files in os.walk(top):
+            for name in files:
+                if not _TEMP.match(name):
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    if now - os.path.getmtime(path) >= min_age:
+                        os.remove(path)
+                        removed.append(path)
+                except OSError:
+                    pass
+    return removed
 
 
 def item_key(item: dict[str, Any], prompt_fields: tuple[str, ...] = ("question", "choices", "answer", "answers", "prompt")) -> str:
@@ -297,13 +593,24 @@ class ScoreCache:
         self.folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", frame)
 
     def load(self) -> dict[str, float]:
-        """``item_key -> score`` of every cached score (first one wins if parts overlap)."""
+        """``item_key -> score`` of every cached score (first one wins if parts overlap).
+
+        A damaged part (truncated, other columns) is skipped: its items are simply scored again, so the run
+        recomputes what was lost from what is intact; ``self.skipped`` names the parts left out."""
         out: dict[str, float] = {}
+        self.skipped: list[str] = []
         for name in self.folder.list("parts"):
             if not name.endswith(".parquet"):
                 continue
-            part = self.folder.read_parquet(f"parts/{name}")
+            try:
+                part = self.folder.read_parquet(f"parts/{name}")
+            except InputError:
+                part = None
+                self.skipped.append(name)
             if part is None:
+                continue
+            if not {"item_key", "score"} <= set(part.columns):
+                self.skipped.append(name)
                 continue
             for key, score in zip(part["item_key"].astype(str), part["score"].astype(float)):
                 out.setdefault(key, score)

@@ -266,3 +266,22 @@ def test_repeats_are_legal_unproposed_items_are_refused_and_empty_is_trivial():
         make_method("faq", item_factors=v, prior_mean=mean, prior_cov=cov, rho=0.5).start(BankSpec(5))
     with pytest.raises(InputError, match="one row per bank item"):
         make_method("faq", item_factors=v, prior_mean=mean, prior_cov=cov).start(BankSpec(6))
+
+
+@pytest.mark.parametrize("ci", ["default", "paper", "anytime"])
+def test_every_faq_interval_is_labelled_asymptotic_in_the_result_type(ci):
+    """FAQ's intervals rest on a martingale CLT: the result says so, its anytime CS included, so code can tell
+    them from the exact intervals of the other methods (which say "exact")."""
+    v, mean, cov, z = _small_bank(n=60)
+    method = _method(v, mean, cov, ci=ci)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        prop = method.propose(5, rng)
+        method.update(prop.items, z[prop.items])
+    est = method.result()
+    assert est.validity == "asymptotic" and est.to_dict()["validity"] == "asymptotic"
+    assert est.anytime_valid == (ci == "anytime")
+    exact = make_method("uniform", confidence=0.9).start(BankSpec(60))
+    prop = exact.propose(10, rng)
+    exact.update(prop.items, z[prop.items])
+    assert exact.result().validity == "exact"

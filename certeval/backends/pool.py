@@ -41,6 +41,7 @@ from typing import Any, Callable
 import ray
 
 from ..envsetup import configure_offline_env, ray_bootstrap_home
+from ..redact import is_secret_name
 from ..estimators._validation import InputError
 
 NAMESPACE = "certeval"
@@ -48,6 +49,8 @@ CALL_LOG_ENV = "CERTEVAL_BACKEND_LOG"
 # variables an actor needs from the driver even when Ray was started earlier (e.g. a test session)
 _FORWARDED_ENV_PREFIXES = ("RAY_AUTH_", "AWS_", "CERTEVAL_", "HF_", "TRANSFORMERS_", "OPENAI_", "TOKENIZERS_", "CUDA_VISIBLE")
 MAX_ATTEMPTS = 3
+START_TIMEOUT_ENV = "CERTEVAL_ACTOR_START_TIMEOUT_S"
+DEFAULT_START_TIMEOUT_S = 900.0
 
 
 def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: int = 200,
@@ -66,10 +69,14 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
     ray_home = ray_bootstrap_home(base)
     _pin_auth_token(ray_home, Path(real_home), local=not address)
     os.environ["HOME"] = str(ray_home)
+    handlers = _signal_handlers()
     try:
         common = dict(namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
                       runtime_env={"env_vars": {"HOME": real_home}})
         if address:
+            from ..envsetup import check_ray_address
+
+            check_ray_address(address)  # bounded: ray.init alone retries a closed port for minutes
             try:
                 ray.init(address=address, **common)
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -79,6 +86,29 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
                      object_store_memory=object_store_mb * 2**20, **common)
     finally:
         os.environ["HOME"] = real_home
+        _restore_signal_handlers(handlers)
+
+
+def _signal_handlers() -> dict[int, Any]:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    """Ray's core worker installs a SIGTERM handler that aborts the process (a core dump, exit -6): the
+    driver's own handlers come back, so SIGTERM stops a run through every ``finally`` (actors, lock, Prefect)."""
+    import signal
+
+    for sig, handler in handlers.items():
+        if handler is not None:
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError):  # not the main thread after all
+                pass
 
 
 def _pin_auth_token(ray_home: Path, real_home: Path, *, local: bool) -> None:
@@ -107,7 +137,15 @@ def _pin_auth_token(ray_home: Path, real_home: Path, *, local: bool) -> None:
 
 
 def _forwarded_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV_PREFIXES)}
+    """Variables for the actors' ``runtime_env``: everything they need except secrets (Ray writes a
+    runtime_env in plain text to ``runtime_env_agent.log``, readable by anyone on the node)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV_PREFIXES) and not is_secret_name(k)}
+
+
+def _secret_env() -> dict[str, str]:
+    """Credentials the actors need (S3 keys, endpoint API keys): sent as an actor constructor argument,
+    which Ray keeps in its object store and never logs, and set in the actor's own environment there."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV_PREFIXES) and is_secret_name(k)}
 
 
 class ModelWorker:
@@ -115,8 +153,10 @@ class ModelWorker:
     their score caches and the call log."""
 
     def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], call_log: str | None,
-                 host_kwargs: dict[str, Any] | None = None) -> None:
+                 host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None) -> None:
         from .base import make_host
+
+        os.environ.update(secret_env or {})  # before any host or filesystem reads its credentials
 
         self.hosts = {label: make_host(text, **(host_kwargs or {})) for label, text in specs.items()}
         self.caches: dict[str, Any] = {}
@@ -235,17 +275,25 @@ class ModelPool:
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
             max_task_retries=0, runtime_env={"env_vars": _forwarded_env()},
         ).remote({label: self.models[label] for label in labels},
-                 {label: self.cache_urls.get(label) for label in labels}, self.call_log, self.host_kwargs)
+                 {label: self.cache_urls.get(label) for label in labels}, self.call_log, self.host_kwargs,
+                 _secret_env())
         return _Slot(group, replica, handle, name, generation)
 
     def start(self) -> "ModelPool":
         """Create every actor and wait until each host is built (errors surface here, once)."""
+        self._check_resources()
         self._cls = self._actor_class()
         for group in self.groups:
             self.slots[group] = [self._new_actor(group, r, 0) for r in range(self.replicas)]
         pings = {s.handle.ping.remote(): s for slots in self.slots.values() for s in slots}
+        timeout = start_timeout_s()
         try:
-            ray.get(list(pings))
+            ray.get(list(pings), timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            self.shutdown()
+            raise RuntimeError(f"the model actors did not start within {timeout:g} s (each asks for "
+                               f"{self.num_gpus:g} GPU(s); the cluster has {_cluster_summary()}); set "
+                               f"{START_TIMEOUT_ENV} for slow model loads") from None
         except ray.exceptions.RayActorError as exc:
             cause = getattr(exc, "cause", None) or exc
             self.shutdown()
@@ -253,6 +301,15 @@ class ModelPool:
                 raise cause from None
             raise RuntimeError(f"a model actor failed to start: {cause}") from None
         return self
+
+    def _check_resources(self) -> None:
+        """An actor asking for GPUs no node has would wait for ever: refuse it before creating any."""
+        if self.num_gpus <= 0:
+            return
+        have = float(ray.cluster_resources().get("GPU", 0.0))
+        if have < self.num_gpus:
+            raise InputError(f"--num-gpus {self.num_gpus:g} asks each model actor for GPUs, but the Ray cluster "
+                             f"has {have:g} GPU(s) in all; drop --num-gpus or use a cluster with GPUs")
 
     def actor_names(self, label: str | None = None) -> list[str]:
         """Names of all actors, or of those serving ``label``."""
@@ -369,6 +426,25 @@ class ModelPool:
                 except Exception:  # already dead or its node gone: nothing left to release
                     pass
         self.slots = {}
+
+
+def start_timeout_s() -> float:
+    """How long the actors may take to start (place on resources, load the model): ``$CERTEVAL_ACTOR_START_TIMEOUT_S``,
+    default 900 s (a large model from a slow disk); never unbounded."""
+    raw = os.environ.get(START_TIMEOUT_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_START_TIMEOUT_S
+    except ValueError:
+        raise InputError(f"{START_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
+    return value if value > 0 else DEFAULT_START_TIMEOUT_S
+
+
+def _cluster_summary() -> str:
+    try:
+        res = ray.cluster_resources()
+        return f"{res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s)"
+    except Exception:  # the cluster itself is gone
+        return "no answer"
 
 
 def group_models(models: dict[str, str]) -> dict[str, list[str]]:

@@ -3,18 +3,24 @@
 Each subcommand lives in its own module under ``certeval.cli`` exposing
 ``add_parser(subparsers)`` (which sets ``func``) and a ``run(args) -> int``.
 Exit codes: 0 done, 1 goal not reachable within the bank or budget (still
-reported), 2 bad input (one-line message on stderr, nothing written).
+reported), 2 bad input (one-line message on stderr, nothing written), 3 runtime
+failure (storage, cluster, model: one line on stderr, the traceback in the run
+folder's ``logs/``), 130 / 143 interrupted by SIGINT / SIGTERM (the folder stays
+resumable: the round in flight is simply run again).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from ..estimators._validation import InputError
+from ..redact import redact
 
-EXIT_OK, EXIT_NOT_REACHED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_NOT_REACHED, EXIT_BAD_INPUT, EXIT_RUNTIME = 0, 1, 2, 3
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 
 # subcommand -> module under certeval.cli
 COMMANDS = {
@@ -58,17 +64,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C so every ``finally`` (actors, Ray, Prefect) runs."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    from . import _failure
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = _install_sigterm()
+    _failure.clear_run_folder()
     try:
         return int(args.func(args) or 0)
     except InputError as exc:
-        print(f"certeval: error: {exc}", file=sys.stderr)
+        print(f"certeval: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("certeval: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"certeval: {'terminated (SIGTERM)' if terminated else 'interrupted'}; the run folder is resumable "
+              "with the same --run-id", file=sys.stderr)
+        return EXIT_SIGTERM if terminated else EXIT_SIGINT
+    except Exception as exc:  # storage, cluster, model: one line here, the traceback in the run folder
+        where = _failure.record(exc)
+        print(f"certeval: runtime failure: {_failure.one_line(exc)}"
+              + (f" (traceback: {where})" if where else ""), file=sys.stderr)
+        return EXIT_RUNTIME
+    finally:
+        _failure.clear_run_folder()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _install_sigterm():
+    """SIGTERM → :class:`Terminated` in the main thread (the only thread allowed to set handlers)."""
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (e.g. called from a worker thread in tests)
+        return None
 
 
 def entry() -> None:

@@ -112,7 +112,17 @@ def prepare_env() -> None:
     if not user_prefect_configured():
         # zero-config default: Prefect's embedded server with its state in ./.prefect
         os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    # a failed task would print its traceback through Prefect's console handler; the command prints one line
+    # and keeps the traceback in the run folder (exit 3). Prefect's API / UI still receive every run log.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
     configure_offline_env()
+
+
+def start_watchdog() -> None:
+    """Ray and Prefect processes this command starts end with it, even after a SIGKILL (certeval.watchdog)."""
+    from ..watchdog import watch_parent
+
+    watch_parent()
 
 
 def user_prefect_configured() -> bool:
@@ -161,20 +171,28 @@ def run(args) -> int:
     from ..flows.pipeline import run_plan
     from ..tasks.plan import claim_run
     from ..tasks.run import want_progress
+    from ._failure import set_run_folder
 
-    claim_run(plan)  # a changed config of an existing run id stops here, nothing overwritten
-    if want_progress(args.json):  # the first minute can be silent otherwise (Prefect's server, Ray, models)
-        import sys
+    start_watchdog()
+    store = plan.store()
+    store.acquire_lock()  # a run id in use stops here; held until this command ends (the flow reuses it)
+    try:
+        claim_run(plan)  # a changed config of an existing run id stops here; nothing overwritten
+        set_run_folder(store)  # a runtime failure from here on leaves its traceback in <run>/logs/
+        if want_progress(args.json):  # the first minute can be silent otherwise (Prefect's server, Ray, models)
+            import sys
 
-        print(f"certeval: {plan.kind} run {plan.run_id}: starting the Prefect flow (the embedded server's first "
-              "start takes 10-20 s), then Ray and the model hosts...", file=sys.stderr, flush=True)
-    results = run_plan(plan, progress=want_progress(args.json))
-    if getattr(args, "log_samples", False):
-        results["samples_files"] = log_samples(plan, bank, results)
-    from ..report import write_report
+            print(f"certeval: {plan.kind} run {plan.run_id}: starting the Prefect flow (the embedded server's "
+                  "first start takes 10-20 s), then Ray and the model hosts...", file=sys.stderr, flush=True)
+        results = run_plan(plan, progress=want_progress(args.json))
+        if getattr(args, "log_samples", False):
+            results["samples_files"] = log_samples(plan, bank, results)
+        from ..report import write_report
 
-    # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
-    results["report"] = write_report(results["run_folder"]).files.get("report.md")
+        # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
+        results["report"] = write_report(results["run_folder"]).files.get("report.md")
+    finally:
+        store.release_lock()
     if args.json:
         print_json(results)
     else:
@@ -234,16 +252,28 @@ def summary(results: dict[str, Any]) -> str:
 
 
 def run_demo(args) -> int:
+    from ..estimators._validation import InputError
+
+    if isinstance(args.lm_items, bool) or args.lm_items < 1:
+        raise InputError(f"--lm-items must be a positive integer, got {args.lm_items!r}")
     prepare_env()
     from ..flows.demo import demo_flow, demo_plans
 
     plans = demo_plans(output=args.output, lm_items=args.lm_items, skip_lm=args.skip_lm,
                        ray_address=args.ray_address, seed=args.seed)
     from ..tasks.plan import claim_run
+    from ._failure import set_run_folder
 
-    for plan in plans:
-        claim_run(plan)
-    out = demo_flow(plans)
+    start_watchdog()
+    try:
+        for plan in plans:
+            plan.store().acquire_lock()
+            claim_run(plan)
+            set_run_folder(plan.store())
+        out = demo_flow(plans)
+    finally:
+        for plan in plans:
+            plan.store().release_lock()
     if args.json:
         print_json(out)
     else:

@@ -19,7 +19,15 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from ..report import report_run  # lazy: matplotlib only when a report is asked for
 
-    rep = report_run(args.run, html=args.html, savings=args.savings, publish=True)
+    from ..estimators._validation import InputError
+    from ._failure import one_line
+
+    try:
+        rep = report_run(args.run, html=args.html, savings=args.savings, publish=True)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        # the run folder is the only input: a shape the report cannot read is damaged input, in one line
+        raise InputError(f"run folder {args.run!r} is damaged or was written by another version "
+                         f"({one_line(exc)})") from None
     if args.json:
         print_json({"run": rep.url, "files": rep.files})
     else:

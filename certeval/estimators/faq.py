@@ -474,6 +474,7 @@ class FAQ(BankMethod):
             n_total=self.bank_.n_items,
             guarantee=GUARANTEES[self.ci],
             exhausted=False,  # sampling with replacement never exhausts the bank: θ̂ stays an estimate
+            validity="asymptotic",  # every FAQ interval rests on a martingale CLT, its anytime CS included
             extra=extra,
         )
 

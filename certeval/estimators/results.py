@@ -44,6 +44,9 @@ class Estimate:
     n_total: int | None = None  # bank size
     guarantee: str = ""
     exhausted: bool = False  # every item of the bank has been scored
+    # "exact": the coverage holds at every sample size (finite-sample bound); "asymptotic": only as the sample
+    # grows (CLT / martingale-CLT intervals such as FAQ's, anytime or not) — never to be mistaken for exact
+    validity: str = "exact"
     subsets: tuple["SubsetEstimate", ...] = field(default_factory=tuple)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 

@@ -19,10 +19,11 @@ from ..tasks.plan import RunPlan
 def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
     """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met."""
     run = steps.load_bank(plan)
-    steps.embed(run)
-    steps.restore(run, progress)
-    pool = steps.start_models(plan, run) if not run.done else None
+    pool = None
     try:
+        steps.embed(run)
+        steps.restore(run, progress)
+        pool = steps.start_models(plan, run) if not run.done else None
         while not run.done:
             batch = steps.select(run)
             if not any(len(items) for items in batch.items.values()):
@@ -37,6 +38,8 @@ def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
             steps.stop_models(pool)
         if run.progress is not None:
             run.progress.close()
+        if run.owns_lock:  # taken by this flow (not by a CLI around it): the next writer may come
+            run.store.release_lock()
 
 
 _FLOW = dict(validate_parameters=False, log_prints=False, persist_result=False)

@@ -35,6 +35,8 @@ HISTORY_METHOD = "history"
 BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on history and runs in backtests only "
                                 "(certeval backtest --method faq); for a live run that learns from history use "
                                 "--history SOURCE (method 'history', exact and anytime-valid)"}
+REPLAY_OPTIONS = {"latency"}
+INTEGRITY = "manifest-v1"  # config.json: the run folder keeps manifest.json, checked on resume
 PAIRED_METHOD = "uniform"  # per-model intervals on the shared uniform item order
 TARGETS = ("bank", "distribution")  # what compare/rank/select answer (DESIGN §4); bank is the default
 
@@ -95,6 +97,7 @@ class RunPlan:
         out["models"] = list(self.models)
         out["labels"] = list(self.labels)
         out["history"] = list(self.history) or None  # None: runs stored before --history resume unchanged
+        out["integrity"] = INTEGRITY  # runs stored before the manifest resume without its check
         return out
 
     def generation(self) -> dict[str, Any]:
@@ -140,11 +143,26 @@ def _scores(location: str) -> pd.DataFrame:
 def check_model(spec: ModelSpec) -> None:
     """Cheap existence checks per backend kind (no model is loaded here)."""
     if spec.kind == "replay":
+        unknown = [k for k, _ in spec.options if k not in REPLAY_OPTIONS]
+        if unknown:
+            raise InputError(f"unknown replay option {unknown[0]!r} in {spec.text!r}; options: "
+                             f"{', '.join(sorted(REPLAY_OPTIONS))}")
+        spec.number_option("latency", 0.0, float, 0.0)
         frame = _scores(spec.location)
         if not (frame["model"] == spec.name).any():
             models = sorted(frame["model"].unique())
             raise InputError(f"unknown model {spec.name!r} in {spec.location!r}; it has {len(models)} models, "
                              f"e.g. {', '.join(models[:5])}")
+    elif spec.kind == "vllm":
+        import importlib.util
+
+        from ..backends.vllm_host import NOT_INSTALLED, parse_options
+
+        parse_options(spec)
+        if importlib.util.find_spec("vllm") is None:
+            raise InputError(f"model {spec.text!r}: {NOT_INSTALLED}")
+        if not spec.location.startswith("bundled:") and not (Path(spec.location).expanduser() / "config.json").is_file():
+            raise InputError(f"vllm model {spec.location!r} is not a local model directory (no config.json)")
     elif spec.kind == "hf":
         if spec.location.startswith("bundled:"):
             from ..backends.smollm import gguf_path, resolve_model_dir
@@ -162,6 +180,20 @@ def check_model(spec: ModelSpec) -> None:
     elif spec.kind == "openai":
         if not spec.location.startswith(("http://", "https://")):
             raise InputError(f"openai model spec {spec.text!r} needs an http(s):// base URL")
+
+
+def check_replay_coverage(specs: list[ModelSpec], bank: Bank) -> None:
+    """Every replay model has a recorded score for every bank item (else its actor fails mid-run)."""
+    ids = pd.Index(bank.item_ids).astype(str)
+    for spec in specs:
+        if spec.kind != "replay":
+            continue
+        frame = _scores(spec.location)
+        mine = frame[(frame["model"] == spec.name) & frame["score"].notna()]
+        missing = ids.difference(pd.Index(mine["item_id"]).astype(str))
+        if len(missing):
+            raise InputError(f"replay model {spec.text!r} has no recorded score for {len(missing)} of the bank's "
+                             f"{len(ids)} items (e.g. {missing[0]!r}); pass a bank it covers, or no --bank")
 
 
 def load_run_bank(bank: str | None, models: tuple[str, ...]) -> Bank:
@@ -291,6 +323,8 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
     for spec in specs:
         check_model(spec)
     loaded = load_run_bank(bank, tuple(s.text for s in specs))
+    if bank is not None:
+        check_replay_coverage(specs, loaded)
     if any(s.kind != "replay" for s in specs):
         from ..backends.scorers import resolve_scorer
 
@@ -327,7 +361,11 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
-    for spec in specs:  # network probes last, after every cheap check: bounded (≤ 10 s), one line on failure
+    if ray_address:  # network probes last, after every cheap check: bounded, one line on failure
+        from ..envsetup import check_ray_address
+
+        check_ray_address(ray_address)
+    for spec in specs:  # bounded (≤ 10 s), one line on failure
         if spec.kind == "openai":
             from ..backends.openai_host import build_host
 

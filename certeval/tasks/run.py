@@ -33,7 +33,7 @@ from ..estimators import make_method, method_from_state, parse_goal
 from ..estimators._validation import InputError
 from ..estimators.results import Decision, Estimate
 from ..harness_output import lm_eval_block, task_block
-from ..storage import RunStore, item_key
+from ..storage import RunStore, item_key, safe_name
 from .plan import RunPlan, load_run_bank
 
 
@@ -71,6 +71,7 @@ class Run:
         self.model_round: dict[str, int] = {}
         self.group: Any = None  # Comparison / Ranking / Selection of paired runs
         self.resumed = False
+        self.owns_lock = False
         self.sent: dict[str, int] = {label: 0 for label in self.labels}
         self.progress: Progress | None = None
         self.pool_stats: Any = None
@@ -90,11 +91,17 @@ class Run:
             from .plan import run_history_priors
 
             run.history = run_history_priors(plan.history, bank, tuple(plan.labels))
-        run.resumed = claim_run(plan)
-        for label, cache in run.caches.items():
-            cache.describe({"model": dict(zip(plan.labels, plan.models))[label], "scorer": plan.scorer or "auto",
-                            "generation": plan.generation()})
-            run.cached[label] = cache.load()
+        run.owns_lock = run.store.acquire_lock()  # False when a CLI around the flow already holds it
+        try:
+            run.resumed = claim_run(plan)
+            for label, cache in run.caches.items():
+                cache.describe({"model": dict(zip(plan.labels, plan.models))[label],
+                                "scorer": plan.scorer or "auto", "generation": plan.generation()})
+                run.cached[label] = cache.load()
+        except BaseException:
+            if run.owns_lock:
+                run.store.release_lock()
+            raise
         return run
 
     def embed(self) -> None:
@@ -113,9 +120,17 @@ class Run:
     def restore(self, progress: bool = False) -> None:
         """Methods from their stored state (resume) or fresh; the run's position and decisions."""
         if self.plan.paired:
-            self._open_paired()
+            try:
+                self._open_paired()
+            except InputError:
+                raise
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+                raise InputError(f"{self.store.folder.url('state/_run.json')} or the rounds it commits are damaged "
+                                 f"({type(exc).__name__}: {_first_line(exc)}); nothing was changed — start a new "
+                                 "--run-id or restore the folder") from None
         else:
             self._open_single()
+        self._verify_record()
         if progress:
             self.progress = Progress(self)
 
@@ -125,15 +140,37 @@ class Run:
         records = self.bank.frame.to_dict("records")
         return [item_key(r) for r in records]
 
+    def _verify_record(self) -> None:
+        """A resumed run continues only from the record that was written (manifest.json): every committed
+        round file present and byte-identical, each model's state matching its recorded rows."""
+        from .plan import INTEGRITY
+
+        config = self.store.read_config() or {}
+        if config.get("integrity") != INTEGRITY:  # stored before the manifest existed
+            return
+        if self.plan.paired:
+            committed = self.round
+            scored = {label: (self.n_scored(label), committed) for label in self.labels}
+        else:
+            closed = [self.model_round[m] for m in self.active] or list(self.model_round.values())
+            committed = min(closed) if closed else 0
+            scored = {label: (self.n_scored(label), self.model_round[label]) for label in self.labels}
+        self.store.verify_rounds(committed, scored)
+
     def _open_single(self) -> None:
         method_name = self.plan.method
         for label in self.labels:
             stored = self.store.read_state(label)
             if stored is not None:
-                self.methods[label] = method_from_state(stored["method_state"])
-                self.model_round[label] = int(stored["round"]) + 1
-                if stored.get("decision"):
-                    self.decisions[label] = Decision(**stored["decision"])
+                try:
+                    self.methods[label] = method_from_state(stored["method_state"])
+                    self.model_round[label] = int(stored["round"]) + 1
+                    if stored.get("decision"):
+                        self.decisions[label] = Decision(**stored["decision"])
+                except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:  # InputError too
+                    raise InputError(f"{self.store.folder.url(f'state/{safe_name(label)}.json')} is damaged "
+                                     f"({type(exc).__name__}: {_first_line(exc)}); nothing was changed — start a "
+                                     "new --run-id or restore the file") from None
             else:
                 spec = replace(self.spec, history=self.history[label]) if label in self.history else self.spec
                 self.methods[label] = make_method(method_name, confidence=self.plan.confidence).start(spec)
@@ -587,6 +624,10 @@ class Run:
         if self.plan.paired:
             return 0 if all(d.reached for d in self.decisions.values()) else 1
         return 0 if all(self.decisions.get(m, Decision(False)).reached for m in self.labels) else 1
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line for line in str(exc).splitlines() if line.strip()), "")[:200]
 
 
 def _item_record(frame: pd.DataFrame, pos: int) -> dict[str, Any]:

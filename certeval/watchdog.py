@@ -1,0 +1,111 @@
+"""A watchdog that ends the processes a certeval command started once the command is gone.
+
+Ray (GCS, raylet, agents, workers) and Prefect's embedded API server run as
+descendants of the CLI. A normal exit, an exception or SIGTERM stops them through
+their own shutdown hooks; a SIGKILL of the CLI runs no hook, and they would stay
+(≈ 400 MB). :func:`watch_parent` starts one small detached process
+(``python -m certeval.watchdog <pid>``) that records the command's descendants
+every second from ``/proc`` and, when the command has ended, sends them
+SIGTERM and, two seconds later, SIGKILL. A process is recorded with its start
+time, so a reused pid is never signalled. Linux only (elsewhere a no-op).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+POLL_S = 1.0
+GRACE_S = 2.0
+_STARTED: dict[int, subprocess.Popen] = {}
+
+
+def watch_parent() -> None:
+    """Start the watchdog for this process (once per process; no-op without /proc)."""
+    me = os.getpid()
+    if me in _STARTED or not os.path.isdir("/proc/self/task") or os.environ.get("CERTEVAL_NO_WATCHDOG"):
+        return
+    _STARTED[me] = subprocess.Popen(
+        [sys.executable, "-m", "certeval.watchdog", str(me)], stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # survives the parent's group
+        close_fds=True,
+    )
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2:].split()  # after "(comm)", which may hold spaces
+    return int(fields[19])  # field 22: starttime
+
+
+def _parent_map() -> dict[int, int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+            parents[int(entry)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError):
+            continue
+    return parents
+
+
+def descendants(root: int) -> dict[int, int]:
+    """``pid -> start time`` of every process below ``root``."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parent_map().items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        start = _start_time(pid)
+        if start is not None:
+            out[pid] = start
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _alive(pid: int, start: int) -> bool:
+    return _start_time(pid) == start
+
+
+def _signal_all(procs: dict[int, int], sig: int) -> None:
+    for pid, start in procs.items():
+        if pid != os.getpid() and _alive(pid, start):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+
+def watch(parent: int) -> None:
+    parent_start = _start_time(parent)
+    if parent_start is None:
+        return
+    seen: dict[int, int] = {}
+    while _alive(parent, parent_start):
+        now = descendants(parent)
+        now.pop(os.getpid(), None)
+        seen = {pid: start for pid, start in {**seen, **now}.items() if _alive(pid, start)}
+        time.sleep(POLL_S)
+    # the orphans were re-parented: look below the recorded ones too (processes they started since the last poll)
+    for pid in list(seen):
+        seen.update(descendants(pid))
+    _signal_all(seen, signal.SIGTERM)
+    deadline = time.time() + GRACE_S
+    while time.time() < deadline and any(_alive(p, s) for p, s in seen.items()):
+        time.sleep(0.1)
+    _signal_all(seen, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]))
