@@ -303,13 +303,14 @@ class RunStore:
                              "start a new --run-id or restore the file")
         return manifest
 
-    def verify_rounds(self, committed: int, scored: dict[str, tuple[int, int]]) -> None:
+    def verify_rounds(self, committed: int, scored: dict[str, tuple[int, int]], *, may_leave: bool = False) -> None:
         """Refuse to resume from a record that differs from what was written.
 
         ``committed``: rounds ``0 .. committed - 1`` are closed for every model; each must be in the manifest,
         present, and byte-identical (sha256). ``scored[label] = (n, upto)``: the model's stored state says it
         absorbed ``n`` items in rounds ``0 .. upto - 1``, which must equal its recorded rows there (a raised or
-        lowered round counter, a swapped or edited state file).
+        lowered round counter, a swapped or edited state file). ``may_leave``: paired runs, where a model leaves
+        once its place is settled: its rows then fill a prefix of those rounds (none after it left).
         """
         manifest = self.read_manifest()
         if manifest is None:
@@ -328,10 +329,12 @@ class RunStore:
                 raise self._damaged(f"{round_name(n)} differs from what was written ({len(data)} bytes, "
                                     f"{entry.get('bytes')} recorded)")
         for label, (n_scored, upto) in scored.items():
-            for n in range(upto):  # a model takes part in every round until its last committed one
-                if int((entries.get(f"{n:05d}") or {}).get("rows", {}).get(label, 0)) <= 0:
+            present = [int((entries.get(f"{n:05d}") or {}).get("rows", {}).get(label, 0)) > 0 for n in range(upto)]
+            last = len(present) if not may_leave else (present.index(False) if False in present else len(present))
+            for n in range(upto):  # a model takes part in every round until its last (or until it left)
+                if present[n] != (n < last):
                     raise self._damaged(f"the state of {label!r} says round {upto - 1} was committed, but "
-                                        f"{round_name(n)} holds no row of it")
+                                        f"{round_name(n)} holds {'no row' if n < last else 'rows'} of it")
             rows = sum(int(entries.get(f"{n:05d}", {}).get("rows", {}).get(label, 0)) for n in range(upto))
             if rows != n_scored:
                 raise self._damaged(f"the state of {label!r} says {n_scored} items were scored, the committed "

@@ -156,14 +156,17 @@ CASES = [
     ("compare-output-is-file", lambda fx: _pair("compare", fx, "--output", fx["file"]), "output"),
     # rank
     ("rank-one-model", lambda fx: ["rank", "--model", _r(STRONG, fx)], "rank"),
-    ("rank-history", lambda fx: _pair("rank", fx, "--history", fx["scores"]), "history"),
+    ("rank-history-distribution", lambda fx: _pair("rank", fx, "--history", fx["scores"], "--target", "distribution"),
+     "history"),
     ("rank-batch-text", lambda fx: _pair("rank", fx, "--batch-size", "ten"), "batch-size"),
     ("rank-num-gpus-no-gpu", lambda fx: _pair("rank", fx, "--num-gpus", "0.5"), "GPU"),
     # select
-    ("select-threshold-missing", lambda fx: _pair("select", fx, "--halfwidth", "0.1"), "threshold"),
+    ("select-threshold-missing", lambda fx: _pair("select", fx, "--target", "distribution", "--halfwidth", "0.1"),
+     "threshold"),
     ("select-threshold-above-1", lambda fx: _pair("select", fx, "--threshold", "2", "--halfwidth", "0.1"),
      "threshold"),
-    ("select-halfwidth-zero", lambda fx: _pair("select", fx, "--threshold", "0.5", "--halfwidth", "0"), "halfwidth"),
+    ("select-halfwidth-zero", lambda fx: _pair("select", fx, "--target", "distribution", "--threshold", "0.5",
+                                                "--halfwidth", "0"), "halfwidth"),
     ("select-mode-unknown", lambda fx: _pair("select", fx, "--threshold", "0.5", "--halfwidth", "0.1",
                                              "--mode", "worst"), "mode"),
     # backtest

@@ -155,7 +155,7 @@ class Run:
             closed = [self.model_round[m] for m in self.active] or list(self.model_round.values())
             committed = min(closed) if closed else 0
             scored = {label: (self.n_scored(label), self.model_round[label]) for label in self.labels}
-        self.store.verify_rounds(committed, scored)
+        self.store.verify_rounds(committed, scored, may_leave=self.plan.paired)
 
     def _open_single(self) -> None:
         method_name = self.plan.method
