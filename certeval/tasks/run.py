@@ -502,7 +502,9 @@ class Run:
                          "wall_s": round(time.time() - self.started, 2),
                          "batches": getattr(self.pool_stats, "batches", 0),
                          "batches_resubmitted": getattr(self.pool_stats, "resubmitted", 0),
-                         "actors_replaced": getattr(self.pool_stats, "replaced_actors", 0)},
+                         "actors_replaced": getattr(self.pool_stats, "replaced_actors", 0),
+                         # which Ray node each model actor ran on (replacements after a node loss included)
+                         "placement": list(getattr(self.pool_stats, "placement", []))},
         }
         if plan.kind == "compare" and self.group is not None:
             out["pairs"] = [self.group.to_dict()]
