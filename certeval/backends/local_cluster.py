@@ -107,16 +107,25 @@ class LocalRayCluster:
     # -- start --------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> "LocalRayCluster":
         try:
-            self._start_node("head", head=True)
-            self._wait(["head"], timeout_s)
-            names = [f"w{i + 1}" for i in range(self.n_workers)]
-            for name in names:
-                self._start_node(name, head=False)
-            self._wait(names, timeout_s)
+            for i, name in enumerate(["head"] + [f"w{j + 1}" for j in range(self.n_workers)]):
+                self._start_with_retry(name, head=i == 0, timeout_s=timeout_s)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_with_retry(self, name: str, *, head: bool, timeout_s: float, attempts: int = 2) -> None:
+        """One node at a time: ``ray start`` gives a raylet a fixed 30 s to register with the GCS, which a
+        loaded 2-core machine can miss (then the node's processes are killed and it is started again)."""
+        for attempt in range(attempts):
+            self._start_node(name, head=head)
+            try:
+                self._wait([name], timeout_s)
+                return
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+                self._kill_node_processes(name)
 
     def _start_node(self, name: str, *, head: bool) -> None:
         env = self.env()
@@ -199,23 +208,34 @@ class LocalRayCluster:
         import psutil
 
         for name in reversed(list(self.nodes)):
-            node = self.nodes[name]
-            pids = {p.pid for p in self.processes(name)} | self._orphans
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            self._kill_node_processes(name, timeout_s)
+        for pid in self._orphans:
             try:
-                os.killpg(node.proc.pid, signal.SIGKILL)  # start_new_session: the group is the node's own
+                os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            try:
-                node.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-            psutil.wait_procs([p for p in (self._existing(pid) for pid in pids) if p is not None], timeout=2)
+        psutil.wait_procs([p for p in (self._existing(pid) for pid in self._orphans) if p is not None], timeout=2)
         self._orphans.clear()
+
+    def _kill_node_processes(self, name: str, timeout_s: float = 15.0) -> None:
+        import psutil
+
+        node = self.nodes[name]
+        pids = {p.pid for p in self.processes(name)}
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(node.proc.pid, signal.SIGKILL)  # start_new_session: the group is the node's own
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            node.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        psutil.wait_procs([p for p in (self._existing(pid) for pid in pids) if p is not None], timeout=2)
 
     @staticmethod
     def _existing(pid: int):

@@ -150,9 +150,6 @@ class ModelWorker:
             fresh = self.hosts[label].score([it for it, _ in todo]) if todo else []
             if len(fresh) != len(todo):
                 raise RuntimeError(f"host for {label!r} returned {len(fresh)} results for {len(todo)} items")
-            if self.call_log and fresh:  # count the calls as they happen, before the cache write
-                with open(self.call_log, "a") as handle:  # O_APPEND: one write, no interleaving
-                    handle.write("".join(f"{label}\t{r['item_id']}\n" for r in fresh))
             cache = self.caches.get(label)
             if cache is not None and fresh:  # persist before returning: a dead driver loses nothing paid for
                 rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k}
@@ -161,6 +158,9 @@ class ModelWorker:
                     row["tokens"] = int(row["tokens"] or 0)
                     row["latency_s"] = float(row["latency_s"] or 0.0)
                 cache.add(rows)
+            if self.call_log and fresh:  # per part, right after its cache write (a part cached is a part paid)
+                with open(self.call_log, "a") as handle:  # O_APPEND: one write, no interleaving
+                    handle.write("".join(f"{label}\t{r['item_id']}\n" for r in fresh))
             by_key = {**paid, **{k: r for (_, k), r in zip(todo, fresh)}}
             out.append([by_key[k] for k in keys])
         return out

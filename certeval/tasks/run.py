@@ -90,10 +90,18 @@ class Run:
 
             run.history = run_history_priors(plan.history, bank, tuple(plan.labels))
         run.resumed = claim_run(plan)
-        for label, cache in run.caches.items():
-            cache.describe({"model": dict(zip(plan.labels, plan.models))[label], "scorer": plan.scorer or "auto",
-                            "generation": plan.generation()})
-            run.cached[label] = cache.load()
+        specs = dict(zip(plan.labels, plan.models))
+
+        def open_cache(label: str) -> dict[str, float]:
+            cache = run.caches[label]
+            cache.describe({"model": specs[label], "scorer": plan.scorer or "auto", "generation": plan.generation()})
+            return cache.load()
+
+        # one small read/write per model: thousands of models (rankings) wait on storage latency, not CPU
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, max(1, len(run.caches)))) as pool:
+            run.cached = dict(zip(run.caches, pool.map(open_cache, list(run.caches))))
         return run
 
     def embed(self) -> None:
@@ -431,11 +439,15 @@ class Run:
                 keep = existing[~existing["model"].isin(list(batch.items))]
                 frame = pd.concat([keep, frame], ignore_index=True)
             self.store.write_round(self.round, frame)
-        for label in batch.items:
+        # paired runs resume from rounds/ + the marker, never from per-model states: those are written once,
+        # when the run ends (a ranking of 2,000 models wrote 2,000 JSON files a round for nothing)
+        to_write = list(batch.items) if not self.plan.paired else (list(self.labels) if self.done else [])
+        for label in to_write:
             self.store.write_state(label, {
                 "round": self.round, "method_state": self.methods[label].state(),
                 "decision": self.decisions[label].to_dict() if label in self.decisions else None,
             })
+        for label in batch.items:
             self.model_round[label] = self.round + 1
         if self.plan.paired:
             self.store.commit_round({
