@@ -2,9 +2,11 @@
 pool and worker, the ``nightly-checkpoints`` deployment of ``deployments/prefect.yaml`` deployed with a cron
 of every minute, checkpoints and results on an S3 server (moto on 127.0.0.1).
 
-The cron fires twice on its own: the first tick selects among two checkpoints; a third (better) checkpoint is
-put in the bucket in between and the second tick picks it. The score cache in the bucket means the second
-tick never asks a model for an item it already scored (backend call log). Every process started here is
+The cron fires on its own: the first tick's flow run is killed mid-flow together with its worker; a new
+worker is started and the orphaned run is put back in the queue (Prefect's retry); it resumes the same run
+folder (its run id is the tick's scheduled time) and selects among two checkpoints. A third (better)
+checkpoint is then put in the bucket and a later tick picks it. The score cache in the bucket means no tick
+and no retry asks a model for an item already scored (backend call log). Every process started here is
 stopped at the end, by pid."""
 
 from __future__ import annotations
@@ -53,6 +55,23 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a process and every descendant (the worker and the flow-run process it started)."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=10)
+    proc.wait(timeout=10)
+
+
 def _api(url: str, path: str, body: dict | None = None, method: str | None = None):
     req = urllib.request.Request(f"{url}{path}", data=None if body is None else json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"},
@@ -72,7 +91,7 @@ def moto(tmp_path):
     server.stop()
 
 
-def test_cron_deployment_on_a_prefect_server_fires_twice_and_picks_up_a_new_checkpoint(moto, tmp_path, state_dir):
+def test_cron_deployment_on_a_prefect_server_survives_a_killed_worker_and_picks_up_a_new_checkpoint(moto, tmp_path, state_dir):
     import s3fs
     import sqlalchemy
 
@@ -101,8 +120,9 @@ def test_cron_deployment_on_a_prefect_server_fires_twice_and_picks_up_a_new_chec
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     fs.mkdir(BUCKET)
     scores = small_scores(tmp_path, n_items=200)  # the replay scores file the checkpoints point at
-    fs.pipe_file(f"{BUCKET}/checkpoints/step-1000.spec", replay(WEAK, scores).encode())
-    fs.pipe_file(f"{BUCKET}/checkpoints/step-2000.spec", replay(MIDDLE, scores).encode())
+    # latency: the first tick lasts long enough to be killed mid-flow
+    fs.pipe_file(f"{BUCKET}/checkpoints/step-1000.spec", replay(WEAK, scores, latency=0.02).encode())
+    fs.pipe_file(f"{BUCKET}/checkpoints/step-2000.spec", replay(MIDDLE, scores, latency=0.02).encode())
 
     started: list[subprocess.Popen] = []
 
@@ -150,26 +170,45 @@ def test_cron_deployment_on_a_prefect_server_fires_twice_and_picks_up_a_new_chec
         for cron, schedule_id in crons.items():  # the yaml's nightly cron stays, paused: only our ticks fire
             if cron != "* * * * *":
                 _api(api, f"/deployments/{dep['id']}/schedules/{schedule_id}", {"active": False}, method="PATCH")
-        spawn(PREFECT, "worker", "start", "--pool", "certeval", "--type", "process", name="worker")
+        worker = spawn(PREFECT, "worker", "start", "--pool", "certeval", "--type", "process", name="worker")
 
         def best_reports() -> list[dict]:
+            fs.invalidate_cache()
             return [json.loads(fs.cat_file(p)) for p in sorted(fs.glob(f"{BUCKET}/runs/checkpoints-*/best.json"))]
 
-        deadline = time.time() + 100  # the next minute's tick, plus the run
-        while not best_reports():
-            assert time.time() < deadline, "no tick completed:\n" + tail("worker") + runs_now()
-            fs.invalidate_cache()
+        # the first tick's flow run starts scoring: kill the worker and its flow-run process mid-flow
+        deadline = time.time() + 120
+        while not (log.exists() and log.stat().st_size > 0):
+            assert time.time() < deadline, "no tick started scoring:\n" + tail("worker") + runs_now()
+            time.sleep(0.1)
+        running = _api(api, "/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["RUNNING"]}}}})
+        assert running, runs_now()
+        killed = min(running, key=lambda r: r["expected_start_time"])
+        _kill_tree(worker)
+        scored_before = len(read_log(log))
+        assert not best_reports()  # killed mid-flow: nothing final written yet
+
+        # the next worker start; the orphaned run is put back in the queue (what `Retry` in the UI does)
+        spawn(PREFECT, "worker", "start", "--pool", "certeval", "--type", "process", name="worker2")
+        for run in running:
+            _api(api, f"/flow_runs/{run['id']}/set_state",
+                 {"state": {"type": "SCHEDULED", "name": "AwaitingRetry"}, "force": True})
+        deadline = time.time() + 150
+        while _api(api, f"/flow_runs/{killed['id']}")["state_type"] != "COMPLETED":
+            assert time.time() < deadline, "the retried run never completed:\n" + tail("worker2") + runs_now()
             time.sleep(2)
-        first = best_reports()[0]
+        stamp = killed["expected_start_time"][:19].replace("-", "").replace(":", "").replace("T", "-")
+        first = next(r for r in best_reports() if r["run_id"] == f"checkpoints-{stamp}")
         assert first["best"] == MIDDLE and len(first["checkpoints"]) == 2
+        resumed = json.loads(fs.cat_file(f"{first['run_folder'].replace('s3://', '')}/results.json"))
+        assert resumed["pipeline"]["resumed"]  # the same run folder, picked up where the killed one stopped
 
         fs.pipe_file(f"{BUCKET}/checkpoints/step-3000.spec", replay(STRONG, scores).encode())  # a new checkpoint
         deadline = time.time() + 150
-        while len(best_reports()) < 2:
-            assert time.time() < deadline, "no second tick completed:\n" + tail("worker") + runs_now()
-            fs.invalidate_cache()
+        while not any(len(r["checkpoints"]) == 3 for r in best_reports()):
+            assert time.time() < deadline, "no tick picked up the new checkpoint:\n" + tail("worker2") + runs_now()
             time.sleep(2)
-        second = best_reports()[1]
+        second = next(r for r in best_reports() if len(r["checkpoints"]) == 3)
         runs = _api(api, "/flow_runs/filter", {"deployments": {"id": {"any_": [dep["id"]]}},
                                                "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}})
     finally:
@@ -183,5 +222,6 @@ def test_cron_deployment_on_a_prefect_server_fires_twice_and_picks_up_a_new_chec
         assert fs.exists(f"{folder}/results.json") and fs.exists(f"{folder}/report.md")
     assert len(runs) >= 2 and all(r["auto_scheduled"] for r in runs)  # started by the cron, not by hand
     calls = Counter(read_log(log))
-    assert calls and max(calls.values()) == 1  # the second tick re-read the first tick's scores from the cache
+    # no item scored twice: not by the retried run (the killed run's cached scores), not by later ticks
+    assert 0 < scored_before < len(calls) and max(calls.values()) == 1
     assert {m for m, _ in calls} == {WEAK, MIDDLE, STRONG}
