@@ -143,7 +143,7 @@ class ModelWorker:
         """
         from ..storage import ScoreCache
 
-        out = []
+        out, paid_now, log = [], [], []
         for label, items, keys in parts:
             paid = self._cached_results(label, items, keys) if resent else {}
             todo = [(it, k) for it, k in zip(items, keys) if k not in paid]
@@ -151,18 +151,21 @@ class ModelWorker:
             if len(fresh) != len(todo):
                 raise RuntimeError(f"host for {label!r} returned {len(fresh)} results for {len(todo)} items")
             cache = self.caches.get(label)
-            if cache is not None and fresh:  # persist before returning: a dead driver loses nothing paid for
+            if cache is not None and fresh:
                 rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k}
                         for r, (_, k) in zip(fresh, todo)]
                 for row in rows:
                     row["tokens"] = int(row["tokens"] or 0)
                     row["latency_s"] = float(row["latency_s"] or 0.0)
-                cache.add(rows)
-            if self.call_log and fresh:  # per part, right after its cache write (a part cached is a part paid)
-                with open(self.call_log, "a") as handle:  # O_APPEND: one write, no interleaving
-                    handle.write("".join(f"{label}\t{r['item_id']}\n" for r in fresh))
+                paid_now.append((cache, rows))
+            log.extend(f"{label}\t{r['item_id']}\n" for r in fresh)
             by_key = {**paid, **{k: r for (_, k), r in zip(todo, fresh)}}
             out.append([by_key[k] for k in keys])
+        # persist before returning (a dead driver loses nothing paid for): one part for the whole batch
+        ScoreCache.add_many(paid_now)
+        if self.call_log and log:  # after the cache write: an item logged is an item paid for and kept
+            with open(self.call_log, "a") as handle:  # O_APPEND: one write, no interleaving
+                handle.write("".join(log))
         return out
 
     def _cached_results(self, label: str, items: list[dict[str, Any]], keys: list[str]) -> dict[str, dict[str, Any]]:

@@ -92,16 +92,18 @@ class Run:
         run.resumed = claim_run(plan)
         specs = dict(zip(plan.labels, plan.models))
 
-        def open_cache(label: str) -> dict[str, float]:
-            cache = run.caches[label]
-            cache.describe({"model": specs[label], "scorer": plan.scorer or "auto", "generation": plan.generation()})
-            return cache.load()
+        def describe(label: str) -> None:
+            run.caches[label].describe({"model": specs[label], "scorer": plan.scorer or "auto",
+                                        "generation": plan.generation()})
 
-        # one small read/write per model: thousands of models (rankings) wait on storage latency, not CPU
+        # one small write per new model: thousands of models (rankings) wait on storage latency, not CPU
         from concurrent.futures import ThreadPoolExecutor
 
+        from ..storage import ScoreCache
+
         with ThreadPoolExecutor(max_workers=min(16, max(1, len(run.caches)))) as pool:
-            run.cached = dict(zip(run.caches, pool.map(open_cache, list(run.caches))))
+            list(pool.map(describe, list(run.caches)))
+        run.cached = dict(zip(run.caches, ScoreCache.load_many(list(run.caches.values()))))
         return run
 
     def embed(self) -> None:
