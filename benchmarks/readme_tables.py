@@ -342,18 +342,22 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
 def scale_section(doc: dict[str, Any]) -> list[str]:
     rows = []
     for r in doc["runs"]:
+        nodes = str(r.get("nodes", 1))
         if "skipped" in r:
-            rows.append([str(r["n_models"]), "not run", "–", "–", "–", "–", r["skipped"]])
+            rows.append([nodes, str(r["n_models"]), "not run", "–", "–", "–", "–", "–", r["skipped"]])
             continue
         if "error" in r:
-            rows.append([str(r["n_models"]), "failed", "–", "–", "–", "–", r["error"][:120].replace("\n", " ")])
+            rows.append([nodes, str(r["n_models"]), "failed", "–", "–", "–", "–", "–",
+                         r["error"][:120].replace("\n", " ")])
             continue
-        rows.append([str(r["n_models"]), _f(r["wall_s"], 1), _f(r["share_prefect"], 2, pct=True),
-                     _f(r["share_ray"], 2, pct=True), _f(r["share_controller"], 2, pct=True),
-                     _f(r["in_process_rank_s"], 2), f"{r.get('rounds')} rounds, {r.get('n_tie_groups')} tie groups"])
-    return ["## Scale: ranking openllm_tiny through Prefect + Ray on 2 cores", "", _meta_line(doc), "",
-            _table(["models", "flow wall (s)", "Prefect share", "Ray share", "controller share",
-                    "same ranking in-process (s)", "notes"], rows), ""]
+        rows.append([nodes, str(r["n_models"]), _f(r["wall_s"], 1), _f(r["share_prefect"], 2, pct=True),
+                     _f(r.get("share_storage"), 2, pct=True), _f(r["share_ray"], 2, pct=True),
+                     _f(r["share_controller"], 2, pct=True), _f(r["in_process_rank_s"], 2),
+                     f"{r.get('rounds')} rounds, {r.get('n_tie_groups')} tie groups"])
+    return ["## Scale: ranking openllm_tiny through Prefect + Ray on 2 cores (1 and 3 Ray nodes)", "",
+            _meta_line(doc), "",
+            _table(["Ray nodes", "models", "flow wall (s)", "Prefect share", "storage share", "Ray share",
+                    "controller share", "same ranking in-process (s)", "notes"], rows), ""]
 
 
 # --------------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ statistics cost without any orchestration.
 Replay models of one file share ``replicas`` actors, so M = 1,989 runs in one Ray actor
 (``--max-items`` caps the large counts if wanted; ``--large-batch`` sets their round size).
 
-    python -m benchmarks scale                  # M = 10, 30, 1989 (each capped by --timeout)
-    python -m benchmarks scale --quick          # M = 4
+    python -m benchmarks scale                  # M = 10, 30, 1989 on 1 node and on 3 nodes
+    python -m benchmarks scale --sizes 1989     # the 1,989-model ranking only, 1 vs 3 nodes
+    python -m benchmarks scale --quick          # M = 4, 1 node
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ SIZES = (10, 30, 1989)
 DATASET = "openllm_tiny"
 
 
-def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None = None) -> None:
+def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None = None,
+           ray_address: str | None = None, replicas: int = 1) -> None:
     """Run the rank flow for the first ``m`` models with step timers; write timings to ``out_json``."""
     from certeval.cli.pipeline import prepare_env
 
@@ -80,7 +82,8 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
     out_dir = tempfile.mkdtemp(prefix="certeval-scale-")
     t0 = time.perf_counter()
     plan, _ = make_plan("rank", models=[f"replay:bundled:{DATASET}#{x}" for x in models], output=out_dir,
-                        run_id=f"scale-{m}", batch_size=batch, seed=seed, max_items=max_items)
+                        run_id=f"scale-{m}", batch_size=batch, seed=seed, max_items=max_items,
+                        ray_address=ray_address, replicas=replicas)
     plan_s = time.perf_counter() - t0
     claim_run(plan)
     t1 = time.perf_counter()
@@ -100,7 +103,9 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
                 n_subsets=None if codes is None else int(codes.max()) + 1)
     inproc = time.perf_counter() - t2
     ranking = results.get("ranking") or {}
-    json.dump({"n_models": m, "batch": batch, "max_items": max_items, "wall_s": wall, "plan_s": plan_s,
+    placement = (results.get("pipeline") or {}).get("placement") or []
+    json.dump({"n_models": m, "n_items": bank.n_items, "replicas": replicas,
+               "actor_nodes": sorted({",".join(p["node_resources"]) for p in placement}), "batch": batch, "max_items": max_items, "wall_s": wall, "plan_s": plan_s,
                "steps_s": timers, "in_process_rank_s": inproc, "n_pairs": ranking.get("n_pairs"),
                "n_pairs_decided": ranking.get("n_pairs_decided"),
                "models_stopped_before_cap": sum(1 for e in results.get("models", [])
@@ -132,6 +137,36 @@ def split(t: dict) -> dict:
             "share_prefect": prefect / wall, "share_prefect_plus_ray": (prefect + ray) / wall}
 
 
+def _run_size(args, m: int, nodes: int, cluster) -> dict:
+    """One model count on one cluster, in a fresh process (its own driver)."""
+    large = m >= args.large
+    batch = args.large_batch if large else args.batch
+    out = tempfile.mktemp(suffix=".json")
+    cmd = [sys.executable, "-m", "benchmarks.scale", "--_child", str(m), "--_out", out,
+           "--batch", str(batch), "--seed", str(args.seed), "--_ray", cluster.address, "--_replicas", str(nodes)]
+    if large and args.max_items:
+        cmd += ["--max-items", str(args.max_items)]
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=cluster.env())
+        rc, tail = proc.returncode, (proc.stderr or "")[-1500:]
+    except subprocess.TimeoutExpired:
+        rc, tail = "timeout", f"did not finish within {args.timeout} s"
+    total = time.perf_counter() - t
+    if rc == 0 and os.path.exists(out):
+        rec = json.load(open(out))
+        rec.update(split(rec))
+        rec["process_s"] = total
+        print(f"[scale] nodes={nodes} M={m}: flow {rec['wall_s']:.1f} s, Prefect {rec['share_prefect']:.0%}, "
+              f"storage {rec['share_storage']:.0%}, Ray {rec['share_ray']:.0%}, "
+              f"controller {rec['share_controller']:.0%}", file=sys.stderr)
+    else:
+        rec = {"n_models": m, "error": f"exit {rc}: {tail}", "process_s": total}
+        print(f"[scale] nodes={nodes} M={m}: FAILED ({rc})\n{tail}", file=sys.stderr)
+    rec["nodes"] = nodes
+    return rec
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks scale", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -142,42 +177,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large", type=int, default=100, help="model counts >= this use --large-batch and --max-items")
     p.add_argument("--large-batch", type=int, default=50)
     p.add_argument("--max-items", type=int, default=None, help="item cap for the large model counts (bank: 493)")
+    p.add_argument("--nodes", default=None, help="Ray cluster sizes to compare (head + workers started with "
+                   "`ray start` on 127.0.0.1, certeval/backends/local_cluster.py); replicas = nodes; default 1,3 "
+                   "(--quick: 1)")
     p.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_ray", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_replicas", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._child is not None:
-        _child(args._child, args.batch, args.seed, args._out, args.max_items)
+        _child(args._child, args.batch, args.seed, args._out, args.max_items, args._ray, args._replicas)
         return 0
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else ([4] if args.quick else list(SIZES))
     runs = []
-    for m in sizes:
-        large = m >= args.large
-        batch = args.large_batch if large else args.batch
-        out = tempfile.mktemp(suffix=".json")
-        cmd = [sys.executable, "-m", "benchmarks.scale", "--_child", str(m), "--_out", out,
-               "--batch", str(batch), "--seed", str(args.seed)]
-        if large and args.max_items:
-            cmd += ["--max-items", str(args.max_items)]
-        t = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            rc, tail = proc.returncode, (proc.stderr or "")[-1500:]
-        except subprocess.TimeoutExpired:
-            rc, tail = "timeout", f"did not finish within {args.timeout} s"
-        total = time.perf_counter() - t
-        if rc == 0 and os.path.exists(out):
-            rec = json.load(open(out))
-            rec.update(split(rec))
-            rec["process_s"] = total
-            print(f"[scale] M={m}: flow {rec['wall_s']:.1f} s, Prefect {rec['share_prefect']:.0%}, "
-                  f"Ray {rec['share_ray']:.0%}, controller {rec['share_controller']:.0%}", file=sys.stderr)
-        else:
-            rec = {"n_models": m, "error": f"exit {rc}: {tail}", "process_s": total}
-            print(f"[scale] M={m}: FAILED ({rc})\n{tail}", file=sys.stderr)
-        runs.append(rec)
+    for nodes in [int(x) for x in (args.nodes or ("1" if args.quick else "1,3")).split(",")]:
+        from certeval.backends.local_cluster import LocalRayCluster
+
+        with LocalRayCluster(workers=nodes - 1, base_dir=tempfile.mkdtemp(prefix="rc", dir="/tmp"),
+                             cpus_per_node=max(1, (os.cpu_count() or 2) // nodes)) as cluster:
+            for m in sizes:
+                runs.append(_run_size(args, m, nodes, cluster))
     payload = {"seed": args.seed, "batch": args.batch, "large_batch": args.large_batch, "max_items_large": args.max_items,
                "dataset": DATASET, "runs": runs,
-               "note": "one process per model count; 2 shared CPU cores; Ray local (num_cpus=2)"}
+               "note": "one process per (nodes, model count); every Ray node a `ray start` process on 127.0.0.1 of the "
+                       "same 2-core machine (3 nodes share the 2 cores: the 3-node figures show the cost of "
+                       "the cluster path, not a speed-up)"}
     path = write_result("scale", payload, args.quick, seed=args.seed)
     print(f"scale -> {path}")
     return 0 if all("error" not in r for r in runs) else 1

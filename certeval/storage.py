@@ -13,7 +13,8 @@ Layout of one run::
 
 and, shared by every run under the same root::
 
-    <root>/_cache/<key>/parts/*.parquet  scores already paid for, per (model spec, scorer, generation settings)
+    <root>/_cache/<key>/meta.json        what the cache <key> holds (model spec, scorer, generation settings)
+    <root>/_cache/_shared/parts/*.parquet  scores already paid for, one part per scored batch (column ``cache``)
 
 Every write is atomic: a local file is written under a temporary name in the
 same folder and then renamed (``os.replace``); an object store receives one
@@ -574,32 +575,50 @@ def cache_key(spec_text: str, scorer: str, generation: dict[str, Any]) -> str:
 
 
 class ScoreCache:
-    """Scores already paid for, one Parquet part per scored batch (written by the model actor).
+    """Scores already paid for by one model (spec + scorer + generation settings), in Parquet parts.
 
-    Parts are immutable and uniquely named, so concurrent writers (several
-    replicas, several runs) never conflict and a crash leaves whole parts only.
+    A batch's scores are written by the model actor as ONE part for all the models it carried, under
+    the caches' common parent: ``_cache/_shared/parts/<uuid>.parquet`` with a ``cache`` column naming
+    each row's cache (a ranking of 2,000 replayed models wrote 2,000 files a round, one per model,
+    before). Parts a cache folder holds itself (``_cache/<key>/parts/``, runs before the shared parts)
+    are still read. Parts are immutable and uniquely named, so concurrent writers (several replicas,
+    several runs) never conflict and a crash leaves whole parts only.
     """
 
     COLUMNS = ["item_key", "item_id", "score", "tokens", "latency_s"]
+    SHARED = "_shared"
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str) -> None:
         self.folder = Folder(fs, path)
+        parent, _, self.key = self.folder.path.rpartition("/")
+        self.shared = Folder(fs, f"{parent}/{self.SHARED}")
 
     def describe(self, meta: dict) -> None:
         if not self.folder.exists("meta.json"):
             self.folder.write_json("meta.json", meta)
 
     def add(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        frame = pd.DataFrame(rows)[self.COLUMNS]
-        self.folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", frame)
+        ScoreCache.add_many([(self, rows)])
+
+    @staticmethod
+    def add_many(entries: list[tuple["ScoreCache", list[dict[str, Any]]]]) -> None:
+        """Write the rows of several caches: one part per shared folder."""
+        by_folder: dict[str, tuple[Folder, list[pd.DataFrame]]] = {}
+        for cache, rows in entries:
+            if rows:
+                frame = pd.DataFrame(rows)[ScoreCache.COLUMNS].assign(cache=cache.key)
+                by_folder.setdefault(cache.shared.path, (cache.shared, []))[1].append(frame)
+        for folder, frames in by_folder.values():
+            folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", pd.concat(frames, ignore_index=True))
 
     def load(self) -> dict[str, float]:
         """``item_key -> score`` of every cached score (first one wins if parts overlap).
 
         A damaged part (truncated, other columns) is skipped: its items are simply scored again, so the run
         recomputes what was lost from what is intact; ``self.skipped`` names the parts left out."""
+        return ScoreCache.load_many([self])[0]
+
+    def _load_own(self) -> dict[str, float]:
         out: dict[str, float] = {}
         self.skipped: list[str] = []
         for name in self.folder.list("parts"):
@@ -617,4 +636,40 @@ class ScoreCache:
                 continue
             for key, score in zip(part["item_key"].astype(str), part["score"].astype(float)):
                 out.setdefault(key, score)
+        return out
+
+    @staticmethod
+    def load_many(caches: list["ScoreCache"], threads: int = 16) -> list[dict[str, float]]:
+        """``load()`` of many caches, reading each shared folder once (not once per model)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if not caches:
+            return []
+        with ThreadPoolExecutor(max_workers=min(threads, len(caches))) as pool:  # storage latency, not CPU
+            out = list(pool.map(ScoreCache._load_own, caches))
+        wanted: dict[str, tuple[Folder, dict[str, list[int]]]] = {}
+        for i, cache in enumerate(caches):
+            wanted.setdefault(cache.shared.path, (cache.shared, {}))[1].setdefault(cache.key, []).append(i)
+        for folder, index in wanted.values():
+            for name in folder.list("parts"):
+                if not name.endswith(".parquet"):
+                    continue
+                try:
+                    part = folder.read_parquet(f"parts/{name}")
+                except InputError:  # damaged: its items are scored again
+                    part = None
+                    for i in (i for ids in index.values() for i in ids):
+                        caches[i].skipped.append(f"{folder.path}/parts/{name}")
+                if part is None:
+                    continue
+                if not {"cache", "item_key", "score"} <= set(part.columns):
+                    for i in (i for ids in index.values() for i in ids):
+                        caches[i].skipped.append(f"{folder.path}/parts/{name}")
+                    continue
+                part = part[part["cache"].isin(list(index))]
+                for key, rows in part.groupby("cache", sort=False):
+                    pairs = list(zip(rows["item_key"].astype(str), rows["score"].astype(float)))
+                    for i in index[key]:
+                        for item, score in pairs:
+                            out[i].setdefault(item, score)
         return out

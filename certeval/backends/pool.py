@@ -166,38 +166,82 @@ class ModelWorker:
 
                 self.caches[label] = ScoreCache(*filesystem(url))
         self.call_log = call_log or os.environ.get(CALL_LOG_ENV)
+        _exit_with_raylet()
 
-    def ping(self) -> int:
-        return os.getpid()
+    def ping(self) -> dict[str, Any]:
+        """Where this actor runs: its process and Ray node (the placement recorded in results.json)."""
+        ctx = ray.get_runtime_context()
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id()}
 
     @ray.method(max_task_retries=0)  # a retried call could score a batch twice; lost batches are re-sent by the driver
-    def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]]) -> list[list[dict[str, Any]]]:
-        """Score ``[(label, items, keys), ...]``; each part is cached before anything is returned."""
+    def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]],
+              resent: bool = False) -> list[list[dict[str, Any]]]:
+        """Score ``[(label, items, keys), ...]``; each part is cached before anything is returned.
+
+        ``resent``: the batch was lost with another actor (e.g. its node died), which may have scored and
+        cached part of it before dying; those items are answered from the cache, never scored again.
+        """
         from ..storage import ScoreCache
 
-        out, log = [], []
+        out, paid_now, log = [], [], []
         for label, items, keys in parts:
-            results = self.hosts[label].score(items)
-            if len(results) != len(items):
-                raise RuntimeError(f"host for {label!r} returned {len(results)} results for {len(items)} items")
+            paid = self._cached_results(label, items, keys) if resent else {}
+            todo = [(it, k) for it, k in zip(items, keys) if k not in paid]
+            fresh = self.hosts[label].score([it for it, _ in todo]) if todo else []
+            if len(fresh) != len(todo):
+                raise RuntimeError(f"host for {label!r} returned {len(fresh)} results for {len(todo)} items")
             cache = self.caches.get(label)
-            if cache is not None:  # persist before returning: a dead driver loses nothing paid for
+            if cache is not None and fresh:
                 rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k}
-                        for r, k in zip(results, keys)]
+                        for r, (_, k) in zip(fresh, todo)]
                 for row in rows:
                     row["tokens"] = int(row["tokens"] or 0)
                     row["latency_s"] = float(row["latency_s"] or 0.0)
-                cache.add(rows)
-            log.extend(f"{label}\t{r['item_id']}\n" for r in results)
-            out.append(results)
-        if self.call_log:
+                paid_now.append((cache, rows))
+            log.extend(f"{label}\t{r['item_id']}\n" for r in fresh)
+            by_key = {**paid, **{k: r for (_, k), r in zip(todo, fresh)}}
+            out.append([by_key[k] for k in keys])
+        # persist before returning (a dead driver loses nothing paid for): one part for the whole batch
+        ScoreCache.add_many(paid_now)
+        if self.call_log and log:  # after the cache write: an item logged is an item paid for and kept
             with open(self.call_log, "a") as handle:  # O_APPEND: one write, no interleaving
                 handle.write("".join(log))
         return out
 
+    def _cached_results(self, label: str, items: list[dict[str, Any]], keys: list[str]) -> dict[str, dict[str, Any]]:
+        cache = self.caches.get(label)
+        if cache is None:
+            return {}
+        known = cache.load()
+        return {k: {"item_id": it["item_id"], "score": known[k], "output": None, "tokens": 0, "latency_s": 0.0,
+                    "from_cache": True} for it, k in zip(items, keys) if k in known}
+
     def close(self) -> None:
         for host in self.hosts.values():
             host.close()
+
+
+def _exit_with_raylet(poll_s: float = 0.05) -> None:
+    """End this actor's process as soon as its node's raylet dies (Linux: the raylet is the parent).
+
+    Ray notices a dead raylet from the worker side only after a while; meanwhile the orphaned actor
+    would go on scoring a batch the driver has already re-sent elsewhere (the item scored twice)."""
+    import threading
+
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/comm") as handle:
+            if handle.read().strip() != "raylet":
+                return
+    except OSError:  # not Linux: rely on Ray's own check
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="certeval-raylet-watch", daemon=True).start()
 
 
 @dataclass
@@ -231,6 +275,7 @@ class PoolStats:
     per_model_items: dict[str, int] = field(default_factory=dict)
     per_replica_batches: dict[str, int] = field(default_factory=dict)  # "label/replica" -> batches returned
     max_in_flight: int = 0  # most batches outstanding at once
+    placement: list[dict[str, Any]] = field(default_factory=list)  # one entry per actor ever started
 
 
 class ModelPool:
@@ -261,6 +306,7 @@ class ModelPool:
         self.group_of = {label: g for g, labels in self.groups.items() for label in labels}
         self.slots: dict[str, list[_Slot]] = {}  # actor group -> its replicas
         self.stats = PoolStats()
+        self._pings: list[tuple[str, str, int, int, Any]] = []  # placement still to read
 
     # -- actors -------------------------------------------------------------
     def _actor_class(self):
@@ -274,10 +320,49 @@ class ModelPool:
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
             max_task_retries=0, runtime_env={"env_vars": _forwarded_env()},
+            scheduling_strategy=self._spread(replica, cpus),
         ).remote({label: self.models[label] for label in labels},
                  {label: self.cache_urls.get(label) for label in labels}, self.call_log, self.host_kwargs,
                  _secret_env())
+        self._pings.append((name, group, replica, generation, handle.ping.remote()))
         return _Slot(group, replica, handle, name, generation)
+
+    def _spread(self, replica: int, cpus: float) -> Any:
+        """Replica ``r`` of every group goes to the ``r``-th live node able to host it (round robin), so the
+        replicas of a model sit on distinct nodes and losing a node costs one replica. Strict affinity: Ray's
+        soft affinity and SPREAD both put replay actors (0 CPUs) on the head. One such node: Ray's default."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        able = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive")
+                      and n.get("Resources", {}).get("GPU", 0.0) >= self.num_gpus
+                      and n.get("Resources", {}).get("CPU", 0.0) >= cpus)
+        if len(able) < 2:
+            return "DEFAULT"
+        return NodeAffinitySchedulingStrategy(able[replica % len(able)], soft=False)
+
+    def placement(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """Where every actor started so far ran: ``actor, group, replica, generation, node_id, node_resources,
+        pid`` (``node_id`` None for an actor that died before answering). Also kept in ``stats.placement``."""
+        if self._pings:
+            refs = [p[-1] for p in self._pings]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+            ready = set(ready)
+            nodes = {n["NodeID"]: n for n in ray.nodes()}
+            for name, group, replica, generation, ref in self._pings:
+                where: dict[str, Any] = {}
+                if ref in ready:
+                    try:
+                        where = ray.get(ref, timeout=1)
+                    except Exception:  # the actor died before answering
+                        where = {}
+                node = nodes.get(where.get("node_id"), {})
+                custom = sorted(k for k in node.get("Resources", {})
+                                if k not in ("CPU", "GPU", "memory", "object_store_memory") and not k.startswith("node:"))
+                self.stats.placement.append({
+                    "actor": name, "group": group, "replica": replica, "generation": generation,
+                    "node_id": where.get("node_id"), "node_resources": custom, "pid": where.get("pid")})
+            self._pings = []
+        return list(self.stats.placement)
 
     def start(self) -> "ModelPool":
         """Create every actor and wait until each host is built (errors surface here, once)."""
@@ -285,10 +370,10 @@ class ModelPool:
         self._cls = self._actor_class()
         for group in self.groups:
             self.slots[group] = [self._new_actor(group, r, 0) for r in range(self.replicas)]
-        pings = {s.handle.ping.remote(): s for slots in self.slots.values() for s in slots}
         timeout = start_timeout_s()
         try:
-            ray.get(list(pings), timeout=timeout)
+            ray.get([p[-1] for p in self._pings], timeout=timeout)
+            self.placement()
         except ray.exceptions.GetTimeoutError:
             self.shutdown()
             raise RuntimeError(f"the model actors did not start within {timeout:g} s (each asks for "
@@ -354,7 +439,7 @@ class ModelPool:
                     while queue and slot.outstanding < self.in_flight:
                         batch = queue.popleft()
                         batch.attempts += 1
-                        ref = slot.handle.score.remote(batch.parts)
+                        ref = slot.handle.score.remote(batch.parts, batch.attempts > 1)
                         slot.outstanding += 1
                         running[ref] = (batch, slot, slot.generation)
                         self.stats.batches += 1
@@ -369,7 +454,7 @@ class ModelPool:
                 slot.outstanding -= 1
             try:
                 results_per_part = ray.get(ref)
-            except ray.exceptions.RayActorError:
+            except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):  # the actor or its node died
                 if batch.attempts >= MAX_ATTEMPTS:
                     labels = ", ".join(repr(label) for label, _, _ in batch.parts[:3])
                     raise RuntimeError(f"model {labels}: a batch was lost {batch.attempts} times with its actor") from None
@@ -394,6 +479,8 @@ class ModelPool:
                 if on_result is not None:
                     on_result(label, results)
             fill()
+        if self._pings:  # replacements started during this call: record where they run
+            self.placement()
         self.stats.seconds += time.perf_counter() - t0
         return out
 

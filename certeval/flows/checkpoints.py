@@ -27,11 +27,13 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
-from ..backends.base import parse_model_spec
-from ..estimators._validation import InputError
-from ..storage import Folder, RunStore, filesystem, safe_name
-from ..tasks.plan import claim_run, make_plan
-from .pipeline import certify_flow, rank_flow, select_flow
+# absolute imports: a deployment's entrypoint (deployments/prefect.yaml) names this file by path, and
+# Prefect loads it as a script, where relative imports fail
+from certeval.backends.base import parse_model_spec
+from certeval.estimators._validation import InputError
+from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
+from certeval.storage import Folder, RunStore, filesystem, safe_name
+from certeval.tasks.plan import claim_run, make_plan
 
 
 @task(name="find-checkpoints", cache_policy=NONE, retries=0)
@@ -71,8 +73,7 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
                             scorer: str | None = None, ray_address: str | None = None) -> dict[str, Any]:
     """Select the best checkpoint of a folder; return (and store) the report."""
     specs = find_checkpoints(checkpoints)
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    plan, _ = make_plan("select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{stamp}",
+    plan, _ = make_plan("select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}",
                         confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer,
                         threshold=threshold, halfwidth=halfwidth, mode="best", ray_address=ray_address)
     claim_run(plan)
@@ -87,9 +88,22 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
         "best_estimate": None if entry is None else {k: entry[k] for k in ("mean", "lower", "upper", "n_scored")},
         "run_folder": results["run_folder"], "run_id": plan.run_id,
     }
+    from certeval.report import write_report
+
+    report["report"] = write_report(results["run_folder"]).files.get("report.md")
     plan.store().folder.write_json("best.json", report)
     _report_artifact(report)
     return report
+
+
+def _tick_stamp() -> str:
+    """The scheduled time of this flow run (UTC, to the second): a retry or a re-run of the same tick after
+    a crashed worker resumes the same run folder, and its score cache answers what was already paid for.
+    Outside a deployment run it is the current time."""
+    from prefect.runtime import flow_run
+
+    when = flow_run.scheduled_start_time or _dt.datetime.now(_dt.timezone.utc)
+    return when.astimezone(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
 def _report_artifact(report: dict[str, Any]) -> None:

@@ -94,10 +94,20 @@ class Run:
         run.owns_lock = run.store.acquire_lock()  # False when a CLI around the flow already holds it
         try:
             run.resumed = claim_run(plan)
-            for label, cache in run.caches.items():
-                cache.describe({"model": dict(zip(plan.labels, plan.models))[label],
-                                "scorer": plan.scorer or "auto", "generation": plan.generation()})
-                run.cached[label] = cache.load()
+            specs = dict(zip(plan.labels, plan.models))
+
+            def describe(label: str) -> None:
+                run.caches[label].describe({"model": specs[label], "scorer": plan.scorer or "auto",
+                                            "generation": plan.generation()})
+
+            # one small write per new model: thousands of models (rankings) wait on storage latency, not CPU
+            from concurrent.futures import ThreadPoolExecutor
+
+            from ..storage import ScoreCache
+
+            with ThreadPoolExecutor(max_workers=min(16, max(1, len(run.caches)))) as pool:
+                list(pool.map(describe, list(run.caches)))
+            run.cached = dict(zip(run.caches, ScoreCache.load_many(list(run.caches.values()))))
         except BaseException:
             if run.owns_lock:
                 run.store.release_lock()
@@ -514,11 +524,15 @@ class Run:
                 keep = existing[~existing["model"].isin(list(batch.items))]
                 frame = pd.concat([keep, frame], ignore_index=True)
             self.store.write_round(self.round, frame)
-        for label in batch.items:
+        # paired runs resume from rounds/ + the marker, never from per-model states: those are written once,
+        # when the run ends (a ranking of 2,000 models wrote 2,000 JSON files a round for nothing)
+        to_write = list(batch.items) if not self.plan.paired else (list(self.labels) if self.done else [])
+        for label in to_write:
             self.store.write_state(label, {
                 "round": self.round, "method_state": self.methods[label].state(),
                 "decision": self.decisions[label].to_dict() if label in self.decisions else None,
             })
+        for label in batch.items:
             self.model_round[label] = self.round + 1
         if self.plan.paired:
             self.store.commit_round({
@@ -593,7 +607,9 @@ class Run:
                          "wall_s": round(time.time() - self.started, 2),
                          "batches": getattr(self.pool_stats, "batches", 0),
                          "batches_resubmitted": getattr(self.pool_stats, "resubmitted", 0),
-                         "actors_replaced": getattr(self.pool_stats, "replaced_actors", 0)},
+                         "actors_replaced": getattr(self.pool_stats, "replaced_actors", 0),
+                         # which Ray node each model actor ran on (replacements after a node loss included)
+                         "placement": list(getattr(self.pool_stats, "placement", []))},
         }
         if plan.kind == "compare" and self.group is not None:
             out["pairs"] = [self.group.to_dict()]

@@ -1,0 +1,253 @@
+"""A multi-node Ray cluster on one machine: a head and worker nodes started with ``ray start`` on 127.0.0.1.
+
+Each node is its own ``ray start --block`` process (own session group, own raylet, a distinct custom
+resource ``node_<name>``), joined to the head's GCS exactly as nodes of a real cluster are; certeval
+connects to it with ``--ray-address`` / ``RAY_ADDRESS`` like to any cluster. Used by the cluster tests
+and ``benchmarks/scale.py`` (1 node vs 3 nodes); handy to try a cluster deployment on a laptop::
+
+    with LocalRayCluster(workers=2, base_dir="/tmp/rc") as cluster:
+        subprocess.run(["certeval", "rank", "--ray-address", cluster.address, ...], env=cluster.env())
+        cluster.kill_node("w1")        # SIGKILL that node's raylet: the node is lost mid-run
+
+Loopback only (NOTES.md): ``--node-ip-address 127.0.0.1`` (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the
+single-node default, would refuse worker nodes; drivers keep it), no usage stats, HOME pointing at a folder with ``ray_bootstrap_config.yaml`` (else Ray probes cloud metadata) and an
+auth token pinned by ``RAY_AUTH_TOKEN_PATH`` (Ray 2.60 token auth). Node loss is noticed within about
+``health_check_ms × 3`` (Ray's default is 15 s). ``stop`` kills every process the cluster started, by
+pid, including the workers of a node whose raylet was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..envsetup import ray_bootstrap_home
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (all sockets held until every port is picked: the kernel
+    would otherwise hand the same port out twice)."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _ray_cli() -> list[str]:
+    script = Path(sys.executable).with_name("ray")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+@dataclass
+class _Node:
+    name: str
+    proc: subprocess.Popen
+    output: list[str] = field(default_factory=list)
+    started: threading.Event = field(default_factory=threading.Event)
+
+
+class LocalRayCluster:
+    """``workers`` worker nodes plus a head, each with ``cpus_per_node`` CPUs, under ``base_dir``."""
+
+    def __init__(self, workers: int = 2, *, base_dir: str | Path, cpus_per_node: int = 1,
+                 object_store_mb: int = 100, health_check_ms: int = 500) -> None:
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers!r}")
+        self.n_workers = workers
+        self.base = Path(base_dir)
+        self.cpus = cpus_per_node
+        self.object_store_mb = object_store_mb
+        self.health_check_ms = health_check_ms
+        # head GCS port, then 6 ports per node (agents, metrics, node manager, object manager)
+        ports = _free_ports(1 + 6 * (workers + 1))
+        self.port = ports[0]
+        self._ports = {name: ports[1 + 6 * i: 7 + 6 * i]
+                       for i, name in enumerate(["head"] + [f"w{j + 1}" for j in range(workers)])}
+        self.nodes: dict[str, _Node] = {}
+        self._orphans: set[int] = set()  # processes of killed nodes, reaped at stop
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def node_names(self) -> list[str]:
+        return list(self.nodes)
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for the cluster's processes and for drivers that connect to it."""
+        env = dict(os.environ if base is None else base)
+        home = ray_bootstrap_home(self.base)
+        token = home / ".ray" / "auth_token"
+        if not token.exists():
+            token.parent.mkdir(parents=True, exist_ok=True)
+            token.write_text(secrets.token_hex(32))
+            token.chmod(0o600)
+        env.update({
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
+            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
+        })
+        return env
+
+    # -- start --------------------------------------------------------------
+    def start(self, timeout_s: float = 120.0) -> "LocalRayCluster":
+        try:
+            for i, name in enumerate(["head"] + [f"w{j + 1}" for j in range(self.n_workers)]):
+                self._start_with_retry(name, head=i == 0, timeout_s=timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_with_retry(self, name: str, *, head: bool, timeout_s: float, attempts: int = 2) -> None:
+        """One node at a time: ``ray start`` gives a raylet a fixed 30 s to register with the GCS, which a
+        loaded 2-core machine can miss (then the node's processes are killed and it is started again)."""
+        for attempt in range(attempts):
+            self._start_node(name, head=head)
+            try:
+                self._wait([name], timeout_s)
+                return
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+                self._kill_node_processes(name)
+
+    def _start_node(self, name: str, *, head: bool) -> None:
+        env = self.env()
+        env["HOME"] = str(ray_bootstrap_home(self.base))  # hides cloud probes while the node starts
+        # "0" (our loopback default for a single-node Ray) forbids joining nodes; the nodes still bind
+        # 127.0.0.1 only, through --node-ip-address
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
+        # how fast the GCS declares a node dead (Ray reads these on the head)
+        env.update({"RAY_health_check_period_ms": str(self.health_check_ms),
+                    "RAY_health_check_timeout_ms": str(self.health_check_ms),
+                    "RAY_health_check_initial_delay_ms": "0", "RAY_health_check_failure_threshold": "3"})
+        cmd = _ray_cli() + [
+            "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus), "--num-gpus", "0",
+            "--resources", json.dumps({f"node_{name}": 1}), "--object-store-memory", str(self.object_store_mb * 2**20),
+            "--disable-usage-stats",
+        ]
+        for flag, port in zip(("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--metrics-export-port",
+                               "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"),
+                              self._ports[name]):
+            cmd += [flag, str(port)]
+        if head:
+            cmd += ["--head", "--port", str(self.port), "--include-dashboard", "false",
+                    "--temp-dir", str(self.base / "ray")]
+        else:
+            cmd += ["--address", self.address]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        node = _Node(name, proc)
+        self.nodes[name] = node
+        threading.Thread(target=self._drain, args=(node,), daemon=True).start()
+
+    @staticmethod
+    def _drain(node: _Node) -> None:
+        for line in node.proc.stdout:
+            node.output.append(line.rstrip())
+            if "Ray runtime started" in line:
+                node.started.set()
+
+    def _wait(self, names: list[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for name in names:
+            node = self.nodes[name]
+            while not node.started.wait(0.2):
+                if node.proc.poll() is not None or time.monotonic() > deadline:
+                    tail = "\n".join(node.output[-15:])
+                    why = f"exited with {node.proc.returncode}" if node.proc.poll() is not None else f"not up in {timeout_s:.0f} s"
+                    raise RuntimeError(f"ray node {name!r} {why}:\n{tail}")
+
+    # -- node loss ------------------------------------------------------------
+    def processes(self, name: str) -> list:
+        """Live processes of node ``name`` (its ``ray start`` process and every descendant)."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.nodes[name].proc.pid)
+            return [root] + root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def raylet_pid(self, name: str) -> int:
+        for proc in self.processes(name):
+            try:
+                if proc.name() == "raylet":
+                    return int(proc.pid)
+            except Exception:  # exited meanwhile
+                continue
+        raise RuntimeError(f"ray node {name!r} has no raylet process")
+
+    def kill_node(self, name: str) -> int:
+        """SIGKILL the raylet of node ``name`` (the node is lost); return the pid killed."""
+        procs = self.processes(name)
+        self._orphans.update(p.pid for p in procs)
+        pid = self.raylet_pid(name)
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    # -- stop ---------------------------------------------------------------
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Kill every process of every node (workers first), by pid and by session group."""
+        import psutil
+
+        for name in reversed(list(self.nodes)):
+            self._kill_node_processes(name, timeout_s)
+        for pid in self._orphans:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        psutil.wait_procs([p for p in (self._existing(pid) for pid in self._orphans) if p is not None], timeout=2)
+        self._orphans.clear()
+
+    def _kill_node_processes(self, name: str, timeout_s: float = 15.0) -> None:
+        import psutil
+
+        node = self.nodes[name]
+        pids = {p.pid for p in self.processes(name)}
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(node.proc.pid, signal.SIGKILL)  # start_new_session: the group is the node's own
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            node.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        psutil.wait_procs([p for p in (self._existing(pid) for pid in pids) if p is not None], timeout=2)
+
+    @staticmethod
+    def _existing(pid: int):
+        import psutil
+
+        try:
+            return psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            return None
+
+    def __enter__(self) -> "LocalRayCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
