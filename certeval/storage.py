@@ -659,12 +659,12 @@ class ScoreCache:
                 except InputError:  # damaged: its items are scored again
                     part = None
                     for i in (i for ids in index.values() for i in ids):
-                        caches[i].skipped.append(f"{folder.path}/parts/{name}")
+                        caches[i].skipped.append(f"{ScoreCache.SHARED}/parts/{name}")
                 if part is None:
                     continue
                 if not {"cache", "item_key", "score"} <= set(part.columns):
                     for i in (i for ids in index.values() for i in ids):
-                        caches[i].skipped.append(f"{folder.path}/parts/{name}")
+                        caches[i].skipped.append(f"{ScoreCache.SHARED}/parts/{name}")
                     continue
                 part = part[part["cache"].isin(list(index))]
                 for key, rows in part.groupby("cache", sort=False):

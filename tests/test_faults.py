@@ -312,11 +312,15 @@ def test_a_damaged_cache_part_is_skipped_so_its_items_are_scored_again(tmp_path)
     row = dict(item_id="a", score=1.0, tokens=0, latency_s=0.0)
     cache.add([{**row, "item_key": "a"}])
     cache.add([{**row, "item_id": "b", "item_key": "b", "score": 0.0}])
-    parts = sorted((tmp_path / "_cache" / "k" / "parts").glob("*.parquet"))
+    parts = sorted((tmp_path / "_cache" / "_shared" / "parts").glob("*.parquet"))  # one part per batch
     damaged = next(p for p in parts if pd.read_parquet(p)["item_key"].iloc[0] == "b")
     damaged.write_bytes(damaged.read_bytes()[:30])
     assert cache.load() == {"a": 1.0}  # 'b' is no longer cached: the run asks the model again
-    assert cache.skipped == [damaged.name]
+    assert cache.skipped == [f"_shared/parts/{damaged.name}"]
+    own = tmp_path / "_cache" / "k" / "parts"  # a part of the older per-model layout, damaged the same way
+    own.mkdir(parents=True)
+    (own / "old.parquet").write_bytes(damaged.read_bytes())
+    assert cache.load() == {"a": 1.0} and cache.skipped == ["old.parquet", f"_shared/parts/{damaged.name}"]
 
 
 def test_a_storage_failure_mid_run_is_exit_3_with_the_traceback_in_the_run_folder(infra, tmp_path):
