@@ -267,7 +267,7 @@ class RunStore:
         Returns True when the run already existed. A stored config that differs
         in any of ``compare_keys`` is bad input: nothing is written.
         """
-        took = self.acquire_lock()
+        took = self.acquire_lock(wait_s=STALE_LEASE_WAIT_S)  # held already when a CLI runs the flow
         try:
             stored = self.read_config()
             if stored is None:
@@ -378,15 +378,16 @@ class RunStore:
         return self.folder.read_json("results.json")
 
     # -- one writer -----------------------------------------------------------
-    def acquire_lock(self) -> bool:
+    def acquire_lock(self, wait_s: float = 0.0) -> bool:
         """Take the run's writer lock (idempotent in this process); True when this call took it.
 
-        A second process asking for the same run folder gets :class:`InputError` at once."""
+        A second process asking for the same run folder gets :class:`InputError` at once, or, on an object
+        store, after waiting up to ``wait_s`` for the other writer's lease to end or expire."""
         key = self.folder.url()
         if key in _HELD:
             return False
         lock = RunLock(self.folder, self.run_id)
-        lock.acquire()
+        lock.acquire(wait_s)
         _HELD[key] = lock
         if self.folder.local:
             clean_temporaries(self.folder.path, self.root.path)
@@ -404,9 +405,25 @@ class RunStore:
 LOCK_NAME = "run.lock"
 RELEASE_WAIT_S = 5.0
 LEASE_S = 60.0  # an object-store lease not renewed for this long belongs to a dead writer
+# A flow retried by an orchestrator after its worker died finds the dead worker's lease: it waits it out.
+STALE_LEASE_WAIT_S = LEASE_S + 10.0
 _HELD: dict[str, "RunLock"] = {}
 _TEMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # Folder.write_bytes' temporaries
 STALE_CACHE_TEMP_S = 600.0  # cache parts are shared by concurrent runs: only old temporaries are dead
+
+
+def _dead_here(owner: dict) -> bool:
+    """Whether a lease's writer ran on this host and its process is gone (a crash here need not wait for the
+    lease to expire; a writer on another host can only be waited out)."""
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, someone else's
+        return False
+    return False
 
 
 class RunLock:
@@ -435,11 +452,21 @@ class RunLock:
         return InputError(f"run id {self.run_id!r} in {self.folder.url()} is being written{by}{extra}; "
                           "wait for that run to end or use another --run-id")
 
-    def acquire(self) -> None:
+    def acquire(self, wait_s: float = 0.0) -> None:
+        """Take the lock; ``wait_s``: on an object store, keep trying that long while another writer's lease
+        is live (a local lock is freed by the kernel when its holder dies, so it is refused at once)."""
         if self.folder.local:
             self._acquire_local()
-        else:
-            self._acquire_lease()
+            return
+        deadline = time.monotonic() + max(0.0, float(wait_s))
+        while True:
+            try:
+                self._acquire_lease()
+                return
+            except InputError:  # busy: a live lease, or one that may belong to a writer that just died
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
 
     def _acquire_local(self) -> None:
         import fcntl
@@ -506,7 +533,7 @@ class RunLock:
                 self._renewer.start()
                 return
             held = self._read_lease()
-            if held is not None and float(held.get("expires", 0)) > time.time():
+            if held is not None and float(held.get("expires", 0)) > time.time() and not _dead_here(held):
                 left = float(held["expires"]) - time.time()
                 raise self._busy(held, f" (its lease runs {left:.0f} s more unless renewed)")
             bounded(self.folder.fs, "rm_file", self.folder.full(LOCK_NAME))  # a dead writer's lease: take it over

@@ -91,7 +91,11 @@ class Run:
             from .plan import run_history_priors
 
             run.history = run_history_priors(plan.history, bank, tuple(plan.labels))
-        run.owns_lock = run.store.acquire_lock()  # False when a CLI around the flow already holds it
+        # False when a CLI around the flow already holds it; a flow retried after its worker died waits out
+        # the dead worker's object-store lease (bounded) instead of failing on it
+        from ..storage import STALE_LEASE_WAIT_S
+
+        run.owns_lock = run.store.acquire_lock(wait_s=STALE_LEASE_WAIT_S)
         try:
             run.resumed = claim_run(plan)
             specs = dict(zip(plan.labels, plan.models))
