@@ -380,3 +380,21 @@ def test_sigterm_stops_the_run_cleanly_and_the_folder_resumes(infra, tmp_path):
     assert json.loads(done.stdout)["pipeline"]["resumed"]
     rows = pd.concat(pd.read_parquet(p) for p in sorted((run / "rounds").glob("*.parquet")))
     assert not rows.duplicated(["model", "item_id"]).any()
+
+
+def test_s3_lease_of_a_writer_that_died_on_this_host_is_taken_over_at_once(moto_process):
+    """A SIGKILLed writer leaves its lease object behind (renewed, so not expired); a writer on the same host
+    whose process is gone is dead for sure, so the next writer takes over without waiting for the lease."""
+    holder_env = dict(moto_process[1])
+    code = ("import os, signal; from certeval.storage import RunStore\n"
+            "RunStore('s3://faults/runs', 'dead').acquire_lock(); print('held', flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), **holder_env}).stdout
+    assert out.strip() == "held"
+    store = RunStore("s3://faults/runs", "dead")
+    assert store.folder.exists("run.lock")  # the dead writer's lease is still there, not expired
+    t0 = time.monotonic()
+    assert store.acquire_lock()
+    assert time.monotonic() - t0 < 10  # taken over, not waited out (the lease runs 60 s)
+    store.release_lock()
