@@ -152,6 +152,15 @@ def absorb_rows(streams: WorStreams, rows: np.ndarray, block: np.ndarray, n_befo
     streams.n = sub.n
 
 
+def look_arrays(names: Sequence[str], items: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A look of the shared order as arrays: bank positions ``(b,)`` and scores ``(models, b)`` (checked)."""
+    items = np.asarray(items, dtype=np.int64).reshape(-1)
+    x = np.asarray(scores, dtype=float)
+    if x.shape != (len(names), items.size):
+        raise InputError(f"scores must be (models={len(names)}, items={items.size}), got {x.shape}")
+    return items, x
+
+
 def item_scale(weights: np.ndarray) -> tuple[np.ndarray, float]:
     """``u_j = N w_j`` (the list whose plain mean is the weighted mean) and its range ``c = max u``."""
     w = np.asarray(weights, dtype=float)
@@ -345,10 +354,7 @@ class BankRanking:
         return [self.names[k] for k in np.flatnonzero(self.model_open)]
 
     def update(self, items: Any, scores: Any) -> "BankRanking":
-        items = np.asarray(items, dtype=np.int64).reshape(-1)
-        x = np.asarray(scores, dtype=float)
-        if x.shape != (len(self.names), items.size):
-            raise InputError(f"scores must be (models={len(self.names)}, items={items.size}), got {x.shape}")
+        items, x = look_arrays(self.names, items, scores)
         if items.size and (items.min() < 0 or items.max() >= self.n_total):
             raise InputError(f"items must be bank positions in [0, {self.n_total}), got {int(items.max())}")
         if self.n + items.size > self.n_total:
@@ -549,10 +555,7 @@ class BankSelection:
         return [self.names[k] for k in range(len(self.names)) if self.status[k] == "running"]
 
     def update(self, items: Any, scores: Any) -> "BankSelection":
-        items = np.asarray(items, dtype=np.int64).reshape(-1)
-        x = np.asarray(scores, dtype=float)
-        if x.shape != (len(self.names), items.size):
-            raise InputError(f"scores must be (models={len(self.names)}, items={items.size}), got {x.shape}")
+        items, x = look_arrays(self.names, items, scores)
         if items.size == 0 or self.finished:
             return self
         live = np.flatnonzero(self.status == "running")

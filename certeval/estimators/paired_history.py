@@ -23,6 +23,7 @@ import numpy as np
 from ._validation import InputError, check_item_indices, check_scores, check_same_length
 from .comparison import Comparison
 from .history import HistoryPrior
+from .bank_ranking import look_arrays
 from .single.history import HistoryMethod
 
 GUARANTEE = ("anytime-valid and exact for the bank's difference: without-replacement betting confidence "
@@ -164,10 +165,7 @@ class HistoryRanking:
         return [self.names[k] for k in np.flatnonzero(self.model_open)]
 
     def update(self, items: Any, scores: Any) -> "HistoryRanking":
-        items = np.asarray(items, dtype=np.int64).reshape(-1)
-        x = np.asarray(scores, dtype=float)
-        if x.shape != (len(self.names), items.size):
-            raise InputError(f"scores must be (models={len(self.names)}, items={items.size}), got {x.shape}")
+        items, x = look_arrays(self.names, items, scores)
         if items.size == 0:
             return self
         live = np.flatnonzero(self.model_open)
@@ -255,10 +253,7 @@ class HistorySelection:
 
     def update(self, items: Any, scores: Any) -> "HistorySelection":
         rule = self.rule
-        items = np.asarray(items, dtype=np.int64).reshape(-1)
-        x = np.asarray(scores, dtype=float)
-        if x.shape != (len(self.names), items.size):
-            raise InputError(f"scores must be (models={len(self.names)}, items={items.size}), got {x.shape}")
+        items, x = look_arrays(self.names, items, scores)
         if items.size == 0 or rule.finished:
             return self
         live = np.flatnonzero(rule.status == "running")
