@@ -7,10 +7,10 @@ Reads the run layout of DESIGN §5 from a local path or any fsspec URL::
 and writes, into the same folder:
 
 * ``interval_curve.png`` — the interval vs items scored, per model (like seed 004, Fig. 1),
-  read from the look log in ``rounds/*.parquet`` (the estimate recorded at every look). Runs
-  written before the look log existed are rebuilt by replaying each model's stored state (``order``/``scores``) through
-  its method, look by look (look sizes from ``rounds/*.parquet``); a ``curve`` list in a
-  model's entry of ``results.json`` is used as is when present.
+  read from the look log in ``rounds/*.parquet`` (the estimate recorded at every look; a ranking or
+  selection: each model's simultaneous interval); a ``curve`` list in a model's entry of ``results.json``
+  (backtests) is used as is. Nothing here re-runs an estimator: a run written before the look log
+  existed simply has no curve.
 * ``ranking.png`` — every model's interval, best first, coloured by tie group.
 * ``differences.png`` — compare/rank: each pair's paired difference with its interval, the boundary at 0 and
   the equivalence-margin band (a compare run adds the running difference per look).
@@ -30,7 +30,7 @@ import io
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,7 +55,6 @@ class RunData:
     config: dict[str, Any]
     results: dict[str, Any]
     rounds: pd.DataFrame
-    states: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def models(self) -> list[dict[str, Any]]:
@@ -89,14 +88,7 @@ def load_run(run: str) -> RunData:
                 raise InputError(f"run folder {run!r} is damaged: rounds/{name} has no {missing[0]!r} column")
             frames.append(frame)
     rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    states = {}
-    for name in folder.list("state"):
-        if name.endswith(".json") and not name.startswith("_"):
-            state = folder.read_json(f"state/{name}")
-            if not isinstance(state, dict):
-                raise InputError(f"run folder {run!r} is damaged: state/{name} is not a JSON object")
-            states[name[: -len(".json")]] = state
-    return RunData(folder.url(), folder, config, results, rounds, states)
+    return RunData(folder.url(), folder, config, results, rounds)
 
 
 ROUND_COLUMNS = ("model", "item_id", "score")
@@ -124,60 +116,30 @@ def _check_results(run: str, results: Any) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _look_sizes(rounds: pd.DataFrame, model: str) -> list[int]:
-    if rounds.empty or "model" not in rounds.columns:
-        return []
-    sub = rounds[rounds["model"].astype(str) == str(model)]
-    if sub.empty:
-        return []
-    col = "round" if "round" in sub.columns else None
-    if col is None:
-        return [len(sub)]
-    return [int(v) for v in sub.groupby(col, sort=True).size().to_numpy()]
-
-
-def replay_curve(state: dict[str, Any], look_sizes: list[int]) -> list[tuple[int, float, float, float]]:
-    """(n_scored, mean, lower, upper) after each look, by replaying a stored method state.
-
-    The state's ``order``/``scores`` are absorbed in the order they were scored, in chunks of
-    the run's look sizes (one chunk per round); without look sizes, in ``looks`` equal chunks.
-    """
-    from .estimators import BankSpec, make_method
-
-    order = np.asarray(state.get("order") or [], dtype=np.int64)
-    scores = np.asarray(state.get("scores") or [], dtype=float)
-    if order.size == 0:
-        return []
-    method = make_method(state["method"], **(state.get("params") or {}))
-    method.start(BankSpec.from_state(state["bank"]))
-    sizes = [s for s in look_sizes if s > 0]
-    if sum(sizes) != order.size:  # rounds missing or partial: fall back to equal looks
-        looks = max(1, int(state.get("looks") or 1))
-        edges = np.linspace(0, order.size, looks + 1).round().astype(int)
-    else:
-        edges = np.concatenate([[0], np.cumsum(sizes)])
-    curve = []
-    for a, b in zip(edges[:-1], edges[1:]):
-        if b <= a:
-            continue
-        method.update(order[a:b], scores[a:b])
-        est = method.result()
-        curve.append((int(est.n_scored), float(est.mean), float(est.lower), float(est.upper)))
-    return curve
-
-
 LOOK_COLUMNS = ("look_n_scored", "look_mean", "look_lower", "look_upper")
 
 
-def look_log_curve(rounds: pd.DataFrame, model: str) -> list[tuple[int, float, float, float]] | None:
-    """(n_scored, mean, lower, upper) per look as recorded in the rounds (the look log); None if not recorded."""
-    if rounds.empty or not set(LOOK_COLUMNS) <= set(rounds.columns) or "round" not in rounds.columns:
+GROUP_COLUMNS = ("look_n_scored", "look_group_mean", "look_group_lower", "look_group_upper")
+PAIR_COLUMNS = ("look_n_scored", "look_pair_diff", "look_pair_lower", "look_pair_upper")
+
+
+def _logged(rounds: pd.DataFrame, model: str, columns: tuple[str, ...]) -> list[tuple] | None:
+    """``columns`` at every look of ``model`` as recorded with the rounds (the look log); None if not recorded."""
+    if rounds.empty or not set(columns) <= set(rounds.columns) or "round" not in rounds.columns:
         return None
     sub = rounds[rounds["model"].astype(str) == str(model)]
-    if sub.empty or sub[list(LOOK_COLUMNS)].isna().all(axis=None):
+    if sub.empty or sub[list(columns[1:])].isna().all(axis=None):
         return None
-    looks = sub.sort_values("round").groupby("round", sort=True)[list(LOOK_COLUMNS)].first()
-    return [(int(n), float(m), float(lo), float(hi)) for n, m, lo, hi in looks.itertuples(index=False)]
+    looks = sub.sort_values("round").groupby("round", sort=True)[list(columns)].first()  # a look's rows agree
+    return [(int(n), *(float(v) for v in rest)) for n, *rest in looks.itertuples(index=False)]
+
+
+def look_log_curve(rounds: pd.DataFrame, model: str) -> list[tuple[int, float, float, float]] | None:
+    """(n_scored, mean, lower, upper) per look as recorded in the rounds (the look log); None if not recorded.
+
+    A ranking or selection records each model's simultaneous interval (the one its verdicts use) beside the
+    model's own; the curve shows that one, so the plot answers the same question as the ranking."""
+    return _logged(rounds, model, GROUP_COLUMNS) or _logged(rounds, model, LOOK_COLUMNS)
 
 
 def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]]]:
@@ -193,18 +155,8 @@ def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]
             curves[name] = [tuple(c) for c in entry["curve"]]  # type: ignore[misc]
             continue
         logged = look_log_curve(run.rounds, name)
-        if logged is not None:
+        if logged is not None:  # runs from before the look log have no curve: nothing is re-run to make one
             curves[name] = logged
-            continue
-        state = run.states.get(safe_name(name)) or run.states.get(name)
-        if isinstance(state, dict) and isinstance(state.get("method_state"), dict):
-            state = state["method_state"]  # the pipeline wraps the method's state with its round and decision
-        if not state or "method" not in state:
-            continue
-        try:
-            curves[name] = replay_curve(state, _look_sizes(run.rounds, name))
-        except InputError:  # method unknown in this checkout: no curve, the table still shows the result
-            continue
     return curves
 
 
@@ -426,10 +378,10 @@ def spell_verdict(pair: dict[str, Any]) -> str:
     return template.format(a=a, b=b, m=float(pair.get("margin") or 0.0))
 
 
-def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float]] | None = None) -> bytes:
+def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float, float, float]] | None = None) -> bytes:
     """Paired differences A − B with their intervals, the decision boundary at 0 and the equivalence margin band
     (per-model intervals overlap even when a pair is decided; the difference's interval is what decides).
-    ``curve``: the running paired difference per look of a single comparison (second panel)."""
+    ``curve``: the recorded (items, difference, lower, upper) per look of a single comparison (second panel)."""
     plt = _pyplot()
     shown = sorted(pairs, key=lambda p: -abs(float(p.get("diff") or 0.0)))[:MAX_FOREST]
     panels = 2 if curve else 1
@@ -463,11 +415,10 @@ def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float]]
         if margin > 0:
             w.axhspan(-margin, margin, color="tab:blue", alpha=0.12, label=f"equivalence margin ±{margin:g}")
         w.axhline(0.0, color="k", lw=1, ls="--", label="boundary: no difference (0)")
-        w.plot(c[:, 0], c[:, 1], "o-", ms=3, lw=1.4, label="paired difference at each look (plain mean of shared items)")
+        w.fill_between(c[:, 0], c[:, 2], c[:, 3], color="tab:red", alpha=0.18, step="post",
+                       label="interval at each look (as recorded; the last one decides the pair)")
+        w.plot(c[:, 0], c[:, 1], "o-", ms=3, lw=1.4, color="tab:red", label="paired difference at each look")
         last = shown[0]
-        if last.get("lower") is not None:
-            w.errorbar([c[-1, 0]], [last["diff"]], yerr=[[last["diff"] - last["lower"]], [last["upper"] - last["diff"]]],
-                       color="tab:red", capsize=5, lw=2, label="final interval (decides the pair)")
         w.set_xlabel("items scored per model")
         w.set_ylabel(f"{last.get('model_a')} − {last.get('model_b')}")
         w.set_title(spell_verdict(last), fontsize=9)
@@ -476,25 +427,10 @@ def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float]]
     return _png(fig)
 
 
-def paired_difference_curve(run: RunData, pair: dict[str, Any]) -> list[tuple[int, float]]:
-    """(items per model, mean of the paired score differences so far) at every look, from the rounds (shared items
-    only; a plain mean, the curve's shape, while the interval comes from the run's own result)."""
-    rounds = run.rounds
-    if rounds.empty or "round" not in rounds.columns:
-        return []
-    a, b = str(pair.get("model_a")), str(pair.get("model_b"))
-    sub = rounds[rounds["model"].astype(str).isin([a, b])]
-    wide = sub.pivot_table(index="item_id", columns="model", values="score", aggfunc="first")
-    first_round = sub.groupby("item_id")["round"].min()
-    if a not in wide.columns or b not in wide.columns:
-        return []
-    shared = wide.dropna(subset=[a, b])
-    diffs = (shared[a] - shared[b]).to_frame("d").join(first_round)
-    out = []
-    for rnd in sorted(diffs["round"].unique()):
-        upto = diffs[diffs["round"] <= rnd]
-        out.append((int(len(upto)), float(upto["d"].mean())))
-    return out
+def paired_difference_curve(run: RunData, pair: dict[str, Any]) -> list[tuple[int, float, float, float]]:
+    """(items per model, difference, lower, upper) of the pair at every look, as the run recorded it (the look
+    log's ``look_pair_*`` columns); empty for runs from before the look log."""
+    return _logged(run.rounds, str(pair.get("model_a")), PAIR_COLUMNS) or []
 
 
 def ranking_rows(run: RunData) -> list[dict[str, Any]]:

@@ -38,8 +38,11 @@ def build_run(url: str, n_items: int = 300, batch: int = 40, seed: int = 3) -> d
         for m, meth in enumerate(methods):
             prop = meth.propose(batch, rng)
             meth.update(prop.items, scores[m, prop.items])
+            est = meth.result()  # the look log, as the pipeline records it
             frames.append(pd.DataFrame({"model": MODELS[m], "item_id": [f"i{i}" for i in prop.items],
-                                        "score": scores[m, prop.items], "round": rnd, "prob": prop.probs}))
+                                        "score": scores[m, prop.items], "round": rnd, "prob": prop.probs,
+                                        "look_n_scored": est.n_scored, "look_mean": est.mean,
+                                        "look_lower": est.lower, "look_upper": est.upper, "look_rule": None}))
         folder.write_parquet(f"rounds/{rnd:05d}.parquet", pd.concat(frames, ignore_index=True))
     del order
     entries = []
@@ -93,7 +96,17 @@ def test_report_writes_valid_png_markdown_and_html(run_dir):
     assert "exhausted" in md or "budget" in md or "precision" in md
 
 
-def test_replayed_curve_ends_at_the_stored_result(run_dir):
+def test_a_run_without_a_look_log_gets_no_curve_and_nothing_is_re_run(run_dir):
+    path, _ = run_dir
+    for part in sorted((path / "rounds").glob("*.parquet")):
+        frame = pd.read_parquet(part)
+        frame.drop(columns=[c for c in frame.columns if c.startswith("look_")]).to_parquet(part)
+    assert model_curves(load_run(str(path))) == {}
+    rep = write_report(str(path))
+    assert "interval_curve.png" not in rep.files and "## Estimates and decisions" in rep.markdown
+
+
+def test_curve_is_the_look_log_and_ends_at_the_stored_result(run_dir):
     path, info = run_dir
     curves = model_curves(load_run(str(path)))
     assert set(curves) == set(MODELS)
@@ -200,8 +213,13 @@ def build_compare_run(url: str, rounds: int = 3, batch: int = 40, seed: int = 5)
     entries = []
     for rnd in range(rounds):
         items = order[rnd * batch:(rnd + 1) * batch]
+        so_far = order[:(rnd + 1) * batch]
+        d = float((a[so_far] - b[so_far]).mean())  # the look log of the pair, as the pipeline records it
+        look = {"look_n_scored": len(so_far), "look_pair_diff": d, "look_pair_lower": d - 0.12,
+                "look_pair_upper": d + 0.12, "look_pair_verdict": "a>b" if d - 0.12 > 0 else "undecided"}
         frame = pd.concat([pd.DataFrame({"model": m, "item_id": [f"i{i}" for i in items], "score": s[items],
-                                         "round": rnd, "prob": 1 / n}) for m, s in (("alpha", a), ("beta", b))])
+                                         "round": rnd, "prob": 1 / n, **look})
+                           for m, s in (("alpha", a), ("beta", b))])
         folder.write_parquet(f"rounds/{rnd:05d}.parquet", frame)
     used = order[:rounds * batch]
     for m, s in (("alpha", a), ("beta", b)):
@@ -225,9 +243,10 @@ def test_compare_report_draws_the_paired_difference(tmp_path):
     rep = write_report(str(path), html=True)
     assert (path / "differences.png").read_bytes()[:8] == PNG_MAGIC and "differences.png" in rep.files
     curve = paired_difference_curve(load_run(str(path)), info["pair"])
-    # the running paired difference per look, from the rounds: an independent recomputation from the scores
+    # the pair's difference and interval at every look, read from the look log, ending at the stored result
     a, b, order = info["a"], info["b"], info["used"]
-    assert [n for n, _ in curve] == [40, 80, 120]
+    assert [c[0] for c in curve] == [40, 80, 120]
+    assert curve[-1][1:] == pytest.approx((info["pair"]["diff"], info["pair"]["lower"], info["pair"]["upper"]))
     assert curve[-1][1] == pytest.approx(float((a[order] - b[order]).mean()))
     md = rep.markdown
     verdict = "alpha better than beta" if info["pair"]["verdict"] == "a>b" else "alpha vs beta: undecided"

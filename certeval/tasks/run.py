@@ -512,14 +512,10 @@ class Run:
         between two writes leaves the previous commit point valid."""
         rows = []
         for label, pos in batch.items.items():
-            # the look log: the estimate at this look, recorded once; reports read it, never re-run methods
-            est = self.methods[label].result()
-            decision = self.decisions.get(label)
             rows.append(pd.DataFrame({
                 "model": label, "item_id": [self.bank.item_ids[p] for p in pos],
                 "score": batch.scores[label], "round": self.round, "prob": batch.probs[label],
-                "look_n_scored": int(est.n_scored), "look_mean": float(est.mean), "look_lower": float(est.lower),
-                "look_upper": float(est.upper), "look_rule": None if decision is None else decision.rule,
+                **self.look_record(label),
             }))
         if rows:
             frame = pd.concat(rows, ignore_index=True)
@@ -545,6 +541,37 @@ class Run:
             })
         self.round += 1
 
+    def look_record(self, label: str) -> dict[str, Any]:
+        """The look log entry of ``label`` at this look (DESIGN §5), recorded once with the round's rows:
+        the model's estimate and decision and, in a paired run, the group statistic its verdict comes from —
+        rank/select: the model's simultaneous interval; compare: the pair's difference. results.json and the
+        report read these back; nothing downstream re-runs an estimator."""
+        est = self.methods[label].result()
+        decision = self.decisions.get(label)
+        rec: dict[str, Any] = {
+            "look_n_scored": int(est.n_scored), "look_mean": float(est.mean), "look_lower": float(est.lower),
+            "look_upper": float(est.upper), "look_rule": None if decision is None else decision.rule,
+        }
+        if not self.plan.paired:
+            return rec
+        nan = float("nan")
+        group = (nan, nan, nan)
+        intervals = getattr(getattr(self, "bank_group", None), "model_intervals", None)
+        if self.plan.kind == "rank" and callable(intervals):
+            group = intervals()[label][:3]
+        elif self.plan.kind == "select" and self.group is not None:
+            s = next(s for s in self.group.models if s.model == label)
+            group = (s.mean, s.lower, s.upper)
+        pair: tuple[float, float, float, Any] = (nan, nan, nan, None)
+        if self.plan.kind == "compare" and self.group is not None:
+            pair = (self.group.diff, self.group.lower, self.group.upper, self.group.verdict)
+        rec.update({
+            "look_group_mean": float(group[0]), "look_group_lower": float(group[1]),
+            "look_group_upper": float(group[2]), "look_pair_diff": float(pair[0]),
+            "look_pair_lower": float(pair[1]), "look_pair_upper": float(pair[2]), "look_pair_verdict": pair[3],
+        })
+        return rec
+
     def results(self) -> dict[str, Any]:
         """results.json: ``models`` (+ ``pairs``/``ranking``/``selection``) and an lm-eval-style block."""
         plan = self.plan
@@ -553,8 +580,13 @@ class Run:
         lm_eval_files = {}  # one lm-eval results file per model
         rounds = self.store.read_rounds()
         by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
+        looks = last_looks(rounds)  # every number below is the one recorded at the model's last look
         for label, spec in zip(self.labels, plan.models):
             est: Estimate = self.methods[label].result()
+            look = looks.get(label)
+            if look is not None:
+                est = replace(est, n_scored=int(look["look_n_scored"]), mean=float(look["look_mean"]),
+                              lower=float(look["look_lower"]), upper=float(look["look_upper"]))
             scored = by_model.get(label, np.zeros(0))
             n, total = est.n_scored, self.bank.n_items
             stderr = float("nan")
@@ -567,7 +599,7 @@ class Run:
                 "method": est.method, "guarantee": est.guarantee, "anytime_valid": est.anytime_valid,
                 "items_sent_to_model": self.sent[label],
                 "decision": self.decisions[label].to_dict() if label in self.decisions else None,
-                "estimate": est.to_dict(),
+                "estimate": self.methods[label].result().to_dict(),  # the live estimator's (tests: equal)
             }
             if label in self.history:
                 entry["history"] = self.history[label].describe()
@@ -583,11 +615,15 @@ class Run:
         if plan.kind == "select" and self.group is not None:  # the selection's own simultaneous intervals
             status = {s.model: s for s in self.group.models}
             for entry in models:
-                s = status[entry["model"]]
-                entry.update(selection_status=s.status, selection_lower=s.lower, selection_upper=s.upper)
+                s, look = status[entry["model"]], looks.get(entry["model"])
+                lower, upper = (s.lower, s.upper) if look is None else (look["look_group_lower"], look["look_group_upper"])
+                entry.update(selection_status=s.status, selection_lower=float(lower), selection_upper=float(upper))
         if plan.kind == "rank" and hasattr(getattr(self, "bank_group", None), "model_intervals"):  # at alpha/M
             for entry in models:
                 mean, lower, upper, used = self.bank_group.model_intervals()[entry["model"]]
+                look = looks.get(entry["model"])
+                if look is not None:
+                    mean, lower, upper = (float(look[f"look_group_{k}"]) for k in ("mean", "lower", "upper"))
                 entry.update(ranking_mean=mean, ranking_lower=lower, ranking_upper=upper, ranking_items=used)
         out: dict[str, Any] = {
             "run_id": plan.run_id, "kind": plan.kind, "task": plan.task_name, "bank": plan.bank,
@@ -644,6 +680,16 @@ class Run:
         if self.plan.paired:
             return 0 if all(d.reached for d in self.decisions.values()) else 1
         return 0 if all(self.decisions.get(m, Decision(False)).reached for m in self.labels) else 1
+
+
+def last_looks(rounds: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Each model's look log entry at its last recorded look (the ``look_*`` columns of its last round)."""
+    if rounds is None or rounds.empty or "look_mean" not in rounds.columns:
+        return {}
+    cols = [c for c in rounds.columns if c.startswith("look_")]
+    at = rounds.reset_index(drop=True).groupby("model", sort=False)["round"].idxmax()  # every row of a look agrees
+    last = rounds.reset_index(drop=True).loc[at.to_numpy(), ["model", *cols]]
+    return {str(row.pop("model")): row for row in last.to_dict("records")}
 
 
 def _first_line(exc: BaseException) -> str:
