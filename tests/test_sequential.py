@@ -122,3 +122,46 @@ def test_bad_rules_and_parameters():
         SequentialTest(GroupSequentialMean(), [object()])
     with pytest.raises(InputError, match="spending"):
         GroupSequentialMean(spending="bogus").start(BankSpec(10))
+
+
+def _goal_reference(kind, value, est, look, budget_left):
+    """The goal logic as it stood before goals were made of the stopping rules, written out (the reference)."""
+    from certeval.estimators import Decision
+
+    if est.n_scored > 0:
+        if kind == "halfwidth" and est.halfwidth <= value:
+            return Decision(True, "precision", look, True, "precise", f"half-width {est.halfwidth:.4g} <= {value:g}")
+        if kind in ("above", "below"):
+            verdict = "above" if est.lower > value else "below" if est.upper < value else None
+            if verdict is not None:
+                return Decision(True, "threshold", look, True, verdict,
+                                f"interval [{est.lower:.4g}, {est.upper:.4g}] is {verdict} {value:g}"
+                                + ("" if verdict == kind else f" (asked: {kind})"))
+    if est.exhausted:
+        return Decision(True, "exhausted", look, False, None, "every item of the bank was scored")
+    if budget_left is not None and budget_left <= 0:
+        return Decision(True, "budget", look, False, None, "the item budget (--max-items) was spent")
+    return Decision(False, None, look, False, None, "")
+
+
+def test_goals_are_rule_sets_and_decide_as_before_on_many_random_looks():
+    """One stopping-rule system: a CLI goal is Precision / Threshold + Exhausted + Budget, and decides exactly as
+    the goal logic it replaced, over 3,000 random looks (all kinds, edges, empty, exhausted, budgets)."""
+    from certeval.estimators import parse_goal
+
+    rng = np.random.default_rng(2026)
+    fired = set()
+    for _ in range(3000):
+        kind = rng.choice(["halfwidth", "above", "below"])
+        value = float(rng.choice([0.05, 0.1, 0.3, 0.5, 0.7])) if kind != "halfwidth" else float(rng.choice([0.02, 0.1]))
+        goal = parse_goal(f"{kind}:{value}")
+        assert [type(r).__name__ for r in goal.rules(max_items=5)][-2:] == ["Exhausted", "Budget"]
+        mean, half = float(rng.random()), float(rng.choice([0.0, 0.01, 0.05, 0.2]))
+        n = int(rng.choice([0, 1, 50]))
+        est = _est(mean, half, n=n, exhausted=bool(rng.random() < 0.2))
+        look = int(rng.integers(1, 9)) if rng.random() < 0.7 else None
+        budget_left = None if rng.random() < 0.4 else int(rng.integers(-2, 3))
+        got = goal.decide(est, look=look, budget_left=budget_left)
+        assert got == _goal_reference(kind, value, est, look, budget_left)
+        fired.add(got.rule)
+    assert fired == {"precision", "threshold", "exhausted", "budget", None}  # every branch was exercised

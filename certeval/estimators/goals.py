@@ -1,23 +1,218 @@
-"""Single-model goals: precision (``halfwidth:E``) and threshold crossing (``above:T`` / ``below:T``).
+"""Stopping rules, and the single-model goals made of them — the one stopping-rule system.
 
-A goal looks at an :class:`Estimate` and returns a :class:`Decision`. Scoring the
-whole bank is always the last resort: an exhausted bank stops the run and the
-decision says whether the goal was nevertheless reached.
+Rules are small objects speaking one tiny protocol (as Inspect AI's early stopping hooks):
+``rule.check(looks) -> Decision | None``, where ``looks`` is the look log so far (:class:`Look` records,
+newest last). Rules from seed 004 §5.3 (Arviv et al.): precision, threshold crossing, futility, diminishing
+returns; plus the two that always apply, an exhausted bank and a spent budget.
+
+A CLI goal (``halfwidth:E``, ``above:T``, ``below:T``) is a named set of rules: :meth:`Goal.rules`. Scoring
+the whole bank is always the last resort: an exhausted bank stops the run and the decision says whether the
+goal was nevertheless reached. :class:`SequentialTest` runs any method look by look under any rule set.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
 
 from ._validation import InputError, check_in_range, check_positive
+from .protocol import BankSpec
 from .results import Decision, Estimate
 
 GOAL_KINDS = ("halfwidth", "above", "below")
 
 
 @dataclass(frozen=True)
+class Look:
+    """One interim analysis: its 1-based index, items scored so far, and the estimate then."""
+
+    look: int
+    n_scored: int
+    estimate: Estimate
+
+
+@runtime_checkable
+class StoppingRule(Protocol):
+    """``check(history)`` returns a :class:`Decision` to stop, or None to continue."""
+
+    def check(self, history: Sequence[Look]) -> Decision | None: ...
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Stop once the interval's half-width is <= ``halfwidth`` (seed 004 §5.3, precision-based)."""
+
+    halfwidth: float
+
+    def check(self, history: Sequence[Look]) -> Decision | None:
+        last = history[-1]
+        est = last.estimate
+        if est.n_scored and est.halfwidth <= self.halfwidth:
+            return Decision(True, "precision", last.look, True, "precise",
+                            f"half-width {est.halfwidth:.4g} <= {self.halfwidth:g}")
+        return None
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Stop once the interval lies entirely above or below ``threshold`` (threshold crossing).
+
+    ``direction``: ``"above"``, ``"below"`` or ``"either"`` — which crossing counts as the goal.
+    A crossing the other way still stops (and ``reached`` is False) unless ``stop_on_other``
+    is False.
+    """
+
+    threshold: float
+    direction: str = "either"
+    stop_on_other: bool = True
+    asked: str | None = None  # a goal's side ("above:T"): a crossing the other way is noted in the detail
+
+    def check(self, history: Sequence[Look]) -> Decision | None:
+        last = history[-1]
+        est = last.estimate
+        if not est.n_scored:
+            return None
+        verdict = "above" if est.lower > self.threshold else "below" if est.upper < self.threshold else None
+        if verdict is None:
+            return None
+        wanted = self.direction in ("either", verdict)
+        if not wanted and not self.stop_on_other:
+            return None
+        note = "" if self.asked in (None, verdict) else f" (asked: {self.asked})"
+        return Decision(True, "threshold", last.look, wanted, verdict,
+                        f"interval [{est.lower:.4g}, {est.upper:.4g}] is {verdict} {self.threshold:g}{note}")
+
+
+@dataclass(frozen=True)
+class Futility:
+    """Stop when the goal "above ``threshold``" (or below) can no longer be confirmed.
+
+    Fires when the interval excludes the wanted side, i.e. the upper bound is already below
+    the threshold when asking "above" — seed 004 §5.3 futility, phrased as a confident
+    statement so that it costs no type-I error.
+    """
+
+    threshold: float
+    direction: str = "above"
+
+    def check(self, history: Sequence[Look]) -> Decision | None:
+        last = history[-1]
+        est = last.estimate
+        if not est.n_scored:
+            return None
+        hopeless = est.upper < self.threshold if self.direction == "above" else est.lower > self.threshold
+        if hopeless:
+            return Decision(True, "futility", last.look, False, "below" if self.direction == "above" else "above",
+                            f"interval [{est.lower:.4g}, {est.upper:.4g}] rules out {self.direction} {self.threshold:g}")
+        return None
+
+
+@dataclass(frozen=True)
+class DiminishingReturns:
+    """Stop when the half-width shrank by less than ``min_gain`` per extra batch (seed 004 §5.3).
+
+    The gain is averaged over the last ``window`` looks so one lucky batch does not stop it.
+    """
+
+    min_gain: float
+    window: int = 1
+
+    def check(self, history: Sequence[Look]) -> Decision | None:
+        if len(history) <= self.window:
+            return None
+        now, before = history[-1].estimate, history[-1 - self.window].estimate
+        if not (now.n_scored and before.n_scored):
+            return None
+        gain = (before.halfwidth - now.halfwidth) / self.window
+        if gain < self.min_gain:
+            return Decision(True, "diminishing-returns", history[-1].look, True, "precise-enough",
+                            f"half-width gain {gain:.4g} per batch < {self.min_gain:g}")
+        return None
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """Stop when every item of the bank is scored (always in force)."""
+
+    def check(self, history: Sequence[Look]) -> Decision | None:
+        last = history[-1]
+        if last.estimate.exhausted:
+            return Decision(True, "exhausted", last.look, False, None, "every item of the bank was scored")
+        return None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Stop when ``max_items`` items are scored."""
+
+    max_items: int
+    detail: str = ""  # how the budget was set, for the message (default: its size)
+
+    def check(self, history: Sequence[Look]) -> Decision | None:
+        last = history[-1]
+        if last.n_scored >= self.max_items:
+            return Decision(True, "budget", last.look, False, None,
+                            self.detail or f"the item budget {self.max_items} was spent")
+        return None
+
+
+def first_decision(rules: Sequence[StoppingRule], history: Sequence[Look]) -> Decision:
+    """The first rule (in the given order) that fires, else a continue decision."""
+    for rule in rules:
+        decision = rule.check(history)
+        if decision is not None:
+            return decision
+    return Decision(False, None, history[-1].look if history else None, False, None, "")
+
+
+class SequentialTest:
+    """Run a single-model method look by look and stop when any rule fires.
+
+    ``method`` is any round-protocol method (``make_method("...")``); each ``update`` is one
+    look.  ``rules`` are combined with OR in order; :class:`Exhausted` is always appended.
+    """
+
+    def __init__(self, method: Any, rules: Sequence[StoppingRule]) -> None:
+        for rule in rules:
+            if not isinstance(rule, StoppingRule):
+                raise InputError(f"stopping rule {rule!r} has no check(history) method")
+        self.method = method
+        self.rules = tuple(rules) + (Exhausted(),)
+        self.history: list[Look] = []
+
+    def start(self, bank: BankSpec) -> "SequentialTest":
+        self.method.start(bank)
+        self.history = []
+        return self
+
+    def propose(self, k: int, rng: np.random.Generator):
+        return self.method.propose(k, rng)
+
+    def update(self, items: np.ndarray, scores: np.ndarray) -> Decision:
+        self.method.update(items, scores)
+        est = self.method.result()
+        self.history.append(Look(len(self.history) + 1, est.n_scored, est))
+        return self.decision()
+
+    def decision(self) -> Decision:
+        if not self.history:
+            return Decision(False, None, None, False, None, "no look yet")
+        return first_decision(self.rules, self.history)
+
+    def result(self) -> Estimate:
+        return self.method.result()
+
+
+@dataclass(frozen=True)
 class Goal:
-    """``kind`` is one of ``halfwidth``, ``above``, ``below``; ``value`` is E or T."""
+    """A single-model goal: ``kind`` is ``halfwidth``, ``above`` or ``below``; ``value`` is E or T.
+
+    It is a named rule set (:meth:`rules`): precision for ``halfwidth:E``; a threshold crossing for ``above:T`` /
+    ``below:T`` (either side decides: a confident "below" answers "is it above T?" too, so it counts as reached and
+    the detail notes the side asked); then an exhausted bank; then the item budget when one is given.
+    """
 
     kind: str
     value: float
@@ -25,28 +220,17 @@ class Goal:
     def __str__(self) -> str:
         return f"{self.kind}:{self.value:g}"
 
+    def rules(self, *, max_items: int | None = None) -> tuple[StoppingRule, ...]:
+        first: StoppingRule = (Precision(self.value) if self.kind == "halfwidth"
+                               else Threshold(self.value, "either", asked=self.kind))
+        budget = () if max_items is None else (Budget(int(max_items), "the item budget (--max-items) was spent"),)
+        return (first, Exhausted(), *budget)
+
     def decide(self, est: Estimate, *, look: int | None = None, budget_left: int | None = None) -> Decision:
-        """Stop when the goal is met, the bank is exhausted, or the budget is spent."""
-        if est.n_scored > 0:
-            if self.kind == "halfwidth" and est.halfwidth <= self.value:
-                return Decision(True, "precision", look, True, "precise",
-                                f"half-width {est.halfwidth:.4g} <= {self.value:g}")
-            if self.kind in ("above", "below"):
-                if est.lower > self.value:
-                    verdict = "above"
-                elif est.upper < self.value:
-                    verdict = "below"
-                else:
-                    verdict = None
-                if verdict is not None:
-                    return Decision(True, "threshold", look, True, verdict,
-                                    f"interval [{est.lower:.4g}, {est.upper:.4g}] is {verdict} {self.value:g}"
-                                    + ("" if verdict == self.kind else f" (asked: {self.kind})"))
-        if est.exhausted:
-            return Decision(True, "exhausted", look, False, None, "every item of the bank was scored")
-        if budget_left is not None and budget_left <= 0:
-            return Decision(True, "budget", look, False, None, "the item budget (--max-items) was spent")
-        return Decision(False, None, look, False, None, "")
+        """The goal's rules at one look: stop when the goal is met, the bank is exhausted, or the budget
+        (``budget_left`` items still allowed) is spent."""
+        max_items = None if budget_left is None else int(est.n_scored) + int(budget_left)
+        return first_decision(self.rules(max_items=max_items), (Look(look, int(est.n_scored), est),))  # type: ignore[arg-type]
 
 
 def parse_goal(text: str) -> Goal:

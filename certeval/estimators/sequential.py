@@ -1,11 +1,8 @@
-"""Per-model sequential testing on the round protocol, with combinable stopping rules.
+"""Per-model sequential testing on the round protocol.
 
-Stopping rules are small objects speaking one tiny protocol (as Inspect AI's early
-stopping hooks): ``rule.check(history) -> Decision | None``.  ``history`` is the tuple of
-:class:`Look` records so far (the newest last).  A :class:`SequentialTest` wraps any
-single-model method of the registry (its ``Estimate`` drives the rules) and reports the
-first rule that fires, with the look at which it fired.  Rules from seed 004 §5.3
-(Arviv et al.): precision, threshold crossing, futility, diminishing returns.
+The stopping rules (precision, threshold crossing, futility, diminishing returns, seed 004 §5.3) and
+:class:`SequentialTest` are defined once, in :mod:`.goals`, which the CLI's goals are built from; they are
+importable from here too.
 
 :class:`GroupSequentialMean` is the method's own statistic: the (mean-of-means) bank
 mean with a repeated confidence interval (Jennison & Turnbull 2000, ch. 9) whose
@@ -16,15 +13,19 @@ fraction ``n_k / N`` — valid at unplanned looks, not anytime-valid.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Sequence
 
 import numpy as np
 
-from ._validation import InputError, check_choice, check_in_range, check_positive
+from ._validation import check_choice, check_in_range, check_positive
 from .boundaries import CLASSICAL, group_sequential_boundary, parse_spending
-from .protocol import BankMethod, BankSpec, register
-from .results import Decision, Estimate
+# one stopping-rule system: the rules and SequentialTest live in .goals (a CLI goal is a named set of them)
+from .goals import (  # noqa: F401
+    Budget, DiminishingReturns, Exhausted, Futility, Look, Precision, SequentialTest, StoppingRule, Threshold,
+    first_decision,
+)
+from .protocol import BankMethod, register
+from .results import Estimate
 
 
 # --------------------------------------------------------------------------- mean of means
@@ -65,184 +66,6 @@ def mean_of_means(values: np.ndarray, subsets: np.ndarray | None = None, n_subse
         means.append(part.mean(axis=-1))
         variances.append(var / n_s)
     return np.mean(means, axis=0), np.sum(variances, axis=0) / count**2
-
-
-# --------------------------------------------------------------------------- looks and rules
-@dataclass(frozen=True)
-class Look:
-    """One interim analysis: its 1-based index, items scored so far, and the estimate then."""
-
-    look: int
-    n_scored: int
-    estimate: Estimate
-
-
-@runtime_checkable
-class StoppingRule(Protocol):
-    """``check(history)`` returns a :class:`Decision` to stop, or None to continue."""
-
-    def check(self, history: Sequence[Look]) -> Decision | None: ...
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Stop once the interval's half-width is <= ``halfwidth`` (seed 004 §5.3, precision-based)."""
-
-    halfwidth: float
-
-    def check(self, history: Sequence[Look]) -> Decision | None:
-        last = history[-1]
-        est = last.estimate
-        if est.n_scored and est.halfwidth <= self.halfwidth:
-            return Decision(True, "precision", last.look, True, "precise",
-                            f"half-width {est.halfwidth:.4g} <= {self.halfwidth:g}")
-        return None
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """Stop once the interval lies entirely above or below ``threshold`` (threshold crossing).
-
-    ``direction``: ``"above"``, ``"below"`` or ``"either"`` — which crossing counts as the goal.
-    A crossing the other way still stops (and ``reached`` is False) unless ``stop_on_other``
-    is False.
-    """
-
-    threshold: float
-    direction: str = "either"
-    stop_on_other: bool = True
-
-    def check(self, history: Sequence[Look]) -> Decision | None:
-        last = history[-1]
-        est = last.estimate
-        if not est.n_scored:
-            return None
-        verdict = "above" if est.lower > self.threshold else "below" if est.upper < self.threshold else None
-        if verdict is None:
-            return None
-        wanted = self.direction in ("either", verdict)
-        if not wanted and not self.stop_on_other:
-            return None
-        return Decision(True, "threshold", last.look, wanted, verdict,
-                        f"interval [{est.lower:.4g}, {est.upper:.4g}] is {verdict} {self.threshold:g}")
-
-
-@dataclass(frozen=True)
-class Futility:
-    """Stop when the goal "above ``threshold``" (or below) can no longer be confirmed.
-
-    Fires when the interval excludes the wanted side, i.e. the upper bound is already below
-    the threshold when asking "above" — seed 004 §5.3 futility, phrased as a confident
-    statement so that it costs no type-I error.
-    """
-
-    threshold: float
-    direction: str = "above"
-
-    def check(self, history: Sequence[Look]) -> Decision | None:
-        last = history[-1]
-        est = last.estimate
-        if not est.n_scored:
-            return None
-        hopeless = est.upper < self.threshold if self.direction == "above" else est.lower > self.threshold
-        if hopeless:
-            return Decision(True, "futility", last.look, False, "below" if self.direction == "above" else "above",
-                            f"interval [{est.lower:.4g}, {est.upper:.4g}] rules out {self.direction} {self.threshold:g}")
-        return None
-
-
-@dataclass(frozen=True)
-class DiminishingReturns:
-    """Stop when the half-width shrank by less than ``min_gain`` per extra batch (seed 004 §5.3).
-
-    The gain is averaged over the last ``window`` looks so one lucky batch does not stop it.
-    """
-
-    min_gain: float
-    window: int = 1
-
-    def check(self, history: Sequence[Look]) -> Decision | None:
-        if len(history) <= self.window:
-            return None
-        now, before = history[-1].estimate, history[-1 - self.window].estimate
-        if not (now.n_scored and before.n_scored):
-            return None
-        gain = (before.halfwidth - now.halfwidth) / self.window
-        if gain < self.min_gain:
-            return Decision(True, "diminishing-returns", history[-1].look, True, "precise-enough",
-                            f"half-width gain {gain:.4g} per batch < {self.min_gain:g}")
-        return None
-
-
-@dataclass(frozen=True)
-class Exhausted:
-    """Stop when every item of the bank is scored (always in force)."""
-
-    def check(self, history: Sequence[Look]) -> Decision | None:
-        last = history[-1]
-        if last.estimate.exhausted:
-            return Decision(True, "exhausted", last.look, False, None, "every item of the bank was scored")
-        return None
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Stop when ``max_items`` items are scored."""
-
-    max_items: int
-
-    def check(self, history: Sequence[Look]) -> Decision | None:
-        last = history[-1]
-        if last.n_scored >= self.max_items:
-            return Decision(True, "budget", last.look, False, None, f"the item budget {self.max_items} was spent")
-        return None
-
-
-def first_decision(rules: Sequence[StoppingRule], history: Sequence[Look]) -> Decision:
-    """The first rule (in the given order) that fires, else a continue decision."""
-    for rule in rules:
-        decision = rule.check(history)
-        if decision is not None:
-            return decision
-    return Decision(False, None, history[-1].look if history else None, False, None, "")
-
-
-class SequentialTest:
-    """Run a single-model method look by look and stop when any rule fires.
-
-    ``method`` is any round-protocol method (``make_method("...")``); each ``update`` is one
-    look.  ``rules`` are combined with OR in order; :class:`Exhausted` is always appended.
-    """
-
-    def __init__(self, method: Any, rules: Sequence[StoppingRule]) -> None:
-        for rule in rules:
-            if not isinstance(rule, StoppingRule):
-                raise InputError(f"stopping rule {rule!r} has no check(history) method")
-        self.method = method
-        self.rules = tuple(rules) + (Exhausted(),)
-        self.history: list[Look] = []
-
-    def start(self, bank: BankSpec) -> "SequentialTest":
-        self.method.start(bank)
-        self.history = []
-        return self
-
-    def propose(self, k: int, rng: np.random.Generator):
-        return self.method.propose(k, rng)
-
-    def update(self, items: np.ndarray, scores: np.ndarray) -> Decision:
-        self.method.update(items, scores)
-        est = self.method.result()
-        self.history.append(Look(len(self.history) + 1, est.n_scored, est))
-        return self.decision()
-
-    def decision(self) -> Decision:
-        if not self.history:
-            return Decision(False, None, None, False, None, "no look yet")
-        return first_decision(self.rules, self.history)
-
-    def result(self) -> Estimate:
-        return self.method.result()
 
 
 # --------------------------------------------------------------------------- GST statistic
