@@ -27,6 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
+from certeval.engine import SingleModelRounds, lookup  # noqa: E402
 from certeval.estimators import BankSpec, make_method, parse_goal  # noqa: E402
 
 SIZES = (1_000, 12_000, 100_000, 1_000_000)
@@ -51,28 +52,31 @@ def synthetic_bank(n_items: int, rng: np.random.Generator, n_subsets: int = 10, 
 
 def time_rounds(method: str, spec: BankSpec, scores: np.ndarray, *, batch: int, warm: int, rounds: int,
                 rng: np.random.Generator) -> dict:
-    """Median seconds per round of each step, after a warm-up of ``warm`` scored items."""
+    """Median seconds per round of each step of the round engine (the pipeline's and backtests' own,
+    :class:`certeval.engine.SingleModelRounds`), after a warm-up of ``warm`` scored items."""
     goal = parse_goal("halfwidth:0.0001")  # never met: every round runs all steps
     t = time.perf_counter()
     obj = make_method(method).start(spec)
     start_s = time.perf_counter() - t
+    engine = SingleModelRounds({"m": obj}, goal, n_items=spec.n_items, batch_size=batch)
+    infer = lookup({"m": scores})
     scored = 0
     while scored < warm:
         prop = obj.propose(min(batch, warm - scored), rng)
-        obj.update(prop.items, scores[prop.items])
+        engine.update("m", prop.items, scores[prop.items])
         scored += len(prop)
     steps = {"propose": [], "update": [], "result": [], "decide": [], "round": []}
     for r in range(rounds):
         t0 = time.perf_counter()
-        prop = obj.propose(batch, rng)
+        prop = engine.select(lambda _label: rng, look=r + 1)["m"]
         t1 = time.perf_counter()
-        obj.update(prop.items, scores[prop.items])
+        engine.update("m", prop.items, infer({"m": prop.items})["m"])
         t2 = time.perf_counter()
-        est = obj.result()
+        engine.decide(["m"], look=r + 1)  # the estimate, then the goal's rules on it
         t3 = time.perf_counter()
-        goal.decide(est, look=r + 1, budget_left=spec.n_items - est.n_scored)
+        obj.result()  # the estimate alone, outside the round (decide computed it already)
         t4 = time.perf_counter()
-        for k, v in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+        for k, v in zip(steps, (t1 - t0, t2 - t1, t4 - t3, t3 - t2, t3 - t0)):
             steps[k].append(v)
     out = {f"{k}_s": statistics.median(v) for k, v in steps.items()}
     out["round_max_s"] = max(steps["round"])
@@ -174,19 +178,21 @@ def main(argv: list[str] | None = None) -> int:
         if method not in methods:
             continue
         for m in counts:
-            objs = [make_method(method).start(spec) for _ in range(m)]
+            objs = {f"m{i}": make_method(method).start(spec) for i in range(m)}
             rng_m = np.random.default_rng(args.seed)
-            for o in objs:
+            for o in objs.values():
                 prop = o.propose(200, rng_m)
                 o.update(prop.items, scores[prop.items])
-            goal = parse_goal("halfwidth:0.0001")
+            engine = SingleModelRounds(objs, parse_goal("halfwidth:0.0001"), n_items=spec.n_items, batch_size=args.batch)
+            infer = lookup({label: scores for label in objs})
             times = []
-            for _ in range(3 if m >= 100 else rounds):
+            for r in range(3 if m >= 100 else rounds):  # one engine round over every model: select, infer, update, decide
                 t = time.perf_counter()
-                for o in objs:
-                    prop = o.propose(args.batch, rng_m)
-                    o.update(prop.items, scores[prop.items])
-                    goal.decide(o.result())
+                proposals = engine.select(lambda _label: rng_m, look=r + 1)
+                got = infer({label: p.items for label, p in proposals.items()})
+                for label, p in proposals.items():
+                    engine.update(label, p.items, got[label])
+                engine.decide(list(proposals), look=r + 1)
                 times.append(time.perf_counter() - t)
             by_models.append({"method": method, "n_models": m, "n_items": 12_000, "round_s": statistics.median(times),
                               "per_model_s": statistics.median(times) / m})

@@ -28,6 +28,7 @@ import pandas as pd
 from ..banks import Bank, embed_texts, score_matrix
 from ..estimators import REGISTRY, make_method
 from ..estimators._validation import InputError, check_confidence, check_positive_int
+from ..engine import SingleModelRounds, lookup, run_until_decided
 from ..estimators.goals import Goal
 
 METHODS_NEEDING_FEATURES = ("cer-eval",)
@@ -131,32 +132,16 @@ def replay_once(method_name: str, params: dict, spec, row: np.ndarray, goal: Goa
                 max_items: int | None, rng: np.random.Generator, on_look=None):
     """One live-like run over a model's recorded scores; returns (estimate, decision).
 
+    The pipeline's own round engine (:mod:`certeval.engine`) with inference replaced by a lookup in ``row``;
     ``on_look(est)``, if given, sees the estimate after every look (the report's interval curve).
     """
     method = make_method(method_name, **params)
     method.start(spec)
-    budget = draw_budget(method, spec.n_items, max_items)
-    looked = False
-    while True:
-        est = method.result()
-        if looked and on_look is not None:
-            on_look(est)
-        decision = goal.decide(est, budget_left=budget - est.n_scored)
-        if decision.done:
-            return est, decision
-        prop = method.propose(min(batch_size, budget - est.n_scored), rng)
-        if len(prop) == 0:  # nothing left to propose: the goal's decision at exhaustion stands
-            return est, goal.decide(est, budget_left=0)
-        method.update(prop.items, row[prop.items])
-        looked = True
-
-
-def draw_budget(method, n_items: int, max_items: int | None) -> int:
-    """Most draws a replay may make: the bank size, or ``max_items`` (beyond N only for methods drawing
-    with replacement, whose repeated draws reuse a score already paid for)."""
-    if max_items is None:
-        return int(n_items)
-    return int(max_items) if getattr(method, "with_replacement", False) else min(int(max_items), int(n_items))
+    rounds = SingleModelRounds({"model": method}, goal, n_items=spec.n_items, batch_size=batch_size,
+                               max_items=max_items)
+    look = None if on_look is None else (lambda _look, _proposals: on_look(method.result()))
+    decisions = run_until_decided(rounds, lookup({"model": row}), lambda _label: rng, on_look=look)
+    return method.result(), decisions.get("model") or goal.decide(method.result(), budget_left=0)
 
 
 def run_single_backtest(

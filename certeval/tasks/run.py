@@ -189,7 +189,12 @@ class Run:
                 spec = replace(self.spec, history=self.history[label]) if label in self.history else self.spec
                 self.methods[label] = make_method(method_name, confidence=self.plan.confidence).start(spec)
                 self.model_round[label] = 0
-        self.active = [m for m in self.labels if not (m in self.decisions and self.decisions[m].done)]
+        from ..engine import SingleModelRounds
+
+        self.engine = SingleModelRounds(self.methods, parse_goal(self.plan.goal), n_items=self.bank.n_items,
+                                        batch_size=self.plan.batch_size, max_items=self.plan.max_items,
+                                        decisions=self.decisions)
+        self.active = self.engine.active
         self.round = min(self.model_round.values()) if self.active else max(self.model_round.values())
 
     def _open_paired(self) -> None:
@@ -308,18 +313,12 @@ class Run:
             for label in self.active:
                 items[label], probs[label] = chunk, prob
             return RoundScores(items, probs)
-        for label in self.active:
-            if self.model_round[label] > self.round:
-                continue  # committed this round before a crash
-            k = self.plan.batch_size
-            left = self.budget_left(label)
-            if left is not None:
-                k = min(k, left)
-            if k <= 0:
-                continue
-            prop = self.methods[label].propose(k, self.rng(self.round))
+        todo = [m for m in self.active if self.model_round[m] <= self.round]  # others committed it before a crash
+        proposals = self.engine.select(lambda _label: self.rng(self.round), labels=todo, look=self.round + 1)
+        for label, prop in proposals.items():
             items[label] = np.asarray(prop.items, dtype=np.int64)
             probs[label] = np.asarray(prop.probs if prop.probs is not None else np.full(len(prop.items), np.nan), float)
+        self.active = self.engine.active  # a model with nothing left to draw was decided by select
         return RoundScores(items, probs)
 
     # -- infer ----------------------------------------------------------------
@@ -406,15 +405,8 @@ class Run:
         if self.plan.paired:
             self._decide_paired()
         else:
-            goal = parse_goal(self.plan.goal)
-            for label in batch.items:
-                est = self.methods[label].result()
-                self.decisions[label] = goal.decide(est, look=self.round + 1, budget_left=self.budget_left(label))
-            for label in self.active:
-                if label not in batch.items and label not in self.decisions:
-                    self.decisions[label] = Decision(True, "budget", self.round, False, None,
-                                                     "the item budget (--max-items) was spent")
-            self.active = [m for m in self.active if not self.decisions.get(m, Decision(False)).done]
+            self.engine.decide(list(batch.items), look=self.round + 1)
+            self.active = self.engine.active
         if self.progress is not None:
             self.progress.refresh()
         return dict(self.decisions)
