@@ -69,7 +69,7 @@ def test_several_models_one_round_each_and_a_model_with_nothing_left_is_decided_
     assert looks == [(1, ["a", "b"]), (2, ["a", "b"]), (3, ["a", "b"])]  # 25 + 25 + 10 items
     assert {k: (d.rule, d.reached, d.look) for k, d in decisions.items()} == {
         "a": ("precision", True, 3), "b": ("precision", True, 3)}  # exact at exhaustion: width 0
-    assert methods["a"].result().mean == pytest.approx(row.mean()) and rounds.active == []
+    assert methods["a"].result().mean == pytest.approx(spec.weights() @ row) and rounds.active == []
     # a model whose budget is spent before it proposes gets its decision from select, and no proposal
     spent = SingleModelRounds({"c": make_method("uniform").start(spec)}, parse_goal("halfwidth:0.1"), n_items=60,
                               batch_size=10, max_items=1)
