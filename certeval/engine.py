@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .estimators import make_method
 from .estimators.goals import Goal
 from .estimators.protocol import Proposal
 from .estimators.results import Decision
@@ -103,3 +104,17 @@ def run_until_decided(rounds: SingleModelRounds, infer: Inference, rng_for: RngF
 def lookup(matrix: Mapping[str, np.ndarray]) -> Inference:
     """Inference by lookup in recorded scores (``label -> score per bank position``): backtests, benchmarks."""
     return lambda items: {label: np.asarray(matrix[label], dtype=float)[pos] for label, pos in items.items()}
+
+
+def replay_once(method_name: str, params: dict, spec: Any, row: np.ndarray, goal: Goal, batch_size: int,
+                max_items: int | None, rng: np.random.Generator, on_look: Callable[[Any], None] | None = None):
+    """One live-like run of a method over a model's recorded scores (``row[i]``: bank position i), by this
+    engine with inference by lookup; returns (estimate, decision). ``on_look(est)`` sees the estimate after every
+    look (the interval curve). Every backtest rep is one call (:mod:`certeval.backtest.ray_fanout`)."""
+    method = make_method(method_name, **params)
+    method.start(spec)
+    rounds = SingleModelRounds({"model": method}, goal, n_items=spec.n_items, batch_size=batch_size,
+                               max_items=max_items)
+    look = None if on_look is None else (lambda _look, _proposals: on_look(method.result()))
+    decisions = run_until_decided(rounds, lookup({"model": row}), lambda _label: rng, on_look=look)
+    return method.result(), decisions.get("model") or goal.decide(method.result(), budget_left=0)

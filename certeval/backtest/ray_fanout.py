@@ -61,6 +61,7 @@ class RepResult:
     curve: tuple[tuple[int, float, float, float], ...] = ()  # (n_scored, mean, lower, upper) per look
     # methods that draw with replacement (faq): n_scored counts draws, this the distinct items among them
     n_distinct: int | None = None
+    verdict: str | None = None  # threshold goals: "above" / "below" when decided
 
     @property
     def covered(self) -> bool:
@@ -102,7 +103,7 @@ def replay_one(
 
     ``scores[i]`` is the recorded score of bank position ``i``. The loop is the single-model
     round protocol of DESIGN §1 with inference replaced by a lookup,
-    :func:`certeval.backtest.single.replay_once`; with ``record_curve`` it also records
+    :func:`certeval.engine.replay_once`; with ``record_curve`` it also records
     (n_scored, mean, lower, upper) after every look (the report's interval curve).
     ``controller_s`` is the whole loop's time (a replay has no inference).
     """
@@ -111,8 +112,7 @@ def replay_one(
         raise InputError(f"scores must hold one value per bank item ({spec.n_items}), got shape {scores.shape}")
     batch_size = check_positive_int(batch_size, "batch_size")
     truth = bank_truth(spec, scores)
-    # the in-process backtest's own loop (certeval.backtest.single), so both give the same numbers
-    from .single import replay_once
+    from ..engine import replay_once  # the pipeline's own round engine, inference by lookup
 
     curve: list[tuple[int, float, float, float]] = []
 
@@ -127,7 +127,7 @@ def replay_one(
         truth=truth, reached=bool(decision.reached), rule=decision.rule,
         looks=len(curve) if record_curve else math.ceil(est.n_scored / batch_size),
         anytime_valid=bool(est.anytime_valid), controller_s=time.perf_counter() - t0,
-        curve=tuple(curve), n_distinct=_n_distinct(est),
+        curve=tuple(curve), n_distinct=_n_distinct(est), verdict=decision.verdict,
     )
 
 
@@ -171,6 +171,7 @@ class Cell:
     batch_size: int
     params: tuple[tuple[str, Any], ...] = ()
     label: str = ""  # display name (defaults to method); lets one method appear with two settings
+    max_items: int | None = None  # item budget per rep (faq: its own draw cap)
 
     @property
     def name(self) -> str:
@@ -192,6 +193,9 @@ class DatasetArrays:
     notes: dict[str, Any] = field(default_factory=dict)
     faq: dict[str, np.ndarray] | None = None
     history: Any = None  # HistoryPrior fitted on the history half (method 'history')
+    specs: dict[str, BankSpec] | None = None  # per-model bank specs (per-model item features), else ``spec``
+    # method 'history' with a history per rep: (model, the rep's history seed) -> HistoryPrior (in-process only)
+    history_for: Callable[[str, np.random.SeedSequence], Any] | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -323,18 +327,22 @@ def run_chunk(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_se
     goal = parse_goal(cell.goal)
     params = faq_params(data, cell, goal) if cell.method == FAQ_METHOD else dict(cell.params)
     permute = bool(params.pop(HISTORY_PERMUTE_KEY, False))
-    max_draws = FAQ_MAX_DRAWS_PER_ITEM * data.spec.n_items if cell.method == FAQ_METHOD else None
+    max_draws = FAQ_MAX_DRAWS_PER_ITEM * data.spec.n_items if cell.method == FAQ_METHOD else cell.max_items
     rows = []
     for rep in range(rep_lo, rep_hi):
         model_idx = rep % len(data.models)
         model = data.models[model_idx]
         seed = rep_seed(root_seed, data.name, model, cell.name, rep)
         rng = np.random.default_rng(seed)
-        spec = data.spec
-        if cell.method == HISTORY_METHOD:
-            spec = history_spec(data, permute, seed.spawn(1)[0])
+        spec = data.spec if data.specs is None else data.specs[model]
         head = {"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep, "model": model,
                 "n_items": data.spec.n_items}
+        if cell.method == HISTORY_METHOD and data.history_for is not None:
+            prior = data.history_for(model, seed.spawn(1)[0])
+            spec = replace(spec, history=prior)
+            head["history_models"] = int(prior.n_models)
+        elif cell.method == HISTORY_METHOD:
+            spec = history_spec(data, permute, seed.spawn(1)[0])
         try:
             res = replay_one(cell.method, params, spec, data.matrix[model_idx], goal, cell.batch_size, rng,
                              record_curve=record_curve, max_items=max_draws)

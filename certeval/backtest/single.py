@@ -1,16 +1,15 @@
-"""In-process backtest of a single-model method on recorded scores.
+"""``certeval backtest`` for single-model methods: its inputs (features, history) and per-model table.
 
-Each model's recorded scores are replayed as if the model were queried live:
-per repetition a fresh method runs ``propose(batch) → update → goal.decide``
-until the goal is met, the bank is exhausted or the item budget is spent. The
-truth is the estimand on the recorded bank (``Σ_i w_i x_i``: the bank mean, or
-the mean-of-means over sub-datasets). For ``target='distribution'`` the same
-bank value is used as the stand-in truth (the bank is the only population the
-records describe), and the output says so.
+Each model's recorded scores are replayed as if the model were queried live, by the one backtest driver
+(:func:`certeval.backtest.ray_fanout.run_cells`, the benchmarks' too) and the pipeline's round engine
+(:mod:`certeval.engine`): per rep a fresh method runs select → update → decide until the goal is met, the bank
+is exhausted or the item budget is spent. The truth is the estimand on the recorded bank (``Σ_i w_i x_i``: the
+bank mean, or the mean-of-means over sub-datasets). For ``target='distribution'`` the same bank value is used as
+the stand-in truth (the bank is the only population the records describe), and the output says so.
 
-Seeds: repetition r of the model at position i (in the sorted list of the
-scores file's models) uses ``np.random.SeedSequence(seed, spawn_key=(i, r))``,
-so a model's runs do not depend on which other models were selected.
+Seeds: each rep's seed is keyed by what the rep is — (scores, model, method, rep) — never by which other models
+were selected or in which order reps run (:func:`certeval.backtest.ray_fanout.rep_seed`); a history rep draws
+its history models and permutation from a child of that seed.
 """
 
 from __future__ import annotations
@@ -28,7 +27,8 @@ import pandas as pd
 from ..banks import Bank, embed_texts, score_matrix
 from ..estimators import REGISTRY, make_method
 from ..estimators._validation import InputError, check_confidence, check_positive_int
-from ..engine import SingleModelRounds, lookup, run_until_decided
+from ..engine import replay_once  # noqa: F401 (where backtests and tests have imported it from)
+from .ray_fanout import Cell, DatasetArrays, run_cells
 from ..estimators.goals import Goal
 
 METHODS_NEEDING_FEATURES = ("cer-eval",)
@@ -128,22 +128,6 @@ class ModelBacktest:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def replay_once(method_name: str, params: dict, spec, row: np.ndarray, goal: Goal, batch_size: int,
-                max_items: int | None, rng: np.random.Generator, on_look=None):
-    """One live-like run over a model's recorded scores; returns (estimate, decision).
-
-    The pipeline's own round engine (:mod:`certeval.engine`) with inference replaced by a lookup in ``row``;
-    ``on_look(est)``, if given, sees the estimate after every look (the report's interval curve).
-    """
-    method = make_method(method_name, **params)
-    method.start(spec)
-    rounds = SingleModelRounds({"model": method}, goal, n_items=spec.n_items, batch_size=batch_size,
-                               max_items=max_items)
-    look = None if on_look is None else (lambda _look, _proposals: on_look(method.result()))
-    decisions = run_until_decided(rounds, lookup({"model": row}), lambda _label: rng, on_look=look)
-    return method.result(), decisions.get("model") or goal.decide(method.result(), budget_left=0)
-
-
 def run_single_backtest(
     scores: pd.DataFrame,
     bank: Bank,
@@ -197,51 +181,50 @@ def run_single_backtest(
         shared = replace(bank.spec(), features=feats)  # None really means none (bank.spec falls back)
         specs = {m: shared for m in models}
     spec = specs[models[0]]
-    weights = spec.weights()
     params = {"confidence": confidence, "target": target, **(method_params or {})}
     order = sorted(all_models or models)
-    history_for = _history_plan(scores, bank, order, method, history, history_fraction, history_permute, seed)
+    history_for = _history_plan(scores, bank, order, method, history, history_fraction, history_permute)
     if baseline is not None and baseline not in REGISTRY.methods:
         make_method(baseline)
+    # the one backtest driver (certeval.backtest.ray_fanout), one cell per model (and baseline): rep r of a model
+    # has the seed of (scores, model, method, r), whichever other models are replayed beside it
+    datasets, cells = {}, []
+    for i, model in enumerate(models):
+        key = f"scores#{i}"
+        datasets[key] = DatasetArrays(name="scores", spec=specs[model], models=(model,), matrix=matrix[i:i + 1],
+                                      history_for=history_for)
+        cells.append(Cell(key, method, str(goal), reps, batch_size, tuple(sorted(params.items())),
+                          max_items=max_items))
+        if baseline is not None and baseline != method:  # the same reps with the baseline: seeds of a run of it
+            cells.append(Cell(key, baseline, str(goal), reps, batch_size,
+                              (("confidence", confidence), ("target", target)), max_items=max_items))
+    rows_out = run_cells(datasets, cells, seed, chunk_reps=reps, progress=progress)
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in rows_out:
+        by.setdefault((r["method"], r["model"]), []).append(r)
     rows = []
     for i, model in enumerate(models):
-        truth = float(weights @ matrix[i])
-        key = order.index(model) if model in order else i
-        n_used, widths, covered, reached, verdicts, base_used, n_hist = [], [], [], [], [], [], []
-        for r in range(reps):
-            rep_seed = np.random.SeedSequence(seed, spawn_key=(key, r))
-            rng = np.random.default_rng(rep_seed)
-            rep_spec = specs[model]
-            if history_for is not None:
-                prior = history_for(model, key, r)
-                rep_spec = replace(rep_spec, history=prior)
-                n_hist.append(prior.n_models)
-            est, dec = replay_once(method, params, rep_spec, matrix[i], goal, batch_size, max_items, rng)
-            if baseline is not None:
-                base_est, _ = replay_once(baseline, {"confidence": confidence, "target": target}, specs[model],
-                                          matrix[i], goal, batch_size, max_items, np.random.default_rng(rep_seed))
-                base_used.append(base_est.n_scored)
-            n_used.append(est.n_scored)
-            widths.append(est.halfwidth)
-            covered.append(est.lower - 1e-9 <= truth <= est.upper + 1e-9)
-            reached.append(bool(dec.reached))
-            verdicts.append(dec.verdict)
-            if progress is not None:  # (runs done, runs in all, what): the CLI's progress bar
-                progress(i * reps + r + 1, len(models) * reps, model)
+        truth = float(specs[model].weights() @ matrix[i])
+        mine = by[(method, model)]
+        n_used = [r["n_scored"] for r in mine]
         extra = {}
         if goal.kind in ("above", "below"):
             side = "above" if truth > goal.value else ("below" if truth < goal.value else None)
-            extra["decided"] = float(np.mean([v is not None for v in verdicts]))
-            extra["decision_correct"] = float(np.mean([v is not None and v == side for v in verdicts]))
-        if base_used:
+            extra["decided"] = float(np.mean([r["verdict"] is not None for r in mine]))
+            extra["decision_correct"] = float(np.mean([r["verdict"] is not None and r["verdict"] == side
+                                                       for r in mine]))
+        if baseline is not None:
+            base_used = [r["n_scored"] for r in by[(baseline, model)]]
             extra["baseline_scored"] = float(np.mean(base_used))
             extra["ratio_to_uniform"] = float(np.mean(n_used) / max(np.mean(base_used), 1e-12))
-        if n_hist:
-            extra["history_models"] = float(np.mean(n_hist))
+        if history_for is not None:
+            extra["history_models"] = float(np.mean([r["history_models"] for r in mine]))
         rows.append(ModelBacktest(
             model=model, truth=truth, mean_scored=float(np.mean(n_used)),
-            fraction_scored=float(np.mean(n_used)) / spec.n_items, coverage=float(np.mean(covered)),
-            mean_halfwidth=float(np.mean(widths)), reached=float(np.mean(reached)), **extra,
+            fraction_scored=float(np.mean(n_used)) / spec.n_items,
+            coverage=float(np.mean([r["covered"] for r in mine])),
+            mean_halfwidth=float(np.mean([r["halfwidth"] for r in mine])),
+            reached=float(np.mean([r["reached"] for r in mine])), **extra,
         ))
     summary = {
         "mean_fraction_scored": float(np.mean([r.fraction_scored for r in rows])),
@@ -272,8 +255,11 @@ def run_single_backtest(
 
 
 def _history_plan(scores: pd.DataFrame, bank: Bank, all_models: list[str], method: str, history,
-                  fraction: float | None, permute: bool, seed: int):
-    """``(model, key, rep) -> HistoryPrior`` for a history backtest, or None without history."""
+                  fraction: float | None, permute: bool):
+    """``(model, rep's history seed) -> HistoryPrior`` for a history backtest, or None without history.
+
+    ``history``: the recorded sources (the evaluated model left out); ``fraction`` F: a random F of the scores
+    file's *other* models, drawn per rep; ``permute``: the history's items shuffled per rep (useless history)."""
     from ..history import history_prior, matrix_prior
 
     if history is None and fraction is None:
@@ -288,30 +274,26 @@ def _history_plan(scores: pd.DataFrame, bank: Bank, all_models: list[str], metho
     if history is not None and fraction is not None:
         raise InputError("give --history SOURCE or --history-fraction F, not both")
 
-    def permuter(key: int, rep: int) -> np.random.Generator | None:
-        return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key, rep, 0x9E37))) if permute else None
-
     if history is not None:
         fixed = {}
 
-        def from_sources(model: str, key: int, rep: int):
+        def from_sources(model: str, seed: np.random.SeedSequence):
             if model not in fixed:
                 fixed[model] = history_prior(history, bank, model)
-            rng = permuter(key, rep)
-            return fixed[model] if rng is None else fixed[model].permuted(rng)
+            return fixed[model].permuted(np.random.default_rng(seed)) if permute else fixed[model]
 
         return from_sources
     if not (0.0 < float(fraction) <= 1.0):
         raise InputError(f"--history-fraction must lie in (0, 1], got {fraction!r}")
+    if len(all_models) < 2:
+        raise InputError("--history-fraction needs at least two models in the scores file")
     full = score_matrix(scores, all_models, bank)
 
-    def from_fraction(model: str, key: int, rep: int):
+    def from_fraction(model: str, seed: np.random.SeedSequence):
         others = [j for j, m in enumerate(all_models) if m != model]
-        if not others:
-            raise InputError("--history-fraction needs at least two models in the scores file")
         k = max(1, int(round(float(fraction) * len(others))))
-        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key, rep, 0x4157)))
+        rng = np.random.default_rng(seed)
         chosen = np.sort(rng.choice(others, size=k, replace=False))
-        return matrix_prior(full[chosen], [all_models[j] for j in chosen], permute=permuter(key, rep))
+        return matrix_prior(full[chosen], [all_models[j] for j in chosen], permute=rng if permute else None)
 
     return from_fraction

@@ -1,0 +1,89 @@
+"""One backtest driver: ``certeval backtest`` (single-model goals) runs on the benchmarks' driver
+(``certeval.backtest.ray_fanout.run_cells``) and reproduces the fixed-seed results of the driver it replaced.
+
+``tests/data/backtest_removed_driver.json`` holds that removed driver's output (made by
+``tests/data/make_backtest_removed_driver.py`` at commit 5da5bb3: 22 HELM-MMLU models, seed 11). The two drivers
+key their seeds differently, so a rep's draws differ; what must agree is everything else: per model the truth
+exactly, a case where every rep is stopped by the budget in every number but the half-width, and the items and
+half-widths per model
+within Monte-Carlo error — a paired z-test over the 22 models, which fails when the kept driver builds the bank,
+the features, the history or the budget differently (a 1% shift in items is ~4 SE here).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from certeval.backtest.single import run_single_backtest
+from certeval.banks import bank_from_scores, load_scores
+from certeval.estimators import parse_goal
+
+FIXTURE = json.loads((Path(__file__).parent / "data" / "backtest_removed_driver.json").read_text())
+CASES = {
+    "uniform_hw05": dict(method="uniform", goal="halfwidth:0.05", reps=6),
+    "adaptive_hw05": dict(method="adaptive", goal="halfwidth:0.05", reps=6),
+    "seq_above05_budget": dict(method="seq", goal="above:0.5", reps=6, max_items=300),
+    "history_frac05_hw05": dict(method="history", goal="halfwidth:0.05", reps=3, history_fraction=0.5,
+                                baseline="uniform"),
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    frame = load_scores(FIXTURE["scores"])
+    return frame, bank_from_scores(frame), sorted(frame["model"].unique())
+
+
+def _paired_z(old: list[float], new: list[float]) -> float:
+    d = np.asarray(new) - np.asarray(old)
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    return 0.0 if se == 0 and abs(d.mean()) < 1e-9 else float(d.mean() / max(se, 1e-12))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_kept_driver_reproduces_the_removed_drivers_fixed_seed_results(data, case):
+    frame, bank, all_models = data
+    c = dict(CASES[case])
+    models = all_models[::2]
+    out = run_single_backtest(frame, bank, models, c.pop("method"), parse_goal(c.pop("goal")),
+                              seed=FIXTURE["seed"], batch_size=10, all_models=all_models, **c)
+    old = FIXTURE["cases"][case]
+    assert [m["model"] for m in out["models"]] == [m["model"] for m in old["models"]] == models
+    assert [m["truth"] for m in out["models"]] == [m["truth"] for m in old["models"]]  # exact
+    assert out["n_items"] == old["n_items"] and out["truth"] == old["truth"]
+    if case == "seq_above05_budget":  # every rep ends at the budget: only which items were drawn is random
+        drop = lambda m: {k: v for k, v in m.items() if k != "mean_halfwidth"}  # noqa: E731
+        assert [drop(m) for m in out["models"]] == [drop(m) for m in old["models"]]
+        assert out["summary"] == old["summary"]
+        z = _paired_z([m["mean_halfwidth"] for m in old["models"]], [m["mean_halfwidth"] for m in out["models"]])
+        assert abs(z) < 4, z
+        return
+    z = _paired_z([m["mean_scored"] for m in old["models"]], [m["mean_scored"] for m in out["models"]])
+    assert abs(z) < 4, z
+    assert abs(out["summary"]["mean_fraction_scored"] - old["summary"]["mean_fraction_scored"]) < 0.02
+    assert out["summary"]["coverage"] >= 0.95 and old["summary"]["coverage"] >= 0.95
+    if "ratio_to_uniform" in old["summary"]:
+        z = _paired_z([m["ratio_to_uniform"] for m in old["models"]], [m["ratio_to_uniform"] for m in out["models"]])
+        assert abs(z) < 4, z
+        assert out["summary"]["ratio_to_uniform"] < 0.8  # history still pays: well under uniform's items
+
+
+def test_the_cli_backtest_and_the_benchmark_rows_are_the_same_runs(data):
+    """A model's CLI numbers are the driver's rows for that model (same seeds: scores, model, method, rep)."""
+    from certeval.backtest.ray_fanout import Cell, DatasetArrays, run_cells
+    from certeval.banks import score_matrix
+
+    frame, bank, all_models = data
+    model = all_models[3]
+    out = run_single_backtest(frame, bank, [model], "uniform", parse_goal("halfwidth:0.1"), reps=4, seed=3,
+                              batch_size=20, all_models=all_models)
+    arrays = DatasetArrays(name="scores", spec=bank.spec(), models=(model,),
+                           matrix=score_matrix(frame, [model], bank))
+    rows = run_cells({"x": arrays}, [Cell("x", "uniform", "halfwidth:0.1", 4, 20,
+                                          (("confidence", 0.95), ("target", "bank")))], 3)
+    assert out["models"][0]["mean_scored"] == np.mean([r["n_scored"] for r in rows])
+    assert out["models"][0]["coverage"] == np.mean([r["covered"] for r in rows])
