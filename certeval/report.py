@@ -186,6 +186,9 @@ def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]
     Runs that record a look log (``look_*`` columns in ``rounds/``) are drawn from it: the curve then
     shows exactly the estimates the run computed. Older runs are replayed from their stored state.
     """
+    from .storage import StateArrays
+
+    arrays = StateArrays(run.folder)  # arrays stored by reference (features/<sha256>.npy), read once
     curves: dict[str, list[tuple[int, float, float, float]]] = {}
     for entry in run.models:
         name = str(entry.get("model"))
@@ -202,6 +205,7 @@ def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]
         if not state or "method" not in state:
             continue
         try:
+            state = arrays.resolve({"method_state": state}, f"the state of {name!r}")["method_state"]
             curves[name] = replay_curve(state, _look_sizes(run.rounds, name))
         except InputError:  # method unknown in this checkout: no curve, the table still shows the result
             continue
