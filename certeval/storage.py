@@ -28,6 +28,8 @@ State is JSON, never pickle.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import io
 import json
@@ -296,6 +298,59 @@ def _swap_state_arrays(state: Any, fn: Any) -> Any:
     return {**state, "method_state": method}
 
 
+FLOATS_KEY = "f64"
+FLOATS_MIN = 64  # shorter float lists stay as JSON numbers
+
+
+def _swap_float_logs(state: Any, fn: Any) -> Any:
+    """A copy of a stored state with ``fn`` applied to the method's absorbed ``scores`` and to each value of
+    its ``extra`` (draw logs, running statistics: what grows round by round)."""
+    if not isinstance(state, dict) or not isinstance(state.get("method_state"), dict):
+        return state
+    method = dict(state["method_state"])
+    if "scores" in method:
+        method["scores"] = fn(method["scores"])
+    if isinstance(method.get("extra"), dict):
+        method["extra"] = {k: fn(v) for k, v in method["extra"].items()}
+    return {**state, "method_state": method}
+
+
+def _pack_floats(value: Any) -> Any:
+    """A 1-D or 2-D list of floats (None for a non-finite value, as strict JSON stores it) as base64 of its
+    little-endian float64 bytes, when that is shorter than the JSON numbers (10.7 characters a value against
+    ~19 for a float's shortest repr); anything else as it is."""
+    if not isinstance(value, list) or len(value) < FLOATS_MIN:
+        return value
+    rows = value if all(isinstance(v, list) for v in value) else None
+    flat = [x for row in rows for x in row] if rows is not None else value
+    if not flat or not all(type(x) is float or x is None for x in flat):
+        return value
+    if rows is not None and len({len(row) for row in rows}) != 1:
+        return value
+    arr = np.array([np.nan if x is None else x for x in flat], dtype="<f8")
+    text = base64.b64encode(arr.tobytes()).decode("ascii")
+    if len(text) + 40 >= len(json.dumps(value, separators=(",", ":"), allow_nan=False)):
+        return value
+    shape = [len(rows), len(rows[0])] if rows is not None else [len(flat)]
+    return {FLOATS_KEY: text, "shape": shape}
+
+
+def _unpack_floats(value: Any, where: str) -> Any:
+    """Inverse of :func:`_pack_floats` (non-finite values back to None, as the JSON numbers would read)."""
+    if not (isinstance(value, dict) and set(value) == {FLOATS_KEY, "shape"}):
+        return value
+    try:
+        arr = np.frombuffer(base64.b64decode(value[FLOATS_KEY], validate=True), dtype="<f8")
+        arr = arr.reshape([int(n) for n in value["shape"]])
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise InputError(f"{where} is damaged (a packed float list does not decode: {_first(exc)}); start a new "
+                         "--run-id or restore the file") from None
+    clean = np.where(np.isfinite(arr), arr, np.nan).tolist()
+    if arr.ndim == 1:
+        return [None if x != x else x for x in clean]
+    return [[None if x != x else x for x in row] for row in clean]
+
+
 class StateArrays:
     """Per-item constant arrays of a run's states, stored once under ``features/<sha256>.npy`` (atomic, never
     rewritten) and named in the state by ``{"features_ref": <sha256>, "shape", "dtype"}`` instead of inline:
@@ -308,8 +363,9 @@ class StateArrays:
         self._read: dict[str, np.ndarray] = {}
 
     def slim(self, state: Any) -> Any:
-        """The state to write: large constant arrays replaced by references (their files written once)."""
-        return _swap_state_arrays(state, self._put)
+        """The state to write: large constant arrays replaced by references (their files written once), long
+        float logs packed."""
+        return _swap_float_logs(_swap_state_arrays(state, self._put), _pack_floats)
 
     def _put(self, value: Any) -> Any:
         if not isinstance(value, list) or not value:
@@ -338,6 +394,7 @@ class StateArrays:
                 return value
             return self._get(value, where).tolist()
 
+        state = _swap_float_logs(state, lambda v: _unpack_floats(v, where))
         return _swap_state_arrays(state, get)
 
     def _get(self, ref: dict, where: str) -> np.ndarray:
