@@ -111,7 +111,7 @@ class Run:
 
             with ThreadPoolExecutor(max_workers=min(16, max(1, len(run.caches)))) as pool:
                 list(pool.map(describe, list(run.caches)))
-            run.cached = dict(zip(run.caches, ScoreCache.load_many(list(run.caches.values()))))
+            run.cached = dict(zip(run.caches, ScoreCache.load_many(list(run.caches.values()), compact=True)))
         except BaseException:
             if run.owns_lock:
                 run.store.release_lock()
