@@ -32,7 +32,7 @@ def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
             steps.update(run, batch)
             steps.decide(run, batch)
             steps.store_round(run, batch)
-        _compact_cache(run)
+        run.compact_cache()  # the batches' cache parts merged (bounded housekeeping, not a step of the loop)
         return steps.store_results(run)
     finally:
         if pool is not None:
@@ -41,14 +41,6 @@ def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
             run.progress.close()
         if run.owns_lock:  # taken by this flow (not by a CLI around it): the next writer may come
             run.store.release_lock()
-
-
-def _compact_cache(run: Any) -> None:
-    """The run's scored batches left one cache part each: merge them (bounded; see storage.compact_parts) so
-    the next start reads a few objects, not one per batch ever scored."""
-    from ..storage import ScoreCache
-
-    ScoreCache.compact_many(list(run.caches.values()))
 
 
 _FLOW = dict(validate_parameters=False, log_prints=False, persist_result=False)

@@ -545,6 +545,13 @@ class Run:
             })
         self.round += 1
 
+    def compact_cache(self) -> int:
+        """Merge the score-cache parts this run's batches wrote (one per batch) when a folder holds more than
+        ``storage.MAX_PARTS``, so the next start reads a few objects; bounded, and never fails the run."""
+        from ..storage import ScoreCache
+
+        return ScoreCache.compact_many(list(self.caches.values()))
+
     def results(self) -> dict[str, Any]:
         """results.json: ``models`` (+ ``pairs``/``ranking``/``selection``) and an lm-eval-style block."""
         plan = self.plan
