@@ -299,3 +299,49 @@ def test_a_resumed_run_continues_from_states_by_reference_and_refuses_a_lost_fea
             run.restore()
     finally:
         run.store.release_lock()
+
+
+# -- on an object store (moto's S3 server on 127.0.0.1) ------------------------------------------------------
+
+
+@pytest.fixture
+def s3_root(monkeypatch):
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.mkdir("slim-test")
+    yield fs
+    server.stop()
+
+
+def test_states_by_reference_and_cache_compaction_on_s3(s3_root):
+    fs = s3_root
+    method = _started("cer-eval")
+    store = RunStore("s3://slim-test/runs", "r")
+    for r in range(3):
+        store.write_state("m", _wrapped(method, r))
+    assert len(fs.ls("slim-test/runs/r/features", refresh=True)) == 2  # features and subset codes, once each
+    back = RunStore("s3://slim-test/runs", "r").read_state("m")
+    assert method_from_state(back["method_state"]).result() == method.result()
+    cache = ScoreCache(*filesystem("s3://slim-test/runs/_cache/k"))
+    _add_parts(cache, MAX_PARTS + 5)
+    want = cache.load()
+    assert ScoreCache.load_many([cache], compact=True) == [want]
+    assert len(fs.ls("slim-test/runs/_cache/_shared/parts", refresh=True)) == 1
+    assert cache.load() == want
+    fs.rm_file(next(p for p in fs.ls("slim-test/runs/r/features", refresh=True)))
+    with pytest.raises(InputError, match=r"damaged.*is missing.*start a new --run-id"):
+        RunStore("s3://slim-test/runs", "r").read_state("m")
