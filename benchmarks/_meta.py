@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from certeval.estimators.results import to_jsonable
+from certeval.storage import dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -106,7 +106,7 @@ def write_result(name: str, payload: dict[str, Any], quick: bool, *, seed: int |
     doc = {"meta": metadata(name, seed=seed if seed is not None else payload.get("seed"), quick=quick),
            **payload}
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(to_jsonable(doc), indent=1, allow_nan=False) + "\n")
+    tmp.write_bytes(dumps(doc, indent=1) + b"\n")  # certeval's one JSON encoder: NaN -> null, numpy -> Python
     os.replace(tmp, path)
     return path
 

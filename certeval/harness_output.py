@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from .backends.base import parse_model_spec
-from .storage import Folder, safe_name
+from .storage import Folder, dumps, safe_name
 
 FILTER = "none"
 
@@ -86,11 +86,11 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
             doc = docs.get(str(row.item_id), {"item_id": str(row.item_id)})
             output = getattr(row, "output", None)
             resps = [] if output is None or (isinstance(output, float) and math.isnan(output)) else [[str(output)]]
-            lines.append(json.dumps({
+            lines.append(dumps({
                 "doc_id": position.get(str(row.item_id), str(row.item_id)), "item_id": str(row.item_id), "doc": doc, "target": doc.get("answer", doc.get("answers")),
                 "arguments": [], "resps": resps, "filtered_resps": [r[0] for r in resps], "filter": FILTER,
                 "acc": float(row.score), "round": int(row.round),
-                "prob": None if getattr(row, "prob", None) is None else float(row.prob)}, default=str))
+                "prob": None if getattr(row, "prob", None) is None else float(row.prob)}, indent=None).decode())
         rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"
         folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
         written.append(folder.url(rel))

@@ -146,7 +146,7 @@ def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]
     """The interval curve of every model in ``results.json`` that has one (see module docstring).
 
     Runs that record a look log (``look_*`` columns in ``rounds/``) are drawn from it: the curve then
-    shows exactly the estimates the run computed. Older runs are replayed from their stored state.
+    shows exactly the estimates the run computed; a run from before the look log has no curve.
     """
     curves: dict[str, list[tuple[int, float, float, float]]] = {}
     for entry in run.models:

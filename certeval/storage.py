@@ -4,7 +4,9 @@ Layout of one run::
 
     <root>/<run_id>/config.json          what was asked (compared on resume)
     <root>/<run_id>/rounds/<n>.parquet   model, item_id, score, round, prob
-    <root>/<run_id>/state/<model>.json   method state after the last complete round
+    <root>/<run_id>/state/<model>.json   method state after the last complete round (compact JSON)
+    <root>/<run_id>/features/<sha256>.npy  per-item constant arrays of the states (embeddings, subset codes,
+                                         history priors, strata), once per run, named by their content
     <root>/<run_id>/state/_run.json      the commit marker: last complete round + decisions
     <root>/<run_id>/results.json         estimates, intervals, decisions, ranking; lm-eval block
     <root>/<run_id>/manifest.json        each round file's size, sha256 and rows per model
@@ -14,7 +16,8 @@ Layout of one run::
 and, shared by every run under the same root::
 
     <root>/_cache/<key>/meta.json        what the cache <key> holds (model spec, scorer, generation settings)
-    <root>/_cache/_shared/parts/*.parquet  scores already paid for, one part per scored batch (column ``cache``)
+    <root>/_cache/_shared/parts/*.parquet  scores already paid for, one part per scored batch (column ``cache``),
+                                         merged into one part when a folder holds more than MAX_PARTS
 
 Every write is atomic: a local file is written under a temporary name in the
 same folder and then renamed (``os.replace``); an object store receives one
@@ -25,6 +28,8 @@ State is JSON, never pickle.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import io
 import json
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -95,8 +101,12 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
 
 
-def dumps(obj: Any) -> bytes:
-    return json.dumps(to_jsonable(obj), indent=2, default=_json_default, allow_nan=False).encode()
+def dumps(obj: Any, *, indent: int | None = 2, compact: bool = False) -> bytes:
+    """The one JSON encoder of certeval's files and outputs: numpy values to Python, NaN/inf to null (strict
+    JSON). ``compact``: no whitespace at all (method states, JSON lines)."""
+    if compact:
+        return json.dumps(to_jsonable(obj), separators=(",", ":"), default=_json_default, allow_nan=False).encode()
+    return json.dumps(to_jsonable(obj), indent=indent, default=_json_default, allow_nan=False).encode()
 
 
 def safe_name(label: str) -> str:
@@ -239,6 +249,183 @@ def _check_local_output(output: str, path: str) -> None:
         raise InputError(f"--output {output!r} is not writable ({probe!r} does not allow it)")
 
 
+REFS_DIR = "features"  # per-item constant arrays of a run's method states, one file per content hash
+REF_KEY = "features_ref"
+REF_MIN_VALUES = 256  # smaller arrays stay inline (a reference and a file would cost more than they save)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def array_digest(arr: np.ndarray) -> str:
+    """sha256 of an array's dtype, shape and C-order bytes: the name of its file under ``features/``."""
+    arr = np.ascontiguousarray(arr)
+    digest = hashlib.sha256(f"{arr.dtype.str}{list(arr.shape)}|".encode())
+    digest.update(arr.tobytes())
+    return digest.hexdigest()
+
+
+def _swap_state_arrays(state: Any, fn: Any) -> Any:
+    """A copy of a stored state (``{"round", "method_state", "decision"}``) with ``fn`` applied to each value
+    that is the same at every round of a run: the bank's ``features`` and ``subsets``, its history prior's
+    ``item_mean`` and ``factors`` (both sides of a pair prior) and the method's feature ``strata``. Only the
+    dicts on the way are copied; anything else is returned as it is."""
+    if not isinstance(state, dict) or not isinstance(state.get("method_state"), dict):
+        return state
+    method = dict(state["method_state"])
+
+    def history(h: Any) -> Any:
+        if not isinstance(h, dict):
+            return h
+        h = dict(h)
+        if h.get("pair"):
+            for side in ("a", "b"):
+                h[side] = history(h.get(side))
+            return h
+        for key in ("item_mean", "factors"):
+            if key in h:
+                h[key] = fn(h[key])
+        return h
+
+    if isinstance(method.get("bank"), dict):
+        bank = dict(method["bank"])
+        for key in ("features", "subsets"):
+            if key in bank:
+                bank[key] = fn(bank[key])
+        if "history" in bank:
+            bank["history"] = history(bank["history"])
+        method["bank"] = bank
+    if isinstance(method.get("extra"), dict) and "strata" in method["extra"]:
+        method["extra"] = {**method["extra"], "strata": fn(method["extra"]["strata"])}
+    return {**state, "method_state": method}
+
+
+FLOATS_KEY = "f64"
+FLOATS_MIN = 64  # shorter float lists stay as JSON numbers
+
+
+def _swap_float_logs(state: Any, fn: Any) -> Any:
+    """A copy of a stored state with ``fn`` applied to the method's absorbed ``scores`` and to each value of
+    its ``extra`` (draw logs, running statistics: what grows round by round)."""
+    if not isinstance(state, dict) or not isinstance(state.get("method_state"), dict):
+        return state
+    method = dict(state["method_state"])
+    if "scores" in method:
+        method["scores"] = fn(method["scores"])
+    if isinstance(method.get("extra"), dict):
+        method["extra"] = {k: fn(v) for k, v in method["extra"].items()}
+    return {**state, "method_state": method}
+
+
+def _pack_floats(value: Any) -> Any:
+    """A 1-D or 2-D list of floats (None for a non-finite value, as strict JSON stores it) as base64 of its
+    little-endian float64 bytes, when that is shorter than the JSON numbers (10.7 characters a value against
+    ~19 for a float's shortest repr); anything else as it is."""
+    if not isinstance(value, list) or len(value) < FLOATS_MIN:
+        return value
+    rows = value if all(isinstance(v, list) for v in value) else None
+    flat = [x for row in rows for x in row] if rows is not None else value
+    if not flat or not all(type(x) is float or x is None for x in flat):
+        return value
+    if rows is not None and len({len(row) for row in rows}) != 1:
+        return value
+    arr = np.array([np.nan if x is None else x for x in flat], dtype="<f8")
+    text = base64.b64encode(arr.tobytes()).decode("ascii")
+    if len(text) + 40 >= len(json.dumps(value, separators=(",", ":"), allow_nan=False)):
+        return value
+    shape = [len(rows), len(rows[0])] if rows is not None else [len(flat)]
+    return {FLOATS_KEY: text, "shape": shape}
+
+
+def _unpack_floats(value: Any, where: str) -> Any:
+    """Inverse of :func:`_pack_floats` (non-finite values back to None, as the JSON numbers would read)."""
+    if not (isinstance(value, dict) and set(value) == {FLOATS_KEY, "shape"}):
+        return value
+    try:
+        arr = np.frombuffer(base64.b64decode(value[FLOATS_KEY], validate=True), dtype="<f8")
+        arr = arr.reshape([int(n) for n in value["shape"]])
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise InputError(f"{where} is damaged (a packed float list does not decode: {_first(exc)}); start a new "
+                         "--run-id or restore the file") from None
+    clean = np.where(np.isfinite(arr), arr, np.nan).tolist()
+    if arr.ndim == 1:
+        return [None if x != x else x for x in clean]
+    return [[None if x != x else x for x in row] for row in clean]
+
+
+class StateArrays:
+    """Per-item constant arrays of a run's states, stored once under ``features/<sha256>.npy`` (atomic, never
+    rewritten) and named in the state by ``{"features_ref": <sha256>, "shape", "dtype"}`` instead of inline:
+    384-d embeddings of 567 items were 4.5 MB of JSON per model and round. A state written before (arrays
+    inline) reads as it always did."""
+
+    def __init__(self, folder: Folder) -> None:
+        self.folder = folder
+        self._written: set[str] = set()
+        self._read: dict[str, np.ndarray] = {}
+
+    def slim(self, state: Any) -> Any:
+        """The state to write: large constant arrays replaced by references (their files written once), long
+        float logs packed."""
+        return _swap_float_logs(_swap_state_arrays(state, self._put), _pack_floats)
+
+    def _put(self, value: Any) -> Any:
+        if not isinstance(value, list) or not value:
+            return value
+        try:
+            arr = np.asarray(value)
+        except ValueError:  # ragged: not an array
+            return value
+        if arr.dtype.kind not in "iuf" or arr.size < REF_MIN_VALUES:
+            return value
+        arr = arr.astype(np.float64 if arr.dtype.kind == "f" else np.int64)
+        sha = array_digest(arr)
+        if sha not in self._written:
+            rel = f"{REFS_DIR}/{sha}.npy"
+            if not self.folder.exists(rel):  # content-named: an existing file already holds these bytes
+                sink = io.BytesIO()
+                np.save(sink, arr, allow_pickle=False)
+                self.folder.write_bytes(rel, sink.getvalue())
+            self._written.add(sha)
+        return {REF_KEY: sha, "shape": list(arr.shape), "dtype": arr.dtype.str}
+
+    def resolve(self, state: Any, where: str = "the state") -> Any:
+        """The state as the method wrote it: every reference replaced by its array (as nested lists)."""
+        def get(value: Any) -> Any:
+            if not (isinstance(value, dict) and REF_KEY in value):
+                return value
+            return self._get(value, where).tolist()
+
+        state = _swap_float_logs(state, lambda v: _unpack_floats(v, where))
+        return _swap_state_arrays(state, get)
+
+    def _get(self, ref: dict, where: str) -> np.ndarray:
+        sha = ref.get(REF_KEY)
+        if not isinstance(sha, str) or not _SHA256.match(sha):
+            raise self._damaged(f"{where} holds a malformed array reference {sha!r}")
+        if sha in self._read:
+            return self._read[sha]
+        rel = f"{REFS_DIR}/{sha}.npy"
+        raw = self.folder.read_bytes(rel)
+        if raw is None:
+            raise self._damaged(f"{rel}, named by {where}, is missing")
+        try:
+            arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise self._damaged(f"{rel} is not a readable array ({_first(exc)})") from None
+        if array_digest(arr) != sha or ("shape" in ref and list(arr.shape) != list(ref["shape"])):
+            raise self._damaged(f"{rel} differs from what was written (its content hash does not match)")
+        self._read[sha] = arr
+        return arr
+
+    def _damaged(self, what: str) -> InputError:
+        return InputError(f"run folder {self.folder.url()} is damaged: {what}; nothing was changed — start a new "
+                          "--run-id or restore the folder")
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text or type(exc).__name__
+
+
 @dataclass
 class RunStore:
     """One run folder: config, rounds, method states, the commit marker and results."""
@@ -252,6 +439,7 @@ class RunStore:
         fs, root = filesystem(self.output)
         self.root = Folder(fs, root)
         self.folder = Folder(fs, f"{root}/{self.run_id}")
+        self.arrays = StateArrays(self.folder)
 
     @property
     def url(self) -> str:
@@ -359,10 +547,12 @@ class RunStore:
         return pd.concat(frames, ignore_index=True)
 
     def write_state(self, label: str, state: dict) -> None:
-        self.folder.write_json(f"state/{safe_name(label)}.json", state)
+        """``state/<model>.json``, compact, with the per-item constant arrays by reference (``features/``)."""
+        self.folder.write_bytes(f"state/{safe_name(label)}.json", dumps(self.arrays.slim(state), compact=True))
 
     def read_state(self, label: str) -> dict | None:
-        return self.folder.read_json(f"state/{safe_name(label)}.json")
+        rel = f"state/{safe_name(label)}.json"
+        return self.arrays.resolve(self.folder.read_json(rel), rel)
 
     def commit_round(self, marker: dict) -> None:
         """The commit point of a round: written last, after its rounds file and every state."""
@@ -601,6 +791,51 @@ def cache_key(spec_text: str, scorer: str, generation: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+MAX_PARTS = 16  # a cache folder holding more parts than this is merged into one (at a run's start and end)
+COMPACT_BUDGET_S = 60.0  # reading parts to merge stops after this long; what was read is merged
+
+
+def compact_parts(folder: Folder, keys: list[str], *, max_parts: int = MAX_PARTS,
+                  budget_s: float = COMPACT_BUDGET_S, read: dict[str, pd.DataFrame] | None = None) -> int:
+    """Merge the Parquet parts below ``folder/parts`` into one when there are more than ``max_parts``.
+
+    The merged part (first row per ``keys`` kept, in listing order, as readers do) is written atomically
+    under a new name first; only then are the parts it holds deleted. A crash in between leaves rows twice,
+    which readers already tolerate (first score per key wins), and the next compaction merges them. A part
+    written by someone else after the listing is never deleted, and a damaged part is left where it is.
+    ``read``: parts already in memory (a start-up load), by name; others are read, until ``budget_s`` has
+    passed. Returns the number of parts merged away (0: nothing done).
+    """
+    names = [n for n in folder.list("parts") if n.endswith(".parquet")]
+    if len(names) <= max_parts:
+        return 0
+    deadline = time.monotonic() + budget_s
+    frames, merged = [], []
+    for name in names:
+        part = (read or {}).get(name)
+        if part is None:
+            if time.monotonic() > deadline:
+                break
+            try:
+                part = folder.read_parquet(f"parts/{name}")
+            except InputError:  # damaged: skipped by readers, left alone here
+                continue
+        if part is None or not set(keys) | {"score"} <= set(part.columns):
+            continue
+        frames.append(part)
+        merged.append(name)
+    if len(merged) < 2:
+        return 0
+    whole = pd.concat(frames, ignore_index=True).drop_duplicates(subset=keys, keep="first")
+    folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", whole)
+    for name in merged:
+        try:
+            bounded(folder.fs, "rm_file", folder.full(f"parts/{name}"))
+        except FileNotFoundError:  # merged away by a concurrent compaction: its rows are in its merged part
+            pass
+    return len(merged)
+
+
 class ScoreCache:
     """Scores already paid for by one model (spec + scorer + generation settings), in Parquet parts.
 
@@ -645,9 +880,10 @@ class ScoreCache:
         recomputes what was lost from what is intact; ``self.skipped`` names the parts left out."""
         return ScoreCache.load_many([self])[0]
 
-    def _load_own(self) -> dict[str, float]:
+    def _load_own(self, keep: bool = False) -> dict[str, float]:
         out: dict[str, float] = {}
         self.skipped: list[str] = []
+        self._own_parts: dict[str, pd.DataFrame] = {}
         for name in self.folder.list("parts"):
             if not name.endswith(".parquet"):
                 continue
@@ -661,23 +897,34 @@ class ScoreCache:
             if not {"item_key", "score"} <= set(part.columns):
                 self.skipped.append(name)
                 continue
+            if keep:
+                self._own_parts[name] = part
             for key, score in zip(part["item_key"].astype(str), part["score"].astype(float)):
                 out.setdefault(key, score)
         return out
 
     @staticmethod
-    def load_many(caches: list["ScoreCache"], threads: int = 16) -> list[dict[str, float]]:
-        """``load()`` of many caches, reading each shared folder once (not once per model)."""
+    def load_many(caches: list["ScoreCache"], threads: int = 16, compact: bool = False) -> list[dict[str, float]]:
+        """``load()`` of many caches, reading each shared folder once (not once per model).
+
+        ``compact``: a folder found holding more than ``MAX_PARTS`` parts is merged into one from the parts
+        just read (one write and the deletes, no second read; see :func:`compact_parts`)."""
         from concurrent.futures import ThreadPoolExecutor
 
         if not caches:
             return []
         with ThreadPoolExecutor(max_workers=min(threads, len(caches))) as pool:  # storage latency, not CPU
-            out = list(pool.map(ScoreCache._load_own, caches))
+            out = list(pool.map(lambda c: c._load_own(keep=compact), caches))
+        if compact:
+            for cache in caches:
+                if len(cache._own_parts) > MAX_PARTS:
+                    ScoreCache._compact_quietly(cache.folder, ["item_key"], cache._own_parts)
+                cache._own_parts = {}
         wanted: dict[str, tuple[Folder, dict[str, list[int]]]] = {}
         for i, cache in enumerate(caches):
             wanted.setdefault(cache.shared.path, (cache.shared, {}))[1].setdefault(cache.key, []).append(i)
         for folder, index in wanted.values():
+            kept: dict[str, pd.DataFrame] = {}
             for name in folder.list("parts"):
                 if not name.endswith(".parquet"):
                     continue
@@ -693,10 +940,30 @@ class ScoreCache:
                     for i in (i for ids in index.values() for i in ids):
                         caches[i].skipped.append(f"{ScoreCache.SHARED}/parts/{name}")
                     continue
+                if compact:
+                    kept[name] = part
                 part = part[part["cache"].isin(list(index))]
                 for key, rows in part.groupby("cache", sort=False):
                     pairs = list(zip(rows["item_key"].astype(str), rows["score"].astype(float)))
                     for i in index[key]:
                         for item, score in pairs:
                             out[i].setdefault(item, score)
+            if len(kept) > MAX_PARTS:
+                ScoreCache._compact_quietly(folder, ["cache", "item_key"], kept)
         return out
+
+    @staticmethod
+    def compact_many(caches: list["ScoreCache"]) -> int:
+        """Merge the shared part folders of ``caches`` that hold more than ``MAX_PARTS`` parts (a run's end:
+        the parts its batches wrote). Returns the number of parts merged away."""
+        folders = {cache.shared.path: cache.shared for cache in caches}
+        return sum(ScoreCache._compact_quietly(folder, ["cache", "item_key"]) for folder in folders.values())
+
+    @staticmethod
+    def _compact_quietly(folder: Folder, keys: list[str], read: dict[str, pd.DataFrame] | None = None) -> int:
+        """Compaction is housekeeping: a storage failure leaves the parts as they were (a write before any
+        delete), and the run goes on; the next start tries again."""
+        try:
+            return compact_parts(folder, keys, read=read)
+        except (OSError, TimeoutError, InputError, ValueError, pa.ArrowException):
+            return 0

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "benchmarks" / "results" / "_quick"
-MINE = ("efficiency", "overhead", "scale")
+MINE = ("efficiency", "overhead", "scale", "state_size")
 
 
 def test_runner_lists_benchmarks_and_rejects_unknown_names():
@@ -56,3 +56,22 @@ def test_all_quick_runs_every_benchmark():
     assert all(c["reps"] > 0 for c in eff["cells"] if c["method"] in ("uniform", "adaptive", "seq", "static"))
     over = json.loads((QUICK / "overhead.json").read_text())
     assert over["scaling_fit"]["uniform"]["exponent"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_state_size_quick_keeps_every_state_within_50_kB(tmp_path):
+    """Every single-model method on helm_mmlu with 384-d embeddings: the state written per round is at most
+    50 kB (it was megabytes with the embeddings inline), and the stored state rebuilds the same result."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "state_size", "--quick"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((QUICK / "state_size.json").read_text())
+    assert doc["meta"]["quick"] is True and doc["within_limit"] and doc["after_bytes_max"] <= 50_000
+    cells = {c["method"]: c for c in doc["cells"]}
+    assert set(cells) >= {"uniform", "static", "seq", "cer-eval", "adaptive", "history"}
+    for cell in cells.values():
+        assert cell["n_scored"] == doc["n_items"] and cell["rounds"] >= 3
+        assert cell["before_bytes_max"] > 4_000_000 > 50_000 >= cell["after_bytes_max"]
+        assert cell["features_files"] >= 1 and cell["resumed_state_same_result"]

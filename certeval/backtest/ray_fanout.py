@@ -649,6 +649,7 @@ def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 
     import json
 
     from ..estimators.factor_model import FactorModel, factor_prior
+    from ..storage import dumps
     from .faq import load_factor_model, save_factor_model
 
     hist = np.asarray(history, dtype=float)
@@ -687,7 +688,7 @@ def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 
             path.parent.mkdir(parents=True, exist_ok=True)
             save_factor_model(path, fm, ids)
             tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(info, default=str))
+            tmp.write_bytes(dumps(info))
             tmp.replace(path.with_suffix(".json"))
     mean, cov = factor_prior(fm.model_factors_)
     info = {**info, "n_factors": int(fm.item_factors_.shape[1]), "penalty": float(fm.penalty_)}

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
-from ..estimators.results import to_jsonable
-
 
 def print_json(obj: Any) -> None:
-    json.dump(to_jsonable(obj), sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    from ..storage import dumps  # the one JSON encoder (numpy values, NaN -> null)
+
+    sys.stdout.write(dumps(obj).decode() + "\n")
 
 
 def add_common(parser, *, seed: bool = True, confidence: bool = True) -> None:

@@ -36,7 +36,7 @@ from ._validation import (
     check_same_length,
     check_scores,
 )
-from .results import Estimate
+from .results import Estimate, to_jsonable
 
 TARGETS = ("bank", "distribution")
 
@@ -166,17 +166,8 @@ class AdaptiveMethod(Protocol):
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+    """A method state's plain-Python copy (non-finite floats kept; the storage layer encodes them)."""
+    return to_jsonable(value, strict=False)
 
 
 class BankMethod:

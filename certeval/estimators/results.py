@@ -11,17 +11,25 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 
-def to_jsonable(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars/arrays to Python, tuples to lists, NaN/inf to None (strict JSON)."""
+
+def to_jsonable(value: Any, strict: bool = True) -> Any:
+    """JSON-safe copy: numpy scalars/arrays to Python, tuples to lists, NaN/inf to None (strict JSON).
+
+    The one converter of certeval's JSON (``certeval.storage.dumps`` encodes with it). ``strict=False`` keeps
+    non-finite floats as they are (a method's in-memory ``state()``, which the storage layer encodes)."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return float(value) if (not strict or math.isfinite(value)) else None
     if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
+        return [to_jsonable(v, strict) for v in value]
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":  # whole arrays at once (features: 10^5+)
+        if value.dtype.kind != "f" or not strict or bool(np.isfinite(value).all()):
+            return value.tolist()
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        return to_jsonable(value.tolist())
+        return to_jsonable(value.tolist(), strict)
     return value
 
 

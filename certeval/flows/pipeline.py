@@ -32,6 +32,7 @@ def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
             steps.update(run, batch)
             steps.decide(run, batch)
             steps.store_round(run, batch)
+        run.compact_cache()  # the batches' cache parts merged (bounded housekeeping, not a step of the loop)
         return steps.store_results(run)
     finally:
         if pool is not None:

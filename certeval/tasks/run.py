@@ -111,7 +111,7 @@ class Run:
 
             with ThreadPoolExecutor(max_workers=min(16, max(1, len(run.caches)))) as pool:
                 list(pool.map(describe, list(run.caches)))
-            run.cached = dict(zip(run.caches, ScoreCache.load_many(list(run.caches.values()))))
+            run.cached = dict(zip(run.caches, ScoreCache.load_many(list(run.caches.values()), compact=True)))
         except BaseException:
             if run.owns_lock:
                 run.store.release_lock()
@@ -563,6 +563,13 @@ class Run:
             "look_pair_lower": float(pair[1]), "look_pair_upper": float(pair[2]), "look_pair_verdict": pair[3],
         })
         return rec
+
+    def compact_cache(self) -> int:
+        """Merge the score-cache parts this run's batches wrote (one per batch) when a folder holds more than
+        ``storage.MAX_PARTS``, so the next start reads a few objects; bounded, and never fails the run."""
+        from ..storage import ScoreCache
+
+        return ScoreCache.compact_many(list(self.caches.values()))
 
     def results(self) -> dict[str, Any]:
         """results.json: ``models`` (+ ``pairs``/``ranking``/``selection``) and an lm-eval-style block."""
