@@ -76,3 +76,18 @@ def test_several_models_one_round_each_and_a_model_with_nothing_left_is_decided_
     spent.update("c", np.array([0]), row[:1])
     assert spent.select(lambda _label: np.random.default_rng(0), look=2) == {}
     assert spent.decisions["c"].rule == "budget" and spent.active == []
+
+
+def test_faq_replay_records_every_look_and_ends_at_its_estimate():
+    """FAQ runs in backtests only (a live certify refuses it): there its look log is the rep's curve, recorded by
+    the engine at every look; the last look is the estimate the rep returns, with its asymptotic validity."""
+    from certeval.backtest.ray_fanout import replay_one, uninformative_factors
+
+    spec, row = _bank(3, n=200)
+    spec = BankSpec(n_items=200)  # FAQ's estimand here: the plain bank mean
+    params = {"ci": "anytime", "budget": 400, **uninformative_factors(200, "mean")}
+    res = replay_one("faq", params, spec, row, parse_goal("halfwidth:0.1"), 20, np.random.default_rng(4),
+                     max_items=2000, record_curve=True)
+    assert len(res.curve) == res.looks >= 2
+    assert res.curve[-1] == (res.n_scored, res.mean, res.lower, res.upper)
+    assert [c[0] for c in res.curve] == sorted(c[0] for c in res.curve)
