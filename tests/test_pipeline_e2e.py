@@ -294,3 +294,17 @@ def test_a_users_prefect_profile_is_used(infra, tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     assert not (tmp_path / ".prefect").exists()  # no project-local embedded server was started
     assert len(asyncio.run(certify_runs()) - before) >= 1, "the flow run did not reach the profile's server"
+
+
+def test_a_hung_model_fails_the_run_in_bounded_time_exit_3_one_line(infra, tmp_path, capsys, monkeypatch):
+    """Every wait is bounded: a model whose batches never come back (here: 3 s per item, with the stall bound set
+    to 2 s) ends the run with exit 3 and one line, instead of waiting for ever; the folder stays resumable."""
+    monkeypatch.setenv("CERTEVAL_BATCH_TIMEOUT_S", "2")
+    t0 = time.perf_counter()
+    code = main(["certify", "--model", replay(MIDDLE, latency=3), "--goal", "halfwidth:0.1", "--batch-size", "5",
+                 "--ray-address", infra, "--output", str(tmp_path / "runs"), "--run-id", "hung"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3, err
+    assert "within 2 s" in err and "CERTEVAL_BATCH_TIMEOUT_S" in err and len(err.splitlines()) == 1
+    assert time.perf_counter() - t0 < 120
+    assert (tmp_path / "runs" / "hung" / "config.json").exists()  # resumable: the request is recorded

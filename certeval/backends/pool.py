@@ -51,6 +51,8 @@ _FORWARDED_ENV_PREFIXES = ("RAY_AUTH_", "AWS_", "CERTEVAL_", "HF_", "TRANSFORMER
 MAX_ATTEMPTS = 3
 START_TIMEOUT_ENV = "CERTEVAL_ACTOR_START_TIMEOUT_S"
 DEFAULT_START_TIMEOUT_S = 900.0
+BATCH_TIMEOUT_ENV = "CERTEVAL_BATCH_TIMEOUT_S"
+DEFAULT_BATCH_TIMEOUT_S = 1800.0
 
 
 def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: int = 200,
@@ -445,9 +447,14 @@ class ModelPool:
                         self.stats.batches += 1
 
         fill()
+        stall_s = batch_timeout_s()
         while running:
             self.stats.max_in_flight = max(self.stats.max_in_flight, len(running))
-            done, _ = ray.wait(list(running), num_returns=1)
+            # bounded: a hung actor (deadlocked model, lost GPU) fails the round instead of waiting for ever
+            done, _ = ray.wait(list(running), num_returns=1, timeout=stall_s)
+            if not done:
+                raise RuntimeError(f"no batch came back from the model actors within {stall_s:g} s "
+                                   f"({len(running)} in flight); set {BATCH_TIMEOUT_ENV} for slower models")
             ref = done[0]
             batch, slot, generation = running.pop(ref)
             if slot.generation == generation:
@@ -513,6 +520,16 @@ class ModelPool:
                 except Exception:  # already dead or its node gone: nothing left to release
                     pass
         self.slots = {}
+
+
+def batch_timeout_s() -> float:
+    """How long scoring may go without any batch coming back: ``$CERTEVAL_BATCH_TIMEOUT_S``, default 1800 s."""
+    raw = os.environ.get(BATCH_TIMEOUT_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_BATCH_TIMEOUT_S
+    except ValueError:
+        raise InputError(f"{BATCH_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
+    return value if value > 0 else DEFAULT_BATCH_TIMEOUT_S
 
 
 def start_timeout_s() -> float:
