@@ -141,6 +141,8 @@ def test_rescore_rejudges_without_calling_the_model_into_a_new_run(lm_run, capsy
     m = stored["models"][0]
     assert (m["mean"], m["lower"], m["upper"]) == pytest.approx((est.mean, est.lower, est.upper))
     assert (new / "manifest.json").exists() and not list(new.rglob("*.tmp"))
+    assert main(["report", str(new)]) == 0 and (new / "report.md").exists()  # a run folder like any other
+    capsys.readouterr()
     # the same scorer again reproduces the source run's result exactly
     assert main(["rescore", str(source), "--scorer", "normalized", "--run-id", "same", "--json"]) == 1
     again = json.loads(capsys.readouterr().out)["models"][0]
@@ -230,3 +232,29 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
         method.update(bank.positions(part["item_id"]), part["score"].to_numpy(float))
     est = method.result()
     assert (m["mean"], m["lower"], m["upper"]) == pytest.approx((est.mean, est.lower, est.upper))
+
+
+def test_a_paired_run_is_rescored_on_its_shared_uniform_order(infra, tmp_path, capsys):
+    """compare: both models' outputs judged again; every round holds the same shared items as the source's."""
+    _lm_available()
+    runs, log = tmp_path / "runs", tmp_path / "calls.log"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CERTEVAL_BACKEND_LOG", str(log))
+        main(["compare", "--model", "hf:bundled:smollm2", "--model", "hf:bundled:smollm2?max_new_tokens=3",
+              "--bank", TRIVIA, "--batch-size", "4", "--max-items", "8", "--seed", "2", "--output", str(runs),
+              "--run-id", "cmp", "--ray-address", infra, "--json"])
+    capsys.readouterr()
+    calls = read_log(log)
+    assert len(calls) == 16
+    main(["rescore", str(runs / "cmp"), "--scorer", "exact", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert read_log(log) == calls
+    old, new = _rows(runs / "cmp"), _rows(runs / "cmp-rescore-exact")
+    key = ["round", "model", "item_id"]
+    assert new[key].values.tolist() == old[key].values.tolist() and list(new["output"]) == list(old["output"])
+    items = _items(TRIVIA)
+    exact = sc.get_scorer("exact")
+    assert list(new["score"]) == [sc.judge(exact, o, items[i]) for o, i in zip(new["output"], new["item_id"])]
+    assert res["kind"] == "compare" and res["scorer"] == "exact" and len(res["pairs"]) == 1
+    assert all(m["n_scored"] == 8 and m["items_sent_to_model"] == 0 for m in res["models"])
+    assert res["rescore"]["stopped_at_record_end"] == {}
