@@ -258,3 +258,22 @@ def test_a_paired_run_is_rescored_on_its_shared_uniform_order(infra, tmp_path, c
     assert res["kind"] == "compare" and res["scorer"] == "exact" and len(res["pairs"]) == 1
     assert all(m["n_scored"] == 8 and m["items_sent_to_model"] == 0 for m in res["models"])
     assert res["rescore"]["stopped_at_record_end"] == {}
+
+
+def test_outputs_answered_from_the_score_cache_are_kept_too(lm_run, infra, capsys):
+    """Another run under the same root: the items already paid for come from the cache, with their outputs."""
+    root, log = lm_run
+    runs = root / "runs"
+    calls = read_log(log)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CERTEVAL_BACKEND_LOG", str(log))
+        assert main(["certify", "--model", "hf:bundled:smollm2", "--bank", TRIVIA, "--goal", "halfwidth:0.1",
+                     "--method", "uniform", "--batch-size", "4", "--max-items", "12", "--seed", "0",
+                     "--output", str(runs), "--run-id", "lm-more", "--ray-address", infra, "--json"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert res["models"][0]["items_sent_to_model"] == 4 and len(read_log(log)) == len(calls) + 4
+    first, more = _rows(runs / "lm"), _rows(runs / "lm-more")
+    assert len(more) == 12 and all(isinstance(o, str) and o.strip() for o in more["output"])
+    cached = more[more["item_id"].isin(set(first["item_id"]))]
+    assert len(cached) == 8
+    assert dict(zip(cached["item_id"], cached["output"])) == dict(zip(first["item_id"], first["output"]))
