@@ -118,11 +118,19 @@ def _check_scorer(name: str, source_scorer: str | None, columns: list[str], bank
         raise InputError(f"rescore: scorer {name!r} judges per-choice log-likelihoods, which a run does not store "
                          f"(it keeps the chosen answer); use a generation scorer ({', '.join(GENERATION_SCORERS)} "
                          "or package.module:function)")
-    if source_scorer not in (None, "", "auto") and sc.get_scorer(source_scorer).kind != sc.GENERATE:
+    if source_scorer not in (None, "", "auto") and _kind(source_scorer) == sc.LOGLIK:
         raise InputError(f"rescore: the run was scored with {source_scorer!r} (multiple choice by log-likelihood): "
                          "its outputs are chosen choices, not generated answers, so there is nothing to re-judge")
     scorer.check_fields(columns, source=f"bank {bank!r}")
     return scorer
+
+
+def _kind(name: str) -> str | None:
+    """The kind of the source run's scorer (None when a custom one cannot be imported here any more)."""
+    try:
+        return sc.get_scorer(name).kind
+    except InputError:
+        return None
 
 
 def _plan(config: dict, *, scorer: str, output: str, run_id: str):
@@ -180,6 +188,7 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
                     "judging the recorded outputs with the new scorer; a model stops (rule 'recorded') at the first "
                     "round whose items the source run did not score"}
         result["run_folder"] = dest.url
+        result["pipeline"].update(ray_address=None, batches=0)  # no Ray, no model host
         _copy(plan.store(), dest, result, output=dest_root, source=source_url)
         return result, code
     finally:

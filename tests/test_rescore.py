@@ -277,3 +277,27 @@ def test_outputs_answered_from_the_score_cache_are_kept_too(lm_run, infra, capsy
     cached = more[more["item_id"].isin(set(first["item_id"]))]
     assert len(cached) == 8
     assert dict(zip(cached["item_id"], cached["output"])) == dict(zip(first["item_id"], first["output"]))
+
+
+def test_a_multiple_choice_run_keeps_the_chosen_choice_and_is_not_rejudged(infra, tmp_path, capsys):
+    _lm_available()
+    bank = tmp_path / "mc.jsonl"
+    rows = [("Which planet is known as the Red Planet?", ["Venus", "Mars", "Jupiter"], 1),
+            ("How many legs does a spider have?", ["six", "eight", "ten"], 1),
+            ("What is the capital of France?", ["Paris", "Rome", "Berlin"], 0),
+            ("Which gas do plants take in?", ["oxygen", "helium", "carbon dioxide"], 2)]
+    bank.write_text("".join(json.dumps({"item_id": f"q{i}", "question": q, "choices": c, "answer": a}) + "\n"
+                            for i, (q, c, a) in enumerate(rows)))
+    runs = tmp_path / "runs"
+    main(["certify", "--model", "hf:bundled:smollm2", "--bank", str(bank), "--goal", "halfwidth:0.1",
+          "--method", "uniform", "--batch-size", "4", "--output", str(runs), "--run-id", "mc",
+          "--ray-address", infra, "--json"])
+    capsys.readouterr()
+    stored = _rows(runs / "mc")
+    choices = {f"q{i}": c for i, (_, c, _) in enumerate(rows)}
+    assert len(stored) == 4 and all(o in choices[i] for o, i in zip(stored["output"], stored["item_id"]))
+    before = _digest(runs)
+    assert main(["rescore", str(runs / "mc"), "--scorer", "exact"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'mc-loglik'" in err and "nothing to re-judge" in err and len(err.splitlines()) == 1
+    assert _digest(runs) == before
