@@ -160,6 +160,7 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
     scorer_obj = _check_scorer(scorer, source_scorer, columns, config.get("bank"))
     # the bank must still ask what the run asked: the recorded prompt hash of every item
     hashes = {str(r["item_id"]): prompt_hash(r) for r in bank.frame.to_dict("records")} if bank.frame is not None else {}
+    # (accepted answers are not part of it: a corrected answer key is what a rescore may be for)
     for iid, recorded in zip(rounds["item_id"].astype(str), rounds.get("prompt_hash", pd.Series([None] * len(rounds)))):
         if iid not in hashes:
             raise InputError(f"rescore: item {iid!r} of run {run!r} is not in its bank {config.get('bank')!r} any more")

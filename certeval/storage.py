@@ -589,28 +589,30 @@ def clean_temporaries(run_path: str, root_path: str) -> list[str]:
 
 
 PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt")
-
-
-def prompt_hash(item: dict[str, Any], prompt_fields: tuple[str, ...] = PROMPT_FIELDS) -> str | None:
-    """Digest of an item's prompt fields (what the model was asked and what is accepted), or None when the
-    item has none (a recorded-scores bank). Stored next to every score and output: a rescore checks the
-    bank still asks the same thing."""
-    fields = {f: item[f] for f in prompt_fields if f in item and item[f] is not None}
-    if not fields:
-        return None
-    return hashlib.sha1(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()[:12]
+ASKED_FIELDS = ("question", "choices", "prompt")  # what the model is shown (answers are the judge's business)
 
 
 def item_key(item: dict[str, Any], prompt_fields: tuple[str, ...] = PROMPT_FIELDS) -> str:
     """Cache key of one item: its id plus a digest of its prompt fields (same id, other text → other key)."""
-    digest = prompt_hash(item, prompt_fields)
-    return str(item["item_id"]) if digest is None else f"{item['item_id']}|{digest}"
+    fields = {f: item[f] for f in prompt_fields if f in item and item[f] is not None}
+    if not fields:
+        return str(item["item_id"])
+    digest = hashlib.sha1(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()[:12]
+    return f"{item['item_id']}|{digest}"
 
 
-def key_prompt_hash(key: str, item_id: Any) -> str | None:
-    """The prompt digest inside an :func:`item_key` (None for a key without one)."""
-    head = f"{item_id}|"
-    return key[len(head):] if key.startswith(head) else None
+def prompt_hash(item: dict[str, Any]) -> str | None:
+    """sha256 (16 hex) of what the model was shown — the item's ``question`` / ``choices`` / ``prompt`` — or None
+    when it has none (a recorded-scores bank). Stored next to every output: ``certeval rescore`` checks that the
+    bank still asks the same thing (its accepted answers may have been corrected since)."""
+    fields = {f: item[f] for f in ASKED_FIELDS if f in item and _text_or_value(item[f]) is not None}
+    if not fields:
+        return None
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()[:16]
+
+
+def _text_or_value(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and value != value) else value
 
 
 def cache_key(spec_text: str, scorer: str, generation: dict[str, Any]) -> str:

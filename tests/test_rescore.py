@@ -271,7 +271,8 @@ def test_outputs_answered_from_the_score_cache_are_kept_too(lm_run, infra, capsy
                      "--method", "uniform", "--batch-size", "4", "--max-items", "12", "--seed", "0",
                      "--output", str(runs), "--run-id", "lm-more", "--ray-address", infra, "--json"]) == 1
     res = json.loads(capsys.readouterr().out)
-    assert res["models"][0]["items_sent_to_model"] == 4 and len(read_log(log)) == len(calls) + 4
+    sent = res["models"][0]["items_sent_to_model"]  # at most the 4 new items (other tests may have paid for some)
+    assert sent <= 4 and len(read_log(log)) == len(calls) + sent
     first, more = _rows(runs / "lm"), _rows(runs / "lm-more")
     assert len(more) == 12 and all(isinstance(o, str) and o.strip() for o in more["output"])
     cached = more[more["item_id"].isin(set(first["item_id"]))]
@@ -300,4 +301,38 @@ def test_a_multiple_choice_run_keeps_the_chosen_choice_and_is_not_rejudged(infra
     assert main(["rescore", str(runs / "mc"), "--scorer", "exact"]) == 2
     err = capsys.readouterr().err.strip()
     assert "'mc-loglik'" in err and "nothing to re-judge" in err and len(err.splitlines()) == 1
+    assert _digest(runs) == before
+
+
+def test_a_corrected_answer_key_is_rejudged_but_a_changed_question_is_refused(infra, tmp_path, capsys):
+    """The prompt hash covers what the model was shown, not the accepted answers: a bank whose answers were
+    corrected since the run is re-judged against them; one whose question changed is refused by item."""
+    _lm_available()
+    bank = tmp_path / "qa.jsonl"
+    qa = [("What is the capital city of Italy?", ["Rome"]), ("How many days are in a week?", ["7", "seven"]),
+          ("What colour is the sky on a clear day?", ["blue"]), ("Who wrote Hamlet?", ["William Shakespeare"])]
+
+    def write(rows):
+        bank.write_text("".join(json.dumps({"item_id": f"q{i}", "question": q, "answers": a}) + "\n"
+                                for i, (q, a) in enumerate(rows)))
+
+    write(qa)
+    runs = tmp_path / "runs"
+    main(["certify", "--model", "hf:bundled:smollm2", "--bank", str(bank), "--goal", "halfwidth:0.1",
+          "--method", "uniform", "--batch-size", "4", "--output", str(runs), "--run-id", "qa",
+          "--ray-address", infra, "--json"])
+    capsys.readouterr()
+    old = _rows(runs / "qa").set_index("item_id")
+    said = old.loc["q3", "output"]
+    write(qa[:3] + [(qa[3][0], [said])])  # the answer key now accepts what the model said
+    assert main(["rescore", str(runs / "qa"), "--scorer", "normalized", "--run-id", "fixed", "--json"]) in (0, 1)
+    capsys.readouterr()
+    new = _rows(runs / "fixed").set_index("item_id")
+    assert new.loc["q3", "score"] == 1.0
+    assert (new.drop(index="q3")["score"] == old.drop(index="q3")["score"]).all()
+    write(qa[:1] + [("How many days are in a fortnight?", qa[1][1])] + qa[2:])
+    before = _digest(runs)
+    assert main(["rescore", str(runs / "qa"), "--scorer", "normalized", "--run-id", "changed"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "item 'q1'" in err and "prompt hash" in err and len(err.splitlines()) == 1
     assert _digest(runs) == before

@@ -75,13 +75,15 @@ def test_memory_filesystem_url_works_like_a_folder():
 def test_score_cache_keeps_outputs_and_reads_parts_written_before_them(tmp_path):
     import pandas as pd
 
-    from certeval.storage import key_prompt_hash, prompt_hash
+    from certeval.storage import prompt_hash
 
     fs, path = filesystem(str(tmp_path / "_cache" / "k1"))
     cache = ScoreCache(fs, path)
     item = {"item_id": "q1", "question": "Capital of France?", "answers": ["Paris"]}
     key = item_key(item)
-    assert key_prompt_hash(key, "q1") == prompt_hash(item) and prompt_hash({"item_id": "r"}) is None
+    assert prompt_hash({"item_id": "r"}) is None and prompt_hash({"item_id": "r", "question": float("nan")}) is None
+    assert prompt_hash(item) == prompt_hash({**item, "answers": ["Paris", "paris"], "item_id": "other"})  # asked text
+    assert prompt_hash(item) != prompt_hash({**item, "question": "Capital of Spain?"})
     cache.add([{"item_key": key, "item_id": "q1", "score": 1.0, "tokens": 9, "latency_s": 0.1, "output": "Paris",
                 "prompt_hash": prompt_hash(item)},
                {"item_key": "r", "item_id": "r", "score": 0.0, "tokens": 0, "latency_s": 0.0}])  # replay: no output

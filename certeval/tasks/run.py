@@ -33,7 +33,7 @@ from ..estimators import make_method, method_from_state, parse_goal
 from ..estimators._validation import InputError
 from ..estimators.results import Decision, Estimate
 from ..harness_output import lm_eval_block, task_block
-from ..storage import RunStore, item_key, key_prompt_hash, safe_name
+from ..storage import RunStore, item_key, prompt_hash, safe_name
 from .plan import RunPlan, load_run_bank
 
 
@@ -528,7 +528,7 @@ class Run:
                 "score": batch.scores[label],
                 # generation kept apart from judging: `certeval rescore` re-judges these without the model
                 "output": pd.Series(batch.outputs.get(label) or [None] * len(pos), dtype=object),
-                "prompt_hash": pd.Series([key_prompt_hash(self.keys[p], self.bank.item_ids[p]) for p in pos], dtype=object),
+                "prompt_hash": pd.Series([prompt_hash(self._record(int(p))) for p in pos], dtype=object),
                 "round": self.round, "prob": batch.probs[label],
                 "look_n_scored": int(est.n_scored), "look_mean": float(est.mean), "look_lower": float(est.lower),
                 "look_upper": float(est.upper), "look_rule": None if decision is None else decision.rule,
