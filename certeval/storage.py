@@ -3,7 +3,7 @@
 Layout of one run::
 
     <root>/<run_id>/config.json          what was asked (compared on resume)
-    <root>/<run_id>/rounds/<n>.parquet   model, item_id, score, round, prob
+    <root>/<run_id>/rounds/<n>.parquet   model, item_id, score, output, prompt_hash, round, prob, look log
     <root>/<run_id>/state/<model>.json   method state after the last complete round (compact JSON)
     <root>/<run_id>/features/<sha256>.npy  per-item constant arrays of the states (embeddings, subset codes,
                                          history priors, strata), once per run, named by their content
@@ -17,6 +17,8 @@ and, shared by every run under the same root::
 
     <root>/_cache/<key>/meta.json        what the cache <key> holds (model spec, scorer, generation settings)
     <root>/_cache/_shared/parts/*.parquet  scores already paid for, one part per scored batch (column ``cache``),
+                                         with the model's output and the item's prompt hash (null where
+                                         there is none: replay models, parts written before they were kept),
                                          merged into one part when a folder holds more than MAX_PARTS
 
 Every write is atomic: a local file is written under a temporary name in the
@@ -776,13 +778,31 @@ def clean_temporaries(run_path: str, root_path: str) -> list[str]:
     return removed
 
 
-def item_key(item: dict[str, Any], prompt_fields: tuple[str, ...] = ("question", "choices", "answer", "answers", "prompt")) -> str:
+PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt")
+ASKED_FIELDS = ("question", "choices", "prompt")  # what the model is shown (answers are the judge's business)
+
+
+def item_key(item: dict[str, Any], prompt_fields: tuple[str, ...] = PROMPT_FIELDS) -> str:
     """Cache key of one item: its id plus a digest of its prompt fields (same id, other text → other key)."""
     fields = {f: item[f] for f in prompt_fields if f in item and item[f] is not None}
     if not fields:
         return str(item["item_id"])
     digest = hashlib.sha1(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()[:12]
     return f"{item['item_id']}|{digest}"
+
+
+def prompt_hash(item: dict[str, Any]) -> str | None:
+    """sha256 (16 hex) of what the model was shown — the item's ``question`` / ``choices`` / ``prompt`` — or None
+    when it has none (a recorded-scores bank). Stored next to every output: ``certeval rescore`` checks that the
+    bank still asks the same thing (its accepted answers may have been corrected since)."""
+    fields = {f: item[f] for f in ASKED_FIELDS if f in item and _text_or_value(item[f]) is not None}
+    if not fields:
+        return None
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()[:16]
+
+
+def _text_or_value(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and value != value) else value
 
 
 def cache_key(spec_text: str, scorer: str, generation: dict[str, Any]) -> str:
@@ -847,7 +867,7 @@ class ScoreCache:
     several runs) never conflict and a crash leaves whole parts only.
     """
 
-    COLUMNS = ["item_key", "item_id", "score", "tokens", "latency_s"]
+    COLUMNS = ["item_key", "item_id", "score", "tokens", "latency_s", "output", "prompt_hash"]
     SHARED = "_shared"
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str) -> None:
@@ -868,7 +888,9 @@ class ScoreCache:
         by_folder: dict[str, tuple[Folder, list[pd.DataFrame]]] = {}
         for cache, rows in entries:
             if rows:
-                frame = pd.DataFrame(rows)[ScoreCache.COLUMNS].assign(cache=cache.key)
+                frame = pd.DataFrame(rows).reindex(columns=ScoreCache.COLUMNS).assign(cache=cache.key)
+                for column in ("output", "prompt_hash"):  # text or null (replay models have no output)
+                    frame[column] = pd.Series([_text(row.get(column)) for row in rows], dtype=object)
                 by_folder.setdefault(cache.shared.path, (cache.shared, []))[1].append(frame)
         for folder, frames in by_folder.values():
             folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", pd.concat(frames, ignore_index=True))
@@ -884,6 +906,7 @@ class ScoreCache:
         out: dict[str, float] = {}
         self.skipped: list[str] = []
         self._own_parts: dict[str, pd.DataFrame] = {}
+        self.outputs: dict[str, str | None] = {}  # item_key -> the model's output (None: none was recorded)
         for name in self.folder.list("parts"):
             if not name.endswith(".parquet"):
                 continue
@@ -899,8 +922,10 @@ class ScoreCache:
                 continue
             if keep:
                 self._own_parts[name] = part
-            for key, score in zip(part["item_key"].astype(str), part["score"].astype(float)):
-                out.setdefault(key, score)
+            for key, score, output in zip(part["item_key"].astype(str), part["score"].astype(float), _outputs(part)):
+                if key not in out:
+                    out[key] = score
+                    self.outputs[key] = output
         return out
 
     @staticmethod
@@ -944,10 +969,12 @@ class ScoreCache:
                     kept[name] = part
                 part = part[part["cache"].isin(list(index))]
                 for key, rows in part.groupby("cache", sort=False):
-                    pairs = list(zip(rows["item_key"].astype(str), rows["score"].astype(float)))
+                    triples = list(zip(rows["item_key"].astype(str), rows["score"].astype(float), _outputs(rows)))
                     for i in index[key]:
-                        for item, score in pairs:
-                            out[i].setdefault(item, score)
+                        for item, score, output in triples:
+                            if item not in out[i]:
+                                out[i][item] = score
+                                caches[i].outputs[item] = output
             if len(kept) > MAX_PARTS:
                 ScoreCache._compact_quietly(folder, ["cache", "item_key"], kept)
         return out
@@ -967,3 +994,14 @@ class ScoreCache:
             return compact_parts(folder, keys, read=read)
         except (OSError, TimeoutError, InputError, ValueError, pa.ArrowException):
             return 0
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+def _outputs(part: pd.DataFrame) -> list[str | None]:
+    """A cache part's ``output`` column as text or None (parts written before outputs were kept have none)."""
+    if "output" not in part.columns:
+        return [None] * len(part)
+    return [_text(value) for value in part["output"].tolist()]

@@ -189,6 +189,11 @@ CASES = [
     ("report-results-empty-object", lambda fx: ["report", fx["empty_run"]], "results.json"),
     ("report-savings-missing", lambda fx: ["report", fx["damaged_run"], "--savings", "/nonexistent/s.json"],
      "results.json"),
+    # rescore
+    ("rescore-missing-folder", lambda fx: ["rescore", "/nonexistent/run", "--scorer", "exact"], "no run at"),
+    ("rescore-a-file", lambda fx: ["rescore", fx["file"], "--scorer", "exact"], "a-file"),
+    ("rescore-no-config", lambda fx: ["rescore", fx["damaged_run"], "--scorer", "exact"], "config.json"),
+    ("rescore-no-scorer", lambda fx: ["rescore", fx["empty"]], "scorer"),
     # demo
     ("demo-lm-items-zero", lambda fx: ["demo", "--lm-items", "0"], "lm-items"),
     ("demo-ray-address-closed", lambda fx: ["demo", "--skip-lm", "--ray-address", fx["closed"]], "ray-address"),

@@ -56,8 +56,9 @@ def test_certify_flow_stores_everything_and_reuses_paid_scores(infra, tmp_path):
     import pandas as pd
 
     rows = pd.concat([pd.read_parquet(p) for p in rounds])
-    assert list(rows.columns) == ["model", "item_id", "score", "round", "prob", "look_n_scored", "look_mean",
-                                  "look_lower", "look_upper", "look_rule"]
+    assert list(rows.columns) == ["model", "item_id", "score", "output", "prompt_hash", "round", "prob",
+                                  "look_n_scored", "look_mean", "look_lower", "look_upper", "look_rule"]
+    assert rows["output"].isna().all() and rows["prompt_hash"].isna().all()  # replay: no output, no prompt
     last = rows[rows["round"] == rows["round"].max()].iloc[0]  # the look log's last look is the result
     assert (last["look_n_scored"], last["look_lower"], last["look_upper"]) == (m["n_scored"], m["lower"], m["upper"])
     assert len(rows) == m["n_scored"] and rows["item_id"].is_unique

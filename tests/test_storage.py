@@ -70,3 +70,28 @@ def test_memory_filesystem_url_works_like_a_folder():
     store.write_state("model/with:odd chars", {"round": 2})
     assert store.read_state("model/with:odd chars") == {"round": 2}
     assert "/" not in safe_name("model/with:odd chars")
+
+
+def test_score_cache_keeps_outputs_and_reads_parts_written_before_them(tmp_path):
+    import pandas as pd
+
+    from certeval.storage import prompt_hash
+
+    fs, path = filesystem(str(tmp_path / "_cache" / "k1"))
+    cache = ScoreCache(fs, path)
+    item = {"item_id": "q1", "question": "Capital of France?", "answers": ["Paris"]}
+    key = item_key(item)
+    assert prompt_hash({"item_id": "r"}) is None and prompt_hash({"item_id": "r", "question": float("nan")}) is None
+    assert prompt_hash(item) == prompt_hash({**item, "answers": ["Paris", "paris"], "item_id": "other"})  # asked text
+    assert prompt_hash(item) != prompt_hash({**item, "question": "Capital of Spain?"})
+    cache.add([{"item_key": key, "item_id": "q1", "score": 1.0, "tokens": 9, "latency_s": 0.1, "output": "Paris",
+                "prompt_hash": prompt_hash(item)},
+               {"item_key": "r", "item_id": "r", "score": 0.0, "tokens": 0, "latency_s": 0.0}])  # replay: no output
+    part = pd.read_parquet(next((tmp_path / "_cache" / "_shared" / "parts").glob("*.parquet")))
+    nulls = lambda column: [None if pd.isna(v) else v for v in part[column]]  # noqa: E731
+    assert nulls("output") == ["Paris", None] and nulls("prompt_hash") == [prompt_hash(item), None]
+    # a part in the layout of runs stored before outputs were kept (no output / prompt_hash columns)
+    pd.DataFrame({"item_key": ["old"], "item_id": ["old"], "score": [0.5], "tokens": [1], "latency_s": [0.0],
+                  "cache": ["k1"]}).to_parquet(tmp_path / "_cache" / "_shared" / "parts" / "0old.parquet")
+    assert cache.load() == {key: 1.0, "r": 0.0, "old": 0.5}
+    assert cache.outputs == {key: "Paris", "r": None, "old": None}

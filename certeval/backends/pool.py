@@ -183,7 +183,7 @@ class ModelWorker:
         ``resent``: the batch was lost with another actor (e.g. its node died), which may have scored and
         cached part of it before dying; those items are answered from the cache, never scored again.
         """
-        from ..storage import ScoreCache
+        from ..storage import ScoreCache, prompt_hash
 
         out, paid_now, log = [], [], []
         for label, items, keys in parts:
@@ -194,11 +194,12 @@ class ModelWorker:
                 raise RuntimeError(f"host for {label!r} returned {len(fresh)} results for {len(todo)} items")
             cache = self.caches.get(label)
             if cache is not None and fresh:
-                rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k}
-                        for r, (_, k) in zip(fresh, todo)]
+                rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k,
+                         "prompt_hash": prompt_hash(it)} for r, (it, k) in zip(fresh, todo)]
                 for row in rows:
                     row["tokens"] = int(row["tokens"] or 0)
                     row["latency_s"] = float(row["latency_s"] or 0.0)
+                    row["output"] = None if row["output"] is None else str(row["output"])  # replay: none, kept null
                 paid_now.append((cache, rows))
             log.extend(f"{label}\t{r['item_id']}\n" for r in fresh)
             by_key = {**paid, **{k: r for (_, k), r in zip(todo, fresh)}}
@@ -215,7 +216,7 @@ class ModelWorker:
         if cache is None:
             return {}
         known = cache.load()
-        return {k: {"item_id": it["item_id"], "score": known[k], "output": None, "tokens": 0, "latency_s": 0.0,
+        return {k: {"item_id": it["item_id"], "score": known[k], "output": cache.outputs.get(k), "tokens": 0, "latency_s": 0.0,
                     "from_cache": True} for it, k in zip(items, keys) if k in known}
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ COMMANDS = {
     "select": "pipeline",
     "demo": "pipeline",
     "report": "report",
+    "rescore": "rescore",
     "import": "harness_import",
 }
 

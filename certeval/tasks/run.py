@@ -33,7 +33,7 @@ from ..estimators import make_method, method_from_state, parse_goal
 from ..estimators._validation import InputError
 from ..estimators.results import Decision, Estimate
 from ..harness_output import lm_eval_block, task_block
-from ..storage import RunStore, item_key, safe_name
+from ..storage import RunStore, item_key, prompt_hash, safe_name
 from .plan import RunPlan, load_run_bank
 
 
@@ -49,6 +49,7 @@ class RoundScores:
     probs: dict[str, np.ndarray]
     scores: dict[str, np.ndarray] = field(default_factory=dict)
     fresh: dict[str, int] = field(default_factory=dict)  # items sent to a model (not from the cache)
+    outputs: dict[str, list] = field(default_factory=dict)  # the model's answer per item (None: replay, none)
 
 
 class Run:
@@ -112,6 +113,7 @@ class Run:
             with ThreadPoolExecutor(max_workers=min(16, max(1, len(run.caches)))) as pool:
                 list(pool.map(describe, list(run.caches)))
             run.cached = dict(zip(run.caches, ScoreCache.load_many(list(run.caches.values()), compact=True)))
+            run.cached_outputs = {label: cache.outputs for label, cache in run.caches.items()}
         except BaseException:
             if run.owns_lock:
                 run.store.release_lock()
@@ -358,17 +360,23 @@ class Run:
         todo = {label: reqs for label, reqs in requests.items() if reqs}
         got = pool.score(todo, chunk, on_result=absorb) if todo else {}
         self.pool_stats = pool.stats
+        outputs_known = self.__dict__.setdefault("cached_outputs", {})
         for label, pos in batch.items.items():
-            by_id = {r["item_id"]: float(r["score"]) for r in got.get(label, [])}
-            scores = np.empty(len(pos))
+            by_id = {r["item_id"]: r for r in got.get(label, [])}
+            scores, outputs = np.empty(len(pos)), []
             for i, p in enumerate(pos):
                 key = self.keys[p]
                 if key in hits[label]:
                     scores[i] = hits[label][key]
+                    outputs.append(outputs_known.get(label, {}).get(key))
                 else:
-                    scores[i] = by_id[self.bank.item_ids[p]]
+                    result = by_id[self.bank.item_ids[p]]
+                    scores[i] = float(result["score"])
+                    outputs.append(None if result.get("output") is None else str(result["output"]))
                     self.cached.setdefault(label, {})[key] = scores[i]
+                    outputs_known.setdefault(label, {})[key] = outputs[-1]
             batch.scores[label] = scores
+            batch.outputs[label] = outputs
             batch.fresh[label] = len(requests[label])
             self.sent[label] += len(requests[label])
             if self.progress is not None and hits[label]:
@@ -506,7 +514,11 @@ class Run:
         for label, pos in batch.items.items():
             rows.append(pd.DataFrame({
                 "model": label, "item_id": [self.bank.item_ids[p] for p in pos],
-                "score": batch.scores[label], "round": self.round, "prob": batch.probs[label],
+                "score": batch.scores[label],
+                # generation kept apart from judging: `certeval rescore` re-judges these without the model
+                "output": pd.Series(batch.outputs.get(label) or [None] * len(pos), dtype=object),
+                "prompt_hash": pd.Series([prompt_hash(self._record(int(p))) for p in pos], dtype=object),
+                "round": self.round, "prob": batch.probs[label],
                 **self.look_record(label),
             }))
         if rows:
