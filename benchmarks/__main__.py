@@ -16,8 +16,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # Order: cheap and independent first; readme tables last (they read the others' JSON).
-ORDER = ("efficiency", "overhead", "state_size", "pairwise", "faq", "synthetic_cereval", "synthetic_adaptive", "scale",
-         "gpu")
+ORDER = ("efficiency", "overhead", "state_size", "startup", "pairwise", "faq", "synthetic_cereval", "synthetic_adaptive",
+         "scale", "gpu")
 NOT_BENCHMARKS = {"__init__", "__main__", "_meta", "readme_tables"}
 
 

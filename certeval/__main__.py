@@ -1,3 +1,7 @@
-from .cli import entry
+from .startup import mark
+
+mark("interpreter")  # the first line of certeval that runs: Python itself has started
+
+from .cli import entry  # noqa: E402
 
 entry()

@@ -56,7 +56,7 @@ DEFAULT_BATCH_TIMEOUT_S = 1800.0
 
 
 def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: int = 200,
-             state_dir: str | Path | None = None) -> None:
+             state_dir: str | Path | None = None, prestart_workers: bool = True) -> None:
     """Start a local Ray (loopback only) or connect to ``address``; idempotent.
 
     HOME points at a folder holding ``ray_bootstrap_config.yaml`` while
@@ -84,8 +84,11 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise InputError(f"--ray-address {address!r} is unreachable: {str(exc).splitlines()[0]}") from None
         else:
+            # prestart_workers=False: no idle task workers started for the driver; model actors never use them
+            # (each starts its own worker) and on 2 cores their imports delay the start-up (benchmarks/startup.py)
+            extra = {} if prestart_workers else {"_system_config": {"prestart_worker_first_driver": False}}
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                     object_store_memory=object_store_mb * 2**20, **common)
+                     object_store_memory=object_store_mb * 2**20, **extra, **common)
     finally:
         os.environ["HOME"] = real_home
         _restore_signal_handlers(handlers)
@@ -168,6 +171,7 @@ class ModelWorker:
 
                 self.caches[label] = ScoreCache(*filesystem(url))
         self.call_log = call_log or os.environ.get(CALL_LOG_ENV)
+        self._first_call = True
         _exit_with_raylet()
 
     def ping(self) -> dict[str, Any]:
@@ -185,6 +189,11 @@ class ModelWorker:
         """
         from ..storage import ScoreCache, prompt_hash
 
+        if self._first_call:
+            from ..startup import mark
+
+            self._first_call = False
+            mark("first_call")
         out, paid_now, log = [], [], []
         for label, items, keys in parts:
             paid = self._cached_results(label, items, keys) if resent else {}
@@ -369,10 +378,20 @@ class ModelPool:
 
     def start(self) -> "ModelPool":
         """Create every actor and wait until each host is built (errors surface here, once)."""
+        return self.launch().wait_started()
+
+    def launch(self) -> "ModelPool":
+        """Create every actor without waiting for it (:meth:`wait_started` waits); idempotent."""
+        if self.slots:
+            return self
         self._check_resources()
         self._cls = self._actor_class()
         for group in self.groups:
             self.slots[group] = [self._new_actor(group, r, 0) for r in range(self.replicas)]
+        return self
+
+    def wait_started(self) -> "ModelPool":
+        """Wait until every host :meth:`launch` created is built (errors surface here, once)."""
         timeout = start_timeout_s()
         try:
             ray.get([p[-1] for p in self._pings], timeout=timeout)

@@ -166,24 +166,38 @@ def plan_from_args(args) -> tuple[Any, Any]:
 
 
 def run(args) -> int:
+    from ..startup import mark
+
+    mark("cli_parsed")
+    user_prefect = user_prefect_configured()  # before prepare_env sets the project-local PREFECT_HOME
     prepare_env()
     plan, bank = plan_from_args(args)  # every InputError happens here, before Ray/Prefect
-    from ..flows.pipeline import run_plan
+    mark("plan_ready")
+    from ..fast_start import enabled, prestart
     from ..tasks.plan import claim_run
     from ..tasks.run import want_progress
     from ._failure import set_run_folder
 
+    if not enabled():  # CERTEVAL_SLOW_START: the sequential start-up (benchmarks/startup.py's "before")
+        import certeval.flows.pipeline  # noqa: F401
     start_watchdog()
     store = plan.store()
     store.acquire_lock()  # a run id in use stops here; held until this command ends (the flow reuses it)
+    warm = None
     try:
         claim_run(plan)  # a changed config of an existing run id stops here; nothing overwritten
         set_run_folder(store)  # a runtime failure from here on leaves its traceback in <run>/logs/
-        if want_progress(args.json):  # the first minute can be silent otherwise (Prefect's server, Ray, models)
+        if want_progress(args.json):  # the first seconds can be silent otherwise (Prefect's server, Ray, models)
             import sys
 
-            print(f"certeval: {plan.kind} run {plan.run_id}: starting the Prefect flow (the embedded server's "
-                  "first start takes 10-20 s), then Ray and the model hosts...", file=sys.stderr, flush=True)
+            print(f"certeval: {plan.kind} run {plan.run_id}: starting Prefect's server, Ray and the model hosts...",
+                  file=sys.stderr, flush=True)
+        # Prefect's server, Ray and the actors start side by side (certeval.fast_start), then the flow adopts them
+        warm = prestart(plan, user_prefect)
+        from ..flows.pipeline import run_plan
+
+        warm.ready()
+        mark("flow_calling")
         results = run_plan(plan, progress=want_progress(args.json))
         if getattr(args, "log_samples", False):
             results["samples_files"] = log_samples(plan, bank, results)
@@ -192,6 +206,8 @@ def run(args) -> int:
         # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
         results["report"] = write_report(results["run_folder"]).files.get("report.md")
     finally:
+        if warm is not None:
+            warm.close()
         store.release_lock()
     if args.json:
         print_json(results)

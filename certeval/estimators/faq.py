@@ -29,7 +29,6 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import stats
 from scipy.special import expit
 
 from ._validation import InputError, check_choice, check_in_range, check_item_indices, check_positive, check_positive_int, check_same_length, check_scores
@@ -212,6 +211,8 @@ def interval_from_sums(
     """
     check_choice(kind, "ci", CI_KINDS)
     n = np.asarray(n, dtype=float)
+    from scipy import stats  # here: scipy.stats costs every command ~0.7 s at import
+
     nn = np.maximum(n, 1.0)
     alpha = 1.0 - confidence
     mean = sums["phi"] / nn

@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from scipy.stats import norm
-
 from ._validation import InputError, check_confidence, check_positive, check_positive_int
 from .single.bounds import seq_radius
 
@@ -78,6 +76,8 @@ def plan_sample_size(epsilon: float, confidence: float = 0.95, p_bound: float | 
             raise InputError(f"p-bound must lie in [0.5, 1) (a lower bound on accuracy), got {p_bound!r}")
     if bank_size is not None:
         bank_size = check_positive_int(bank_size, "bank-size")
+    from scipy.stats import norm  # here: scipy.stats costs every command ~0.7 s at import
+
     z = float(norm.ppf(1.0 - (1.0 - conf) / 2.0))
     n_worst = _ceil(z * z / (4.0 * eps * eps))
     fields: dict = {"epsilon": eps, "confidence": conf, "z": z, "n_worst_case": n_worst}

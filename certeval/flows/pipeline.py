@@ -12,13 +12,16 @@ from typing import Any
 
 from prefect import flow
 
+from ..startup import mark
 from ..tasks import steps
 from ..tasks.plan import RunPlan
 
 
 def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
     """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met."""
+    mark("flow_started")  # Prefect's API answered and the flow run exists
     run = steps.load_bank(plan)
+    mark("bank_loaded")
     pool = None
     try:
         steps.embed(run)

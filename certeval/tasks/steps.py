@@ -17,6 +17,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from ..estimators.results import Decision
+from ..startup import mark
 from .plan import RunPlan
 from .run import RoundScores, Run
 
@@ -46,14 +47,21 @@ def start_models(plan: RunPlan, run: Run) -> Any:
     """Start (or connect to) Ray and one named actor pool per model."""
     from ..backends.pool import CALL_LOG_ENV, ModelPool, init_ray
 
+    mark("models_starting")
     if run.progress is not None:
         run.progress.status("starting Ray + model hosts…")
-    init_ray(plan.ray_address, num_cpus=plan.num_cpus or os.cpu_count() or 2)
+    from ..fast_start import take_pool
+
+    init_ray(plan.ray_address, num_cpus=plan.num_cpus or os.cpu_count() or 2)  # no-op when the CLI started it
+    mark("ray_ready")
     cache_urls = {label: cache.folder.url() for label, cache in run.caches.items()}
-    pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
-                     in_flight=plan.in_flight, cache_urls=cache_urls, call_log=os.environ.get(CALL_LOG_ENV),
-                     run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None)
+    pool = take_pool(plan, cache_urls)  # actors the CLI already set off (certeval.fast_start)
+    if pool is None:
+        pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
+                         in_flight=plan.in_flight, cache_urls=cache_urls, call_log=os.environ.get(CALL_LOG_ENV),
+                         run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None)
     started = pool.start()
+    mark("actors_ready")
     if run.progress is not None:
         run.progress.status(None)
     return started

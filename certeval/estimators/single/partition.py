@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from sklearn.neighbors import NearestNeighbors
 
 from .bounds import cereval_radius
 
@@ -68,6 +67,8 @@ def update_nearest(
     nearest, dist = nearest.copy(), dist.copy()
     if new.size == 0:
         return nearest, dist
+    from sklearn.neighbors import NearestNeighbors  # here, not at import: 0.5-1.5 s every command would pay
+
     d_new, j_new = NearestNeighbors(n_neighbors=1).fit(features[new]).kneighbors(features)
     d_new, j_new = d_new[:, 0], new[j_new[:, 0]]
     closer = d_new < dist  # strict: an equidistant earlier point keeps its place

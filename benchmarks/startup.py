@@ -1,0 +1,229 @@
+"""Start-up: wall time from launching ``certeval certify`` to the first model call, by phase, before vs after.
+
+Each run launches ``python -m certeval certify --model replay:bundled:helm_mmlu#openai_davinci --goal
+halfwidth:0.1`` as a subprocess, zero-config (a temporary working folder and HOME, no ``PREFECT_*`` or
+``RAY_ADDRESS``: the embedded Prefect server and a local Ray, as a first-time user gets them) with a fresh
+output folder (no score cache, so the actor really is called). ``CERTEVAL_STARTUP_LOG`` makes the
+command write a timeline (:mod:`certeval.startup`): imports done, plan and bank ready, Prefect's server
+up, Ray up, the actors up, and ``first_call``, written by the model actor when the first scoring call
+reaches it. Times are seconds from the subprocess launch.
+
+* **before**: ``CERTEVAL_SLOW_START=1``, the sequential start-up (import Prefect, the flow's client starts
+  Prefect's ephemeral server, then the bank, then Ray and the actors inside the ``start-models`` task);
+* **after**: the default (:mod:`certeval.fast_start`): Prefect's server, Prefect's import, Ray and the
+  actors start side by side once the input is checked.
+
+Both run in the same benchmark, interleaved (before, after, before, ...), ``--repeats`` times each, after
+one untimed warm-up run that creates the working folder's Prefect database (its time is reported as
+``cold_first_run_s``: the first command in a new folder also creates and migrates ``.prefect/``). The
+CPU seconds of the command's process tree when the first call is seen are recorded too: wall times on a
+shared 2-core machine swing with its load, CPU seconds much less. Load averages before every run are kept.
+
+    python -m benchmarks startup              # 3 repeats each (default)
+    python -m benchmarks startup --repeats 5
+    python -m benchmarks startup --quick      # 1 repeat each, no warm-up (checks the JSON shape)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._meta import ROOT, write_result
+
+MODEL = "replay:bundled:helm_mmlu#openai_davinci"
+COMMAND = ["certify", "--model", MODEL, "--goal", "halfwidth:0.1", "--json"]
+MODES = {"before": {"CERTEVAL_SLOW_START": "1"}, "after": {}}
+# phases as (start mark, end mark) of the timeline; None = the subprocess launch. First mark of a name counts.
+PHASES = {
+    "before": {
+        "python_imports": (None, "cli_parsed"),
+        "bank_load_and_checks": ("cli_parsed", "plan_ready"),
+        "prefect_start": ("plan_ready", "flow_started"),  # import Prefect + its ephemeral server + the flow run
+        "bank_load_in_flow": ("flow_started", "bank_loaded"),
+        "ray_start": ("models_starting", "ray_ready"),
+        "actor_start": ("ray_ready", "actors_ready"),
+        "first_call": ("actors_ready", "first_call"),
+    },
+    "after": {
+        "python_imports": (None, "cli_parsed"),
+        "bank_load_and_checks": ("cli_parsed", "plan_ready"),
+        "prefect_server_start": ("prefect_launched", "prefect_ready"),  # overlaps Ray and Prefect's import
+        "ray_start": ("prefect_launched", "ray_ready"),
+        "prefect_import_wait": ("ray_ready", "flows_imported"),
+        "flow_run_start": ("flow_calling", "flow_started"),
+        "bank_load_in_flow": ("flow_started", "bank_loaded"),
+        "actor_start": ("ray_ready", "actors_ready"),  # actors created right after Ray, adopted by the flow
+        "first_call": ("actors_ready", "first_call"),
+    },
+}
+ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH", "RAY_ADDRESS",
+            "CERTEVAL_SLOW_START", "CERTEVAL_STARTUP_LOG", "CERTEVAL_BACKEND_LOG", "PREFECT_LOGGING_LEVEL")
+FIRST_CALL_TIMEOUT_S = 300.0
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) of ``root`` and every live descendant, from /proc (0 elsewhere)."""
+    if not os.path.isdir("/proc"):
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        stats[int(entry)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += (int(stats[pid][11]) + int(stats[pid][12])) / tick
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def read_marks(path: Path) -> dict[str, float]:
+    """First time of each mark in a timeline file."""
+    out: dict[str, float] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0] not in out:
+            out[parts[0]] = float(parts[1])
+    return out
+
+
+def run_once(mode: str, work: Path, n: int) -> dict[str, Any]:
+    """One CLI run in ``mode``; timeline offsets from the launch, phases, tree CPU at the first call."""
+    timeline = work / f"timeline-{mode}-{n}.tsv"
+    env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
+    env.update({"HOME": str(work / "home"), "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+                "CERTEVAL_STARTUP_LOG": str(timeline), "CERTEVAL_BACKEND_LOG": str(work / f"calls-{mode}-{n}.log"),
+                **MODES[mode]})
+    (work / "home").mkdir(exist_ok=True)
+    out_dir = work / f"runs-{mode}-{n}"  # fresh: no score cache, the model is really called
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    t0 = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "certeval", *COMMAND, "--output", str(out_dir)], cwd=work,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cpu = None
+    deadline = time.monotonic() + FIRST_CALL_TIMEOUT_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        if timeline.is_file() and b"first_call\t" in timeline.read_bytes():
+            cpu = tree_cpu_s(proc.pid)
+            break
+        time.sleep(0.05)
+    try:
+        _, err = proc.communicate(timeout=FIRST_CALL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    total = time.time() - t0
+    marks = read_marks(timeline)
+    if proc.returncode not in (0, 1) or "first_call" not in marks:
+        raise RuntimeError(f"{mode} run {n} failed (exit {proc.returncode}, marks {sorted(marks)}): {err[-2000:]}")
+    offsets = {k: round(v - t0, 3) for k, v in marks.items()}
+    phases = {}
+    for name, (start, end) in PHASES[mode].items():
+        if end in offsets and (start is None or start in offsets):
+            begin = 0.0 if start is None else offsets[start]
+            phases[name] = {"start_s": round(begin, 3), "end_s": offsets[end], "seconds": round(offsets[end] - begin, 3)}
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return {"mode": mode, "repeat": n, "first_call_s": offsets["first_call"], "exit_s": round(total, 3),
+            "exit_code": proc.returncode, "tree_cpu_s_at_first_call": None if cpu is None else round(cpu, 2),
+            "load_avg_before": None if load is None else [round(x, 2) for x in load], "marks": offsets,
+            "phases": phases}
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per mode: first call, exit, tree CPU, and each phase's start, end and length."""
+    out: dict[str, Any] = {}
+    for mode in MODES:
+        mine = [r for r in runs if r["mode"] == mode]
+        if not mine:
+            continue
+        cpu = [r["tree_cpu_s_at_first_call"] for r in mine if r["tree_cpu_s_at_first_call"] is not None]
+        phases = {}
+        for name in PHASES[mode]:
+            rows = [r["phases"][name] for r in mine if name in r["phases"]]
+            if rows:
+                phases[name] = {k: round(statistics.median(row[k] for row in rows), 2)
+                                for k in ("start_s", "end_s", "seconds")}
+        out[mode] = {
+            "repeats": len(mine),
+            "first_call_s_median": round(statistics.median(r["first_call_s"] for r in mine), 2),
+            "first_call_s_all": [r["first_call_s"] for r in mine],
+            "exit_s_median": round(statistics.median(r["exit_s"] for r in mine), 2),
+            "tree_cpu_s_at_first_call_median": round(statistics.median(cpu), 2) if cpu else None,
+            "phases_median": phases,
+        }
+    if "before" in out and "after" in out:
+        out["first_call_saved_s"] = round(out["before"]["first_call_s_median"] - out["after"]["first_call_s_median"], 2)
+        out["first_call_speedup"] = round(out["before"]["first_call_s_median"] / out["after"]["first_call_s_median"], 2)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="1 repeat per mode, no warm-up run")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per mode (default 3)")
+    ap.add_argument("--seed", type=int, default=0, help="unused (recorded for the JSON's metadata)")
+    args = ap.parse_args(argv)
+    repeats = 1 if args.quick else max(1, args.repeats)
+    work = Path(tempfile.mkdtemp(prefix="certeval-startup-"))
+    runs: list[dict[str, Any]] = []
+    cold = None
+    try:
+        if not args.quick:  # creates and migrates ./.prefect once, as a first command in a project would
+            cold = run_once("after", work, 0)
+            print(f"warm-up (new .prefect/): first call at {cold['first_call_s']:.1f} s", flush=True)
+        for n in range(1, repeats + 1):
+            for mode in MODES:
+                r = run_once(mode, work, n)
+                runs.append(r)
+                print(f"{mode:>6} #{n}: first call at {r['first_call_s']:.2f} s (exit {r['exit_s']:.1f} s, tree CPU "
+                      f"{r['tree_cpu_s_at_first_call']} s, load {r['load_avg_before']})", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    summary = summarise(runs)
+    loads = [r["load_avg_before"][0] for r in runs if r["load_avg_before"]]
+    payload = {
+        "command": "python -m certeval " + " ".join(COMMAND) + " --output <fresh folder>",
+        "setup": "zero-config: temporary cwd and HOME, no PREFECT_*/RAY_ADDRESS; embedded Prefect server and local "
+                 "Ray on 127.0.0.1; fresh output folder per run (no score cache)",
+        "modes": {"before": "CERTEVAL_SLOW_START=1 (sequential start-up)", "after": "default (certeval.fast_start)"},
+        "repeats": repeats,
+        "cpus": os.cpu_count(),
+        "load_avg_1min_median": round(statistics.median(loads), 2) if loads else None,
+        "load_avg_1min_range": [min(loads), max(loads)] if loads else None,
+        "cold_first_run_s": None if cold is None else cold["first_call_s"],
+        "summary": summary,
+        "runs": runs,
+        "seed": args.seed,
+    }
+    path = write_result("startup", payload, args.quick, seed=args.seed)
+    for mode in MODES:
+        if mode in summary:
+            print(f"{mode}: first call median {summary[mode]['first_call_s_median']} s over {repeats} run(s)")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The overlapped start-up (certeval.fast_start): switches, what counts as a user's Prefect, and a zero-config
+run through ``benchmarks/startup.py --quick`` (both start-ups, the JSON's shape, no process left behind).
+No timings are asserted here: they live in benchmarks/results/startup.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from certeval import fast_start, startup
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("value, fast", [(None, True), ("", True), ("0", True), ("false", True), ("1", False),
+                                         ("yes", False)])
+def test_slow_start_switch(value, fast, monkeypatch):
+    if value is None:
+        monkeypatch.delenv(fast_start.SLOW_ENV, raising=False)
+    else:
+        monkeypatch.setenv(fast_start.SLOW_ENV, value)
+    assert fast_start.enabled() is fast
+
+
+def test_prefect_settings_files_in_the_working_folder_leave_the_server_to_prefect(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert not fast_start._settings_files()
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (tmp_path / ".env").write_text("OTHER=1\n")
+    assert not fast_start._settings_files()
+    (tmp_path / ".env").write_text("PREFECT_API_URL=http://127.0.0.1:4200/api\n")
+    assert fast_start._settings_files()
+    (tmp_path / ".env").unlink()
+    (tmp_path / "pyproject.toml").write_text("[tool.prefect]\napi.url = 'http://127.0.0.1:4200/api'\n")
+    assert fast_start._settings_files()
+    (tmp_path / "pyproject.toml").unlink()
+    (tmp_path / "prefect.toml").write_text("")
+    assert fast_start._settings_files()
+
+
+def test_slow_start_starts_nothing_early(monkeypatch):
+    monkeypatch.setenv(fast_start.SLOW_ENV, "1")
+    warm = fast_start.prestart(object(), user_prefect=False)  # the plan is not even looked at
+    assert warm.prefect is None and warm.run_id is None
+    warm.ready()
+    warm.close()
+
+
+def test_timeline_marks_are_appended_only_when_asked(tmp_path, monkeypatch):
+    log = tmp_path / "timeline.tsv"
+    monkeypatch.delenv(startup.ENV, raising=False)
+    startup.mark("nothing")
+    assert not log.exists()
+    monkeypatch.setenv(startup.ENV, str(log))
+    startup.mark("a")
+    startup.mark("b")
+    marks = startup.read(log)
+    assert [m[0] for m in marks] == ["a", "b"] and marks[0][1] <= marks[1][1] and marks[0][2] == os.getpid()
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Live processes whose environment contains ``text`` (Linux)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if text.encode() in handle.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_startup_benchmark_quick_runs_both_start_ups_and_leaves_nothing_running():
+    """Zero-config (no PREFECT_*/RAY_ADDRESS): the embedded server on loopback and a local Ray, once
+    sequential (before) and once overlapped (after); every phase is in the timeline, in order, and every
+    process the commands started is gone afterwards."""
+    quick = ROOT / "benchmarks" / "results" / "_quick" / "startup.json"
+    started = quick.stat().st_mtime if quick.exists() else 0.0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "RAY_ADDRESS"))}
+    marker = f"startup-{uuid.uuid4().hex}"
+    env["CERTEVAL_TEST_MARKER"] = marker  # inherited by every process the commands start (Ray, Prefect, actors)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "startup", "--quick"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=840)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert quick.stat().st_mtime > started
+    doc = json.loads(quick.read_text())
+    assert doc["meta"]["quick"] is True and doc["meta"]["machine"]["load_avg_at_start"] is not None
+    assert {r["mode"] for r in doc["runs"]} == {"before", "after"}
+    for run in doc["runs"]:
+        assert run["exit_code"] in (0, 1) and run["first_call_s"] > 0 and run["load_avg_before"]
+        marks = run["marks"]
+        assert marks["cli_parsed"] <= marks["plan_ready"] <= marks["flow_started"] <= marks["first_call"]
+        if run["mode"] == "after":  # launched right after the checks; the flow starts once the server answers
+            assert marks["plan_ready"] <= marks["prefect_launched"] <= marks["ray_ready"] <= marks["first_call"]
+            assert marks["prefect_launched"] <= marks["prefect_ready"] <= marks["flow_started"]
+        else:  # sequential: Ray only inside the flow's start-models task
+            assert "prefect_launched" not in marks and marks["flow_started"] <= marks["ray_ready"]
+        assert set(run["phases"]) == set(doc["summary"][run["mode"]]["phases_median"])
+    for mode in ("before", "after"):
+        assert doc["summary"][mode]["first_call_s_median"] > 0
+    assert "first_call_speedup" in doc["summary"]
+    deadline = time.monotonic() + 30  # the watchdog's poll + grace, Ray's and the server's own shutdown
+    while _processes_mentioning(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = _processes_mentioning(marker)
+    details = []
+    for pid in left:
+        try:
+            details.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:160].decode())
+        except OSError:
+            pass
+    assert not left, f"processes left running: {details}"
