@@ -349,6 +349,13 @@ class Run:
             records[pos] = _item_record(frame, pos) if frame is not None else {"item_id": self.bank.item_ids[pos]}
         return records[pos]
 
+    def _prompt_hash(self, pos: int) -> str:
+        """The prompt hash of a bank position, computed once (a ranking stores each item for every model)."""
+        hashes = self.__dict__.setdefault("_prompt_hashes", {})
+        if pos not in hashes:
+            hashes[pos] = prompt_hash(self._record(pos))
+        return hashes[pos]
+
     def infer(self, pool: Any, batch: RoundScores) -> RoundScores:
         requests, hits = self.requests(batch)
         chunk = self.plan.chunk_size or max(1, math.ceil(self.plan.batch_size / (self.plan.replicas * self.plan.in_flight)))
@@ -517,7 +524,7 @@ class Run:
                 "score": batch.scores[label],
                 # generation kept apart from judging: `certeval rescore` re-judges these without the model
                 "output": pd.Series(batch.outputs.get(label) or [None] * len(pos), dtype=object),
-                "prompt_hash": pd.Series([prompt_hash(self._record(int(p))) for p in pos], dtype=object),
+                "prompt_hash": pd.Series([self._prompt_hash(int(p)) for p in pos], dtype=object),
                 "round": self.round, "prob": batch.probs[label],
                 **self.look_record(label),
             }))
