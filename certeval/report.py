@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .estimators._validation import InputError
-from .storage import Folder, bounded, filesystem, safe_name
+from .storage import Folder, bounded, filesystem
 
 MAX_CURVES = 12  # more lines than this in one plot is unreadable
 MAX_FOREST = 60

@@ -544,23 +544,24 @@ class ModelPool:
 
 def batch_timeout_s() -> float:
     """How long scoring may go without any batch coming back: ``$CERTEVAL_BATCH_TIMEOUT_S``, default 1800 s."""
-    raw = os.environ.get(BATCH_TIMEOUT_ENV, "")
-    try:
-        value = float(raw) if raw else DEFAULT_BATCH_TIMEOUT_S
-    except ValueError:
-        raise InputError(f"{BATCH_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
-    return value if value > 0 else DEFAULT_BATCH_TIMEOUT_S
+    return _seconds_from_env(BATCH_TIMEOUT_ENV, DEFAULT_BATCH_TIMEOUT_S)
 
 
 def start_timeout_s() -> float:
     """How long the actors may take to start (place on resources, load the model): ``$CERTEVAL_ACTOR_START_TIMEOUT_S``,
     default 900 s (a large model from a slow disk); never unbounded."""
-    raw = os.environ.get(START_TIMEOUT_ENV, "")
+    return _seconds_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT_S)
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    """A bound in seconds from ``$name``: the default when unset or not positive (a wait is never unbounded);
+    not a number -> InputError naming the variable and the value."""
+    raw = os.environ.get(name, "")
     try:
-        value = float(raw) if raw else DEFAULT_START_TIMEOUT_S
+        value = float(raw) if raw else default
     except ValueError:
-        raise InputError(f"{START_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
-    return value if value > 0 else DEFAULT_START_TIMEOUT_S
+        raise InputError(f"{name} must be a number of seconds, got {raw!r}") from None
+    return value if value > 0 else default
 
 
 def _cluster_summary() -> str:

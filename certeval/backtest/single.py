@@ -120,7 +120,7 @@ class ModelBacktest:
     reached: float  # fraction of reps that met the goal before the bank/budget ran out
     decided: float | None = None  # threshold goals: fraction of reps with a verdict
     decision_correct: float | None = None  # threshold goals: fraction with the right verdict
-    baseline_scored: float | None = None  # the baseline (uniform) on the same reps and seeds
+    baseline_scored: float | None = None  # the baseline (uniform) on the same models and reps, seeded as a run of it
     ratio_to_uniform: float | None = None
     history_models: float | None = None  # mean number of history models per rep
 

@@ -600,10 +600,10 @@ class Run:
         by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
         looks = last_looks(rounds)  # every number below is the one recorded at the model's last look
         for label, spec in zip(self.labels, plan.models):
-            est: Estimate = self.methods[label].result()
-            look = looks.get(label)
+            live: Estimate = self.methods[label].result()
+            est, look = live, looks.get(label)
             if look is not None:
-                est = replace(est, n_scored=int(look["look_n_scored"]), mean=float(look["look_mean"]),
+                est = replace(live, n_scored=int(look["look_n_scored"]), mean=float(look["look_mean"]),
                               lower=float(look["look_lower"]), upper=float(look["look_upper"]))
             scored = by_model.get(label, np.zeros(0))
             n, total = est.n_scored, self.bank.n_items
@@ -617,7 +617,7 @@ class Run:
                 "method": est.method, "guarantee": est.guarantee, "anytime_valid": est.anytime_valid,
                 "items_sent_to_model": self.sent[label],
                 "decision": self.decisions[label].to_dict() if label in self.decisions else None,
-                "estimate": self.methods[label].result().to_dict(),  # the live estimator's (tests: equal)
+                "estimate": live.to_dict(),  # the live estimator's (tests: equal to the look log's)
             }
             if label in self.history:
                 entry["history"] = self.history[label].describe()
