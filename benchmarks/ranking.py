@@ -12,8 +12,8 @@ Writes ``benchmarks/results/ranking.json``:
   models leaving before the bank is exhausted, tie groups, family-wise error rate of the ordering
   statements against the exact bank differences (Wilson 95% upper bound beside it);
 * ``select``: best-arm (top-K within epsilon) identification, cells and error rate;
-* ``round_time``: seconds per look of the incremental bank estimator vs the distribution target's
-  estimator (which replays every look from look 1), on openllm_arc's 320 models;
+* ``round_time``: seconds per look of the incremental bank and distribution estimators, and of the
+  distribution target's former replay of every look from look 1 (reference), on openllm_arc's 320 models;
 * ``pipeline``: ``certeval rank`` on all openllm_tiny models (replay actors, embedded Prefect, local Ray):
   wall time, peak memory of the process tree, fraction of cells, tie groups.
 """
@@ -90,30 +90,37 @@ def select_case(dataset: str, top: int, eps: float, reps: int, seed: int) -> dic
 
 
 def round_time(dataset: str = "openllm_arc", batch: int = 25, looks: int = 20, seed: int = 0) -> dict:
-    """Seconds per look: the incremental bank estimator (update + result) vs the distribution target's
-    ``rank_models`` over every look so far (what a paired run recomputed each round)."""
+    """Seconds per look of a paired run's group estimator: the incremental bank estimator (update + result),
+    the incremental distribution estimator (:class:`~certeval.estimators.ranking.SequentialRanking`, update
+    + result), and — for reference — ``rank_models`` over every look so far (what a paired run on the
+    distribution target recomputed each round before)."""
     from certeval.estimators.bank_ranking import BankRanking
-    from certeval.estimators.ranking import rank_models
+    from certeval.estimators.ranking import SequentialRanking, rank_models
 
     matrix, models, weights = _load(dataset)
     n = matrix.shape[1]
     order = np.random.default_rng(seed).permutation(n)
     x, w = matrix[:, order], weights[order]
     bank = BankRanking(models, margin=0.02).start(w)
-    bank_s, dist_s = [], []
+    dist = SequentialRanking(models, n_total=n, margin=0.02)
+    bank_s, dist_s, replay_s = [], [], []
     for k in range(looks):
         cols = np.arange(k * batch, (k + 1) * batch)
         t = time.perf_counter()
         bank.update(cols, np.where(bank.model_open[:, None], x[:, cols], np.nan))
         bank.result()
         bank_s.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        dist.update(x[:, cols])
+        dist_s.append(time.perf_counter() - t)
         if k in (0, looks - 1):
             t = time.perf_counter()
             rank_models(x[:, :(k + 1) * batch], models, [batch * (j + 1) for j in range(k + 1)], margin=0.02)
-            dist_s.append(time.perf_counter() - t)
+            replay_s.append(time.perf_counter() - t)
     return {"dataset": dataset, "models": len(models), "batch": batch, "bank_s_per_look": bank_s,
-            "bank_look1_s": bank_s[0], "bank_look20_s": bank_s[-1],
-            "distribution_look1_s": dist_s[0], "distribution_look20_s": dist_s[-1]}
+            "bank_look1_s": bank_s[0], "bank_look20_s": bank_s[-1], "distribution_s_per_look": dist_s,
+            "distribution_look1_s": dist_s[0], "distribution_look20_s": dist_s[-1],
+            "distribution_replay_look1_s": replay_s[0], "distribution_replay_look20_s": replay_s[-1]}
 
 
 def pipeline_run(dataset: str = "openllm_tiny", margin: float = 0.02, timeout: int = 2400) -> dict:
@@ -180,7 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pipeline-from", metavar="FILE", default=None,
                    help="take the pipeline measurement from a --pipeline-only FILE instead of running it")
     p.add_argument("--merge", action="store_true", help="with --pipeline-from: only add it to the stored result")
+    p.add_argument("--round-time-only", action="store_true", help="only re-measure round_time, into the stored result")
     args = p.parse_args(argv)
+    if args.round_time_only:
+        from benchmarks._meta import read_result
+
+        stored = read_result("ranking", args.quick)
+        if stored is None:
+            raise SystemExit("no stored ranking result to add round_time to; run without --round-time-only")
+        stored.pop("meta", None)
+        stored["round_time"] = round_time(looks=3 if args.quick else 20)
+        print(f"wrote {write_result('ranking', stored, args.quick, seed=args.seed)}")
+        return 0
     if args.pipeline_from and args.merge:  # add a pipeline measurement to the stored result
         from benchmarks._meta import read_result
 

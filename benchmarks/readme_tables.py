@@ -350,13 +350,24 @@ def scale_section(doc: dict[str, Any]) -> list[str]:
             rows.append([nodes, str(r["n_models"]), "failed", "–", "–", "–", "–", "–",
                          r["error"][:120].replace("\n", " ")])
             continue
-        rows.append([nodes, str(r["n_models"]), _f(r["wall_s"], 1), _f(r["share_prefect"], 2, pct=True),
+        if r.get("kind") == "select":
+            what = (f"select the best of `{r['source']}` within ε = {r['epsilon']}: {r['fraction_cells']:.3f} of "
+                    f"{r['n_models'] * r['n_items']:,} cells, {r.get('rounds')} rounds, selected "
+                    f"{'within' if r.get('selected_within_epsilon') else 'NOT within'} ε of the exact best")
+        else:
+            what = f"rank: {r.get('rounds')} rounds, {r.get('n_tie_groups')} tie groups"
+        rows.append([nodes, f"{r['n_models']} × {r.get('n_items')}", _f(r["wall_s"], 1),
+                     _f(r["share_prefect"], 2, pct=True),
                      _f(r.get("share_storage"), 2, pct=True), _f(r["share_ray"], 2, pct=True),
-                     _f(r["share_controller"], 2, pct=True), _f(r["in_process_rank_s"], 2),
-                     f"{r.get('rounds')} rounds, {r.get('n_tie_groups')} tie groups"])
-    return ["## Scale: ranking openllm_tiny through Prefect + Ray on 2 cores (1 and 3 Ray nodes)", "",
+                     _f(r["share_controller"], 2, pct=True), _f(r.get("in_process_rank_s"), 2),
+                     what
+                     + ("" if "prefect_server" not in r else
+                        ", embedded Prefect server" if r["prefect_server"] == "embedded"
+                        else ", `prefect server start` up before timing")])
+    return ["## Scale: ranking openllm_tiny and a 10k × 10k synthetic selection through Prefect + Ray on 2 cores "
+            "(1 and 3 Ray nodes)", "",
             _meta_line(doc), "",
-            _table(["Ray nodes", "models", "flow wall (s)", "Prefect share", "storage share", "Ray share",
+            _table(["Ray nodes", "models × items", "flow wall (s)", "Prefect share", "storage share", "Ray share",
                     "controller share", "same ranking in-process (s)", "notes"], rows), ""]
 
 

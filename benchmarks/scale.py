@@ -1,15 +1,23 @@
-"""Scale: rank many models of ``bundled:openllm_tiny`` through the Prefect + Ray pipeline on 2 cores.
+"""Scale: rank many models of ``bundled:openllm_tiny``, and select the best of a 10,000 × 10,000 synthetic
+table, through the Prefect + Ray pipeline on 2 cores.
 
 For each model count M the ``rank`` flow (certeval.flows.pipeline.rank_flow) runs on
 ``replay:bundled:openllm_tiny#<model>`` specs (the first M models by name; M = 1,989 is
-all of them) in a fresh process. The wall time is split by timing the bodies of the
-pipeline's steps (``Run.select/infer/update/decide/store_round/results``, patched with
-timers in this process only) and Ray start-up:
+all of them) in a fresh process. The synthetic run is the ``select`` flow (best model within
+ε = 0.02, bank target) over ``replay:synthetic:10000x10000:2026#m<k>`` — 10⁸ cells generated on demand
+from the location (:mod:`certeval.synthetic`), never stored; it checks the model selected against the
+exact bank means. (A *ranking* of 10,000 models is out of reach here: its all-pairs confidence sequences
+hold 5·10⁷ pairs — docs/ranking.md.) The wall time is split by timing the bodies of the
+pipeline's steps (``Run.embed/restore/select/infer/update/decide/store_round/compact_cache/results``,
+patched with timers in this process only) and Ray start-up:
 
-* controller = select + update + decide (statistics), storage = store_round + results,
+* controller = embed + restore + select + update + decide (statistics), storage = load_bank +
+  store_round + compact_cache + results (reads and writes of the run folder and score caches),
 * ray = start-models + infer (replay inference itself is microseconds per item, so infer is
   Ray round trips and actor scheduling), stop = stop-models,
-* prefect = wall − all of the above (flow/task orchestration, the embedded server).
+* prefect = wall − all of the above (flow/task orchestration). The runs share one ``prefect server
+  start`` on 127.0.0.1, up before any timing as a team's server is (``--embedded-prefect``: each run
+  starts Prefect's embedded server, and that start-up counts as Prefect).
 
 The reference point is the same ranking computed in-process on the score matrix
 (:func:`certeval.estimators.ranking.rank_models` at the same looks): its time is what the
@@ -18,7 +26,7 @@ statistics cost without any orchestration.
 Replay models of one file share ``replicas`` actors, so M = 1,989 runs in one Ray actor
 (``--max-items`` caps the large counts if wanted; ``--large-batch`` sets their round size).
 
-    python -m benchmarks scale                  # M = 10, 30, 1989 on 1 node and on 3 nodes
+    python -m benchmarks scale                  # M = 10, 30, 1989 and the synthetic select, 1 node and 3 nodes
     python -m benchmarks scale --sizes 1989     # the 1,989-model ranking only, 1 vs 3 nodes
     python -m benchmarks scale --quick          # M = 4, 1 node
 """
@@ -45,9 +53,15 @@ SIZES = (10, 30, 1989)
 DATASET = "openllm_tiny"
 
 
+SYNTHETIC = "synthetic:10000x10000:2026"  # certeval.synthetic: a Rasch table generated on demand, never stored
+SYNTHETIC_EPSILON = 0.02
+
+
 def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None = None,
-           ray_address: str | None = None, replicas: int = 1) -> None:
-    """Run the rank flow for the first ``m`` models with step timers; write timings to ``out_json``."""
+           ray_address: str | None = None, replicas: int = 1, location: str | None = None) -> None:
+    """Run the rank flow for the first ``m`` models of openllm_tiny (or, with a ``synthetic:`` ``location``,
+    the select flow — best model within SYNTHETIC_EPSILON — over its first ``m`` models) with step timers;
+    write timings to ``out_json``."""
     from certeval.cli.pipeline import prepare_env
 
     prepare_env()
@@ -68,51 +82,74 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
                 timers[name] = timers.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 
-    for name in ("select", "infer", "update", "decide", "store_round", "results"):
+    for name in ("embed", "restore", "select", "infer", "update", "decide", "store_round", "compact_cache", "results"):
         setattr(run_mod.Run, name, timed(name, getattr(run_mod.Run, name)))
     for name in ("start_models", "stop_models", "load_bank"):
         task = getattr(steps_mod, name)
         task.fn = timed(name, task.fn)
 
-    frame = load_scores(f"bundled:{DATASET}")
-    models = sorted(frame["model"].unique())[:m]
-    from certeval.flows.pipeline import rank_flow
+    from certeval.flows.pipeline import rank_flow, select_flow
     from certeval.tasks.plan import claim_run, make_plan
 
+    synthetic = location is not None
+    if synthetic:
+        from certeval.synthetic import synthetic_scores
+
+        models = list(synthetic_scores(location).model_names[:m])
+        specs = [f"replay:{location}#{x}" for x in models]
+    else:
+        frame = load_scores(f"bundled:{DATASET}")
+        models = sorted(frame["model"].unique())[:m]
+        specs = [f"replay:bundled:{DATASET}#{x}" for x in models]
     out_dir = tempfile.mkdtemp(prefix="certeval-scale-")
     t0 = time.perf_counter()
-    plan, _ = make_plan("rank", models=[f"replay:bundled:{DATASET}#{x}" for x in models], output=out_dir,
-                        run_id=f"scale-{m}", batch_size=batch, seed=seed, max_items=max_items,
-                        ray_address=ray_address, replicas=replicas)
+    extra = dict(top=1, halfwidth=SYNTHETIC_EPSILON) if synthetic else {}
+    plan, bank = make_plan("select" if synthetic else "rank", models=specs, output=out_dir, run_id=f"scale-{m}",
+                           batch_size=batch, seed=seed, max_items=max_items, ray_address=ray_address,
+                           replicas=replicas, **extra)
     plan_s = time.perf_counter() - t0
     claim_run(plan)
     t1 = time.perf_counter()
-    results = rank_flow(plan)
+    results = (select_flow if synthetic else rank_flow)(plan)
     wall = time.perf_counter() - t1
-    # reference: the same statistics in-process, at the looks the flow made
-    bank = bank_from_scores(frame)
-    matrix = score_matrix(frame, models, bank)
-    rounds = max(1, int(np.ceil(max((e.get("n_scored") or 0) for e in results.get("models", [{}])) / batch)))
-    looks = [min(batch * (k + 1), bank.n_items) for k in range(rounds)]
-    from certeval.estimators.ranking import rank_models
-
-    order = np.random.default_rng(seed).permutation(bank.n_items)
-    codes = bank.spec().subset_codes()[order] if bank.subsets is not None else None
-    t2 = time.perf_counter()
-    rank_models(matrix[:, order], models, looks, subsets=codes,
-                n_subsets=None if codes is None else int(codes.max()) + 1)
-    inproc = time.perf_counter() - t2
-    ranking = results.get("ranking") or {}
+    entries = results.get("models", [{}])
+    rounds = max(1, int(np.ceil(max((e.get("n_scored") or 0) for e in entries) / batch)))
     placement = (results.get("pipeline") or {}).get("placement") or []
-    json.dump({"n_models": m, "n_items": bank.n_items, "replicas": replicas,
-               "actor_nodes": sorted({",".join(p["node_resources"]) for p in placement}), "batch": batch, "max_items": max_items, "wall_s": wall, "plan_s": plan_s,
-               "steps_s": timers, "in_process_rank_s": inproc, "n_pairs": ranking.get("n_pairs"),
-               "n_pairs_decided": ranking.get("n_pairs_decided"),
-               "models_stopped_before_cap": sum(1 for e in results.get("models", [])
-                                                if (e.get("decision") or {}).get("rule") == "rank"),
-               "rounds": rounds, "items_used_max": max((e.get("n_scored") or 0) for e in results.get("models", [{}])),
-               "n_tie_groups": len(ranking.get("tie_groups") or []), "reached": results.get("reached"),
-               "run_folder": f"{out_dir}/scale-{m}"}, open(out_json, "w"))
+    rec = {"kind": "select" if synthetic else "rank", "source": location or f"bundled:{DATASET}",
+           "n_models": m, "n_items": bank.n_items, "replicas": replicas,
+           "actor_nodes": sorted({",".join(p["node_resources"]) for p in placement}), "batch": batch,
+           "max_items": max_items, "wall_s": wall, "plan_s": plan_s, "steps_s": timers, "rounds": rounds,
+           "cells_scored": int(sum(e.get("n_scored") or 0 for e in entries)),
+           "items_used_max": max((e.get("n_scored") or 0) for e in entries), "reached": results.get("reached"),
+           "run_folder": f"{out_dir}/scale-{m}"}
+    rec["fraction_cells"] = rec["cells_scored"] / (m * bank.n_items)
+    if synthetic:
+        selection = results.get("selection") or {}
+        truth = synthetic_scores(location).bank_means()[:m]
+        chosen = [e["model"] for e in entries if e.get("selection_status") == "selected"]
+        best = float(truth.max())
+        rec.update(epsilon=SYNTHETIC_EPSILON, selected=chosen,
+                   selected_within_epsilon=bool(chosen) and all(
+                       truth[models.index(c)] >= best - SYNTHETIC_EPSILON for c in chosen),
+                   selection_fraction_used=selection.get("fraction_used"))
+    else:
+        # reference: the same statistics in-process, at the looks the flow made
+        bank = bank_from_scores(frame)
+        matrix = score_matrix(frame, models, bank)
+        looks = [min(batch * (k + 1), bank.n_items) for k in range(rounds)]
+        from certeval.estimators.ranking import rank_models
+
+        order = np.random.default_rng(seed).permutation(bank.n_items)
+        codes = bank.spec().subset_codes()[order] if bank.subsets is not None else None
+        t2 = time.perf_counter()
+        rank_models(matrix[:, order], models, looks, subsets=codes,
+                    n_subsets=None if codes is None else int(codes.max()) + 1)
+        ranking = results.get("ranking") or {}
+        rec.update(in_process_rank_s=time.perf_counter() - t2, n_pairs=ranking.get("n_pairs"),
+                   n_pairs_decided=ranking.get("n_pairs_decided"),
+                   models_stopped_before_cap=sum(1 for e in entries if (e.get("decision") or {}).get("rule") == "rank"),
+                   n_tie_groups=len(ranking.get("tie_groups") or []))
+    json.dump(rec, open(out_json, "w"))
 
 
 def _available_gb() -> float | None:
@@ -127,8 +164,8 @@ def _available_gb() -> float | None:
 
 def split(t: dict) -> dict:
     s = t["steps_s"]
-    controller = sum(s.get(k, 0.0) for k in ("select", "update", "decide"))
-    storage = sum(s.get(k, 0.0) for k in ("store_round", "results", "load_bank"))
+    controller = sum(s.get(k, 0.0) for k in ("embed", "restore", "select", "update", "decide"))
+    storage = sum(s.get(k, 0.0) for k in ("store_round", "results", "load_bank", "compact_cache"))
     ray = s.get("start_models", 0.0) + s.get("infer", 0.0) + s.get("stop_models", 0.0)
     prefect = max(0.0, t["wall_s"] - controller - storage - ray)
     wall = t["wall_s"]
@@ -137,18 +174,21 @@ def split(t: dict) -> dict:
             "share_prefect": prefect / wall, "share_prefect_plus_ray": (prefect + ray) / wall}
 
 
-def _run_size(args, m: int, nodes: int, cluster) -> dict:
+def _run_size(args, m: int, nodes: int, cluster, server=None, location: str | None = None) -> dict:
     """One model count on one cluster, in a fresh process (its own driver)."""
     large = m >= args.large
-    batch = args.large_batch if large else args.batch
+    batch = args.synthetic_batch if location else args.large_batch if large else args.batch
     out = tempfile.mktemp(suffix=".json")
     cmd = [sys.executable, "-m", "benchmarks.scale", "--_child", str(m), "--_out", out,
            "--batch", str(batch), "--seed", str(args.seed), "--_ray", cluster.address, "--_replicas", str(nodes)]
-    if large and args.max_items:
+    if location:
+        cmd += ["--_location", location]
+    elif large and args.max_items:
         cmd += ["--max-items", str(args.max_items)]
     t = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=cluster.env())
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                              env=cluster.env(server.env() if server is not None else None))
         rc, tail = proc.returncode, (proc.stderr or "")[-1500:]
     except subprocess.TimeoutExpired:
         rc, tail = "timeout", f"did not finish within {args.timeout} s"
@@ -157,13 +197,14 @@ def _run_size(args, m: int, nodes: int, cluster) -> dict:
         rec = json.load(open(out))
         rec.update(split(rec))
         rec["process_s"] = total
-        print(f"[scale] nodes={nodes} M={m}: flow {rec['wall_s']:.1f} s, Prefect {rec['share_prefect']:.0%}, "
+        print(f"[scale] nodes={nodes} M={m} {rec['kind']}: flow {rec['wall_s']:.1f} s, Prefect {rec['share_prefect']:.0%}, "
               f"storage {rec['share_storage']:.0%}, Ray {rec['share_ray']:.0%}, "
               f"controller {rec['share_controller']:.0%}", file=sys.stderr)
     else:
         rec = {"n_models": m, "error": f"exit {rc}: {tail}", "process_s": total}
         print(f"[scale] nodes={nodes} M={m}: FAILED ({rc})\n{tail}", file=sys.stderr)
     rec["nodes"] = nodes
+    rec["prefect_server"] = "prefect server start (127.0.0.1, up before timing)" if server is not None else "embedded"
     return rec
 
 
@@ -180,25 +221,50 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", default=None, help="Ray cluster sizes to compare (head + workers started with "
                    "`ray start` on 127.0.0.1, certeval/backends/local_cluster.py); replicas = nodes; default 1,3 "
                    "(--quick: 1)")
+    p.add_argument("--embedded-prefect", action="store_true",
+                   help="each run starts Prefect's embedded server (counted in its Prefect share) instead of using "
+                        "one `prefect server start` shared by the runs")
+    p.add_argument("--synthetic", default=None, help="also select the best model of this synthetic replay table "
+                   f"(e.g. {SYNTHETIC}: 10,000 models x 10,000 items, generated, not stored; 'none' to skip; "
+                   "default: it, except with --quick or --sizes)")
+    p.add_argument("--synthetic-batch", type=int, default=100, help="items per round of the synthetic run")
     p.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_location", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_ray", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_replicas", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._child is not None:
-        _child(args._child, args.batch, args.seed, args._out, args.max_items, args._ray, args._replicas)
+        _child(args._child, args.batch, args.seed, args._out, args.max_items, args._ray, args._replicas,
+               args._location)
         return 0
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else ([4] if args.quick else list(SIZES))
-    runs = []
-    for nodes in [int(x) for x in (args.nodes or ("1" if args.quick else "1,3")).split(",")]:
-        from certeval.backends.local_cluster import LocalRayCluster
+    synthetic = args.synthetic or (None if (args.quick or args.sizes) else SYNTHETIC)
+    if synthetic and synthetic.lower() == "none":
+        synthetic = None
+    if synthetic:
+        from certeval.synthetic import SyntheticScores
 
-        with LocalRayCluster(workers=nodes - 1, base_dir=tempfile.mkdtemp(prefix="rc", dir="/tmp"),
-                             cpus_per_node=max(1, (os.cpu_count() or 2) // nodes)) as cluster:
-            for m in sizes:
-                runs.append(_run_size(args, m, nodes, cluster))
+        n_synthetic = SyntheticScores.parse(synthetic).n_models
+    runs = []
+    from certeval.backends.local_cluster import LocalPrefectServer, LocalRayCluster
+
+    # one Prefect server for every run, started before any timing, as a team's server is already up (with
+    # --embedded-prefect each run's flow starts Prefect's embedded server, and its start-up counts as Prefect)
+    server = None if args.embedded_prefect else LocalPrefectServer(tempfile.mkdtemp(prefix="pf", dir="/tmp")).start()
+    try:
+        for nodes in [int(x) for x in (args.nodes or ("1" if args.quick else "1,3")).split(",")]:
+            with LocalRayCluster(workers=nodes - 1, base_dir=tempfile.mkdtemp(prefix="rc", dir="/tmp"),
+                                 cpus_per_node=max(1, (os.cpu_count() or 2) // nodes)) as cluster:
+                for m in sizes:
+                    runs.append(_run_size(args, m, nodes, cluster, server))
+                if synthetic:
+                    runs.append(_run_size(args, n_synthetic, nodes, cluster, server, synthetic))
+    finally:
+        if server is not None:
+            server.stop()
     payload = {"seed": args.seed, "batch": args.batch, "large_batch": args.large_batch, "max_items_large": args.max_items,
-               "dataset": DATASET, "runs": runs,
+               "dataset": DATASET, "synthetic": synthetic, "synthetic_batch": args.synthetic_batch, "runs": runs,
                "note": "one process per (nodes, model count); every Ray node a `ray start` process on 127.0.0.1 of the "
                        "same 2-core machine (3 nodes share the 2 cores: the 3-node figures show the cost of "
                        "the cluster path, not a speed-up)"}

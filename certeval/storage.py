@@ -552,6 +552,20 @@ class RunStore:
         """``state/<model>.json``, compact, with the per-item constant arrays by reference (``features/``)."""
         self.folder.write_bytes(f"state/{safe_name(label)}.json", dumps(self.arrays.slim(state), compact=True))
 
+    def write_states(self, states: dict[str, dict], threads: int = 8) -> None:
+        """:meth:`write_state` of many models: encoded here, written concurrently (a ranking's end writes
+        thousands; on an object store each write is a round trip)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if len(states) <= 1:
+            for label, state in states.items():
+                self.write_state(label, state)
+            return
+        payloads = [(f"state/{safe_name(label)}.json", dumps(self.arrays.slim(state), compact=True))
+                    for label, state in states.items()]
+        with ThreadPoolExecutor(max_workers=min(threads, len(payloads))) as pool:
+            list(pool.map(lambda p: self.folder.write_bytes(*p), payloads))
+
     def read_state(self, label: str) -> dict | None:
         rel = f"state/{safe_name(label)}.json"
         return self.arrays.resolve(self.folder.read_json(rel), rel)
@@ -885,15 +899,24 @@ class ScoreCache:
     @staticmethod
     def add_many(entries: list[tuple["ScoreCache", list[dict[str, Any]]]]) -> None:
         """Write the rows of several caches: one part per shared folder."""
-        by_folder: dict[str, tuple[Folder, list[pd.DataFrame]]] = {}
+        # columns gathered across caches and ONE DataFrame per shared folder: a DataFrame per cache cost the
+        # replay actor ~4 s a round at 1,989 models (benchmarks/scale.py)
+        by_folder: dict[str, tuple[Folder, dict[str, list[Any]]]] = {}
         for cache, rows in entries:
-            if rows:
-                frame = pd.DataFrame(rows).reindex(columns=ScoreCache.COLUMNS).assign(cache=cache.key)
-                for column in ("output", "prompt_hash"):  # text or null (replay models have no output)
-                    frame[column] = pd.Series([_text(row.get(column)) for row in rows], dtype=object)
-                by_folder.setdefault(cache.shared.path, (cache.shared, []))[1].append(frame)
-        for folder, frames in by_folder.values():
-            folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", pd.concat(frames, ignore_index=True))
+            if not rows:
+                continue
+            cols = by_folder.setdefault(cache.shared.path, (cache.shared, {c: [] for c in (*ScoreCache.COLUMNS, "cache")}))[1]
+            for column in ScoreCache.COLUMNS:
+                if column in ("output", "prompt_hash"):  # text or null (replay models have no output)
+                    cols[column].extend(_text(row.get(column)) for row in rows)
+                else:
+                    cols[column].extend(row.get(column) for row in rows)
+            cols["cache"].extend([cache.key] * len(rows))
+        for folder, cols in by_folder.values():
+            frame = pd.DataFrame({c: pd.Series(v, dtype=object) if c in ("output", "prompt_hash")
+                                  else pd.to_numeric(pd.Series(v, dtype=object)) if c in ("score", "tokens", "latency_s")
+                                  else v for c, v in cols.items()})
+            folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", frame)
 
     def load(self) -> dict[str, float]:
         """``item_key -> score`` of every cached score (first one wins if parts overlap).

@@ -251,3 +251,70 @@ class LocalRayCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class LocalPrefectServer:
+    """``prefect server start`` on a free 127.0.0.1 port, its own ``PREFECT_HOME`` (a fresh SQLite database),
+    the way a team runs a Prefect server; :meth:`env` points drivers at it (``PREFECT_API_URL``). Started once
+    and shared by the flow runs, so no run pays for an embedded server's start-up (``benchmarks/scale.py``)."""
+
+    def __init__(self, base_dir: str | Path) -> None:
+        self.base_dir = Path(base_dir)
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        env.pop("PREFECT_PROFILE", None)
+        env.update({"PREFECT_API_URL": self.api_url, "PREFECT_HOME": str(self.base_dir / "prefect-home"),
+                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"})
+        return env
+
+    def start(self, timeout_s: float = 120.0) -> "LocalPrefectServer":
+        import urllib.request
+
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.port = _free_ports(1)[0]
+        script = Path(sys.executable).with_name("prefect")
+        cli = [str(script)] if script.exists() else [sys.executable, "-m", "prefect"]
+        log = open(self.base_dir / "prefect-server.log", "w")
+        self.proc = subprocess.Popen([*cli, "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+                                     env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while True:  # bounded: the health endpoint answers, the process dies, or the deadline passes
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"prefect server exited with {self.proc.returncode}; see {log.name}")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2):
+                    return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"prefect server did not answer within {timeout_s:g} s; see {log.name}")
+                time.sleep(0.5)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL, the server's whole session group."""
+        if self.proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                self.proc.wait(timeout=timeout_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.proc = None
+
+    def __enter__(self) -> "LocalPrefectServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

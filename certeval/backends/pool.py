@@ -524,11 +524,14 @@ class ModelPool:
         capacity = batch_size if len(self.groups[group]) == 1 else \
             max(batch_size, -(-total // (len(self.slots[group]) * self.in_flight)))
         queue: deque[_Batch] = deque()
+        filled = 0  # items in queue[-1], kept as we go (summing its parts each time was quadratic in the models)
         for part in chunks:
-            if queue and queue[-1].size + len(part[1]) <= capacity:
+            if queue and filled + len(part[1]) <= capacity:
                 queue[-1].parts.append(part)
+                filled += len(part[1])
             else:
                 queue.append(_Batch(group, [part]))
+                filled = len(part[1])
         return queue
 
     def shutdown(self) -> None:

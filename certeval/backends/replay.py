@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..banks import load_scores, resolve_path
 from ..estimators._validation import InputError
+from ..synthetic import is_synthetic, synthetic_scores
 from .base import ModelHost, ModelSpec
 
 
@@ -42,8 +43,12 @@ class ReplayTable:
         """The table of ``location``, loaded once per process."""
         with cls._lock:
             if location not in cls._cache:
-                cls._cache[location] = cls.load(location)
+                cls._cache[location] = SyntheticTable(location) if is_synthetic(location) else cls.load(location)
             return cls._cache[location]
+
+    def row(self, name: str) -> np.ndarray:
+        """Model ``name``'s recorded scores by item column (NaN: not recorded)."""
+        return self.matrix[self.model_row[name]]
 
     @classmethod
     def load(cls, location: str) -> "ReplayTable":
@@ -73,6 +78,22 @@ class ReplayTable:
         return cls(list(model.categories), list(item.categories), matrix, location)
 
 
+class SyntheticTable:
+    """A ``synthetic:<M>x<N>[:<seed>]`` table (:mod:`certeval.synthetic`) behind the replay interface: rows are
+    generated when a model is asked, never held for every model (10⁸ cells would be 800 MB per actor)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.source = synthetic_scores(location)
+        self.model_row = self.source.model_row
+        self.models = list(self.source.model_names)
+        self.items = list(self.source.item_ids)
+        self.item_col = {it: j for j, it in enumerate(self.items)}
+
+    def row(self, name: str) -> np.ndarray:
+        return self.source.row(self.model_row[name])
+
+
 class ReplayHost(ModelHost):
     def __init__(self, spec: ModelSpec, latency_s: float = 0.0, table: ReplayTable | None = None) -> None:
         self.spec = spec
@@ -81,22 +102,26 @@ class ReplayHost(ModelHost):
         if spec.name not in self.table.model_row:
             models = sorted(self.table.models)
             raise InputError(f"unknown model {spec.name!r} in {spec.location!r}; it has {len(models)} models, e.g. {', '.join(models[:5])}")
-        self._row = self.table.matrix[self.table.model_row[spec.name]]
+        self._row = None if isinstance(self.table, SyntheticTable) else self.table.row(spec.name)
         self.calls = 0
+
+    def _scores_row(self) -> np.ndarray:
+        return self._row if self._row is not None else self.table.row(self.spec.name)  # synthetic: rebuilt per call
 
     @property
     def item_ids(self) -> list[str]:
-        return [self.table.items[j] for j in np.flatnonzero(np.isfinite(self._row))]
+        return [self.table.items[j] for j in np.flatnonzero(np.isfinite(self._scores_row()))]
 
     def score(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.calls += 1
         out = []
         cols = self.table.item_col
+        row = self._scores_row()
         for item in items:
             t0 = time.perf_counter()
             iid = str(item["item_id"])
             j = cols.get(iid)
-            value = self._row[j] if j is not None else np.nan
+            value = row[j] if j is not None else np.nan
             if not np.isfinite(value):
                 raise InputError(f"model {self.spec.name!r} has no recorded score for item {iid!r}")
             if self.latency_s:

@@ -239,15 +239,29 @@ def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int],
     else:
         res = run_sequential_pairs(scores[ii], scores[jj], look_n, pair_design, n_total=n, subsets=subsets,
                                    n_subsets=n_subsets)
+    used = model_used(m, ii, jj, res["used"])
+    means = ordering_means(scores, used, subsets, n_subsets)
+    return ranking_from_pairs(names, ii, jj, res, means, used, n, pair_design, alpha, correction)
+
+
+def model_used(m: int, ii: np.ndarray, jj: np.ndarray, pair_used: np.ndarray) -> np.ndarray:
+    """Items each model was sampled for: a model is sampled until all its pairs are decided."""
+    used = np.zeros(m, dtype=np.int64)
+    np.maximum.at(used, ii, pair_used)
+    np.maximum.at(used, jj, pair_used)
+    return used
+
+
+def ranking_from_pairs(names: Sequence[str], ii: np.ndarray, jj: np.ndarray, res: dict[str, np.ndarray],
+                       means: np.ndarray, used: np.ndarray, n: int, pair_design: ComparisonDesign, alpha: float,
+                       correction: str) -> "Ranking":
+    """The :class:`Ranking` of the pair outcomes ``res`` (verdict, look, used, diff, lower, upper per pair)."""
+    m = len(names)
+    n_pairs = len(ii)
     separated = np.zeros((m, m), dtype=bool)
     directional = np.isin(res["verdict"], (A_GT_B, B_GT_A))
     separated[ii, jj] = directional
     separated[jj, ii] = directional
-    # a model is sampled until all its pairs are decided
-    used = np.zeros(m, dtype=np.int64)
-    np.maximum.at(used, ii, res["used"])
-    np.maximum.at(used, jj, res["used"])
-    means = ordering_means(scores, used, subsets, n_subsets)
     groups = tie_groups(list(names), means, separated)
     order = [k for g in groups for k in g]
     guarantee = (pair_design.describe() + f"; family-wise over {n_pairs} pairs by "
@@ -271,62 +285,148 @@ def gram_sequential_pairs(scores: np.ndarray, ii: np.ndarray, jj: np.ndarray, lo
                           design: ComparisonDesign, n_total: int, subsets: np.ndarray | None = None,
                           n_subsets: int | None = None) -> dict[str, np.ndarray]:
     """:func:`~.comparison.run_sequential_pairs` for pairs ``(ii[p], jj[p])`` of the rows of ``scores``, from
-    sufficient statistics.
+    sufficient statistics (:class:`GramPairs`, look by look)."""
+    x_all = np.asarray(scores, dtype=float)
+    pairs = GramPairs(x_all.shape[0], ii, jj, design, n_total, subsets, n_subsets)
+    prev = 0
+    for n_k in look_n:
+        if pairs.open_idx.size == 0:
+            break
+        pairs.absorb(x_all[:, prev:n_k])
+        prev = n_k
+    return pairs.result()
+
+
+class GramPairs:
+    """Group-sequential pair tests from sufficient statistics, one look at a time.
 
     Per subset ``s`` and model, running sums ``u`` and sums of squares ``q`` of the scores, and the
     Gram matrix ``G = X X^T`` of the scored columns, are updated with each look's new columns.  A
     pair's differences then have ``sum d = u_a - u_b`` and ``sum d^2 = q_a + q_b - 2 G_ab``, which
     give the per-subset mean and ddof-1 variance of :func:`.sequential.mean_of_means` (same floor
     ``1/n_s``).  Unpaired: each model's own mean and variance from ``u`` and ``q``.  Undecided
-    pairs are evaluated at every look; decided pairs keep their stop.
+    pairs are evaluated at every look; decided pairs keep their stop.  A look costs O(S M^2 b) for
+    ``b`` new columns, whatever the look number.  Each model's per-subset sums over the columns it was
+    sampled for (while it had an undecided pair) give its ordering estimate (:meth:`ordering_means`).
     """
-    if design.guarantee != "group-sequential":
-        raise InputError("the Gram path computes the group-sequential statistic only")
-    x_all = np.asarray(scores, dtype=float)
-    m, n = x_all.shape
-    plain = subsets is None
-    codes = np.zeros(n, dtype=np.int64) if plain else np.asarray(subsets, dtype=np.int64)[:n]
-    n_sub = 1 if plain else int(n_subsets if n_subsets is not None else codes.max() + 1)
-    paired = design.statistic == "paired"
-    pairs = len(ii)
-    verdict = np.full(pairs, UNDECIDED)
-    look = np.zeros(pairs, dtype=np.int64)
-    used = np.zeros(pairs, dtype=np.int64)
-    out = {k: np.full(pairs, np.nan) for k in ("diff", "lower", "upper")}
-    counts = np.zeros(n_sub, dtype=np.int64)
-    sums = np.zeros((n_sub, m))
-    squares = np.zeros((n_sub, m))
-    gram = np.zeros((n_sub, m, m)) if paired else None
-    open_idx = np.arange(pairs)
-    prev = 0
-    for k, n_k in enumerate(look_n):
-        if open_idx.size == 0:
-            break
-        block, block_codes = x_all[:, prev:n_k], codes[prev:n_k]
-        for s in range(n_sub):
+
+    def __init__(self, m: int, ii: np.ndarray, jj: np.ndarray, design: ComparisonDesign, n_total: int,
+                 subsets: np.ndarray | None = None, n_subsets: int | None = None) -> None:
+        if design.guarantee != "group-sequential":
+            raise InputError("the Gram path computes the group-sequential statistic only")
+        self.m, self.ii, self.jj, self.design, self.n_total = int(m), ii, jj, design, int(n_total)
+        self.plain = subsets is None
+        self.codes = None if self.plain else np.asarray(subsets, dtype=np.int64)
+        self.n_sub = 1 if self.plain else int(n_subsets if n_subsets is not None else self.codes.max() + 1)
+        self.paired = design.statistic == "paired"
+        pairs = len(ii)
+        self.verdict = np.full(pairs, UNDECIDED)
+        self.look = np.zeros(pairs, dtype=np.int64)
+        self.used = np.zeros(pairs, dtype=np.int64)
+        self.out = {k: np.full(pairs, np.nan) for k in ("diff", "lower", "upper")}
+        self.counts = np.zeros(self.n_sub, dtype=np.int64)
+        self.sums = np.zeros((self.n_sub, self.m))
+        self.squares = np.zeros((self.n_sub, self.m))
+        self.gram = np.zeros((self.n_sub, self.m, self.m)) if self.paired else None
+        self.model_sums = np.zeros((self.n_sub, self.m))  # frozen once a model has no undecided pair
+        self.model_counts = np.zeros((self.n_sub, self.m))
+        self.open_idx = np.arange(pairs)
+        self.looks: list[int] = []
+        self.n = 0
+
+    def absorb(self, block: np.ndarray) -> None:
+        """The next ``(M, b)`` columns of the shared order; then every undecided pair is tested at this look."""
+        block = np.asarray(block, dtype=float)
+        n_k = self.n + block.shape[1]
+        if block.ndim != 2 or block.shape[0] != self.m or n_k > self.n_total:
+            raise InputError(f"a look must be (models={self.m}, items) within the {self.n_total} shared items, "
+                             f"got {block.shape} after {self.n}")
+        block_codes = np.zeros(block.shape[1], dtype=np.int64) if self.plain else self.codes[self.n:n_k]
+        self.n = n_k
+        self.looks.append(n_k)
+        if self.open_idx.size == 0:
+            return
+        live = np.zeros(self.m, dtype=bool)
+        live[self.ii[self.open_idx]] = True
+        live[self.jj[self.open_idx]] = True
+        for s in range(self.n_sub):
             x = block[:, block_codes == s]
             if x.shape[1] == 0:
                 continue
-            counts[s] += x.shape[1]
-            sums[s] += x.sum(axis=1)
-            squares[s] += (x * x).sum(axis=1)
-            if paired:
-                gram[s] += x @ x.T
-        prev = n_k
-        a, b = ii[open_idx], jj[open_idx]
-        diff, var = _pair_mean_var(sums, squares, gram, counts, a, b, plain)
-        c = boundary_multiplier(design.spending, design.alpha, list(look_n[: k + 1]), n_total, design.look_size,
-                                design.sides)
+            self.counts[s] += x.shape[1]
+            row_sums = x.sum(axis=1)
+            self.sums[s] += row_sums
+            self.squares[s] += (x * x).sum(axis=1)
+            if self.paired:
+                self.gram[s] += x @ x.T
+            self.model_sums[s, live] += row_sums[live]
+            self.model_counts[s, live] += x.shape[1]
+        open_idx = self.open_idx
+        a, b = self.ii[open_idx], self.jj[open_idx]
+        diff, var = _pair_mean_var(self.sums, self.squares, self.gram, self.counts, a, b, self.plain)
+        d = self.design
+        c = boundary_multiplier(d.spending, d.alpha, list(self.looks), self.n_total, d.look_size, d.sides)
         half = c * np.sqrt(var)
         lower, upper = diff - half, diff + half
-        v = design.verdict_codes(lower, upper)
-        out["diff"][open_idx], out["lower"][open_idx], out["upper"][open_idx] = diff, lower, upper
-        used[open_idx] = n_k
+        v = d.verdict_codes(lower, upper)
+        self.out["diff"][open_idx], self.out["lower"][open_idx], self.out["upper"][open_idx] = diff, lower, upper
+        self.used[open_idx] = n_k
         decided = v != UNDECIDED
-        verdict[open_idx[decided]] = v[decided]
-        look[open_idx[decided]] = k + 1
-        open_idx = open_idx[~decided]
-    return {"verdict": verdict, "look": look, "used": used, **out}
+        self.verdict[open_idx[decided]] = v[decided]
+        self.look[open_idx[decided]] = len(self.looks)
+        self.open_idx = open_idx[~decided]
+
+    def result(self) -> dict[str, np.ndarray]:
+        return {"verdict": self.verdict.copy(), "look": self.look.copy(), "used": self.used.copy(),
+                **{k: v.copy() for k, v in self.out.items()}}
+
+    def ordering_means(self) -> np.ndarray:
+        """:func:`ordering_means` from the running sums: each model's (mean-of-means) estimate over the columns
+        it was sampled for."""
+        seen = self.model_counts > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per = np.where(seen, self.model_sums / np.where(seen, self.model_counts, 1.0), 0.0)
+        k = np.maximum(seen.sum(axis=0), 1)
+        return per.sum(axis=0) / k
+
+
+class SequentialRanking:
+    """:func:`rank_models` (distribution target, group-sequential) one look at a time: the pairs' Gram
+    statistics are updated with the new columns only (:class:`GramPairs`), so a look of a paired run costs
+    the same at look 20 as at look 1 instead of replaying every look from the first.
+
+    ``update(block)`` takes the next ``(M, b)`` columns of the shared order (models that stopped: any value,
+    they are not read); ``result()`` is the :class:`Ranking` so far.
+    """
+
+    def __init__(self, names: Sequence[str], *, n_total: int, alpha: float = 0.05, margin: float = 0.0,
+                 design: ComparisonDesign | None = None, correction: str = "bonferroni",
+                 subsets: np.ndarray | None = None, n_subsets: int | None = None) -> None:
+        self.names = tuple(str(x) for x in names)
+        if len(self.names) < 2:
+            raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
+        self.alpha = check_alpha(alpha)
+        if correction not in ("bonferroni", "none"):
+            raise InputError(f"correction must be bonferroni or none, got {correction!r}")
+        self.correction = correction
+        self.ii, self.jj = pair_indices(len(self.names))
+        base = design if design is not None else ComparisonDesign(alpha=alpha, margin=margin)
+        pair_alpha = self.alpha / len(self.ii) if correction == "bonferroni" else self.alpha
+        self.pair_design = replace(base, alpha=pair_alpha, goal="difference")
+        self.n_total = int(n_total)
+        self.pairs = GramPairs(len(self.names), self.ii, self.jj, self.pair_design, self.n_total, subsets, n_subsets)
+
+    def update(self, block: np.ndarray) -> "Ranking":
+        self.pairs.absorb(np.where(np.isnan(block), 0.0, block))  # rows of models that left: never read
+        return self.result()
+
+    def result(self) -> "Ranking":
+        if not self.pairs.looks:
+            raise InputError("a ranking needs at least one look")
+        res = self.pairs.result()
+        used = model_used(len(self.names), self.ii, self.jj, res["used"])
+        return ranking_from_pairs(self.names, self.ii, self.jj, res, self.pairs.ordering_means(), used,
+                                  self.n_total, self.pair_design, self.alpha, self.correction)
 
 
 def _pair_mean_var(sums: np.ndarray, squares: np.ndarray, gram: np.ndarray | None, counts: np.ndarray,

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._validation import InputError, check_alpha, check_choice, check_in_range, check_positive
 from .results import to_jsonable
-from .sequential import boundary_multiplier, mean_of_means
+from .sequential import boundary_multiplier
 
 STATUSES = ("running", "below", "precise", "not-best", "candidate", "exhausted")
 
@@ -85,43 +85,113 @@ def select_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int
         raise InputError(f"scores must be (models, items) with one row per name and >= 1 item, got {scores.shape}")
     if np.isnan(scores).any():
         raise InputError("every model must have a score for every shared item")
-    alpha = check_alpha(alpha)
-    threshold = check_in_range(threshold, "threshold", 0.0, 1.0)
-    halfwidth = check_positive(halfwidth, "halfwidth")
-    check_choice(mode, "mode", ("precision", "best"))
-    m, n = scores.shape
-    model_alpha = alpha / m
-    status = ["running"] * m
-    look_of: list[int | None] = [None] * m
-    used = np.zeros(m, dtype=np.int64)
-    mean = np.full(m, np.nan)
-    lower = np.zeros(m)
-    upper = np.ones(m)
+    n = scores.shape[1]
     looks = [int(x) for x in look_n if 0 < x <= n]
     if not looks:
         raise InputError("no look: look sizes must lie in [1, number of items]")
-    for k, n_k in enumerate(looks):
-        active = np.array([s == "running" for s in status])
-        if not active.any():
+    sel = SequentialSelection(names, n_total=n, threshold=threshold, halfwidth=halfwidth, alpha=alpha, mode=mode,
+                              spending=spending, look_size=look_size, subsets=subsets, n_subsets=n_subsets)
+    prev = 0
+    for n_k in looks:
+        if not sel.running.any():
             break
-        idx = np.flatnonzero(active)
-        codes = None if subsets is None else subsets[:n_k]
-        mu, var = mean_of_means(scores[idx, :n_k], codes, n_subsets)
-        c = boundary_multiplier(spending, model_alpha, looks[: k + 1], n, look_size, 2)
+        sel.update(scores[:, prev:n_k])
+        prev = n_k
+    return sel.result()
+
+
+class SequentialSelection:
+    """:func:`select_models` one look at a time: per model and sub-dataset running sums and sums of squares,
+    so a look costs O(M x new items), never a replay from the first look.
+
+    ``update(block)`` takes the next ``(M, b)`` columns of the shared order (rows of models that stopped are
+    ignored); ``result()`` is the :class:`Selection` so far.
+    """
+
+    def __init__(self, names: Sequence[str], *, n_total: int, threshold: float, halfwidth: float,
+                 alpha: float = 0.05, mode: str = "precision", spending: str = "pocock", look_size: int = 100,
+                 subsets: np.ndarray | None = None, n_subsets: int | None = None) -> None:
+        self.names = tuple(str(x) for x in names)
+        self.alpha = check_alpha(alpha)
+        self.threshold = check_in_range(threshold, "threshold", 0.0, 1.0)
+        self.halfwidth = check_positive(halfwidth, "halfwidth")
+        self.mode = check_choice(mode, "mode", ("precision", "best"))
+        self.spending, self.look_size, self.n_total = spending, look_size, int(n_total)
+        m = len(self.names)
+        self.codes = None if subsets is None else np.asarray(subsets, dtype=np.int64)
+        self.n_sub = 1 if self.codes is None else int(n_subsets if n_subsets is not None else self.codes.max() + 1)
+        self.count = np.zeros(self.n_sub)
+        self.sums = np.zeros((self.n_sub, m))
+        self.squares = np.zeros((self.n_sub, m))
+        self.status = ["running"] * m
+        self.look_of: list[int | None] = [None] * m
+        self.used = np.zeros(m, dtype=np.int64)
+        self.mean = np.full(m, np.nan)
+        self.lower = np.zeros(m)
+        self.upper = np.ones(m)
+        self.looks: list[int] = []
+        self.n = 0
+
+    @property
+    def running(self) -> np.ndarray:
+        return np.asarray([s == "running" for s in self.status])
+
+    def _mean_var(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`.sequential.mean_of_means` of the models ``idx`` over the columns seen, from the sums."""
+        nan = np.full(len(idx), np.nan)
+        if self.codes is None and self.count[0] < 2:
+            n0 = self.count[0]
+            return (self.sums[0, idx] / n0 if n0 else nan), nan
+        if (self.count < 2).any():
+            return nan, nan
+        means, variances = [], []
+        for s in range(self.n_sub):
+            n_s = self.count[s]
+            su, sq = self.sums[s, idx], self.squares[s, idx]
+            var = np.maximum(np.maximum(sq - su * su / n_s, 0.0) / (n_s - 1.0), 1.0 / n_s)  # ddof 1, floor 1/n
+            means.append(su / n_s)
+            variances.append(var / n_s)
+        return np.mean(means, axis=0), np.sum(variances, axis=0) / self.n_sub**2
+
+    def update(self, block: np.ndarray) -> Selection:
+        block = np.asarray(block, dtype=float)
+        n_k = self.n + block.shape[1]
+        if block.ndim != 2 or block.shape[0] != len(self.names) or n_k > self.n_total:
+            raise InputError(f"a look must be (models={len(self.names)}, items) within the {self.n_total} shared "
+                             f"items, got {block.shape} after {self.n}")
+        k = len(self.looks)
+        self.looks.append(n_k)
+        codes = np.zeros(block.shape[1], dtype=np.int64) if self.codes is None else self.codes[self.n:n_k]
+        self.n = n_k
+        idx = np.flatnonzero(self.running)
+        if idx.size == 0:
+            return self.result()
+        x = block[idx]
+        if np.isnan(x).any():
+            raise InputError("every model still running needs a score for every item of the look")
+        for s in range(self.n_sub):
+            cols = codes == s
+            self.count[s] += int(cols.sum())
+            self.sums[s, idx] += x[:, cols].sum(axis=1)
+            self.squares[s, idx] += (x[:, cols] ** 2).sum(axis=1)
+        m, status, look_of = len(self.names), self.status, self.look_of
+        mean, lower, upper = self.mean, self.lower, self.upper
+        mu, var = self._mean_var(idx)
+        c = boundary_multiplier(self.spending, self.alpha / m, self.looks[: k + 1], self.n_total, self.look_size, 2)
         half = c * np.sqrt(var)
-        exact = n_k == n
-        mean[idx], used[idx] = mu, n_k
+        exact = n_k == self.n_total
+        mean[idx], self.used[idx] = mu, n_k
         lower[idx] = np.where(exact, mu, np.clip(mu - half, 0, 1))
         upper[idx] = np.where(exact, mu, np.clip(mu + half, 0, 1))
         ok = np.isfinite(half) | exact
         for j in idx:
             if not ok[np.searchsorted(idx, j)]:
                 continue
-            if upper[j] < threshold:
+            if upper[j] < self.threshold:
                 status[j], look_of[j] = "below", k + 1
-        if mode == "precision":
+        if self.mode == "precision":
             for j in idx:
-                if status[j] == "running" and ok[np.searchsorted(idx, j)] and (upper[j] - lower[j]) / 2 <= halfwidth:
+                if status[j] == "running" and ok[np.searchsorted(idx, j)] and (upper[j] - lower[j]) / 2 <= self.halfwidth:
                     status[j], look_of[j] = "precise", k + 1
         else:
             alive = [j for j in range(m) if status[j] not in ("below", "not-best")]
@@ -130,20 +200,27 @@ def select_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int
                 if status[j] == "running" and upper[j] < best_other:
                     status[j], look_of[j] = "not-best", k + 1
             alive = [j for j in range(m) if status[j] not in ("below", "not-best")]
-            if len(alive) == 1 or all((upper[j] - lower[j]) / 2 <= halfwidth for j in alive):
+            if len(alive) == 1 or all((upper[j] - lower[j]) / 2 <= self.halfwidth for j in alive):
                 for j in alive:
                     status[j], look_of[j] = "candidate", k + 1
         if exact:
             for j in range(m):
                 if status[j] == "running":
                     status[j], look_of[j] = "exhausted", k + 1
-    keep = [j for j in range(m) if status[j] not in ("below", "not-best")]
-    keep.sort(key=lambda j: -mean[j])
-    guarantee = (f"group-sequential repeated CIs per model at level {1 - model_alpha:.4g} (Bonferroni over {m} models, "
-                 f"{spending} boundary on n/N): all discards correct with probability >= {1 - alpha:g}")
-    return Selection(
-        selected=tuple(names[j] for j in keep),
-        discarded=tuple(names[j] for j in range(m) if j not in keep),
-        models=tuple(ModelStatus(names[j], float(mean[j]), float(lower[j]), float(upper[j]), int(used[j]), status[j],
-                                 look_of[j]) for j in range(m)),
-        n_total=n, threshold=threshold, halfwidth=halfwidth, mode=mode, alpha=alpha, guarantee=guarantee)
+        return self.result()
+
+    def result(self) -> Selection:
+        m, names, status = len(self.names), self.names, self.status
+        keep = [j for j in range(m) if status[j] not in ("below", "not-best")]
+        keep.sort(key=lambda j: -self.mean[j])
+        model_alpha = self.alpha / m
+        guarantee = (f"group-sequential repeated CIs per model at level {1 - model_alpha:.4g} (Bonferroni over {m} "
+                     f"models, {self.spending} boundary on n/N): all discards correct with probability >= "
+                     f"{1 - self.alpha:g}")
+        return Selection(
+            selected=tuple(names[j] for j in keep),
+            discarded=tuple(names[j] for j in range(m) if j not in keep),
+            models=tuple(ModelStatus(names[j], float(self.mean[j]), float(self.lower[j]), float(self.upper[j]),
+                                     int(self.used[j]), status[j], self.look_of[j]) for j in range(m)),
+            n_total=self.n_total, threshold=self.threshold, halfwidth=self.halfwidth, mode=self.mode,
+            alpha=self.alpha, guarantee=guarantee)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from ..startup import mark
 from ..tasks import steps
@@ -20,26 +21,29 @@ from ..tasks.plan import RunPlan
 def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
     """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met."""
     mark("flow_started")  # Prefect's API answered and the flow run exists
+    # Live handles go to the tasks quoted: Prefect otherwise walks every argument to record task inputs, and a
+    # round's RoundScores (a dataclass of per-model arrays and outputs) cost it ~60 s over a 1,989-model
+    # ranking (benchmarks/scale.py profile); quoted values reach the task unchanged
     run = steps.load_bank(plan)
     mark("bank_loaded")
     pool = None
     try:
-        steps.embed(run)
-        steps.restore(run, progress)
-        pool = steps.start_models(plan, run) if not run.done else None
+        steps.embed(quote(run))
+        steps.restore(quote(run), progress)
+        pool = steps.start_models(plan, quote(run)) if not run.done else None
         while not run.done:
-            batch = steps.select(run)
+            batch = steps.select(quote(run))
             if not any(len(items) for items in batch.items.values()):
                 break
-            batch = steps.infer(run, pool, batch)
-            steps.update(run, batch)
-            steps.decide(run, batch)
-            steps.store_round(run, batch)
+            batch = steps.infer(quote(run), quote(pool), quote(batch))
+            steps.update(quote(run), quote(batch))
+            steps.decide(quote(run), quote(batch))
+            steps.store_round(quote(run), quote(batch))
         run.compact_cache()  # the batches' cache parts merged (bounded housekeeping, not a step of the loop)
-        return steps.store_results(run)
+        return steps.store_results(quote(run))
     finally:
         if pool is not None:
-            steps.stop_models(pool)
+            steps.stop_models(quote(pool))
         if run.progress is not None:
             run.progress.close()
         if run.owns_lock:  # taken by this flow (not by a CLI around it): the next writer may come

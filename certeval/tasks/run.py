@@ -19,6 +19,7 @@ for before a crash.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
@@ -217,6 +218,7 @@ class Run:
             self.pair = PairDifferenceMethod(confidence=self.plan.confidence, subset_intervals=False).start(
                 replace(self.spec, history=prior))
         self.bank_group = self._bank_group() if self.pair is None else None
+        self.dist_group = self._distribution_group() if self.pair is None and self.bank_group is None else None
         if marker is None:
             return
         last = int(marker["round"])
@@ -267,11 +269,41 @@ class Run:
                                  threshold=plan.threshold or 0.0).start(weights)
         return BankRanking(self.labels, alpha=alpha, margin=plan.margin).start(weights)
 
+    def _distribution_group(self) -> Any:
+        """The incremental distribution-target estimator of a paired run: group-sequential tests fed one look
+        at a time (a replay of every look from the first each round cost the square of the rounds)."""
+        from ..estimators.comparison import ComparisonDesign, PairedComparison
+        from ..estimators.ranking import SequentialRanking
+        from ..estimators.selection import SequentialSelection
+
+        plan, n = self.plan, self.bank.n_items
+        alpha = 1.0 - plan.confidence
+        codes = None if self.codes is None else self.codes[self.order]
+        n_subsets = None if self.codes is None else int(self.codes.max()) + 1
+        design = ComparisonDesign(alpha=alpha, margin=plan.margin, look_size=plan.batch_size)
+        if plan.kind == "compare":
+            return PairedComparison(self.labels[0], self.labels[1], confidence=plan.confidence,
+                                    design=design).start(n, codes)
+        if plan.kind == "rank":
+            return SequentialRanking(self.labels, n_total=n, alpha=alpha, margin=plan.margin, design=design,
+                                     subsets=codes, n_subsets=n_subsets)
+        return SequentialSelection(self.labels, n_total=n, threshold=plan.threshold, halfwidth=plan.halfwidth,
+                                   alpha=alpha, mode=plan.mode, look_size=plan.batch_size, subsets=codes,
+                                   n_subsets=n_subsets)
+
     def _group_absorb(self, start: int, stop: int) -> None:
-        """Feed the bank-target estimator the look's new shared columns (rows of models that left are NaN)."""
-        if getattr(self, "bank_group", None) is None or stop <= start:
+        """Feed the run's incremental group estimator (bank or distribution target) the look's new shared
+        columns (rows of models that left are NaN and never read)."""
+        if stop <= start:
             return
-        self.bank_group.update(self.order[start:stop].astype(np.int64), self.matrix[:, start:stop])
+        if getattr(self, "bank_group", None) is not None:
+            self.bank_group.update(self.order[start:stop].astype(np.int64), self.matrix[:, start:stop])
+        dist = getattr(self, "dist_group", None)
+        if dist is not None and self.plan.kind == "compare":
+            block = np.where(np.isnan(self.matrix[:, start:stop]), 0.0, self.matrix[:, start:stop])
+            dist.update(self.order[start:stop], block[0], block[1])
+        elif dist is not None:
+            dist.update(self.matrix[:, start:stop])
 
     def _check_paired_record(self, rounds: pd.DataFrame, last: int) -> None:
         """A paired run resumes only from a complete record: every round file up to the committed one, and
@@ -356,6 +388,17 @@ class Run:
             hashes[pos] = prompt_hash(self._record(pos))
         return hashes[pos]
 
+    def _prompt_hash_array(self, needed: np.ndarray) -> np.ndarray:
+        """Prompt hashes by bank position (object array; filled for ``needed`` positions, once each)."""
+        hashes = self.__dict__.get("_prompt_hash_by_pos")
+        if hashes is None:
+            hashes = self._prompt_hash_by_pos = np.full(self.bank.n_items, None, dtype=object)
+            self._prompt_hash_known = np.zeros(self.bank.n_items, dtype=bool)
+        for p in needed[~self._prompt_hash_known[needed]]:
+            hashes[p] = self._prompt_hash(int(p))
+            self._prompt_hash_known[p] = True
+        return hashes
+
     def infer(self, pool: Any, batch: RoundScores) -> RoundScores:
         requests, hits = self.requests(batch)
         chunk = self.plan.chunk_size or max(1, math.ceil(self.plan.batch_size / (self.plan.replicas * self.plan.in_flight)))
@@ -401,7 +444,9 @@ class Run:
                     cols = [column[int(p)] for p in batch.items[label]]
                     self.matrix[i, cols] = batch.scores[label]
             start = self.looks[-1] if self.looks else 0
-            self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
+            # the scored columns are a prefix of the shared order: count only past it (M x N is 10^8 at 10k x 10k)
+            span = max((len(items) for items in batch.items.values()), default=0)
+            self.looks.append(start + int(np.sum(~np.isnan(self.matrix[:, start:start + span]).all(axis=0))))
             self._pair_absorb(start, self.looks[-1])
             self._group_absorb(start, self.looks[-1])
 
@@ -422,30 +467,18 @@ class Run:
         else:
             self.engine.decide(list(batch.items), look=self.round + 1)
             self.active = self.engine.active
+        # the look log's entries are statistics of this look: computed here, written by store_round
+        self._look_records = (self.round, {label: self.look_record(label) for label in batch.items})
         if self.progress is not None:
             self.progress.refresh()
         return dict(self.decisions)
 
-    def _filled(self) -> tuple[np.ndarray, list[int]]:
-        """The score matrix with not-yet-scored cells set to 0: the estimators replay only looks <= now,
-        and a model that stopped is never read past its stop."""
-        filled = np.where(np.isnan(self.matrix), 0.0, self.matrix)
-        return filled, list(self.looks)
-
     def _decide_paired(self) -> None:
-        from ..estimators.comparison import ComparisonDesign, PairedComparison
-        from ..estimators.ranking import rank_models
-        from ..estimators.selection import select_models
-
         if not self.looks:
             return
         plan = self.plan
-        filled, looks = self._filled()
+        looks = list(self.looks)
         n_now = looks[-1]
-        alpha = 1.0 - plan.confidence
-        codes = None if self.codes is None else self.codes[self.order]
-        n_subsets = None if self.codes is None else int(self.codes.max()) + 1
-        design = ComparisonDesign(alpha=alpha, margin=plan.margin, look_size=plan.batch_size)
         exhausted = n_now >= self.bank.n_items
         budget_spent = plan.max_items is not None and n_now >= plan.max_items
         bank_group = getattr(self, "bank_group", None)
@@ -464,25 +497,15 @@ class Run:
             still = [] if self.group.done else list(self.labels)
             pairs_done = {frozenset(self.labels): self.group.done}
         elif plan.kind == "compare":
-            comp = PairedComparison(self.labels[0], self.labels[1], confidence=plan.confidence, design=design)
-            comp.start(self.bank.n_items, None if self.codes is None else self.codes)
-            prev = 0
-            for n_k in looks:
-                cols = self.order[prev:n_k]
-                comp.update(cols, filled[0, prev:n_k], filled[1, prev:n_k])
-                prev = n_k
-            self.group = comp.result()
+            self.group = self.dist_group.result()
             still = [] if self.group.done else list(self.labels)
             pairs_done = {frozenset(self.labels): self.group.done}
         elif plan.kind == "rank":
-            self.group = rank_models(filled, self.labels, looks, alpha=alpha, margin=plan.margin, design=design,
-                                     subsets=codes, n_subsets=n_subsets)
+            self.group = self.dist_group.result()
             still = self.group.undecided_models()  # vectorised: millions of pairs at M ~ 2000
             pairs_done = None
         else:
-            self.group = select_models(filled, self.labels, looks, threshold=plan.threshold, halfwidth=plan.halfwidth,
-                                       alpha=alpha, mode=plan.mode, look_size=plan.batch_size, subsets=codes,
-                                       n_subsets=n_subsets)
+            self.group = self.dist_group.result()
             still = [s.model for s in self.group.models if s.status == "running"]
             pairs_done = {}
         self.active = [] if (exhausted or budget_spent) else still
@@ -517,17 +540,36 @@ class Run:
     def store_round(self, batch: RoundScores) -> None:
         """Rounds Parquet first, then each model's state, then (paired) the run marker: a crash
         between two writes leaves the previous commit point valid."""
+        # one frame for the round, built column by column with numpy (a DataFrame per model cost ~20 s a run at
+        # M ~ 2000; Python lists per cell ~5 s a round at 10,000 models)
+        labels = list(batch.items)
         rows = []
-        for label, pos in batch.items.items():
-            rows.append(pd.DataFrame({
-                "model": label, "item_id": [self.bank.item_ids[p] for p in pos],
-                "score": batch.scores[label],
+        if labels:
+            counts = np.asarray([len(batch.items[label]) for label in labels], dtype=np.int64)
+            pos = np.concatenate([np.asarray(batch.items[label], dtype=np.int64) for label in labels])
+            ids = self.__dict__.get("_item_id_array")
+            if ids is None:
+                ids = self._item_id_array = np.asarray(self.bank.item_ids, dtype=object)
+            outputs = list(itertools.chain.from_iterable(
+                batch.outputs.get(label) or [None] * len(batch.items[label]) for label in labels))
+            known = self.__dict__.get("_look_records")
+            records = [(known[1].get(label) if known is not None and known[0] == self.round else None)
+                       or self.look_record(label) for label in labels]
+            columns = {
+                "model": np.repeat(np.asarray(labels, dtype=object), counts),
+                "item_id": ids[pos],
+                "score": np.concatenate([np.asarray(batch.scores[label], dtype=float) for label in labels]),
                 # generation kept apart from judging: `certeval rescore` re-judges these without the model
-                "output": pd.Series(batch.outputs.get(label) or [None] * len(pos), dtype=object),
-                "prompt_hash": pd.Series([self._prompt_hash(int(p)) for p in pos], dtype=object),
-                "round": self.round, "prob": batch.probs[label],
-                **self.look_record(label),
-            }))
+                "output": pd.Series(outputs, dtype=object),
+                "prompt_hash": pd.Series(self._prompt_hash_array(np.unique(pos))[pos], dtype=object),
+                "round": self.round,
+                "prob": np.concatenate([np.asarray(batch.probs[label], dtype=float) for label in labels]),
+            }
+            for name in records[0]:
+                values = [rec[name] for rec in records]
+                text = name.endswith(("_rule", "_verdict"))
+                columns[name] = np.repeat(np.asarray(values, dtype=object if text else None), counts)
+            rows.append(pd.DataFrame(columns))
         if rows:
             frame = pd.concat(rows, ignore_index=True)
             existing = self.store.folder.read_parquet(f"rounds/{self.round:05d}.parquet")
@@ -538,11 +580,10 @@ class Run:
         # paired runs resume from rounds/ + the marker, never from per-model states: those are written once,
         # when the run ends (a ranking of 2,000 models wrote 2,000 JSON files a round for nothing)
         to_write = list(batch.items) if not self.plan.paired else (list(self.labels) if self.done else [])
-        for label in to_write:
-            self.store.write_state(label, {
-                "round": self.round, "method_state": self.methods[label].state(),
-                "decision": self.decisions[label].to_dict() if label in self.decisions else None,
-            })
+        self.store.write_states({label: {
+            "round": self.round, "method_state": self.methods[label].state(),
+            "decision": self.decisions[label].to_dict() if label in self.decisions else None,
+        } for label in to_write})
         for label in batch.items:
             self.model_round[label] = self.round + 1
         if self.plan.paired:
@@ -569,7 +610,10 @@ class Run:
         group = (nan, nan, nan)
         intervals = getattr(getattr(self, "bank_group", None), "model_intervals", None)
         if self.plan.kind == "rank" and callable(intervals):
-            group = intervals()[label][:3]
+            memo = self.__dict__.get("_look_intervals")
+            if memo is None or memo[0] != self.round:  # once per look, not once per model (O(M^2) at M ~ 2000)
+                memo = self._look_intervals = (self.round, intervals())
+            group = memo[1][label][:3]
         elif self.plan.kind == "select" and self.group is not None:
             s = next(s for s in self.group.models if s.model == label)
             group = (s.mean, s.lower, s.upper)
@@ -637,8 +681,9 @@ class Run:
                 lower, upper = (s.lower, s.upper) if look is None else (look["look_group_lower"], look["look_group_upper"])
                 entry.update(selection_status=s.status, selection_lower=float(lower), selection_upper=float(upper))
         if plan.kind == "rank" and hasattr(getattr(self, "bank_group", None), "model_intervals"):  # at alpha/M
+            intervals = self.bank_group.model_intervals()
             for entry in models:
-                mean, lower, upper, used = self.bank_group.model_intervals()[entry["model"]]
+                mean, lower, upper, used = intervals[entry["model"]]
                 look = looks.get(entry["model"])
                 if look is not None:
                     mean, lower, upper = (float(look[f"look_group_{k}"]) for k in ("mean", "lower", "upper"))
