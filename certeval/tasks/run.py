@@ -609,14 +609,17 @@ class Run:
         nan = float("nan")
         group = (nan, nan, nan)
         intervals = getattr(getattr(self, "bank_group", None), "model_intervals", None)
-        if self.plan.kind == "rank" and callable(intervals):
-            memo = self.__dict__.get("_look_intervals")
-            if memo is None or memo[0] != self.round:  # once per look, not once per model (O(M^2) at M ~ 2000)
-                memo = self._look_intervals = (self.round, intervals())
-            group = memo[1][label][:3]
-        elif self.plan.kind == "select" and self.group is not None:
-            s = next(s for s in self.group.models if s.model == label)
-            group = (s.mean, s.lower, s.upper)
+        # the group's per-model intervals, gathered once per look, not once per model (O(M^2) at M ~ 2000)
+        key = (self.round, len(self.looks), id(self.group))
+        memo = self.__dict__.get("_look_group")
+        if memo is None or memo[0] != key:
+            by_model: dict[str, tuple[float, float, float]] = {}
+            if self.plan.kind == "rank" and callable(intervals):
+                by_model = {k: v[:3] for k, v in intervals().items()}
+            elif self.plan.kind == "select" and self.group is not None:
+                by_model = {s.model: (s.mean, s.lower, s.upper) for s in self.group.models}
+            memo = self._look_group = (key, by_model)
+        group = memo[1].get(label, group)
         pair: tuple[float, float, float, Any] = (nan, nan, nan, None)
         if self.plan.kind == "compare" and self.group is not None:
             pair = (self.group.diff, self.group.lower, self.group.upper, self.group.verdict)
