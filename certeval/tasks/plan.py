@@ -204,10 +204,13 @@ def check_replay_coverage(specs: list[ModelSpec], bank: Bank) -> None:
     for spec in specs:
         if spec.kind != "replay":
             continue
-        mine = _model_items(spec.location, True).get(spec.name, [])
-        if id(mine) not in seen:
-            seen[id(mine)] = ids.difference(pd.Index(mine, dtype=object))
-        missing = seen[id(mine)]
+        mine = _model_items(spec.location, True).get(spec.name)
+        if mine is None:
+            missing = ids
+        else:  # the arrays live in _model_items' cache, so their ids are stable here
+            if id(mine) not in seen:
+                seen[id(mine)] = ids.difference(pd.Index(mine, dtype=object))
+            missing = seen[id(mine)]
         if len(missing):
             raise InputError(f"replay model {spec.text!r} has no recorded score for {len(missing)} of the bank's "
                              f"{len(ids)} items (e.g. {missing[0]!r}); pass a bank it covers, or no --bank")
