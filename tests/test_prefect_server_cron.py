@@ -5,8 +5,9 @@ of every minute, checkpoints and results on an S3 server (moto on 127.0.0.1).
 The cron fires on its own: the first tick's flow run is killed mid-flow together with its worker; a new
 worker is started and the orphaned run is put back in the queue (Prefect's retry); it resumes the same run
 folder (its run id is the tick's scheduled time) and selects among two checkpoints. A third (better)
-checkpoint is then put in the bucket and a later tick picks it. The score cache in the bucket means no tick
-and no retry asks a model for an item already scored (backend call log). Every process started here is
+checkpoint is then put in the bucket and a later tick picks it. The score cache in the bucket and the
+deployment's concurrency limit (one tick at a time: on a loaded machine a tick outlasts the minute) mean no
+tick and no retry asks a model for an item already scored (backend call log). Every process started here is
 stopped at the end, by pid."""
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ def test_cron_deployment_on_a_prefect_server_survives_a_killed_worker_and_picks_
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false",
         "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
         "PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_WORKER_PREFETCH_SECONDS": "5",
+        # a tick queued behind the running one (the deployment's concurrency limit) asks again this often
+        "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "3",
         "AWS_ENDPOINT_URL": moto, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
         "CERTEVAL_BACKEND_LOG": str(log),
@@ -167,6 +170,10 @@ def test_cron_deployment_on_a_prefect_server_survives_a_killed_worker_and_picks_
         dep = _api(api, "/deployments/name/select-checkpoints/nightly-checkpoints")
         crons = {s["schedule"].get("cron"): s["id"] for s in dep["schedules"]}
         assert "* * * * *" in crons, dep["schedules"]
+        # one tick at a time: on a slow machine a tick outlasts the minute, and overlapping ticks would each
+        # score the items the other has not cached yet
+        assert (dep["global_concurrency_limit"] or {}).get("limit") == 1, dep
+        assert dep["concurrency_options"]["collision_strategy"] == "ENQUEUE", dep
         for cron, schedule_id in crons.items():  # the yaml's nightly cron stays, paused: only our ticks fire
             if cron != "* * * * *":
                 _api(api, f"/deployments/{dep['id']}/schedules/{schedule_id}", {"active": False}, method="PATCH")
@@ -177,7 +184,7 @@ def test_cron_deployment_on_a_prefect_server_survives_a_killed_worker_and_picks_
             return [json.loads(fs.cat_file(p)) for p in sorted(fs.glob(f"{BUCKET}/runs/checkpoints-*/best.json"))]
 
         # the first tick's flow run starts scoring: kill the worker and its flow-run process mid-flow
-        deadline = time.time() + 120
+        deadline = time.time() + 300
         while not (log.exists() and log.stat().st_size > 0):
             assert time.time() < deadline, "no tick started scoring:\n" + tail("worker") + runs_now()
             time.sleep(0.1)
@@ -193,18 +200,21 @@ def test_cron_deployment_on_a_prefect_server_survives_a_killed_worker_and_picks_
         for run in running:
             _api(api, f"/flow_runs/{run['id']}/set_state",
                  {"state": {"type": "SCHEDULED", "name": "AwaitingRetry"}, "force": True})
-        deadline = time.time() + 150
+        deadline = time.time() + 300
         while _api(api, f"/flow_runs/{killed['id']}")["state_type"] != "COMPLETED":
             assert time.time() < deadline, "the retried run never completed:\n" + tail("worker2") + runs_now()
             time.sleep(2)
         stamp = killed["expected_start_time"][:19].replace("-", "").replace(":", "").replace("T", "-")
-        first = next(r for r in best_reports() if r["run_id"] == f"checkpoints-{stamp}")
+        reports = best_reports()
+        first = next((r for r in reports if r["run_id"] == f"checkpoints-{stamp}"), None)
+        assert first is not None, (f"no best.json for the retried run checkpoints-{stamp}; reports: "
+                                   f"{[r['run_id'] for r in reports]}\n{runs_now()}\n{tail('worker2')}")
         assert first["best"] == MIDDLE and len(first["checkpoints"]) == 2
         resumed = json.loads(fs.cat_file(f"{first['run_folder'].replace('s3://', '')}/results.json"))
         assert resumed["pipeline"]["resumed"]  # the same run folder, picked up where the killed one stopped
 
         fs.pipe_file(f"{BUCKET}/checkpoints/step-3000.spec", replay(STRONG, scores).encode())  # a new checkpoint
-        deadline = time.time() + 150
+        deadline = time.time() + 300
         while not any(len(r["checkpoints"]) == 3 for r in best_reports()):
             assert time.time() < deadline, "no tick picked up the new checkpoint:\n" + tail("worker2") + runs_now()
             time.sleep(2)
