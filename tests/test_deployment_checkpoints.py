@@ -33,6 +33,8 @@ def test_prefect_yaml_declares_the_scheduled_selection_and_ranking():
     assert sel["entrypoint"] == "certeval/flows/checkpoints.py:select_checkpoints_flow"
     assert sel["schedules"][0]["cron"]
     assert by_name["weekly-ranking"]["entrypoint"].endswith(":rank_models_flow")
+    for dep in spec["deployments"]:  # a tick never runs beside the previous one of its deployment
+        assert dep["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}, dep["name"]
 
 
 def test_served_checkpoint_selection_picks_the_best(infra, tmp_path):
