@@ -97,7 +97,8 @@ def test_rank_survives_losing_a_worker_node(cluster, tmp_path):
     lost = [p for p in pipe["placement"] if p["generation"] == 0 and p["node_resources"] == ["node_w1"]]
     fresh = [p for p in pipe["placement"] if p["generation"] > 0]
     assert lost and fresh, pipe["placement"]
-    assert all(p["node_resources"] in (["node_head"], ["node_w2"]) for p in fresh), fresh  # re-created on survivors
+    # re-created on survivors, never pinned back to the node that lost it (Ray lists it alive for a while)
+    assert all(p["node_resources"] in (["node_head"], ["node_w2"]) for p in fresh), fresh
 
     # exactly once: the model was asked for each (model, item) once, and for exactly the items in the rounds
     calls = Counter(read_log(log))

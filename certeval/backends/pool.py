@@ -319,12 +319,13 @@ class ModelPool:
         self.slots: dict[str, list[_Slot]] = {}  # actor group -> its replicas
         self.stats = PoolStats()
         self._pings: list[tuple[str, str, int, int, Any]] = []  # placement still to read
+        self._node_of: dict[str, str] = {}  # actor name -> the Ray node it answered from
 
     # -- actors -------------------------------------------------------------
     def _actor_class(self):
         return ray.remote(ModelWorker)
 
-    def _new_actor(self, group: str, replica: int, generation: int) -> _Slot:
+    def _new_actor(self, group: str, replica: int, generation: int, avoid: str | None = None) -> _Slot:
         labels = self.groups[group]
         replay = all(self.models[label].startswith("replay:") for label in labels)
         cpus = self.num_cpus if self.num_cpus is not None else (0.0 if replay else 1.0)
@@ -332,22 +333,29 @@ class ModelPool:
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
             max_task_retries=0, runtime_env={"env_vars": _forwarded_env()},
-            scheduling_strategy=self._spread(replica, cpus),
+            scheduling_strategy=self._spread(replica, cpus, avoid),
         ).remote({label: self.models[label] for label in labels},
                  {label: self.cache_urls.get(label) for label in labels}, self.call_log, self.host_kwargs,
                  _secret_env())
         self._pings.append((name, group, replica, generation, handle.ping.remote()))
         return _Slot(group, replica, handle, name, generation)
 
-    def _spread(self, replica: int, cpus: float) -> Any:
+    def _spread(self, replica: int, cpus: float, avoid: str | None = None) -> Any:
         """Replica ``r`` of every group goes to the ``r``-th live node able to host it (round robin), so the
         replicas of a model sit on distinct nodes and losing a node costs one replica. Strict affinity: Ray's
-        soft affinity and SPREAD both put replay actors (0 CPUs) on the head. One such node: Ray's default."""
+        soft affinity and SPREAD both put replay actors (0 CPUs) on the head. One such node: Ray's default.
+
+        ``avoid``: the node a dead actor ran on. Its replacement goes elsewhere while another node can host
+        it: Ray still lists a node whose raylet was just killed as alive for seconds, and an actor pinned
+        there would die with it."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         able = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive")
                       and n.get("Resources", {}).get("GPU", 0.0) >= self.num_gpus
                       and n.get("Resources", {}).get("CPU", 0.0) >= cpus)
+        if avoid is not None and len(able) > 1 and avoid in able:
+            able.remove(avoid)
+            return NodeAffinitySchedulingStrategy(able[replica % len(able)], soft=False)
         if len(able) < 2:
             return "DEFAULT"
         return NodeAffinitySchedulingStrategy(able[replica % len(able)], soft=False)
@@ -367,6 +375,8 @@ class ModelPool:
                         where = ray.get(ref, timeout=1)
                     except Exception:  # the actor died before answering
                         where = {}
+                if where.get("node_id"):
+                    self._node_of[name] = where["node_id"]
                 node = nodes.get(where.get("node_id"), {})
                 custom = sorted(k for k in node.get("Resources", {})
                                 if k not in ("CPU", "GPU", "memory", "object_store_memory") and not k.startswith("node:"))
@@ -423,12 +433,26 @@ class ModelPool:
         group = None if label is None else self.group_of.get(label)
         return [s.name for g, slots in self.slots.items() if label is None or g == group for s in slots]
 
+    def _dead_node(self, name: str) -> str | None:
+        """The node the actor ``name`` answered its start-up ping from, if it did (None if unknown)."""
+        if name in self._node_of:
+            return self._node_of[name]
+        for pinged, _, _, _, ref in self._pings:  # started but not yet read by placement()
+            if pinged == name:
+                ready, _ = ray.wait([ref], timeout=0)
+                if ready:
+                    try:
+                        return ray.get(ref, timeout=1).get("node_id")
+                    except Exception:  # died before answering: where it was is unknown
+                        return None
+        return None
+
     def _replace(self, slot: _Slot) -> None:
         try:
             ray.kill(slot.handle, no_restart=True)
         except Exception:  # already gone
             pass
-        fresh = self._new_actor(slot.label, slot.replica, slot.generation + 1)
+        fresh = self._new_actor(slot.label, slot.replica, slot.generation + 1, avoid=self._dead_node(slot.name))
         slot.handle, slot.name, slot.generation = fresh.handle, fresh.name, fresh.generation
         self.stats.replaced_actors += 1
 
