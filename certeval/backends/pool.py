@@ -153,6 +153,15 @@ def _secret_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV_PREFIXES) and is_secret_name(k)}
 
 
+def _ping_answer(ref: Any) -> dict[str, Any]:
+    """An actor's answer to its start-up ``ping`` (already resolved): ``{pid, node_id}``, or ``{}`` when the
+    actor died before answering."""
+    try:
+        return ray.get(ref, timeout=1)
+    except Exception:  # the actor died before answering
+        return {}
+
+
 class ModelWorker:
     """The body of one actor: a host per model it serves (one, or every replay model of a file),
     their score caches and the call log."""
@@ -353,10 +362,9 @@ class ModelPool:
         able = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive")
                       and n.get("Resources", {}).get("GPU", 0.0) >= self.num_gpus
                       and n.get("Resources", {}).get("CPU", 0.0) >= cpus)
-        if avoid is not None and len(able) > 1 and avoid in able:
+        if avoid in able and len(able) > 1:
             able.remove(avoid)
-            return NodeAffinitySchedulingStrategy(able[replica % len(able)], soft=False)
-        if len(able) < 2:
+        elif len(able) < 2:
             return "DEFAULT"
         return NodeAffinitySchedulingStrategy(able[replica % len(able)], soft=False)
 
@@ -369,12 +377,7 @@ class ModelPool:
             ready = set(ready)
             nodes = {n["NodeID"]: n for n in ray.nodes()}
             for name, group, replica, generation, ref in self._pings:
-                where: dict[str, Any] = {}
-                if ref in ready:
-                    try:
-                        where = ray.get(ref, timeout=1)
-                    except Exception:  # the actor died before answering
-                        where = {}
+                where = _ping_answer(ref) if ref in ready else {}
                 if where.get("node_id"):
                     self._node_of[name] = where["node_id"]
                 node = nodes.get(where.get("node_id"), {})
@@ -438,13 +441,8 @@ class ModelPool:
         if name in self._node_of:
             return self._node_of[name]
         for pinged, _, _, _, ref in self._pings:  # started but not yet read by placement()
-            if pinged == name:
-                ready, _ = ray.wait([ref], timeout=0)
-                if ready:
-                    try:
-                        return ray.get(ref, timeout=1).get("node_id")
-                    except Exception:  # died before answering: where it was is unknown
-                        return None
+            if pinged == name and ray.wait([ref], timeout=0)[0]:
+                return _ping_answer(ref).get("node_id")
         return None
 
     def _replace(self, slot: _Slot) -> None:
