@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -76,8 +77,6 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 def _api(url: str, path: str, body: dict | None = None, method: str | None = None, attempts: int = 8):
     """One call to the server's REST API. A busy SQLite server answers 503 ("database is locked") or 429, which
     Prefect's own client retries: so do we, a bounded number of times (every call made here is idempotent)."""
-    import urllib.error
-
     for attempt in range(attempts):
         req = urllib.request.Request(f"{url}{path}", data=None if body is None else json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"},
