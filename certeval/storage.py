@@ -454,8 +454,9 @@ class RunStore:
     def claim(self, config: dict, compare_keys: tuple[str, ...]) -> bool:
         """Write ``config`` for a new run, or check it against the stored one (resume).
 
-        Returns True when the run already existed. A stored config that differs
-        in any of ``compare_keys`` is bad input: nothing is written.
+        Returns True when the run was started by another command: the stored config's ``invocation`` differs
+        from ``config``'s (a command that claims twice is not resuming). A stored config that differs in any of
+        ``compare_keys`` is bad input: nothing is written.
         """
         took = self.acquire_lock(wait_s=STALE_LEASE_WAIT_S)  # held already when a CLI runs the flow
         try:
@@ -469,10 +470,10 @@ class RunStore:
                         f"run id {self.run_id!r} in {self.output!r} was started with {key}={stored.get(key)!r}, "
                         f"not {config.get(key)!r}; use another --run-id"
                     )
+            return stored.get("invocation") is None or stored.get("invocation") != config.get("invocation")
         finally:  # the lock guards the check-and-write; whoever runs the rounds holds it on its own
             if took:
                 self.release_lock()
-        return True
 
     # -- rounds and state ---------------------------------------------------
     def write_round(self, n: int, frame: pd.DataFrame) -> None:

@@ -105,16 +105,13 @@ def test_gram_path_rejects_anytime_and_bad_path():
         rank_models(scores, list("abc"), [50], path="fast")
 
 
-def test_large_ranking_is_compact_and_fast():
-    """300 models (44,850 pairs): the Gram path needs no per-pair objects until asked."""
-    import time
-
+def test_large_ranking_is_compact():
+    """300 models (44,850 pairs): the Gram path needs no per-pair objects until asked (its speed is measured in
+    benchmarks/scale.py, not here)."""
     rng = np.random.default_rng(11)
     scores = _scores(rng, 300, 493)
     names = [f"m{k:03d}" for k in range(300)]
-    t = time.perf_counter()
     r = rank_models(scores, names, list(range(50, 494, 50)) + [493])
-    assert time.perf_counter() - t < 20
     d = r.to_dict(comparisons=False)
     assert d["n_pairs"] == 300 * 299 // 2 and "comparisons" not in d
     assert len(r.pairs.columns()["verdict"]) == d["n_pairs"]

@@ -13,7 +13,7 @@ import datetime as _dt
 import functools
 import os
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,9 @@ class RunPlan:
     history: tuple[str, ...] = ()  # --history sources (other models' recorded scores, earlier runs)
     target: str | None = None  # compare/rank/select: "bank" (default) or "distribution"; None for certify
     top: int | None = None  # select, bank target: how many best models to identify (default 1)
+    # which command made this plan: config.json keeps the first one's, so a later claim by another command is a
+    # resume and the same command claiming twice (CLI, then the flow) is not; never compared on resume
+    invocation: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def paired(self) -> bool:
@@ -430,7 +433,8 @@ def local_gpu_count(timeout_s: float = 10.0) -> int:
 
 
 def claim_run(plan: RunPlan) -> bool:
-    """Write config.json for a new run or check it matches (resume); True when resuming."""
+    """Write config.json for a new run or check it matches (resume); True when another command started the run
+    (a claim by the command that wrote config.json, e.g. the CLI and then its flow, is not a resume)."""
     return plan.store().claim(plan.config(), COMPARED)
 
 
