@@ -206,7 +206,10 @@ def test_auto_rule_and_validation():
     assert extra(make_method("adaptive").start(BankSpec(60, features=features[:60]))) == ("subsets", "union")
     halves = (np.arange(600) % 2).astype(np.int64)
     with_subsets = BankSpec(600, subsets=halves, subset_names=("a", "b"), features=features)
-    assert extra(make_method("adaptive").start(with_subsets)) == ("subsets", "union")
+    assert extra(make_method("adaptive").start(with_subsets)) == ("subsets", "joint")  # no union bound
+    assert extra(make_method("adaptive", combine="union").start(with_subsets)) == ("subsets", "union")
+    assert extra(make_method("uniform").start(with_subsets)) == ("subsets", "joint")
+    assert extra(make_method("uniform").start(BankSpec(600, features=features))) == ("subsets", "union")
     assert extra(make_method("adaptive", strata="features").start(with_subsets)) == ("features", "joint")
     with pytest.raises(InputError, match="features"):
         make_method("adaptive", strata="features").start(BankSpec(600))
@@ -230,3 +233,85 @@ def test_backtest_features_factors(capsys):
     assert "needs item features" in capsys.readouterr().err
     assert main(argv + ["--method", "uniform", "--strata", "features"]) == 2
     assert "--strata" in capsys.readouterr().err
+
+
+# -- banks with sub-datasets: one joint CS for the mean of sub-dataset means ----------------------------------
+
+
+def subset_bank(rng, sizes=(60, 300, 140), means=(0.2, 0.55, 0.9)):
+    """Sub-datasets of unequal size and mean; the estimand is the mean of their means (seed 004, eq. 1)."""
+    codes = np.repeat(np.arange(len(sizes)), sizes)
+    x = (rng.random(codes.size) < np.asarray(means)[codes]).astype(float)
+    spec = BankSpec(codes.size, subsets=codes, subset_names=tuple(f"s{i}" for i in range(len(sizes))))
+    return x, spec, float(spec.weights() @ x)
+
+
+def subset_miscoverage(make, reps: int, seed: int, shared_order: bool = False, **bank) -> int:
+    """Reps in which the overall interval misses at some look (every batch of 10, up to 60% of the bank).
+    ``shared_order``: the caller draws a uniform permutation first and feeds it (a paired run's per-model
+    method), through ``propose_uniform_order``."""
+    misses = 0
+    for r in range(reps):
+        rng = np.random.default_rng([seed, r])
+        x, spec, truth = subset_bank(rng, **bank)
+        method = make().start(spec)
+        order = rng.permutation(spec.n_items)
+        for k in range(int(0.6 * spec.n_items) // 10):
+            if shared_order:
+                items = order[10 * k:10 * k + 10]
+                method.propose_uniform_order(items)
+            else:
+                items = method.propose(10, rng).items
+            method.update(items, x[items])
+            est = method.result()
+            if not (est.lower - 1e-12 <= truth <= est.upper + 1e-12):
+                misses += 1
+                break
+    return misses
+
+
+@pytest.mark.parametrize("name,shared_order", [("uniform", False), ("adaptive", False), ("adaptive", True)])
+def test_joint_cs_on_sub_datasets_covers_with_peeking(name, shared_order):
+    def make():
+        return make_method(name, confidence=1 - DELTA)
+
+    misses = subset_miscoverage(make, REPS, seed=21 + shared_order, shared_order=shared_order)
+    assert misses <= binom.ppf(0.999, REPS, DELTA), f"missed in {misses}/{REPS}"
+
+
+def test_a_shared_order_fed_without_its_draw_law_is_caught():
+    """The same control as above on sub-datasets: Neyman draws scored as if uniform (no importance weights)
+    miss the mean of means far more often than δ (a sub-dataset near 1 is rarely drawn and under-counted)."""
+    def make():
+        return UnweightedDraws(confidence=1 - DELTA, combine="joint")
+
+    misses = subset_miscoverage(make, 30, seed=23, sizes=(200, 200, 200), means=(0.5, 0.5, 0.98))
+    assert misses > binom.ppf(0.999, 30, DELTA), f"the miscalibrated variant slipped through ({misses}/30)"
+
+
+def test_joint_cs_is_narrower_than_the_union_bound_on_sub_datasets():
+    """The point of the joint CS: on the same draws, narrower than per-sub-dataset CSs at δ/H (union bound)."""
+    rng = np.random.default_rng(5)
+    x, spec, _ = subset_bank(rng, sizes=(150,) * 6, means=(0.2, 0.35, 0.5, 0.6, 0.75, 0.9))
+    joint, union = (make_method("uniform", combine=c).start(spec) for c in ("joint", "union"))
+    order = rng.permutation(spec.n_items)[:300]
+    for m in (joint, union):
+        m.propose_uniform_order(order)
+        m.update(order, x[order])
+    (jl, jh), (ul, uh) = ((m.result().lower, m.result().upper) for m in (joint, union))
+    assert jh - jl < 0.8 * (uh - ul), (jh - jl, uh - ul)
+
+
+def test_a_state_written_with_the_union_bound_is_refused_in_one_line_not_misread():
+    """A run stored when ``uniform`` combined sub-datasets by the union bound cannot resume as the joint CS (its
+    grids are per sub-dataset): refused with the reason, never silently re-interpreted."""
+    rng = np.random.default_rng(8)
+    _, spec, _ = subset_bank(rng)
+    old = make_method("uniform", combine="union").start(spec)
+    prop = old.propose(30, rng)
+    old.update(prop.items, np.ones(len(prop.items)))
+    state = old.state()
+    state["params"]["combine"] = "auto"  # what that state says under today's default
+    with pytest.raises(InputError, match="other way of combining"):
+        method_from_state(state)
+    assert method_from_state(old.state()).result() == old.result()  # with its own setting it still loads

@@ -15,11 +15,11 @@ from certeval.storage import (MAX_PARTS, REF_KEY, Folder, RunStore, ScoreCache, 
                               safe_name)
 
 
-def _started(name: str, n: int = 300, dim: int = 16, rounds: int = 3, seed: int = 0):
+def _started(name: str, n: int = 300, dim: int = 16, rounds: int = 3, seed: int = 0, **params):
     rng = np.random.default_rng(seed)
     spec = BankSpec(n_items=n, subsets=np.arange(n) % 7, subset_names=tuple(f"s{i}" for i in range(7)),
                     features=rng.standard_normal((n, dim)))
-    method = make_method(name).start(spec)
+    method = make_method(name, **params).start(spec)
     for r in range(rounds):
         prop = method.propose(40, np.random.default_rng([seed, r]))
         method.update(prop.items, (rng.random(len(prop.items)) < 0.6).astype(float))
@@ -71,9 +71,9 @@ def test_an_old_state_with_inline_features_still_loads(tmp_path):
 
 
 def test_an_old_state_with_hex_rejected_grids_still_loads(tmp_path):
-    from certeval.estimators.single.uniform import _unpack
+    from certeval.estimators.single.betting_strata import _unpack
 
-    method = _started("uniform")
+    method = _started("uniform", combine="union")  # per-sub-dataset grids: what states of that time held
     state = _wrapped(method)
     extra = state["method_state"]["extra"]
     extra["rejected"] = {k: np.packbits(_unpack(v, 4097).astype(np.uint8)).tobytes().hex()

@@ -338,6 +338,8 @@ class FAQ(BankMethod):
     oldest queued draw of the same item, so batches can be absorbed in any order.
     """
 
+    validity = "asymptotic"  # every FAQ interval rests on a martingale CLT, its anytime CS included
+
     name: ClassVar[str] = "faq"
     with_replacement: ClassVar[bool] = True
 

@@ -186,6 +186,7 @@ class BankMethod:
     # draws with replacement (may propose an item again): a run's draws may then exceed the bank size
     with_replacement: ClassVar[bool] = False
     anytime_valid: ClassVar[bool] = True
+    validity: ClassVar[str] = "exact"  # the Estimate.validity of its results: exact, asymptotic or heuristic
 
     def __init__(self, confidence: float = 0.95, target: str = "bank") -> None:
         self.confidence = confidence
@@ -294,6 +295,11 @@ class BankMethod:
     def _absorb(self, items: np.ndarray, scores: np.ndarray) -> None:
         """Hook: incremental statistics after new scores (items already recorded)."""
 
+    def propose_uniform_order(self, items: Any) -> None:
+        """Take ``items`` as the next draws, made uniformly at random without replacement by the caller (a shared
+        order fixed before any score, as in paired runs). Methods whose martingale needs each draw's law
+        record it here; for the others a uniform order needs no record (default: nothing to do)."""
+
     def release(self, items: Any) -> None:
         """Forget that ``items`` are pending (their batch was lost); they may be proposed again."""
         items = check_item_indices(items, self.bank_.n_items)
@@ -354,6 +360,7 @@ class BankMethod:
             target=self.target,
             n_total=self.bank_.n_items,
             guarantee=guarantee,
+            validity=self.validity,
         )
 
 

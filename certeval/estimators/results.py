@@ -53,7 +53,8 @@ class Estimate:
     guarantee: str = ""
     exhausted: bool = False  # every item of the bank has been scored
     # "exact": the coverage holds at every sample size (finite-sample bound); "asymptotic": only as the sample
-    # grows (CLT / martingale-CLT intervals such as FAQ's, anytime or not) — never to be mistaken for exact
+    # grows (CLT / martingale-CLT intervals such as FAQ's, anytime or not) — never to be mistaken for exact;
+    # "heuristic": no proof covers the interval as run (Cer-Eval's Alg. 1–2 as printed, measured below level)
     validity: str = "exact"
     subsets: tuple["SubsetEstimate", ...] = field(default_factory=tuple)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)

@@ -203,6 +203,7 @@ class Run:
     def _open_paired(self) -> None:
         n = self.bank.n_items
         self.order = np.random.default_rng([self.plan.seed, 0xC0FFEE]).permutation(n)
+        self.order_rank = np.argsort(self.order)  # bank position -> place in the shared order
         self.matrix = np.full((len(self.labels), n), np.nan)  # columns in the shared order
         self.looks: list[int] = []
         marker = self.store.read_marker()
@@ -233,7 +234,7 @@ class Run:
                     continue
                 pos = self.bank.positions(mine["item_id"])
                 self.matrix[row[label], [column[int(p)] for p in pos]] = mine["score"].to_numpy(float)
-                self.methods[label].update(pos, mine["score"].to_numpy(float))
+                self._feed_shared_order(label, pos, mine["score"].to_numpy(float))
             start = self.looks[-1] if self.looks else 0
             self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
             self._pair_absorb(start, self.looks[-1])
@@ -434,9 +435,21 @@ class Run:
         return batch
 
     # -- update ---------------------------------------------------------------
+    def _feed_shared_order(self, label: str, pos: np.ndarray, scores: np.ndarray) -> None:
+        """A paired run's per-model method gets the shared order's items, which were drawn uniformly at random
+        before any score: logged as such draws (in the order's sequence), then scored."""
+        method = self.methods[label]
+        pos = np.asarray(pos, dtype=np.int64)
+        fresh = pos[~method.scored_[pos]]
+        method.propose_uniform_order(fresh[np.argsort(self.order_rank[fresh], kind="stable")])
+        method.update(pos, scores)
+
     def update(self, batch: RoundScores) -> None:
         for label, pos in batch.items.items():
-            self.methods[label].update(pos, batch.scores[label])
+            if self.plan.paired:
+                self._feed_shared_order(label, pos, batch.scores[label])
+            else:
+                self.methods[label].update(pos, batch.scores[label])
         if self.plan.paired and batch.items:
             column = {int(p): j for j, p in enumerate(self.order)}
             for i, label in enumerate(self.labels):
@@ -662,7 +675,7 @@ class Run:
                 "model": label, "spec": spec, "mean": est.mean, "lower": est.lower, "upper": est.upper,
                 "halfwidth": est.halfwidth, "n_scored": n, "n_total": total, "confidence": est.confidence,
                 "method": est.method, "guarantee": est.guarantee, "anytime_valid": est.anytime_valid,
-                "items_sent_to_model": self.sent[label],
+                "validity": est.validity, "items_sent_to_model": self.sent[label],
                 "decision": self.decisions[label].to_dict() if label in self.decisions else None,
                 "estimate": live.to_dict(),  # the live estimator's (tests: equal to the look log's)
             }

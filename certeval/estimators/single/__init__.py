@@ -3,7 +3,7 @@
 Importing this package registers every method (``certeval.estimators.make_method``).
 """
 
-from . import adaptive, bounds, cereval, history, partition, seq, static, strata, uniform  # noqa: F401
+from . import adaptive, betting_strata, bounds, cereval, history, partition, seq, static, strata, uniform  # noqa: F401
 from .adaptive import AdaptiveMethod
 from .bounds import BettingCS, cereval_radius, hoeffding_radius, seq_radius
 from .cereval import CerEvalMethod

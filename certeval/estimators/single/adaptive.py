@@ -56,8 +56,11 @@ Construction
      ``Σ W_h μ_h`` was tried first and dropped: the projection (Lagrangian
      dual over a grid) was 2× wider than the unstratified CS on S2.
 
-   ``combine='auto'`` (default) is ``'joint'`` with feature strata and
-   ``'union'`` with sub-dataset strata (certeval's earlier behaviour). All
+   ``combine='auto'`` (default) is ``'joint'`` whenever ``target='bank'`` and
+   there are several strata (feature or sub-dataset strata): measured on the
+   bundled banks with sub-datasets, ``'union'`` needed 2–3× the items, the
+   price of ``ln(2H/δ)`` per stratum and of adding radii instead of variances.
+   One stratum, or ``target='distribution'``, is ``'union'`` (WSR's own CS). All
    intervals are intersected with the deterministic bounds of the bank, so the
    width is exactly 0 once every item is scored.
 3. **Allocation (Cer-Eval's idea, seed 000 Alg. 1 line 18: more items where the
@@ -91,7 +94,8 @@ from .._validation import InputError, check_choice, check_in_range, check_positi
 from ..protocol import register
 from ..results import Estimate, SubsetEstimate
 from .strata import combine_strata, feature_strata
-from .uniform import BettingStrataMethod, _pack, _unpack
+from .betting_strata import BettingStrataMethod, _pack, _unpack
+from .bounds import ControlVariateCS
 
 STRATA_MODES = ("auto", "subsets", "features")
 COMBINE_MODES = ("auto", "union", "joint")
@@ -130,95 +134,6 @@ def greedy_allocation(k: int, gain_fn, counts: np.ndarray, capacity: np.ndarray)
     return alloc
 
 
-
-
-class ControlVariateCS:
-    """Betting confidence sequence for one group's weighted mean from importance-weighted draws.
-
-    Observation i is ``Y_i`` with known range ``[y_min, y_max]`` and, under the candidate mean m,
-    conditional mean ``ν_i(m) = α_i m + β_i`` (increasing in m). Capital as in Waudby-Smith & Ramdas
-    (2020/2024): ``K_t(m) = ½∏(1 + λ⁺_i (Y_i − ν_i(m))) + ½∏(1 − λ⁻_i (Y_i − ν_i(m)))``, predictable bets
-    ``λ̂_i = sqrt(2 ln(2/δ) / (v_i i ln(1+i)))`` (``v_i`` a predictable variance of Y_i) truncated to
-    ``c/(ν − y_min)`` and ``c/(y_max − ν)`` (c = ½) so every factor is ≥ ½; rejection is permanent once
-    ``K_t(m) ≥ 1/δ`` (Ville). Both products are monotone in m, so the grid hull widened by one step is
-    an outer bound of the set.
-    """
-
-    def __init__(self, delta: float, grid_size: int = 4097, c: float = 0.5) -> None:
-        self.delta = float(delta)
-        self.c = float(c)
-        self.grid = np.linspace(0.0, 1.0, int(grid_size))
-        self.step = self.grid[1] - self.grid[0]
-        self.log_kplus = np.zeros(self.grid.size)
-        self.log_kminus = np.zeros(self.grid.size)
-        self.rejected = np.zeros(self.grid.size, dtype=bool)
-        self.n = 0
-        self._log_threshold = math.log(1.0 / self.delta)
-        self._log_bet = 2.0 * math.log(2.0 / self.delta)
-
-    def observe(self, y: float, y_min: float, y_max: float, alpha: float, beta: float, var: float) -> None:
-        i = self.n + 1
-        lam = math.sqrt(self._log_bet / (max(var, 1e-6) * i * math.log1p(i)))
-        live = np.flatnonzero(~self.rejected)
-        if live.size:
-            a, b = int(live[0]), int(live[-1]) + 1
-            nu = np.clip(alpha * self.grid[a:b] + beta, y_min, y_max)
-            dev = y - nu
-            with np.errstate(divide="ignore"):
-                lam_plus = np.minimum(lam, self.c / (nu - y_min))
-                lam_minus = np.minimum(lam, self.c / (y_max - nu))
-            self.log_kplus[a:b] += np.log1p(lam_plus * dev)
-            self.log_kminus[a:b] += np.log1p(-lam_minus * dev)
-            log_k = np.logaddexp(self.log_kplus[a:b], self.log_kminus[a:b]) - math.log(2.0)
-            self.rejected[a:b] |= log_k >= self._log_threshold
-        self.n = i
-
-    def observe_many(self, y: np.ndarray, y_min: np.ndarray, y_max: np.ndarray, alpha: np.ndarray,
-                     beta: np.ndarray, var: np.ndarray, chunk: int = 256) -> None:
-        """:meth:`observe` for a sequence of observations at once (same capital, same rejections).
-
-        The capital after every observation is formed with a cumulative sum, so a candidate whose capital
-        crosses 1/δ anywhere inside the sequence is rejected exactly as one at a time would.
-        """
-        y, y_min, y_max, alpha, beta, var = (np.asarray(v, dtype=float).reshape(-1)
-                                             for v in (y, y_min, y_max, alpha, beta, var))
-        for s in range(0, y.size, chunk):
-            self._observe_chunk(*(v[s:s + chunk] for v in (y, y_min, y_max, alpha, beta, var)))
-
-    def _observe_chunk(self, y, y_min, y_max, alpha, beta, var) -> None:
-        n = y.size
-        if n == 0:
-            return
-        i = self.n + 1 + np.arange(n, dtype=float)
-        lam = np.sqrt(self._log_bet / (np.maximum(var, 1e-6) * i * np.log1p(i)))[:, None]
-        live = np.flatnonzero(~self.rejected)
-        if live.size:
-            a, b = int(live[0]), int(live[-1]) + 1
-            lo, hi = y_min[:, None], y_max[:, None]
-            nu = np.clip(alpha[:, None] * self.grid[None, a:b] + beta[:, None], lo, hi)
-            dev = y[:, None] - nu
-            with np.errstate(divide="ignore", invalid="ignore"):
-                lam_plus = np.minimum(lam, self.c / (nu - lo))
-                lam_minus = np.minimum(lam, self.c / (hi - nu))
-            cum_plus = self.log_kplus[a:b] + np.cumsum(np.log1p(lam_plus * dev), axis=0)
-            cum_minus = self.log_kminus[a:b] + np.cumsum(np.log1p(-lam_minus * dev), axis=0)
-            log_k = np.logaddexp(cum_plus, cum_minus) - math.log(2.0)
-            self.rejected[a:b] |= (log_k >= self._log_threshold).any(axis=0)
-            self.log_kplus[a:b] = cum_plus[-1]
-            self.log_kminus[a:b] = cum_minus[-1]
-        self.n += n
-
-    def interval(self, f_lo: float, f_hi: float) -> tuple[float, float]:
-        """Accepted hull widened by one grid step, inside the deterministic bounds [f_lo, f_hi]."""
-        # the deterministic bounds only tighten: candidates outside them are rejected for good
-        self.rejected |= (self.grid < f_lo - self.step) | (self.grid > f_hi + self.step)
-        acc = np.flatnonzero(~self.rejected)
-        if acc.size == 0:  # empty set (probability ≤ δ): fall back to what is certain
-            return f_lo, f_hi
-        lo, hi = max(self.grid[acc[0]] - self.step, f_lo), min(self.grid[acc[-1]] + self.step, f_hi)
-        if lo > hi:
-            return f_lo, f_hi
-        return lo, hi
 
 
 class DrawLogReplay:
@@ -285,8 +200,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
                                  f"bank's own proportions), got target={self.target!r}")
         elif (self.strata == "subsets" or spec.features is None or self.target != "bank"
               or (spec.subsets is not None and spec.mean_of_means)):
-            # auto keeps sub-dataset strata on banks with sub-datasets: their per-subset intervals stay
-            # simultaneously valid (union bound); strata='features' trades that for fewer items
+            # auto keeps sub-dataset strata on banks with sub-datasets (the strata of the estimand itself)
             return base
         codes = feature_strata(spec.features, base, self.max_clusters, self.min_stratum_size, self.seed)
         if self.strata == "features" or codes.max() > base.max():
@@ -295,7 +209,10 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         return base
 
     def _start_strata(self) -> None:
-        joint = self.combine == "joint" or (self.combine == "auto" and self.strata_mode_ == "features")
+        # auto: one joint confidence sequence whenever the bank target has several strata (no union bound, no
+        # log(H/δ) per stratum: 2–3× fewer items on banks with sub-datasets); one stratum is WSR's own CS
+        joint = self.combine == "joint" or (self.combine == "auto" and self.target == "bank"
+                                             and (self.strata_mode_ == "features" or self._live_strata.size > 1))
         self.combine_ = "joint" if joint else "union"
         if not joint:
             super()._start_strata()
@@ -371,6 +288,25 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
             m = len(items)
             self._log_draws(np.asarray(items, dtype=np.int64), np.vstack(qs), np.tile(a, (m, 1)), np.tile(var, (m, 1)))
         return np.asarray(chosen, dtype=np.int64), np.asarray(probs, dtype=float)
+
+    def propose_uniform_order(self, items: Any) -> None:
+        """Log ``items`` as draws made uniformly at random without replacement by the caller (the shared order of
+        a paired run, drawn before any score): draw i picks stratum h with probability ``left_h / Σ left``, which
+        is what the log records, so the martingale is the one of the method's own draws."""
+        if getattr(self, "combine_", "union") != "joint":
+            return
+        items = np.asarray(items, dtype=np.int64).reshape(-1)
+        if items.size == 0:
+            return
+        if self.in_log_[items].any() or np.unique(items).size != items.size:
+            raise InputError("propose_uniform_order: items must be distinct and not drawn before")
+        onehot = np.zeros((items.size, self.n_strata))
+        onehot[np.arange(items.size), self.strata_[items]] = 1.0
+        left = self.left_[None, :] - (np.cumsum(onehot, axis=0) - onehot)  # undrawn items before each draw
+        q = left / left.sum(axis=1, keepdims=True)
+        a, var = self._controls()
+        m = items.size
+        self._log_draws(items, q, np.tile(a, (m, 1)), np.tile(var, (m, 1)))
 
     def _log_draws(self, items: np.ndarray, q: np.ndarray, a: np.ndarray, v: np.ndarray) -> None:
         self.log_items_ = np.concatenate([self.log_items_, items])
@@ -521,6 +457,10 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         if "strata" in extra and not np.array_equal(np.asarray(extra["strata"], dtype=np.int64), self.strata_):
             raise InputError("state's feature strata differ from those re-built from the bank's features "
                              "(different features, parameters or scikit-learn version)")
+        if (self.combine_ == "union") != ("running" in extra or "log_items" not in extra):
+            raise InputError(f"state of method {self.name!r} was written with the other way of combining strata "
+                             f"(this version uses {self.combine_!r} here); resume it with the certeval that wrote "
+                             "it, or start a new --run-id")
         if self.combine_ == "union":
             super()._load_extra({k: v for k, v in extra.items() if k != "strata"})
             return

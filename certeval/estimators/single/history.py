@@ -52,8 +52,9 @@ import numpy as np
 from .._validation import InputError, check_in_range, check_positive_int
 from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
-from .adaptive import ControlVariateCS, DrawLogReplay
-from .uniform import _pack, _unpack
+from .adaptive import DrawLogReplay
+from .bounds import ControlVariateCS
+from .betting_strata import _pack, _unpack
 
 CALIBRATION_PSEUDO_DRAWS = 5.0
 

@@ -1,100 +1,50 @@
-"""``uniform``: random order without replacement, with the same interval as ``adaptive``.
+"""``uniform``: draws in proportion to the estimand's weights, without replacement, and the exact interval.
 
-The honest baseline: items are drawn uniformly at random from the whole bank
-(so each sub-dataset is sampled in proportion to its size), and the interval
-is exactly ``adaptive``'s — a hedged betting confidence sequence per stratum
-(Waudby-Smith & Ramdas 2020), combined across sub-datasets by the union bound.
-Comparing ``uniform`` with ``adaptive`` therefore isolates the value of the
-variance-adaptive allocation.
+The honest baseline. For a plain bank mean, items are drawn uniformly at random without replacement and the
+interval is the hedged without-replacement betting confidence sequence of Waudby-Smith & Ramdas (NeurIPS 2020,
+§3). For a mean of sub-dataset means (seed 004, eq. 1) the draws are in proportion to each item's weight in the
+estimand (each sub-dataset in proportion to its weight, uniformly inside it), and the interval is ONE betting
+confidence sequence for the estimand itself on the stratified control-variate statistic of ``adaptive``
+(:class:`~certeval.estimators.single.adaptive.AdaptiveMethod`, ``combine='joint'``): no union bound over
+sub-datasets. Comparing ``uniform`` with ``adaptive`` isolates the value of variance-adaptive (Neyman)
+allocation; ``combine='union'`` gives the earlier construction (one CS per sub-dataset at δ/H, uniform draws
+over items), 2–3× more items on banks with sub-datasets.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from .._validation import InputError, check_positive_int
 from ..protocol import register
-from .bounds import BettingCS
-from .strata import StratifiedMethod
-
-
-def _pack(mask: np.ndarray) -> str:
-    """A boolean grid as run lengths, ``"r<false-run>,<true-run>,..."`` (a rejected set is a few runs: ~20
-    characters where the hex bitmask of a 4097-point grid took 1,026, in every state of every round)."""
-    mask = np.asarray(mask, dtype=bool)
-    if mask.size == 0:
-        return "r"
-    edges = np.flatnonzero(mask[1:] != mask[:-1]) + 1
-    runs = np.diff(np.concatenate([[0], edges, [mask.size]]))
-    if mask[0]:
-        runs = np.concatenate([[0], runs])
-    return "r" + ",".join(str(int(r)) for r in runs)
-
-
-def _unpack(text: str, size: int) -> np.ndarray:
-    """Inverse of :func:`_pack`; hex bitmasks (states written before run lengths) are still read."""
-    if not isinstance(text, str):
-        raise InputError(f"state's rejected set must be a string, got {type(text).__name__}")
-    if not text.startswith("r"):
-        return np.unpackbits(np.frombuffer(bytes.fromhex(text), dtype=np.uint8))[:size].astype(bool)
-    try:
-        runs = np.array([int(r) for r in text[1:].split(",") if r], dtype=np.int64)
-    except ValueError:
-        raise InputError("state's rejected set is damaged (run lengths are not integers)") from None
-    if (runs < 0).any() or int(runs.sum()) != size:
-        raise InputError(f"state's rejected set is damaged (run lengths sum to {int(runs.sum())}, not {size})")
-    return np.repeat(np.arange(runs.size) % 2 == 1, runs)
-
-
-class BettingStrataMethod(StratifiedMethod):
-    """Per-stratum betting confidence sequences (without replacement for ``target='bank'``)."""
-
-    anytime_valid = True
-
-    def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097) -> None:
-        super().__init__(confidence=confidence, target=target)
-        self.grid_size = grid_size
-
-    def _validate_params(self) -> None:
-        super()._validate_params()
-        check_positive_int(self.grid_size, "grid_size", minimum=65)
-
-    def _start_strata(self) -> None:
-        self.cs_ = {}
-        for h in self._live_strata:
-            population = int(self.stratum_size_[h]) if self.target == "bank" else None
-            self.cs_[int(h)] = BettingCS(self._stratum_delta, population, grid_size=int(self.grid_size))
-
-    def _absorb_stratum(self, h: int, scores: np.ndarray) -> None:
-        self.cs_[h].update(scores)
-
-    def _stratum_interval(self, h: int) -> tuple[float, float]:
-        lo, hi = self.cs_[h].interval()
-        return self._clip_to_feasible(h, lo, hi)
-
-    # running intersections and rejected grids cannot be replayed from one batch: store them
-    def _state_extra(self) -> dict[str, Any]:
-        return {
-            "running": {str(h): list(cs.running) for h, cs in self.cs_.items()},
-            "rejected": {str(h): _pack(cs.rejected) for h, cs in self.cs_.items()},
-        }
-
-    def _load_extra(self, extra: dict[str, Any]) -> None:
-        for key, (lo, hi) in (extra.get("running") or {}).items():
-            cs = self.cs_.get(int(key))
-            if cs is None:
-                raise InputError(f"state names stratum {key!r}, which the bank does not have")
-            cs.running = (max(cs.running[0], float(lo)), min(cs.running[1], float(hi)))
-        for key, text in (extra.get("rejected") or {}).items():
-            cs = self.cs_[int(key)]
-            cs.rejected |= _unpack(text, cs.grid.size)
+from .adaptive import AdaptiveMethod
+from .betting_strata import BettingStrataMethod, _pack, _unpack  # noqa: F401  (re-exported: stored-state codec)
 
 
 @register
-class UniformMethod(BettingStrataMethod):
-    """Uniform random order WoR + ``adaptive``'s interval (hedged betting CS, WSR 2020 §3)."""
+class UniformMethod(AdaptiveMethod):
+    """Draws ∝ the estimand's weights (uniform for a plain mean) + the exact betting CS (see module docstring)."""
 
     name = "uniform"
-    guarantee_text = "anytime-valid betting confidence sequence (Waudby-Smith & Ramdas 2020), union bound over sub-datasets"
+
+    def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
+                 combine: str = "auto") -> None:
+        super().__init__(confidence=confidence, target=target, grid_size=grid_size, strata="subsets",
+                         combine=combine)
+
+    @property
+    def guarantee_text(self) -> str:  # type: ignore[override]
+        if getattr(self, "combine_", "union") == "joint":
+            return ("anytime-valid and exact: one without-replacement betting confidence sequence (Waudby-Smith & "
+                    "Ramdas 2020) for the estimand, draws in proportion to its weights; per-subset intervals each "
+                    "valid on their own")
+        return ("anytime-valid and exact: without-replacement betting confidence sequence (Waudby-Smith & Ramdas "
+                "2020)" + (", union bound over sub-datasets" if self._live_strata.size > 1 else ""))
+
+    def _draw_probabilities(self, left: np.ndarray, var: np.ndarray) -> np.ndarray:
+        """Each stratum in proportion to its undrawn weight: items ∝ their weight in the estimand."""
+        u = left * self.item_weight_in_stratum_
+        total = u.sum()
+        return np.where(left > 0, u / total, 0.0) if total > 0 else np.zeros_like(u)
+
+    def _choose_union(self, k: int, rng: np.random.Generator):
+        return rng.choice(self.available(), size=k, replace=False), None
