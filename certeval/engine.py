@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .estimators import make_method
+from .estimators import method_for_goal
 from .estimators.goals import Goal
 from .estimators.protocol import Proposal
 from .estimators.results import Decision
@@ -111,7 +111,7 @@ def replay_once(method_name: str, params: dict, spec: Any, row: np.ndarray, goal
     """One live-like run of a method over a model's recorded scores (``row[i]``: bank position i), by this
     engine with inference by lookup; returns (estimate, decision). ``on_look(est)`` sees the estimate after every
     look (the interval curve). Every backtest rep is one call (:mod:`certeval.backtest.ray_fanout`)."""
-    method = make_method(method_name, **params)
+    method = method_for_goal(method_name, goal, max_items, **params)
     method.start(spec)
     rounds = SingleModelRounds({"model": method}, goal, n_items=spec.n_items, batch_size=batch_size,
                                max_items=max_items)

@@ -25,7 +25,9 @@ def test_history_fraction_backtest_beats_uniform_on_the_same_reps(capsys):
                          "halfwidth:0.1", "--reps", "3", "--model", MODELS[0], "--model", MODELS[1], "--json"])
     assert out["method"] == "history"  # the default once history is given
     assert out["history"]["fraction"] == 0.5 and out["history"]["mean_models"] == 22  # round(0.5 × 43)
-    assert out["summary"]["coverage"] == 1.0 and out["summary"]["ratio_to_uniform"] < 0.8
+    # below 1: history still pays against uniform, which is itself tight now (one joint CS, tuned bets); how much
+    # it pays on every bank is measured in benchmarks/exact_items.py, not here
+    assert out["summary"]["coverage"] == 1.0 and out["summary"]["ratio_to_uniform"] < 1.0
     # the ratio's baseline is uniform replayed with the same per-rep seeds
     frame = load_scores("bundled:helm_mmlu")
     bank = bank_from_scores(frame)

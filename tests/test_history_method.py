@@ -96,7 +96,8 @@ def test_prior_validation_and_state_round_trip():
 # -- the method's martingale, re-implemented one draw at a time --------------------------------------
 
 
-def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, mix_final, floor, c=0.5, warmup=50):
+def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, mix_final, floor, c=0.8, warmup=50,
+                       halfwidth=None):
     """Brute-force log capital K⁺, K⁻ over ``grid`` for the estimand's CS, one logged draw at a time."""
     w = spec.weights()
     n = spec.n_items
@@ -130,7 +131,10 @@ def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, m
             y_min, y_max = base - total / u * m_a, base + total / u * m_b
             var = total / u**2 * v_sum
             t += 1
-            lam = math.sqrt(log_bet / (max(var, 1e-6) * t * math.log1p(t)))
+            if halfwidth is None:  # WSR's all-times plug-in
+                lam = math.sqrt(log_bet / (max(var, 1e-6) * t * math.log1p(t)))
+            else:  # tuned to the goal: α ε / v with α = dν/dm = 1/u
+                lam = halfwidth / u / max(var, 1e-6)
             nu = np.clip((grid - known) / u, y_min, y_max)
             with np.errstate(divide="ignore"):
                 lp = np.minimum(lam, c / (nu - y_min))
@@ -145,13 +149,14 @@ def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, m
     return kplus, kminus
 
 
-def test_capital_equals_a_draw_by_draw_reimplementation():
+@pytest.mark.parametrize("halfwidth", [None, 0.1])
+def test_capital_equals_a_draw_by_draw_reimplementation(halfwidth):
     rng = np.random.default_rng(3)
     pop = logistic_population(21, 36, rng)
     prior = fit_history_prior(pop[:20], n_factors=2)
     x = pop[20]
     spec = BankSpec(36, history=prior)
-    method = HistoryMethod(confidence=0.9, grid_size=257, uniform_mix=0.3).start(spec)
+    method = HistoryMethod(confidence=0.9, grid_size=257, uniform_mix=0.3, bet_halfwidth=halfwidth).start(spec)
     log, preds = [], []
     for _ in range(4):
         preds.append(method.predictions().copy())
@@ -161,7 +166,7 @@ def test_capital_equals_a_draw_by_draw_reimplementation():
         back = rng.permutation(prop.items.size)
         method.update(prop.items[back], x[prop.items][back])
     cs = method.cs_[0]
-    kplus, kminus = _reference_capital(spec, prior, log, preds, x, cs.grid, 0.1, 0.3, 0.01)
+    kplus, kminus = _reference_capital(spec, prior, log, preds, x, cs.grid, 0.1, 0.3, 0.01, halfwidth=halfwidth)
     live = np.flatnonzero(~cs.rejected)  # rejected candidates stop being updated
     np.testing.assert_allclose(cs.log_kplus[live], kplus[live], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(cs.log_kminus[live], kminus[live], rtol=1e-9, atol=1e-9)
@@ -211,7 +216,7 @@ def _history_kind(kind: str, pop: np.ndarray, rng: np.random.Generator) -> np.nd
 
 
 def miscoverage_history(kind: str, n_items: int, batch: int, horizon: int, seed: int, leaky: bool = False,
-                        subsets: int = 1, reps: int = REPS) -> int:
+                        subsets: int = 1, reps: int = REPS, **tuning) -> int:
     misses = 0
     for r in range(reps):
         rng = np.random.default_rng([seed, r])
@@ -224,7 +229,8 @@ def miscoverage_history(kind: str, n_items: int, batch: int, horizon: int, seed:
             prior = replace(prior, item_mean=np.clip(prior.item_mean + 0.4, 0, 1))
         spec = BankSpec(n_items, subsets=codes, subset_names=names, history=prior)
         truth = float(spec.weights() @ x)
-        method = LeakyHistory(confidence=1 - DELTA) if leaky else HistoryMethod(confidence=1 - DELTA)
+        method = (LeakyHistory(confidence=1 - DELTA, **tuning) if leaky
+                  else HistoryMethod(confidence=1 - DELTA, **tuning))
         if leaky:
             method.truth_row = x
         method.start(spec)
@@ -242,29 +248,36 @@ def tolerance(reps: int) -> int:
     return int(binom.ppf(0.999, reps, DELTA))
 
 
+# bets: WSR's all-times plug-in, and tuned to a goal's half-width or to an item budget (what runs use)
+TUNINGS = {"plug-in": {}, "halfwidth": {"bet_halfwidth": 0.1}, "horizon": {"bet_horizon": 40}}
+
+
+@pytest.mark.parametrize("tuning", sorted(TUNINGS))
 @pytest.mark.parametrize("kind", ["informative", "useless", "adversarial", "biased"])
 @pytest.mark.parametrize("n_items,subsets", [(60, 1), (600, 3)])
-def test_miscoverage_with_peeking_whatever_the_history(kind, n_items, subsets):
+def test_miscoverage_with_peeking_whatever_the_history(kind, n_items, subsets, tuning):
     batch, horizon = (5, 60) if n_items == 60 else (20, 400)
-    misses = miscoverage_history(kind, n_items, batch, horizon, zlib.crc32(f"{kind}-{n_items}".encode()),
-                                 subsets=subsets)
+    misses = miscoverage_history(kind, n_items, batch, horizon, zlib.crc32(f"{kind}-{n_items}-{tuning}".encode()),
+                                 subsets=subsets, **TUNINGS[tuning])
     assert misses <= tolerance(REPS), f"history={kind}: missed in {misses}/{REPS} runs"
 
 
-def test_leaky_predictions_are_caught_by_the_same_check():
-    misses = miscoverage_history("biased", 600, 20, 400, seed=11, leaky=True)
+@pytest.mark.parametrize("tuning", ["plug-in", "halfwidth"])
+def test_leaky_predictions_are_caught_by_the_same_check(tuning):
+    misses = miscoverage_history("biased", 600, 20, 400, seed=11, leaky=True, **TUNINGS[tuning])
     assert misses > tolerance(REPS), f"the leaky variant slipped through ({misses}/{REPS})"
 
 
+@pytest.mark.parametrize("tuning", ["plug-in", "halfwidth"])
 @pytest.mark.parametrize("dataset", ["helm_mmlu", "openllm_arc"])
-def test_miscoverage_with_peeking_on_real_banks(dataset):
+def test_miscoverage_with_peeking_on_real_banks(dataset, tuning):
     from certeval.banks import bank_from_scores, load_scores, score_matrix
 
     frame = load_scores(f"bundled:{dataset}")
     bank = bank_from_scores(frame)
     models = sorted(frame["model"].unique())
     matrix = score_matrix(frame, models, bank)
-    rng = np.random.default_rng(zlib.crc32(dataset.encode()))
+    rng = np.random.default_rng(zlib.crc32(f"{dataset}-{tuning}".encode()))
     misses = 0
     for r in range(REPS):
         order = rng.permutation(len(models))
@@ -274,7 +287,7 @@ def test_miscoverage_with_peeking_on_real_banks(dataset):
         spec = replace(spec, history=fit_history_prior(hist))
         x = matrix[held]
         truth = float(spec.weights() @ x)
-        method = HistoryMethod(confidence=1 - DELTA).start(spec)
+        method = HistoryMethod(confidence=1 - DELTA, **TUNINGS[tuning]).start(spec)
         while not method.exhausted and method.n_scored < spec.n_items // 2:
             prop = method.propose(20, rng)
             method.update(prop.items, x[prop.items])

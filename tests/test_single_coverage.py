@@ -39,7 +39,9 @@ class WaldEveryLook(StratifiedMethod):
 def _make(name):
     if name == "wald":
         return WaldEveryLook(confidence=1 - DELTA)
-    return make_method(name, confidence=1 - DELTA)
+    name, _, tuning = name.partition("@")  # "uniform@hw": bets tuned to a half-width of 0.05, "@h": to 200 items
+    params = {"hw": {"bet_halfwidth": 0.05}, "h": {"bet_horizon": 200}, "": {}}[tuning]
+    return make_method(name, confidence=1 - DELTA, **params)
 
 
 def miscoverage(name: str, p: float, n_items: int, reps: int, batch: int, horizon: int, seed: int) -> int:
@@ -73,7 +75,8 @@ def tolerance(reps: int) -> int:
 CASES = [(p, n) for p in (0.02, 0.5, 0.98) for n in (50, 5000)]
 
 
-@pytest.mark.parametrize("name", ["static", "seq", "cer-eval", "uniform", "adaptive"])
+@pytest.mark.parametrize("name", ["static", "seq", "cer-eval", "uniform", "adaptive", "uniform@hw", "uniform@h",
+                                  "adaptive@hw"])
 @pytest.mark.parametrize("p,n_items", CASES)
 def test_miscoverage_within_binomial_tolerance(name, p, n_items):
     if n_items == 50:

@@ -3,6 +3,8 @@
 No I/O, no Prefect, no Ray, no global RNG: randomness is an explicit ``rng``.
 """
 
+import inspect
+
 from ._validation import InputError
 from .goals import Goal, parse_goal
 from .protocol import REGISTRY, AdaptiveMethod, BankMethod, BankSpec, Proposal, register
@@ -10,7 +12,7 @@ from .results import Decision, Estimate, SubsetEstimate
 
 __all__ = [
     "AdaptiveMethod", "BankMethod", "BankSpec", "Decision", "Estimate", "Goal", "InputError",
-    "Proposal", "REGISTRY", "SubsetEstimate", "make_method", "method_names", "parse_goal", "register",
+    "Proposal", "REGISTRY", "SubsetEstimate", "make_method", "method_for_goal", "method_names", "parse_goal", "register",
 ]
 
 # Modules that register methods on import. Each is owned by one area of the code.
@@ -41,6 +43,22 @@ def make_method(name: str, **params):
     except KeyError:
         raise InputError(f"unknown method {name!r}; choose one of {', '.join(sorted(REGISTRY.methods))}") from None
     return cls(**params)
+
+
+def method_for_goal(name: str, goal, max_items: int | None = None, **params):
+    """:func:`make_method` with bets tuned to where the run will stop, for the methods that take it (the exact
+    betting CSs: ``uniform``, ``adaptive``, ``history``): a ``halfwidth:E`` goal gives ``bet_halfwidth=E``; any
+    other goal with an item budget gives ``bet_horizon=max_items``; ``params`` that set either win. Bets change
+    the width at the stop, never the validity."""
+    _load_methods()
+    cls = REGISTRY.methods.get(name)
+    takes = set() if cls is None else set(inspect.signature(cls.__init__).parameters)
+    if "bet_halfwidth" in takes and not {"bet_halfwidth", "bet_horizon"} & set(params):
+        if getattr(goal, "kind", None) == "halfwidth":
+            params = {**params, "bet_halfwidth": float(goal.value)}
+        elif max_items is not None:
+            params = {**params, "bet_horizon": int(max_items)}
+    return make_method(name, **params)
 
 
 def method_from_state(state: dict):

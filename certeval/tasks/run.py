@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..banks import Bank, bank_features
-from ..estimators import make_method, method_from_state, parse_goal
+from ..estimators import make_method, method_for_goal, method_from_state, parse_goal
 from ..estimators._validation import InputError
 from ..estimators.results import Decision, Estimate
 from ..harness_output import lm_eval_block, task_block
@@ -190,7 +190,8 @@ class Run:
                                      "new --run-id or restore the file") from None
             else:
                 spec = replace(self.spec, history=self.history[label]) if label in self.history else self.spec
-                self.methods[label] = make_method(method_name, confidence=self.plan.confidence).start(spec)
+                self.methods[label] = method_for_goal(method_name, parse_goal(self.plan.goal), self.plan.max_items,
+                                                      confidence=self.plan.confidence).start(spec)
                 self.model_round[label] = 0
         from ..engine import SingleModelRounds
 

@@ -47,14 +47,13 @@ Construction
      the CS (:class:`ControlVariateCS`). With ``a_h ≈ μ_h`` the variance of
      ``Y`` is ``≈ Σ_h (U_h/U)² σ_h² / q_h``: the stratified variance (the
      between-strata part is gone), minimised by Neyman's ``q_h ∝ U_h σ_h``. The
-     bets use that predictable variance (WSR's plug-in
-     ``λ̂_i = sqrt(2 ln(2/δ) / (v̂_i i ln(1+i)))``, truncated so every factor is
-     ≥ ½). Per-subset intervals: the same construction restricted to the
-     subset's strata (draws outside it contribute their constant part); each
-     holds with probability ≥ 1 − δ on its own, not simultaneously with the
-     overall interval. A product of per-stratum e-processes projected onto
-     ``Σ W_h μ_h`` was tried first and dropped: the projection (Lagrangian
-     dual over a grid) was 2× wider than the unstratified CS on S2.
+     bets use that predictable variance (:func:`~.bounds.bet_sizes`: tuned to
+     the goal's half-width or item budget, else WSR's all-times plug-in),
+     truncated so every factor stays positive. Per-subset intervals: the same
+     construction restricted to the subset's strata; each holds with
+     probability ≥ 1 − δ on its own, not simultaneously with the overall one.
+     (A product of per-stratum e-processes projected onto ``Σ W_h μ_h`` was
+     2× wider than the unstratified CS on S2, and dropped.)
 
    ``combine='auto'`` (default) is ``'joint'`` whenever ``target='bank'`` and
    there are several strata (feature or sub-dataset strata): measured on the
@@ -93,47 +92,11 @@ import numpy as np
 from .._validation import InputError, check_choice, check_in_range, check_positive_int
 from ..protocol import register
 from ..results import Estimate, SubsetEstimate
-from .strata import combine_strata, feature_strata
 from .betting_strata import BettingStrataMethod, _pack, _unpack
 from .bounds import ControlVariateCS
+from .strata import bernstein_proxy, combine_strata, feature_strata, greedy_allocation
 
-STRATA_MODES = ("auto", "subsets", "features")
-COMBINE_MODES = ("auto", "union", "joint")
-
-
-def bernstein_proxy(n: np.ndarray, size: np.ndarray, var: np.ndarray, log_term: float) -> np.ndarray:
-    """Empirical-Bernstein-shaped radius proxy with finite-population factor; ∞ at n = 0, 0 at n = size.
-
-    ∞ at n = 0 makes every stratum get a first item before any gets a second.
-    """
-    n = np.asarray(n, dtype=float)
-    safe = np.maximum(n, 1.0)
-    r = (np.sqrt(2.0 * var * log_term / safe) + log_term / safe) * np.sqrt(np.clip(1.0 - n / size, 0.0, 1.0))
-    return np.where(n > 0, r, np.inf)
-
-
-def greedy_allocation(k: int, gain_fn, counts: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Allocate k slots one at a time to the stratum with the largest marginal gain.
-
-    ``gain_fn(c)`` gives, elementwise, the gain of one more item in a stratum that
-    already has ``c`` (any array shape); the gains of the next k slots of every
-    stratum are computed at once, then picked greedily.
-    """
-    steps = counts[:, None] + np.arange(k)[None, :]
-    gains = np.asarray(gain_fn(steps), dtype=float)
-    gains = np.where(np.arange(k)[None, :] < capacity[:, None], gains, -np.inf)
-    alloc = np.zeros(counts.size, dtype=np.int64)
-    rows = np.arange(counts.size)
-    for _ in range(k):
-        current = gains[rows, np.minimum(alloc, k - 1)]
-        current = np.where(alloc < k, current, -np.inf)
-        h = int(np.argmax(current))
-        if current[h] == -np.inf:
-            break
-        alloc[h] += 1
-    return alloc
-
-
+STRATA_MODES, COMBINE_MODES = ("auto", "subsets", "features"), ("auto", "union", "joint")
 
 
 class DrawLogReplay:
@@ -159,8 +122,10 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
 
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
                  strata: str = "auto", combine: str = "auto", max_clusters: int = 4,
-                 min_stratum_size: int = 50, seed: int = 0, uniform_mix: float = 0.1) -> None:
-        super().__init__(confidence=confidence, target=target, grid_size=grid_size)
+                 min_stratum_size: int = 50, seed: int = 0, uniform_mix: float = 0.1,
+                 bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
+        super().__init__(confidence=confidence, target=target, grid_size=grid_size, bet_halfwidth=bet_halfwidth,
+                         bet_horizon=bet_horizon)
         self.strata = strata
         self.combine = combine
         self.max_clusters = max_clusters
@@ -225,13 +190,21 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
                 self.groups_.append(self.stratum_subset_ == s)
                 self.group_subset_.append(int(s))
         self.group_weight_ = np.array([self.stratum_weight_[g].sum() for g in self.groups_])
-        self.cs_groups_ = [ControlVariateCS(self.delta, int(self.grid_size)) for _ in self.groups_]
+        # the estimand's CS bets for the goal's half-width; per-subset intervals keep the all-times plug-in
+        self.cs_groups_ = [ControlVariateCS(self.delta, int(self.grid_size),
+                                            bet_halfwidth=self.bet_halfwidth if i == 0 else None,
+                                            bet_horizon=self.bet_horizon if i == 0 else None,
+                                            population=self.bank_.n_items)
+                           for i in range(len(self.groups_))]
         self.item_weight_in_stratum_ = self.stratum_weight_ / np.maximum(self.stratum_size_, 1)
-        # the draw log: every item leaves the population in this order; draws carry (q, a) at draw time
+        # the draw log: every item leaves the population in this order; a draw carries its batch (whose controls
+        # a, v were fixed at draw time, and whether the caller drew the batch uniformly) and its stratum law q
         self.log_items_ = np.zeros(0, dtype=np.int64)
+        self.log_batch_ = np.zeros(0, dtype=np.int64)  # −1: scored from outside, not drawn
         self.log_q_ = np.zeros((0, self.n_strata))
-        self.log_a_ = np.zeros((0, self.n_strata))
-        self.log_v_ = np.zeros((0, self.n_strata))
+        self.batch_a_ = np.zeros((0, self.n_strata))
+        self.batch_v_ = np.zeros((0, self.n_strata))
+        self.batch_uniform_ = np.zeros(0, dtype=bool)
         self.in_log_ = np.zeros(self.bank_.n_items, dtype=bool)
         self.processed_ = 0
         self.known_ = np.zeros(self.n_strata)  # Σ w x over processed items, per stratum
@@ -285,8 +258,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
             items.append(item)
             left[h] -= 1
         if items:
-            m = len(items)
-            self._log_draws(np.asarray(items, dtype=np.int64), np.vstack(qs), np.tile(a, (m, 1)), np.tile(var, (m, 1)))
+            self._log_draws(np.asarray(items, dtype=np.int64), np.vstack(qs), a, var)
         return np.asarray(chosen, dtype=np.int64), np.asarray(probs, dtype=float)
 
     def propose_uniform_order(self, items: Any) -> None:
@@ -305,16 +277,42 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         left = self.left_[None, :] - (np.cumsum(onehot, axis=0) - onehot)  # undrawn items before each draw
         q = left / left.sum(axis=1, keepdims=True)
         a, var = self._controls()
-        m = items.size
-        self._log_draws(items, q, np.tile(a, (m, 1)), np.tile(var, (m, 1)))
+        self._log_draws(items, q, a, var, uniform_order=True)
 
-    def _log_draws(self, items: np.ndarray, q: np.ndarray, a: np.ndarray, v: np.ndarray) -> None:
+    def _log_draws(self, items: np.ndarray, q: np.ndarray | None, a: np.ndarray | None = None,
+                   v: np.ndarray | None = None, uniform_order: bool = False) -> None:
+        """Append ``items`` to the log: one batch of draws with laws ``q`` (rows) and controls ``a``, ``v``, or
+        (``q`` None) items scored from outside, which leave the population without feeding the martingale."""
+        batch = -1
+        if q is None:
+            q = np.full((items.size, self.n_strata), np.nan)
+        else:
+            batch = self.batch_a_.shape[0]
+            self.batch_a_ = np.vstack([self.batch_a_, a[None, :]])
+            self.batch_v_ = np.vstack([self.batch_v_, v[None, :]])
+            self.batch_uniform_ = np.append(self.batch_uniform_, uniform_order)
         self.log_items_ = np.concatenate([self.log_items_, items])
+        self.log_batch_ = np.concatenate([self.log_batch_, np.full(items.size, batch, dtype=np.int64)])
         self.log_q_ = np.vstack([self.log_q_, q])
-        self.log_a_ = np.vstack([self.log_a_, a])
-        self.log_v_ = np.vstack([self.log_v_, v])
         self.in_log_[items] = True
         np.subtract.at(self.left_, self.strata_[items], 1.0)
+
+    def _recompute_laws(self, items: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        """The stratum law q of every logged draw, from the log order and each batch's controls: the draw rule
+        run again (every undrawn item is proposable, so the strata that can be drawn are those with undrawn
+        items), with the same arithmetic, so a stored state needs no per-draw rows."""
+        left = self.stratum_size_.astype(float)
+        rows = np.full((items.size, self.n_strata), np.nan)
+        for p, (j, b) in enumerate(zip(items, batch)):
+            if b >= 0:
+                if self.batch_uniform_[b]:
+                    q = left / left.sum()
+                else:
+                    q = np.where(left > 0, self._draw_probabilities(left, self.batch_v_[b]), 0.0)
+                    q = q / q.sum()
+                rows[p] = q
+            left[self.strata_[j]] -= 1.0
+        return rows
 
     # -- updates -------------------------------------------------------------------
     def _absorb_stratum(self, h: int, scores: np.ndarray) -> None:
@@ -327,8 +325,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
             return
         outside = items[~self.in_log_[items]]
         if outside.size:  # scored without being drawn here: they leave the population as known items
-            nan_rows = np.full((outside.size, self.n_strata), np.nan)
-            self._log_draws(outside, nan_rows, nan_rows, nan_rows)
+            self._log_draws(outside, None)
         self._advance()
 
     def _advance(self) -> None:
@@ -339,8 +336,9 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
             j = int(self.log_items_[p])
             h = int(self.strata_[j])
             x = float(self.scores_[j])
-            q, a, v = self.log_q_[p], self.log_a_[p], self.log_v_[p]
-            if np.isfinite(q).all():  # a draw (not an item scored from outside)
+            b = int(self.log_batch_[p])
+            if b >= 0:  # a draw (not an item scored from outside)
+                q, a, v = self.log_q_[p], self.batch_a_[b], self.batch_v_[b]
                 u = (self.stratum_size_ - self.done_) * w_item  # undrawn weight U_h before this draw
                 for cs, g, wg in zip(self.cs_groups_, self.groups_, self.group_weight_):
                     self._observe_group(cs, g, wg, u, q, a, v, h, x)
@@ -445,12 +443,41 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
             probs.append(np.full(int(alloc[h]), 1.0 / pool.size))
         return np.concatenate(chosen), np.concatenate(probs)
 
+    def _load_log(self, extra: dict[str, Any]) -> None:
+        """The draw log of a stored state: batches with their controls (laws recomputed), or — states written
+        before that — one row of (q, a, v) per draw, read as one batch per draw."""
+        items = np.asarray(extra.get("log_items", []), dtype=np.int64)
+        shape = (items.size, self.n_strata)
+        try:
+            if "log_q" in extra:
+                q, a, v = (np.asarray(extra.get(k, []), dtype=float).reshape(shape) for k in ("log_q", "log_a", "log_v"))
+                for p in range(items.size):
+                    self._log_draws(items[p:p + 1], q[p:p + 1], a[p], v[p])
+                return
+            batch = np.asarray(extra.get("log_batch", []), dtype=np.int64)
+            self.batch_a_, self.batch_v_ = (np.asarray(extra.get(k, []), dtype=float).reshape(-1, self.n_strata)
+                                            for k in ("batch_a", "batch_v"))
+            self.batch_uniform_ = np.asarray(extra.get("batch_uniform", []), dtype=bool)
+        except ValueError as exc:
+            raise InputError(f"state's draw log is damaged ({exc})") from None
+        n_batches = self.batch_a_.shape[0]
+        if (batch.size != items.size or self.batch_v_.shape[0] != n_batches or self.batch_uniform_.size != n_batches
+                or (batch.size and (batch.min() < 0 or batch.max() >= n_batches))
+                or (items.size and (items.min() < 0 or items.max() >= self.bank_.n_items))):
+            raise InputError("state's draw log is damaged: items, batches and batch controls do not match")
+        q = self._recompute_laws(items, batch)
+        self.log_items_, self.log_batch_, self.log_q_ = items, batch, q
+        self.in_log_[items] = True
+        np.subtract.at(self.left_, self.strata_[items], 1.0)
+
     def _state_extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"strata": self.strata_.tolist()} if self.strata_mode_ == "features" else {}
         if self.combine_ == "union":
             return {**super()._state_extra(), **extra}
-        return {**extra, "log_items": self.log_items_.tolist(), "log_q": self.log_q_.tolist(),
-                "log_a": self.log_a_.tolist(), "log_v": self.log_v_.tolist(),
+        drawn = self.log_batch_ >= 0  # items scored from outside are re-logged from the scores on load
+        return {**extra, "log_items": self.log_items_[drawn].tolist(), "log_batch": self.log_batch_[drawn].tolist(),
+                "batch_a": self.batch_a_.tolist(), "batch_v": self.batch_v_.tolist(),
+                "batch_uniform": self.batch_uniform_.astype(int).tolist(),
                 "rejected": [_pack(cs.rejected) for cs in self.cs_groups_]}
 
     def _load_extra(self, extra: dict[str, Any]) -> None:
@@ -464,18 +491,10 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         if self.combine_ == "union":
             super()._load_extra({k: v for k, v in extra.items() if k != "strata"})
             return
-        items = np.asarray(extra.get("log_items", []), dtype=np.int64)
-        shape = (items.size, self.n_strata)
-
-        def rows(key):
-            arr = np.asarray(extra.get(key, []), dtype=float).reshape(shape)
-            return arr
-
-        self._log_draws(items, rows("log_q"), rows("log_a"), rows("log_v"))
+        self._load_log(extra)
         outside = self.order_[~self.in_log_[self.order_]]
         if outside.size:
-            nan_rows = np.full((outside.size, self.n_strata), np.nan)
-            self._log_draws(outside, nan_rows, nan_rows, nan_rows)
+            self._log_draws(outside, None)
         self._advance()
         for cs, text in zip(self.cs_groups_, extra.get("rejected") or []):
             cs.rejected |= _unpack(text, cs.grid.size)

@@ -14,7 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import InputError, check_positive_int
+from .._validation import InputError, check_in_range, check_positive_int
+
+
+def check_bet_tuning(halfwidth, horizon) -> None:
+    """Validation step for the bet tuning of the exact CSs: a half-width in (0, 1) or a horizon ≥ 1 item."""
+    if halfwidth is not None:
+        check_in_range(halfwidth, "bet_halfwidth", 0.0, 1.0, closed=False)
+    if horizon is not None:
+        check_positive_int(horizon, "bet_horizon")
 from .bounds import BettingCS
 from .strata import StratifiedMethod
 
@@ -52,19 +60,28 @@ class BettingStrataMethod(StratifiedMethod):
 
     anytime_valid = True
 
-    def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097) -> None:
+    def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
+                 bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
         super().__init__(confidence=confidence, target=target)
         self.grid_size = grid_size
+        self.bet_halfwidth = bet_halfwidth
+        self.bet_horizon = bet_horizon
 
     def _validate_params(self) -> None:
         super()._validate_params()
         check_positive_int(self.grid_size, "grid_size", minimum=65)
+        check_bet_tuning(self.bet_halfwidth, self.bet_horizon)
 
     def _start_strata(self) -> None:
         self.cs_ = {}
+        # bets tuned to the goal's half-width where one stratum carries the whole estimand; a stratum of a
+        # union has its own (unknown) share of the width, so it keeps the all-times plug-in
+        one = self._live_strata.size == 1
         for h in self._live_strata:
             population = int(self.stratum_size_[h]) if self.target == "bank" else None
-            self.cs_[int(h)] = BettingCS(self._stratum_delta, population, grid_size=int(self.grid_size))
+            self.cs_[int(h)] = BettingCS(self._stratum_delta, population, grid_size=int(self.grid_size),
+                                         bet_halfwidth=self.bet_halfwidth if one else None,
+                                         bet_horizon=self.bet_horizon if one else None)
 
     def _absorb_stratum(self, h: int, scores: np.ndarray) -> None:
         self.cs_[h].update(scores)

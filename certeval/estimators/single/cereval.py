@@ -32,7 +32,7 @@ import numpy as np
 from .._validation import InputError, check_positive, check_positive_int
 from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
-from .adaptive import greedy_allocation
+from .strata import greedy_allocation
 from .bounds import cereval_radius
 from .partition import nn_partition, stratum_stats, update_nearest
 

@@ -54,7 +54,7 @@ from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
 from .adaptive import DrawLogReplay
 from .bounds import ControlVariateCS
-from .betting_strata import _pack, _unpack
+from .betting_strata import _pack, _unpack, check_bet_tuning
 
 CALIBRATION_PSEUDO_DRAWS = 5.0
 
@@ -71,8 +71,10 @@ class HistoryMethod(DrawLogReplay, BankMethod):
 
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
                  uniform_mix: float = 0.3, variance_floor: float = 0.01, subset_intervals: bool = True,
-                 warmup: int = 50) -> None:
+                 warmup: int = 50, bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
         super().__init__(confidence=confidence, target=target)
+        self.bet_halfwidth = bet_halfwidth
+        self.bet_horizon = bet_horizon
         self.grid_size = grid_size
         self.uniform_mix = uniform_mix
         self.warmup = warmup
@@ -89,6 +91,7 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         if not self.uniform_mix > 0.0:  # every item must keep a positive draw probability
             raise InputError(f"uniform_mix must lie in (0, 1], got {self.uniform_mix!r}")
         check_in_range(self.variance_floor, "variance_floor", 0.0, 0.25, closed=False)
+        check_bet_tuning(self.bet_halfwidth, self.bet_horizon)
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, np.integer)) or self.warmup < 0:
             raise InputError(f"warmup must be a non-negative integer (items), got {self.warmup!r}")
 
@@ -110,7 +113,11 @@ class HistoryMethod(DrawLogReplay, BankMethod):
                 self.group_subset_.append(int(s))
         self.group_mask_ = np.vstack(masks)
         self.group_weight_ = self.group_mask_ @ self.w_
-        self.cs_ = [ControlVariateCS(self.delta, int(self.grid_size)) for _ in masks]
+        # the estimand's CS bets for the goal's half-width; per-subset intervals keep the all-times plug-in
+        self.cs_ = [ControlVariateCS(self.delta, int(self.grid_size),
+                                     bet_halfwidth=self.bet_halfwidth if g == 0 else None,
+                                     bet_horizon=self.bet_horizon if g == 0 else None, population=spec.n_items)
+                    for g in range(len(masks))]
         n_groups = len(masks)
         # the draw log, in the order items leave the population; outside (undrawn) items have batch −1
         self.log_items_ = np.zeros(0, dtype=np.int64)

@@ -224,3 +224,36 @@ class StratifiedMethod(BankMethod):
 
     def _result_extra(self) -> tuple[tuple[str, Any], ...]:
         return (("n_strata", int(self._live_strata.size)),)
+
+
+def bernstein_proxy(n: np.ndarray, size: np.ndarray, var: np.ndarray, log_term: float) -> np.ndarray:
+    """Empirical-Bernstein-shaped radius proxy with finite-population factor; ∞ at n = 0, 0 at n = size.
+
+    ∞ at n = 0 makes every stratum get a first item before any gets a second.
+    """
+    n = np.asarray(n, dtype=float)
+    safe = np.maximum(n, 1.0)
+    r = (np.sqrt(2.0 * var * log_term / safe) + log_term / safe) * np.sqrt(np.clip(1.0 - n / size, 0.0, 1.0))
+    return np.where(n > 0, r, np.inf)
+
+
+def greedy_allocation(k: int, gain_fn, counts: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Allocate k slots one at a time to the stratum with the largest marginal gain.
+
+    ``gain_fn(c)`` gives, elementwise, the gain of one more item in a stratum that
+    already has ``c`` (any array shape); the gains of the next k slots of every
+    stratum are computed at once, then picked greedily.
+    """
+    steps = counts[:, None] + np.arange(k)[None, :]
+    gains = np.asarray(gain_fn(steps), dtype=float)
+    gains = np.where(np.arange(k)[None, :] < capacity[:, None], gains, -np.inf)
+    alloc = np.zeros(counts.size, dtype=np.int64)
+    rows = np.arange(counts.size)
+    for _ in range(k):
+        current = gains[rows, np.minimum(alloc, k - 1)]
+        current = np.where(alloc < k, current, -np.inf)
+        h = int(np.argmax(current))
+        if current[h] == -np.inf:
+            break
+        alloc[h] += 1
+    return alloc

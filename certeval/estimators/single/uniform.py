@@ -27,9 +27,9 @@ class UniformMethod(AdaptiveMethod):
     name = "uniform"
 
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
-                 combine: str = "auto") -> None:
+                 combine: str = "auto", bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
         super().__init__(confidence=confidence, target=target, grid_size=grid_size, strata="subsets",
-                         combine=combine)
+                         combine=combine, bet_halfwidth=bet_halfwidth, bet_horizon=bet_horizon)
 
     @property
     def guarantee_text(self) -> str:  # type: ignore[override]
