@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .estimators import BankSpec, InputError, make_method, parse_goal
+from .estimators import BankSpec, InputError, method_for_goal, parse_goal
 from .estimators._validation import check_confidence
 from .readers import score_value
 
@@ -88,7 +88,7 @@ class CertevalStopping:
         if len(self.position_) != len(ids):
             raise InputError("the task's samples have duplicate ids")
         self.goal_ = parse_goal(self.goal)
-        self.method_ = make_method(self.method, confidence=self.confidence, target="bank")
+        self.method_ = method_for_goal(self.method, self.goal_, confidence=self.confidence, target="bank")
         self.method_.start(BankSpec(n_items=len(ids), mean_of_means=False))
         self.task_name_ = str(getattr(task, "task", "task"))
         self.scheduled_: list[int] = []  # positions in scheduling order
