@@ -6,10 +6,11 @@
 key their seeds differently, so a rep's draws differ; what must agree is everything else: per model the truth
 to the last few bits (the fixture was written on another machine: a mean summed in another order — SIMD width,
 BLAS, pandas version — differs in the last bit, so floats are compared at ``rtol=1e-12``, never with ``==``), a case
-where every rep is stopped by the budget in every number but the half-width, and the items and
-half-widths per model
-within Monte-Carlo error — a paired z-test over the 22 models, which fails when the kept driver builds the bank,
-the features, the history or the budget differently (a 1% shift in items is ~4 SE here).
+where every rep is stopped by the budget in every number but the half-width, and the items and half-widths per
+model within Monte-Carlo error — a paired z-test over the 22 models, which fails when the kept driver builds the
+bank, the features, the history or the budget differently (a 1% shift in items is ~4 SE here). uniform and
+adaptive run as they did then (``UNION``); the history method has changed since, so its items are only checked
+to have dropped.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from certeval.banks import bank_from_scores, load_scores
 from certeval.estimators import parse_goal
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "backtest_removed_driver.json").read_text())
-# uniform and adaptive as the removed driver ran them: one CS per sub-dataset, union bound (their default is
-# now one joint CS for the mean of means, which needs far fewer items: compared below, not to the fixture)
-UNION = {"combine": "union"}
+# uniform and adaptive as the removed driver ran them: one CS per sub-dataset, union bound, all-times bets (their
+# default is now one joint CS for the mean of means with bets tuned to the goal, which needs far fewer items:
+# measured in benchmarks/exact_items.py, not against this fixture)
+UNION = {"combine": "union", "bet_halfwidth": None}
 CASES = {
     "uniform_hw05": dict(method="uniform", goal="halfwidth:0.05", reps=6, method_params=UNION),
     "adaptive_hw05": dict(method="adaptive", goal="halfwidth:0.05", reps=6, method_params=UNION),
@@ -90,9 +92,14 @@ def test_kept_driver_reproduces_the_removed_drivers_fixed_seed_results(data, cas
         assert abs(z) < 4, z
         return
     z = _paired_z([m["mean_scored"] for m in old["models"]], [m["mean_scored"] for m in out["models"]])
-    assert abs(z) < 4, z
-    assert abs(out["summary"]["mean_fraction_scored"] - old["summary"]["mean_fraction_scored"]) < 0.02
     assert out["summary"]["coverage"] >= 0.95 and old["summary"]["coverage"] >= 0.95
+    if case == "history_frac05_hw05":
+        # the history method itself changed since the fixture (bets tuned to the goal, truncation c = 0.8): the
+        # driver must still build the same bank, history and truths (checked above), and the items only drop
+        assert z < -4 and out["summary"]["mean_fraction_scored"] < old["summary"]["mean_fraction_scored"], z
+    else:
+        assert abs(z) < 4, z
+        assert abs(out["summary"]["mean_fraction_scored"] - old["summary"]["mean_fraction_scored"]) < 0.02
     if "ratio_to_uniform" in old["summary"]:
         # the baseline is today's uniform (one joint CS): fewer items than the union-bound uniform of the fixture
         new_base = [m["baseline_scored"] for m in out["models"]]

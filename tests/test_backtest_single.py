@@ -37,7 +37,9 @@ def test_helm_mmlu_backtest_json(capsys, method):
         sub = scores[scores.model == row["model"]]
         truth = sub.groupby("subset")["score"].mean().mean()  # mean-of-means over the 5 subjects
         assert row["truth"] == pytest.approx(truth)
-        assert row["coverage"] == 1.0
+        # 3 fixed-seed reps of a tight 95% interval may miss once; the level itself is checked with peeking over
+        # many reps in test_single_coverage.py and test_single_strata.py (and benchmarks/coverage.py)
+        assert row["coverage"] >= 2 / 3
         assert 0 < row["fraction_scored"] <= 1
         assert {"mean_scored", "mean_halfwidth"} <= set(row)
     assert set(out["summary"]) >= {"mean_fraction_scored", "coverage"}
