@@ -94,8 +94,10 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
            f"(no text for 7 of 9 datasets).", "",
            "Each cell: **items used / bank size** · ratio to `uniform` · coverage of the true bank mean at the "
            "stopping time (fraction of reps). `uniform` is certeval's uniform-order betting confidence sequence "
-           "(anytime-valid, without replacement); the same-guarantee comparison is Cer-Eval vs Seq "
-           "(both adaptive-Hoeffding, seed 000 §6) and adaptive vs uniform (same betting CS)"
+           "(anytime-valid, without replacement; in these tables still the per-sub-dataset union-bound construction "
+           "with all-times bets — docs/exact_intervals.md has today's); Cer-Eval is compared with Seq (both "
+           "adaptive-Hoeffding, seed 000 §6), but Cer-Eval as printed is **heuristic** (its partition is re-fitted "
+           "on scores; see its coverage), and adaptive with uniform (same betting CS)"
            + (". FAQ (seed 002; logistic factor model fitted on the same history half, K and λ by CV) uses its "
               "anytime interval, an *asymptotic* confidence sequence (not exact like the betting ones), and is "
               "compared with `faq-uniform`: the same estimator and interval on one constant item factor (it "
