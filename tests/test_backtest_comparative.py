@@ -84,3 +84,26 @@ def test_bank_rank_backtest_states_are_exact_and_never_wrong_on_helm_mmlu(capsys
     assert s["target"] == "bank" and s["family_wise_error_rate"] == 0.0
     first = out["rankings"][0]
     assert all(c["verdict"] != "undecided" for c in first["comparisons"] if c["n_items"] == c["n_total"])
+
+
+def test_select_without_json_prints_a_table_on_both_targets(capsys):
+    """``backtest --goal select:T,E`` without ``--json`` printed nothing and exited 3 (KeyError 'halfwidth': the
+    bank target states its tolerance as epsilon)."""
+    from certeval.cli import main
+
+    for target in ("bank", "distribution"):
+        code = main(["backtest", "--scores", "bundled:helm_raft", "--goal", "select:0.6,0.05", "--reps", "1",
+                     "--target", target])
+        out = capsys.readouterr().out
+        assert code == 0 and "selection (rep 0)" in out, out
+        assert ("epsilon 0.05" in out) == (target == "bank") and "items used" in out
+
+
+@pytest.mark.parametrize("goal", ["rank:0.02", "select:0.6,0.05", "compare:0"])
+def test_history_fraction_with_a_comparative_goal_is_refused_not_ignored(goal, tmp_path, capsys):
+    from certeval.cli import main
+
+    code = main(["backtest", "--scores", "bundled:helm_mmlu", "--goal", goal, "--history-fraction", "0.5",
+                 "--reps", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--history-fraction" in err and goal in err, err

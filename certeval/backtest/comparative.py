@@ -449,7 +449,9 @@ def _print_select(out: dict[str, Any]) -> None:
     from rich.table import Table
 
     s = out["summary"]
-    table = Table(title=f"selection (rep 0): threshold {s['threshold']:g}, half-width {s['halfwidth']:g}")
+    # the bank target states its tolerance as epsilon (top-K within epsilon), the distribution one as a half-width
+    width = (f"epsilon {s['epsilon']:g}, top {s.get('top')}" if "epsilon" in s else f"half-width {s['halfwidth']:g}")
+    table = Table(title=f"selection (rep 0): threshold {s['threshold']:g}, {width}")
     for col in ("model", "status", "mean", "lower", "upper", "items"):
         table.add_column(col)
     for mdl in sorted(out["runs"][0]["models"], key=lambda x: -x["mean"]):

@@ -78,8 +78,10 @@ def run(args) -> int:
         with_history = bool(args.history) or args.history_fraction is not None
         args.method = "history" if with_history else "adaptive"
     if isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES):
-        if args.history or args.history_permute:
-            raise InputError("--history in backtests applies to single-model goals (halfwidth/above/below) for now")
+        if args.history or args.history_permute or args.history_fraction is not None:
+            used = "--history-fraction" if args.history_fraction is not None else "--history"
+            raise InputError(f"{used} in backtests applies to single-model goals (halfwidth/above/below) for now; "
+                             f"goal {args.goal!r} would ignore it")
         if args.metric:
             raise InputError(f"--metric {args.metric!r} applies to single-model goals for now; convert with "
                              "certeval import lm-eval|inspect --metric NAME first")
