@@ -13,7 +13,7 @@ history row is 1 − the evaluated model's scores), shifted by ±0.3, random 0/1
 sorted by difficulty with contiguous sub-datasets, and tiny banks (N = 20, 50).
 
     python -m benchmarks coverage            # 1,000 reps a case (about an hour on 2 loaded cores)
-    python -m benchmarks coverage --quick    # 20 reps, two cases (seconds)
+    python -m benchmarks coverage --quick    # 8 reps, two cases (seconds)
 """
 
 from __future__ import annotations
@@ -141,11 +141,11 @@ def run_case(name: str, data: DatasetArrays, reps: int, seed: int, method: str =
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks coverage", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--reps", type=int, default=None, help="reps per case (default 1000; --quick 20)")
+    p.add_argument("--reps", type=int, default=None, help="reps per case (default 1000; --quick 8)")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--ray", action="store_true", help="fan the real banks out on local Ray (2 CPUs)")
     args = p.parse_args(argv)
-    reps = args.reps or (20 if args.quick else 1000)
+    reps = args.reps or (8 if args.quick else 1000)
     cases = []
     for name in (() if args.quick else REAL):
         cases.append(run_case(name, dataset_arrays(name, features=False, history=True), reps, args.seed, ray=args.ray))

@@ -19,7 +19,7 @@ the ratios ``uniform ÷ uniform-before``, ``uniform ÷ history-permuted``, ``ada
 ``history ÷ history-before``.
 
     python -m benchmarks exact_items            # 9 banks x 2 goals, 40 reps a cell (tens of minutes on 2 cores)
-    python -m benchmarks exact_items --quick    # one bank, one goal, 4 reps (seconds)
+    python -m benchmarks exact_items --quick    # one bank, one goal, 2 reps (seconds)
 """
 
 from __future__ import annotations
@@ -77,11 +77,11 @@ def summarise_cell(rows: list[dict], n_items: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks exact_items", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--reps", type=int, default=None, help="reps per cell (default 40; --quick 4)")
+    p.add_argument("--reps", type=int, default=None, help="reps per cell (default 40; --quick 2)")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--datasets", default=None, help="comma-separated subset of the bundled datasets")
     args = p.parse_args(argv)
-    reps = args.reps or (4 if args.quick else 40)
+    reps = args.reps or (2 if args.quick else 40)
     names = args.datasets.split(",") if args.datasets else (["helm_v023"] if args.quick else list(DATASETS))
     goals = GOALS[:1] if args.quick else GOALS
     rows = []

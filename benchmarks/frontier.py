@@ -17,13 +17,18 @@ At n = 50 / 100 / 200 items (where n ≤ N/2) the half-widths of, on the same dr
   ``sqrt(2 v ln(2/δ) (1/n − 1/N))`` (the Gaussian approximation of a betting CS at its tuned horizon; see
   :func:`certeval.estimators.single.bounds.bet_sizes`).
 
+and ``allocation_bound``: the most any allocation of draws can narrow an interval on this bank, the Neyman factor
+``E σ_j / sqrt(E σ_j²)`` (Cochran 1977, §5.5), with σ_j the spread of item j's residual ``x − f`` over the
+evaluated models (an oracle: no run knows it) and with the predicted ``sqrt(f(1 − f))`` the method uses — before
+the importance weights widen the range a bounded betting CS pays for.
+
 Reported: the median half-width of each over reps, the ratios history ÷ e-limit and history ÷ PPI++ (median of
 per-rep ratios), and the coverage of the exact ones with a look after every batch of 10 (peeking). PPI++ runs only
 when ``ppi-python`` is installed (a benchmark-only dependency: ``pip install numba ppi-python``); without it the
 column says so.
 
     python -m benchmarks frontier            # 9 banks, n = 50/100/200, 60 reps each (tens of minutes, 2 cores)
-    python -m benchmarks frontier --quick    # one bank, n = 50, 4 reps (seconds)
+    python -m benchmarks frontier --quick    # one bank, n = 50, 2 reps (seconds)
 """
 
 from __future__ import annotations
@@ -55,6 +60,14 @@ def _ppi():
     except ImportError:
         return None
     return ppi_py
+
+
+def allocation_bound(matrix: np.ndarray, f: np.ndarray) -> dict[str, float]:
+    """Neyman's best width factor ``E σ / sqrt(E σ²)`` over any allocation, with the residual spread of each item
+    over the evaluated models (oracle) and with the spread the predictions imply."""
+    oracle = (matrix - f[None, :]).std(axis=0)
+    predicted = np.sqrt(np.maximum(f * (1.0 - f), 0.01))
+    return {k: float(s.mean() / np.sqrt(np.mean(s**2))) for k, s in (("oracle", oracle), ("predicted", predicted))}
 
 
 def e_limit(x: np.ndarray, f: np.ndarray, n: int, delta: float) -> float:
@@ -120,6 +133,7 @@ def run_bank(name: str, sizes: tuple[int, ...], reps: int, confidence: float, se
                 per["ppi++"].append(0.5 * float(np.ravel(hi)[0] - np.ravel(lo)[0]))
         hist = np.asarray(per["history-uniform-draws"])
         row = {"dataset": name, "n": n, "n_items": n_items, "reps": reps,
+               "allocation_bound": allocation_bound(data.matrix, f),
                "median_halfwidth": {k: (float(np.median(v)) if v else None) for k, v in per.items()},
                "coverage_with_peeking": {k: float(np.mean(v)) for k, v in cover.items()},
                "history_vs_e_limit": float(np.median(hist / np.asarray(per["e-limit"]))),
@@ -136,12 +150,12 @@ def run_bank(name: str, sizes: tuple[int, ...], reps: int, confidence: float, se
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks frontier", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--reps", type=int, default=None, help="reps per bank and n (default 60; --quick 4)")
+    p.add_argument("--reps", type=int, default=None, help="reps per bank and n (default 60; --quick 2)")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--datasets", default=None, help="comma-separated subset of the bundled datasets")
     args = p.parse_args(argv)
-    reps = args.reps or (4 if args.quick else 60)
+    reps = args.reps or (2 if args.quick else 60)
     names = args.datasets.split(",") if args.datasets else (["helm_v023"] if args.quick else list(DATASETS))
     sizes = SIZES[:1] if args.quick else SIZES
     rows = [row for name in names for row in run_bank(name, sizes, reps, args.confidence, args.seed)]
