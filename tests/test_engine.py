@@ -12,11 +12,12 @@ import pytest
 
 from certeval.backtest.single import replay_once
 from certeval.engine import SingleModelRounds, draw_budget, lookup, run_until_decided
-from certeval.estimators import BankSpec, make_method, parse_goal
+from certeval.estimators import BankSpec, make_method, method_for_goal, parse_goal
 
 
 def _reference_replay(method_name, spec, row, goal, batch_size, max_items, rng):
-    method = make_method(method_name).start(spec)
+    # the method as every run builds it: bets tuned to the goal's half-width or the item budget
+    method = method_for_goal(method_name, goal, max_items).start(spec)
     budget = draw_budget(method, spec.n_items, max_items)
     curve, looked = [], False
     while True:

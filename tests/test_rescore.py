@@ -130,11 +130,12 @@ def test_rescore_rejudges_without_calling_the_model_into_a_new_run(lm_run, capsy
     expected = [sc.judge(exact, o, items[i]) for o, i in zip(old["output"], old["item_id"])]
     assert list(rows["score"]) == expected
     # the interval is the method's, fed the recorded items in the recorded order with the new scores
-    from certeval.estimators import make_method
+    from certeval.estimators import method_for_goal, parse_goal
     from certeval.tasks.plan import load_run_bank
 
     bank = load_run_bank(TRIVIA, ("hf:bundled:smollm2",))
-    method = make_method("uniform", confidence=0.95).start(bank.spec())
+    # built as the run built it: bets tuned to its goal (halfwidth:0.1)
+    method = method_for_goal("uniform", parse_goal("halfwidth:0.1"), 8, confidence=0.95).start(bank.spec())
     for r, part in old.groupby("round", sort=True):
         method.update(bank.positions(part["item_id"]), np.array([expected[k] for k in part.index], float))
     est = method.result()
@@ -221,11 +222,11 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
     assert len(new) < len(old) and m["decision"]["rule"] == "recorded"
     assert stops == {m["model"]: int(new["round"].max()) + 1}
     # the rescored interval is a fresh adaptive fed those rounds with the new scores (same seed, same draws)
-    from certeval.estimators import make_method
+    from certeval.estimators import method_for_goal, parse_goal
     from certeval.tasks.plan import load_run_bank
 
     bank = load_run_bank(TWO, ("hf:bundled:smollm2",))
-    method = make_method("adaptive", confidence=0.95).start(bank.spec())
+    method = method_for_goal("adaptive", parse_goal("halfwidth:0.05"), 32, confidence=0.95).start(bank.spec())
     for r, part in new.groupby("round", sort=True):
         proposed = method.propose(4, np.random.default_rng([1, int(r)]))
         assert [bank.item_ids[p] for p in proposed.items] == list(part["item_id"])
