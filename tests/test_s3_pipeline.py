@@ -85,6 +85,7 @@ def test_flow_writes_to_s3_reads_back_and_resumes(infra, s3_env, tmp_path, monke
     assert not fs.exists("certeval-test/runs/s3run/results.json")
     assert len(fs.ls("certeval-test/runs/s3run/rounds")) == 2
 
+    plan, _ = make_plan("rank", output="s3://certeval-test/runs", run_id="s3run", **common)  # a new command
     res = run_plan(plan)  # the same command again: resumes from S3
     assert res["pipeline"]["resumed"]
     stored = json.loads(fs.cat_file("certeval-test/runs/s3run/results.json"))
