@@ -250,6 +250,17 @@ def subset_bank(rng, sizes=(60, 300, 140), means=(0.2, 0.55, 0.9)):
     return x, spec, float(spec.weights() @ x)
 
 
+def feed_batch(method, x, order, k: int, size: int, shared_order: bool, rng) -> None:
+    """Batch k: the method's own draws, or (``shared_order``) the caller's uniform order through
+    ``propose_uniform_order``, as a paired run feeds each model's method; then the scores."""
+    if shared_order:
+        items = order[size * k:size * (k + 1)]
+        method.propose_uniform_order(items)
+    else:
+        items = method.propose(size, rng).items
+    method.update(items, x[items])
+
+
 def subset_miscoverage(make, reps: int, seed: int, shared_order: bool = False, **bank) -> int:
     """Reps in which the overall interval misses at some look (every batch of 10, up to 60% of the bank).
     ``shared_order``: the caller draws a uniform permutation first and feeds it (a paired run's per-model
@@ -261,12 +272,7 @@ def subset_miscoverage(make, reps: int, seed: int, shared_order: bool = False, *
         method = make().start(spec)
         order = rng.permutation(spec.n_items)
         for k in range(int(0.6 * spec.n_items) // 10):
-            if shared_order:
-                items = order[10 * k:10 * k + 10]
-                method.propose_uniform_order(items)
-            else:
-                items = method.propose(10, rng).items
-            method.update(items, x[items])
+            feed_batch(method, x, order, k, 10, shared_order, rng)
             est = method.result()
             if not (est.lower - 1e-12 <= truth <= est.upper + 1e-12):
                 misses += 1
@@ -330,12 +336,7 @@ def test_joint_state_stores_batches_not_rows_and_resumes_identically(name, share
     method = make_method(name, bet_halfwidth=0.05).start(spec)
     order = rng.permutation(spec.n_items)
     for k in range(8):
-        if shared_order:
-            items = order[15 * k:15 * k + 15]
-            method.propose_uniform_order(items)
-        else:
-            items = method.propose(15, rng).items
-        method.update(items, x[items])
+        feed_batch(method, x, order, k, 15, shared_order, rng)
     state = method.state()
     assert "log_q" not in state["extra"] and len(state["extra"]["batch_a"]) == 8
     back = method_from_state(json.loads(json.dumps(state)))

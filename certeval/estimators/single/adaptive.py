@@ -221,7 +221,8 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         return a, var
 
     def _draw_probabilities(self, left: np.ndarray, var: np.ndarray) -> np.ndarray:
-        """Neyman allocation on the undrawn weight, q_h ∝ U_h σ̂_h, mixed with proportional U_h / U."""
+        """Neyman allocation on the undrawn weight, q_h ∝ U_h σ̂_h, mixed with proportional U_h / U; zero where no
+        item is undrawn. The one draw rule: proposals and a stored log's recomputed laws both come from it."""
         u = left * self.item_weight_in_stratum_
         if u.sum() <= 0:
             return np.zeros_like(u)
@@ -243,10 +244,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         left = self.left_.copy()
         qs, items = [], []
         while len(chosen) < k:
-            q = self._draw_probabilities(left, var)
-            # strata with nothing proposable left (all pending) must not be drawn: renormalise over the rest
-            can = np.array([len(pool.get(h, ())) > 0 for h in range(self.n_strata)])
-            q = np.where(can, q, 0.0)
+            q = self._draw_probabilities(left, var)  # zero where nothing is undrawn: all undrawn are proposable
             if q.sum() <= 0:
                 break
             q = q / q.sum()
@@ -299,8 +297,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
 
     def _recompute_laws(self, items: np.ndarray, batch: np.ndarray) -> np.ndarray:
         """The stratum law q of every logged draw, from the log order and each batch's controls: the draw rule
-        run again (every undrawn item is proposable, so the strata that can be drawn are those with undrawn
-        items), with the same arithmetic, so a stored state needs no per-draw rows."""
+        (:meth:`_draw_probabilities`) run again with the same arithmetic, so a stored state needs no per-draw rows."""
         left = self.stratum_size_.astype(float)
         rows = np.full((items.size, self.n_strata), np.nan)
         for p, (j, b) in enumerate(zip(items, batch)):
@@ -308,7 +305,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
                 if self.batch_uniform_[b]:
                     q = left / left.sum()
                 else:
-                    q = np.where(left > 0, self._draw_probabilities(left, self.batch_v_[b]), 0.0)
+                    q = self._draw_probabilities(left, self.batch_v_[b])
                     q = q / q.sum()
                 rows[p] = q
             left[self.strata_[j]] -= 1.0
