@@ -107,7 +107,7 @@ def bank_with_embeddings(folder: Path, seed: int) -> str:
 def old_encoding(state: dict) -> int:
     """Bytes of ``state`` as the writer stored it before slim states: indented JSON, arrays inline,
     rejected grids as hex bitmasks."""
-    from certeval.estimators.single.uniform import _unpack
+    from certeval.estimators.single.betting_strata import _unpack
     from certeval.storage import dumps
 
     method = state.get("method_state") or {}

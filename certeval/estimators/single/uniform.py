@@ -17,7 +17,6 @@ import numpy as np
 
 from ..protocol import register
 from .adaptive import AdaptiveMethod
-from .betting_strata import BettingStrataMethod, _pack, _unpack  # noqa: F401  (re-exported: stored-state codec)
 
 
 @register
