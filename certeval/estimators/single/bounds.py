@@ -59,7 +59,28 @@ def deterministic_bounds(total: float, n_scored: int, n_population: int) -> tupl
     return total / n_population, (total + (n_population - n_scored)) / n_population
 
 
-class BettingCS:
+class _HedgedGridCS:
+    """What both betting CSs below keep: the grid of candidate means, the two log capitals K⁺ and K⁻ per
+    candidate, the permanently rejected candidates, the Ville threshold ln(1/δ) and the bet tuning
+    (:func:`bet_sizes`; ``population`` N for a horizon's ``1/n* − 1/N``)."""
+
+    def __init__(self, delta: float, grid_size: int, c: float, bet_halfwidth: float | None,
+                 bet_horizon: int | None, population: int | None) -> None:
+        self.delta = float(delta)
+        self.c = float(c)
+        self.bet_halfwidth = None if bet_halfwidth is None else float(bet_halfwidth)
+        self._horizon = horizon_scale(bet_horizon, population)
+        self.grid = np.linspace(0.0, 1.0, int(grid_size))
+        self.step = self.grid[1] - self.grid[0]
+        self.log_kplus = np.zeros(self.grid.size)
+        self.log_kminus = np.zeros(self.grid.size)
+        self.rejected = np.zeros(self.grid.size, dtype=bool)
+        self.n = 0
+        self._log_threshold = math.log(1.0 / self.delta)
+        self._log_bet = 2.0 * math.log(2.0 / self.delta)
+
+
+class BettingCS(_HedgedGridCS):
     """Hedged betting confidence sequence for a mean in [0, 1], over a grid of candidate means.
 
     Construction (Waudby-Smith & Ramdas 2020/2024): for each candidate mean m
@@ -89,29 +110,18 @@ class BettingCS:
 
     def __init__(self, delta: float, n_population: int | None = None, grid_size: int = 4097, c: float = 0.5,
                  bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
-        self.delta = float(delta)
-        self.bet_halfwidth = None if bet_halfwidth is None else float(bet_halfwidth)
-        self._horizon = horizon_scale(bet_horizon, n_population)
+        super().__init__(delta, grid_size, c, bet_halfwidth, bet_horizon, n_population)
         self.n_population = None if n_population is None else int(n_population)
-        self.c = float(c)
-        self.grid = np.linspace(0.0, 1.0, int(grid_size))
-        self.step = self.grid[1] - self.grid[0]
-        self.log_kplus = np.zeros(self.grid.size)
-        self.log_kminus = np.zeros(self.grid.size)
-        self.rejected = np.zeros(self.grid.size, dtype=bool)
-        self.n = 0
         self.total = 0.0
         self._shrunk_mean = 0.5  # μ̂_n = (1/2 + Σ X)/(n+1)
         self._sq_dev = 0.25  # 1/4 + Σ (X_j − μ̂_j)²
         self.running = (0.0, 1.0)
         self._window = (0, self.grid.size)  # candidates [a, b) not yet rejected
-        self._log_threshold = math.log(1.0 / self.delta)
 
     # -- bets --------------------------------------------------------------
     def _bets(self, x: np.ndarray) -> np.ndarray:
         """Predictable plug-in λ̂_i for the next len(x) observations (each uses only earlier ones)."""
         var = np.empty(x.size)
-        log_term = 2.0 * math.log(2.0 / self.delta)
         n, s, sq, mu_hat = self.n, self.total, self._sq_dev, self._shrunk_mean
         for j, xj in enumerate(x):
             i = n + 1
@@ -126,7 +136,7 @@ class BettingCS:
         # slope of the conditional mean in m: N/(N − i + 1) without replacement, 1 for an i.i.d. stream
         alpha = np.ones(x.size) if self.n_population is None else self.n_population / np.maximum(
             self.n_population - i + 1, 1.0)
-        return bet_sizes(i, alpha, var, log_term, self.bet_halfwidth, self._horizon)
+        return bet_sizes(i, alpha, var, self._log_bet, self.bet_halfwidth, self._horizon)
 
     def update(self, x: np.ndarray, chunk: int = 256) -> None:
         x = np.asarray(x, dtype=float).reshape(-1)
@@ -252,7 +262,7 @@ def bet_sizes(i: np.ndarray, alpha: np.ndarray, var: np.ndarray, log_bet: float,
     return np.sqrt(log_bet / (var * i * np.log1p(i)))
 
 
-class ControlVariateCS:
+class ControlVariateCS(_HedgedGridCS):
     """Betting confidence sequence for one group's weighted mean from importance-weighted draws.
 
     Observation i is ``Y_i`` with known range ``[y_min, y_max]`` and, under the candidate mean m,
@@ -268,18 +278,7 @@ class ControlVariateCS:
     def __init__(self, delta: float, grid_size: int = 4097, c: float = CONTROL_VARIATE_C,
                  bet_halfwidth: float | None = None, bet_horizon: int | None = None,
                  population: int | None = None) -> None:
-        self.delta = float(delta)
-        self.c = float(c)
-        self.bet_halfwidth = None if bet_halfwidth is None else float(bet_halfwidth)
-        self._horizon = horizon_scale(bet_horizon, population)
-        self.grid = np.linspace(0.0, 1.0, int(grid_size))
-        self.step = self.grid[1] - self.grid[0]
-        self.log_kplus = np.zeros(self.grid.size)
-        self.log_kminus = np.zeros(self.grid.size)
-        self.rejected = np.zeros(self.grid.size, dtype=bool)
-        self.n = 0
-        self._log_threshold = math.log(1.0 / self.delta)
-        self._log_bet = 2.0 * math.log(2.0 / self.delta)
+        super().__init__(delta, grid_size, c, bet_halfwidth, bet_horizon, population)
 
     def _bets(self, i: np.ndarray, alpha: np.ndarray, var: np.ndarray) -> np.ndarray:
         """Predictable bet sizes before truncation (see :func:`bet_sizes`)."""
