@@ -4,7 +4,7 @@ For every bundled bank (plain bank mean as the estimand, so that every interval 
 half the models are history and each rep evaluates one of the other half (rep r: model r mod M, its own seed).
 At n = 50 / 100 / 200 items (where n ≤ N/2) the half-widths of, on the same draws:
 
-* ``history-uniform-draws`` — certeval's exact history CS fed the uniform draws (``propose_uniform_order``), bets
+* ``history-uniform-draws`` — certeval's exact history CS fed the uniform draws (``propose_shared_order``; equal weights), bets
   tuned to the horizon n (``bet_horizon``), refitted every batch of 10;
 * ``history-own-draws`` — the same method choosing its own draws (Neyman on the predicted residual spread);
 * ``uniform`` — certeval's exact CS without history on the uniform draws (``bet_horizon`` = n);
@@ -91,7 +91,7 @@ def exact_run(name: str, spec, x: np.ndarray, order: np.ndarray | None, n: int, 
     while method.n_scored < n:
         if order is not None:
             items = order[method.n_scored:method.n_scored + BATCH]
-            method.propose_uniform_order(items)
+            method.propose_shared_order(items)
         else:
             items = method.propose(min(BATCH, n - method.n_scored), rng).items
         method.update(items, x[items])

@@ -96,10 +96,11 @@ def round_time(dataset: str = "openllm_arc", batch: int = 25, looks: int = 20, s
     distribution target recomputed each round before)."""
     from certeval.estimators.bank_ranking import BankRanking
     from certeval.estimators.ranking import SequentialRanking, rank_models
+    from certeval.estimators.wor_streams import weighted_order
 
     matrix, models, weights = _load(dataset)
     n = matrix.shape[1]
-    order = np.random.default_rng(seed).permutation(n)
+    order = weighted_order(weights, np.random.default_rng(seed))  # the paired run's order: ∝ weight
     x, w = matrix[:, order], weights[order]
     bank = BankRanking(models, margin=0.02).start(w)
     dist = SequentialRanking(models, n_total=n, margin=0.02)

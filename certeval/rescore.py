@@ -15,8 +15,8 @@ Up to that round the rescored run *is* the run the method would have made with t
 there is a stopping time, so an anytime-valid interval (every ``certify`` method but ``static``; every paired
 run's per-model and pairwise sequences) holds at it. A method that is valid only at its planned budget
 (``static``) and would be cut short is refused (exit 2, nothing written). Paired runs (compare, rank, select)
-sample one seeded uniform order that never depends on scores, so they replay exactly as far as the source
-run scored every model still in play.
+sample one seeded order (∝ the estimand's weights on the bank target) that never depends on scores, so they
+replay exactly as far as the source run scored every model still in play.
 
 The whole rescored run is built in memory first and copied to the new run folder only when it is complete
 (each file written atomically, ``results.json`` last), so bad input writes nothing and the source run is

@@ -78,7 +78,7 @@ def test_distribution_target_still_answers_with_group_sequential_tests(goal, cap
 def test_bank_rank_backtest_states_are_exact_and_never_wrong_on_helm_mmlu(capsys):
     """Bank target: the whole bank known at the end, so every fully scored pair is decided and no
     ordering statement contradicts the exact bank order (over these reps)."""
-    assert run_comparative_backtest(_args(reps=3, looks_every=50)) == 0
+    assert run_comparative_backtest(_args(reps=2, looks_every=50)) == 0
     out = json.loads(capsys.readouterr().out)
     s = out["summary"]
     assert s["target"] == "bank" and s["family_wise_error_rate"] == 0.0

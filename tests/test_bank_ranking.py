@@ -1,7 +1,6 @@
 """Bank target: incremental without-replacement CSs for pairs, rankings and best-model selection.
 
-References checked independently: the one-pass estimator ``wor_confidence_sequence`` (itself checked against
-confseq, docs/NOTES) value by value; family-wise error over exact ties with fixed seeds, where the same check
+The streams themselves are checked in tests/test_wor_streams.py; here: family-wise error over exact ties with fixed seeds, where the same check
 catches the variant without multiplicity correction; exact verdicts at exhaustion; order, verdicts and tie
 groups on every bundled bank.
 """
@@ -15,24 +14,11 @@ import numpy as np
 import pytest
 
 from certeval.estimators import InputError
-from certeval.estimators.bank_ranking import BankRanking, BankSelection, WorStreams, bank_rank, group_ties
-from certeval.estimators.comparison import wor_confidence_sequence
+from certeval.estimators.bank_ranking import BankRanking, bank_rank, group_ties
+from certeval.estimators.bank_selection import BankSelection
+from certeval.estimators.wor_streams import weighted_order
 
 ALPHA = 0.05
-
-
-def test_streams_equal_the_one_pass_estimator_value_by_value():
-    rng = np.random.default_rng(1)
-    n = 300
-    d = rng.choice([-1.0, 0.0, 1.0], size=(6, n), p=[0.2, 0.5, 0.3])
-    lower, upper = wor_confidence_sequence(d, n, ALPHA, 2)
-    s = WorStreams(6, n, math.log(2 / ALPHA))
-    for start in range(0, n, 37):
-        s.absorb((d[:, start:start + 37] + 1) / 2)
-        mean, lo, up = s.bounds()
-        assert np.allclose(2 * lo - 1, lower[:, s.n - 1]) and np.allclose(2 * up - 1, upper[:, s.n - 1])
-        assert np.allclose(2 * mean - 1, d[:, :s.n].mean(axis=1))
-    assert np.array_equal(lo, up)  # exhausted: the list's mean, width 0
 
 
 def _equal_means_bank(rng, m, n, ones):
@@ -46,14 +32,14 @@ def _equal_means_bank(rng, m, n, ones):
     return out
 
 
-def _fwer(correction, reps=200, seed=7, alpha=0.2):
+def _fwer(correction, reps=100, seed=7, alpha=0.2):
     rng = np.random.default_rng(seed)
-    m, n = 12, 300  # 66 pairs, all exact ties
+    m, n = 6, 240  # 15 pairs, all exact ties (measured: 0.04 with Bonferroni, 0.58 without)
     names = [f"m{k}" for k in range(m)]
     errors = 0
     looks = list(range(20, n + 1, 20))
     for _ in range(reps):
-        x = _equal_means_bank(rng, m, n, 150)
+        x = _equal_means_bank(rng, m, n, n // 2)
         r = bank_rank(x, names, looks, alpha=alpha, margin=0.0, correction=correction)
         # every true difference is exactly 0: any directional statement is wrong
         errors += bool(np.isin(r.verdict, (1, 2)).any())
@@ -61,7 +47,7 @@ def _fwer(correction, reps=200, seed=7, alpha=0.2):
 
 
 def test_family_wise_error_over_exact_ties_is_at_most_alpha_and_no_correction_fails_the_same_check():
-    alpha, reps = 0.2, 200
+    alpha, reps = 0.2, 100
     bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
     ok = _fwer("bonferroni", reps, alpha=alpha)
     bad = _fwer("none", reps, alpha=alpha)
@@ -141,16 +127,16 @@ BUNDLED = ["helm_mmlu", "helm_raft", "helm_v023", "vlm_hallusionbench", "vlm_ocr
 def test_bank_ranking_order_verdicts_and_tie_groups_agree_on_every_bundled_bank(dataset):
     """Order, verdicts and reported means answer one estimand; a model certified better is never ranked
     below; two fully scored models whose exact bank means differ by more than the margin are never tied.
-    (Up to 40 models per bank, picked at random, to keep the test fast.)"""
+    (Up to 20 models per bank, picked at random, to keep the test fast; the order drawn ∝ weight.)"""
     from certeval.banks import bank_from_scores, load_scores, score_matrix
 
     frame = load_scores(f"bundled:{dataset}")
     bank = bank_from_scores(frame)
     models = sorted(frame["model"].unique())
-    picks = [models[i] for i in np.random.default_rng(0).choice(len(models), size=min(40, len(models)),
+    picks = [models[i] for i in np.random.default_rng(0).choice(len(models), size=min(20, len(models)),
                                                                  replace=False)]
     n = bank.n_items
-    order = np.random.default_rng(1).permutation(n)
+    order = weighted_order(bank.spec().weights(), np.random.default_rng(1))
     x = score_matrix(frame, picks, bank)[:, order]
     w = bank.spec().weights()[order]
     step = max(50, n // 10)

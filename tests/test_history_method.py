@@ -379,7 +379,7 @@ def test_paired_difference_covers_with_peeking_on_the_shared_uniform_order(kind)
         order = rng.permutation(300)
         for look, start in enumerate(range(0, 300, 25)):
             chunk = order[start:start + 25]
-            pair.propose_uniform_order(chunk)
+            pair.propose_shared_order(chunk)
             pair.update_pair(chunk, xa[chunk], xb[chunk])
             comp = bank_comparison(pair, "a", "b", 0.0, look + 1)
             if not (comp.lower - 1e-12 <= truth <= comp.upper + 1e-12):

@@ -15,6 +15,7 @@ from certeval.cli import main
 from certeval.estimators import BankSpec, InputError, make_method, method_from_state
 from certeval.estimators.single.adaptive import AdaptiveMethod, ControlVariateCS
 from certeval.estimators.single.strata import feature_strata
+from certeval.estimators.wor_streams import weighted_order
 
 DELTA = 0.1
 REPS = 60
@@ -251,11 +252,11 @@ def subset_bank(rng, sizes=(60, 300, 140), means=(0.2, 0.55, 0.9)):
 
 
 def feed_batch(method, x, order, k: int, size: int, shared_order: bool, rng) -> None:
-    """Batch k: the method's own draws, or (``shared_order``) the caller's uniform order through
-    ``propose_uniform_order``, as a paired run feeds each model's method; then the scores."""
+    """Batch k: the method's own draws, or (``shared_order``) the caller's order drawn ∝ weight through
+    ``propose_shared_order``, as a paired run feeds each model's method; then the scores."""
     if shared_order:
         items = order[size * k:size * (k + 1)]
-        method.propose_uniform_order(items)
+        method.propose_shared_order(items)
     else:
         items = method.propose(size, rng).items
     method.update(items, x[items])
@@ -263,14 +264,14 @@ def feed_batch(method, x, order, k: int, size: int, shared_order: bool, rng) -> 
 
 def subset_miscoverage(make, reps: int, seed: int, shared_order: bool = False, **bank) -> int:
     """Reps in which the overall interval misses at some look (every batch of 10, up to 60% of the bank).
-    ``shared_order``: the caller draws a uniform permutation first and feeds it (a paired run's per-model
-    method), through ``propose_uniform_order``."""
+    ``shared_order``: the caller draws an order ∝ the estimand's weights first and feeds it (a paired run's
+    per-model method), through ``propose_shared_order``."""
     misses = 0
     for r in range(reps):
         rng = np.random.default_rng([seed, r])
         x, spec, truth = subset_bank(rng, **bank)
         method = make().start(spec)
-        order = rng.permutation(spec.n_items)
+        order = weighted_order(spec.weights(), rng)
         for k in range(int(0.6 * spec.n_items) // 10):
             feed_batch(method, x, order, k, 10, shared_order, rng)
             est = method.result()
@@ -306,7 +307,7 @@ def test_joint_cs_is_narrower_than_the_union_bound_on_sub_datasets():
     joint, union = (make_method("uniform", combine=c).start(spec) for c in ("joint", "union"))
     order = rng.permutation(spec.n_items)[:300]
     for m in (joint, union):
-        m.propose_uniform_order(order)
+        m.propose_shared_order(order)
         m.update(order, x[order])
     (jl, jh), (ul, uh) = ((m.result().lower, m.result().upper) for m in (joint, union))
     assert jh - jl < 0.8 * (uh - ul), (jh - jl, uh - ul)

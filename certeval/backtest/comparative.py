@@ -13,7 +13,6 @@ and compares the sequential decisions with the full-bank truth:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -249,8 +248,9 @@ def _statement_errors(verdict: np.ndarray, true_diff: np.ndarray, margin: float)
 def bank_compare_backtest(matrix, models, weights, *, margin: float, alpha: float, reps: int, seed: int,
                           n_pairs: int, looks_every: int, max_items: int | None) -> dict[str, Any]:
     """Each sampled pair on its own (level alpha per pair), bank target: without-replacement CS on the paired
-    difference of the bank's weighted means; truth is the exact bank difference."""
-    from ..estimators.bank_ranking import WorStreams, item_scale, pair_verdicts
+    difference of the bank's weighted means, items drawn ∝ weight; truth is the exact bank difference."""
+    from ..estimators.bank_ranking import pair_verdicts
+    from ..estimators.wor_streams import absorb_rows, make_streams, weighted_order
 
     m, n = matrix.shape
     rng = np.random.default_rng(seed)
@@ -258,24 +258,23 @@ def bank_compare_backtest(matrix, models, weights, *, margin: float, alpha: floa
     if len(ii) > n_pairs:
         pick = rng.choice(len(ii), size=n_pairs, replace=False)
         ii, jj = ii[pick], jj[pick]
-    u, c = item_scale(weights)
     true_diff = (matrix[ii] - matrix[jj]) @ weights
     looks = _look_sizes(n, looks_every, max_items)
     verdicts = np.zeros((reps, len(ii)), dtype=np.int64)
     used = np.zeros((reps, len(ii)))
     covered = np.ones((reps, len(ii)), dtype=bool)
     for r in range(reps):
-        order = rng.permutation(n)
-        x = ((matrix[ii][:, order] - matrix[jj][:, order]) * u[order] / c + 1.0) / 2.0
-        streams = WorStreams(len(ii), n, math.log(2.0 / alpha))
+        order = weighted_order(weights, rng)
+        x = (matrix[ii][:, order] - matrix[jj][:, order] + 1.0) / 2.0
+        w_order = weights[order]
+        streams = make_streams(len(ii), n, alpha)
         open_ = np.ones(len(ii), dtype=bool)
 
         def update(start, stop):
             rows = np.flatnonzero(open_)
-            from ..estimators.bank_ranking import absorb_rows
-            absorb_rows(streams, rows, x[rows, start:stop], start)
-            mean, lo, up = streams.total[rows] / stop, streams.lower[rows], streams.upper[rows]
-            diff, lower, upper = c * (2 * mean - 1), c * (2 * lo - 1), c * (2 * up - 1)
+            absorb_rows(streams, rows, x[rows, start:stop], w_order[start:stop])
+            mean, lo, up = (v[rows] for v in streams.bounds())
+            diff, lower, upper = 2 * mean - 1, 2 * lo - 1, 2 * up - 1
             codes = pair_verdicts(diff, lower, upper, margin, stop == n)
             covered[r, rows] &= (lower <= true_diff[rows] + 1e-12) & (true_diff[rows] <= upper + 1e-12)
             used[r, rows] = stop
@@ -306,8 +305,8 @@ def bank_compare_backtest(matrix, models, weights, *, margin: float, alpha: floa
         "agreement": float((verdicts == truth).mean()), "coverage": float(covered.mean()),
         "directional_error_rate": float((wrong & directional).mean()),
         "equivalence_error_rate": float((wrong & (verdicts == EQUIVALENT)).mean()),
-        "guarantee": "bank target: without-replacement empirical-Bernstein CS per pair (Waudby-Smith & Ramdas 2020), "
-                     f"level {1 - alpha:g} per pair, exact at exhaustion",
+        "guarantee": f"bank target: without-replacement {streams.CONSTRUCTION} CS per pair (Waudby-Smith & Ramdas 2020), "
+                     f"items drawn in proportion to their weights, level {1 - alpha:g} per pair, exact at exhaustion",
     }
     return {"pairs": pairs, "summary": summary}
 
@@ -319,6 +318,7 @@ def bank_rank_backtest(matrix, models, weights, *, margin: float, alpha: float, 
     import time
 
     from ..estimators.bank_ranking import bank_rank
+    from ..estimators.wor_streams import weighted_order
 
     m, n = matrix.shape
     rng = np.random.default_rng(seed)
@@ -327,7 +327,7 @@ def bank_rank_backtest(matrix, models, weights, *, margin: float, alpha: float, 
     rankings, fwe, fractions, groups, walls, early = [], [], [], [], [], []
     true_diff = None
     for r in range(reps):
-        order = rng.permutation(n)
+        order = weighted_order(weights, rng)
         start = time.perf_counter()
         rank = bank_rank(matrix[:, order], models, looks, alpha=alpha, margin=margin, weights=weights[order],
                          correction=correction)
@@ -362,7 +362,8 @@ def bank_rank_backtest(matrix, models, weights, *, margin: float, alpha: float, 
 def bank_select_backtest(matrix, models, weights, *, threshold: float, halfwidth: float, alpha: float, top: int,
                          reps: int, seed: int, looks_every: int, max_items: int | None) -> dict[str, Any]:
     """Best-arm (top-K within epsilon = halfwidth) identification on the bank target."""
-    from ..estimators.bank_ranking import BankSelection
+    from ..estimators.bank_selection import BankSelection
+    from ..estimators.wor_streams import weighted_order
 
     m, n = matrix.shape
     rng = np.random.default_rng(seed)
@@ -371,7 +372,7 @@ def bank_select_backtest(matrix, models, weights, *, threshold: float, halfwidth
     kth = np.sort(exact)[::-1][min(top, m) - 1]
     runs, errors, fractions = [], [], []
     for r in range(reps):
-        order = rng.permutation(n)
+        order = weighted_order(weights, rng)
         sel = BankSelection(models, alpha=alpha, top=top, epsilon=halfwidth, threshold=threshold).start(weights[order])
         x = matrix[:, order]
 

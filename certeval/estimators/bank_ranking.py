@@ -1,24 +1,17 @@
 """Bank-target comparisons, rankings and selection: without-replacement confidence sequences on a shared
-uniform item order, updated look by look (never recomputed from look 1).
+item order, updated look by look (never recomputed from look 1).
 
 The estimand of every statement is the finite bank's own weighted mean ``mu_k = sum_j w_j x_kj`` (``w_j``
 = 1/N, or 1/(S N_s) for the mean of S sub-dataset means), and for a pair the exact difference
-``mu_a - mu_b``. Every model still in play scores the next items of one uniform permutation of the bank, so
-each model's scores and each pair's differences are a sample *without replacement* from a finite list.
+``mu_a - mu_b``. Every model still in play scores the next items of one order drawn in proportion to the
+weights before any score (:func:`~.wor_streams.weighted_order`: a uniform permutation for a plain mean; each
+sub-dataset in proportion to its weight otherwise), so each model's scores and each pair's differences
+``z = (x_a - x_b + 1)/2`` are a sample without replacement from a finite list, drawn ∝ weight.
 
-Confidence sequence (Waudby-Smith & Ramdas 2020, "Confidence sequences for sampling without replacement",
-Thm 4 — the predictable plug-in empirical-Bernstein CS): for values ``x_i`` in [0, 1] drawn without
-replacement from a list of N, with ``lambda_i`` predictable,
-
-    C_t = [ (sum lambda_i (x_i + S_{i-1}/(N-i+1))) / D_t  +-  (log(2/a) + sum v_i psi(lambda_i)) / D_t ],
-    D_t = sum lambda_i (1 + (i-1)/(N-i+1)),  v_i = 4 (x_i - muhat_{i-1})^2,  psi(l) = (-log(1-l) - l)/4,
-
-covers the list's mean at every t simultaneously with probability >= 1 - a. It is the estimator
-:func:`certeval.estimators.comparison.wor_confidence_sequence` computes in one pass; :class:`WorStreams`
-keeps its running sums so a look costs O(streams x new items). The weighted estimand enters through
-``y_j = N w_j x_j`` (a list whose plain mean is ``mu``), rescaled to [0, 1] by ``c = N max_j w_j``; a pair's
-``y_j = N w_j (x_aj - x_bj)`` in [-c, c] maps to ``(y/c + 1)/2``. At exhaustion the list is known, the
-interval is the exact value.
+Confidence sequences (:mod:`~.wor_streams`): the hedged betting CS of Waudby-Smith & Ramdas (2020 §3, with
+the conditional mean ``(m - K)/U`` of a draw ∝ weight) for up to :data:`~.wor_streams.BETTING_CELLS` grid
+cells (tens of models), their predictable plug-in empirical-Bernstein CS (Thm 4) beyond. At exhaustion the
+list is known, the interval is the exact value.
 
 Family-wise guarantee of a ranking (see docs/ranking.md): each of the P = M(M-1)/2 pair CSs runs at level
 ``alpha / P`` (two-sided); by the union bound all of them cover their pair's exact difference at every look
@@ -32,124 +25,22 @@ beside the ranking are simultaneous at ``alpha / M``.
 from __future__ import annotations
 
 import heapq
-import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from ._validation import InputError, check_alpha, check_in_range, check_positive_int
+from ._validation import InputError, check_alpha, check_in_range
 from .comparison import A_GT_B, B_GT_A, EQUIVALENT, RULES, UNDECIDED, VERDICTS, Comparison
-from .results import to_jsonable
+from .wor_streams import absorb_rows, check_weights, make_streams, streams_from_state
+
+PAIR_BLOCK_CELLS = 1 << 22  # pairs x items absorbed at once
 
 TARGETS = ("bank", "distribution")
-TRUNCATION = 0.5  # lambda_i <= 1/2, as in wor_confidence_sequence
 EXACT_TOL = 1e-9  # floating-point slack when an exact difference is compared with the margin
 
-GUARANTEE = ("bank target, anytime-valid: without-replacement empirical-Bernstein confidence sequences "
-             "(Waudby-Smith & Ramdas 2020) on the paired differences of the bank's weighted means; exact once "
-             "every item is scored")
-
-
-class WorStreams:
-    """Running without-replacement empirical-Bernstein CSs for K streams of values in [0, 1].
-
-    Every stream sees the same number of values (the shared order); :meth:`absorb` takes a ``(K, b)``
-    block of the next ``b`` values. :meth:`keep` drops streams that no longer need updating.
-    Identical to :func:`~certeval.estimators.comparison.wor_confidence_sequence` value by value.
-    """
-
-    FIELDS = ("total", "sq", "denom", "num", "vpsi", "lower", "upper")
-
-    def __init__(self, k: int, n_total: int, log_term: float) -> None:
-        self.n_total = int(n_total)
-        self.log_term = float(log_term)
-        self.n = 0
-        self.total = np.zeros(k)  # sum of x so far
-        self.sq = np.zeros(k)  # sum of (x_i - muhat_{i-1})^2
-        self.denom = np.zeros(k)
-        self.num = np.zeros(k)
-        self.vpsi = np.zeros(k)
-        self.lower = np.zeros(k)
-        self.upper = np.ones(k)
-
-    def __len__(self) -> int:
-        return len(self.total)
-
-    def absorb(self, x: np.ndarray, intersect: str = "item") -> None:
-        """The next ``b`` values of every stream, ``(K, b)``. ``intersect``: ``"item"`` keeps the running
-        intersection after every value (as the one-pass estimator), ``"look"`` only at the end of the block
-        (also a valid CS — an intersection over fewer times — and a third cheaper)."""
-        x = np.asarray(x, dtype=float)
-        if x.ndim != 2 or x.shape[0] != len(self):
-            raise InputError(f"a block of values must be (streams={len(self)}, items), got {x.shape}")
-        for col in range(x.shape[1]):
-            self.absorb_column(x[:, col], intersect == "item" or col == x.shape[1] - 1)
-
-    def absorb_column(self, xi: np.ndarray, intersect: bool = True) -> None:
-        """One more value per stream (``(K,)``)."""
-        big_n = self.n_total
-        if self.n >= big_n:
-            raise InputError(f"more values than the bank holds ({big_n})")
-        i = self.n + 1
-        mu_prev = (0.5 + self.total) / i
-        var_prev = (0.25 + self.sq) / i  # var_hat_{i-1} = (0.25 + sum_{k<i} sq_k) / i
-        h = min(i, big_n)
-        lam = np.sqrt((2.0 * self.log_term / (h * math.log1p(h))) / var_prev)
-        np.minimum(lam, TRUNCATION, out=lam)
-        remaining = big_n - i + 1
-        dev = xi - mu_prev
-        dev *= dev
-        self.denom += lam * (1.0 + (i - 1) / remaining)
-        self.num += lam * (xi + self.total / remaining)
-        self.vpsi += dev * (-np.log1p(-lam) - lam)  # v_i psi(lambda_i) = 4 dev (-log(1-l) - l) / 4
-        self.sq += dev
-        self.total += xi
-        self.n = i
-        if i == big_n:  # the whole list is known
-            self.lower = self.total / big_n
-            self.upper = self.lower.copy()
-        elif intersect:
-            center = self.num / self.denom
-            width = (self.log_term + self.vpsi) / self.denom
-            np.maximum(self.lower, np.clip(center - width, 0.0, 1.0), out=self.lower)
-            np.minimum(self.upper, np.clip(center + width, 0.0, 1.0), out=self.upper)
-
-    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(sample mean, lower, upper)`` of each stream on the [0, 1] scale."""
-        mean = self.total / self.n if self.n else np.full(len(self), np.nan)
-        return mean, self.lower.copy(), self.upper.copy()
-
-    def keep(self, mask: np.ndarray) -> None:
-        for f in self.FIELDS:
-            setattr(self, f, getattr(self, f)[mask])
-
-    def state(self) -> dict[str, Any]:
-        return {"n_total": self.n_total, "log_term": self.log_term, "n": self.n,
-                **{f: getattr(self, f).copy() for f in self.FIELDS}}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "WorStreams":
-        obj = cls(0, int(state["n_total"]), float(state["log_term"]))
-        obj.n = int(state["n"])
-        for f in cls.FIELDS:
-            setattr(obj, f, np.asarray(state[f], dtype=float))
-        return obj
-
-
-def absorb_rows(streams: WorStreams, rows: np.ndarray, block: np.ndarray, n_before: int) -> None:
-    """Absorb ``block`` into the streams ``rows`` only, which have seen ``n_before`` values (the others are
-    frozen where their model left)."""
-    if len(rows) == 0:
-        return
-    sub = WorStreams(0, streams.n_total, streams.log_term)
-    sub.n = int(n_before)
-    for f in WorStreams.FIELDS:
-        setattr(sub, f, getattr(streams, f)[rows])
-    sub.absorb(block)
-    for f in WorStreams.FIELDS:
-        getattr(streams, f)[rows] = getattr(sub, f)
-    streams.n = sub.n
+GUARANTEE = ("bank target, anytime-valid: without-replacement betting confidence sequences (Waudby-Smith & "
+             "Ramdas 2020; empirical-Bernstein beyond tens of models) on the paired differences of the bank's "
+             "weighted means, items drawn in proportion to their weights; exact once every item is scored")
 
 
 def look_arrays(names: Sequence[str], items: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -159,15 +50,6 @@ def look_arrays(names: Sequence[str], items: Any, scores: Any) -> tuple[np.ndarr
     if x.shape != (len(names), items.size):
         raise InputError(f"scores must be (models={len(names)}, items={items.size}), got {x.shape}")
     return items, x
-
-
-def item_scale(weights: np.ndarray) -> tuple[np.ndarray, float]:
-    """``u_j = N w_j`` (the list whose plain mean is the weighted mean) and its range ``c = max u``."""
-    w = np.asarray(weights, dtype=float)
-    if w.ndim != 1 or w.size == 0 or (w < 0).any() or not math.isclose(float(w.sum()), 1.0, rel_tol=1e-9):
-        raise InputError(f"weights must be non-negative and sum to one over the bank, got sum {float(w.sum())!r}")
-    u = w * w.size
-    return u, float(u.max())
 
 
 def pair_verdicts(diff: np.ndarray, lower: np.ndarray, upper: np.ndarray, margin: float,
@@ -296,7 +178,7 @@ def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: n
 
 
 class BankRanking:
-    """Incremental bank-target ranking of M models over a shared uniform item order.
+    """Incremental bank-target ranking of M models over a shared item order drawn ∝ weight.
 
     ``start(weights)``, then ``update(items, scores)`` once per look with the bank positions of the next
     items of the shared order and a ``(M, b)`` score block (rows of models that left are ignored; NaN is
@@ -318,15 +200,18 @@ class BankRanking:
         self.correction = correction
 
     # -- life cycle -------------------------------------------------------------------------------------
-    def start(self, weights: np.ndarray) -> "BankRanking":
-        self.u, self.c = item_scale(weights)
-        n_total = self.u.size
+    def start(self, weights: np.ndarray, bet_horizon: int | None = None) -> "BankRanking":
+        """``weights``: the estimand's item weights in the positions ``update`` receives; the order of the items
+        must be drawn ∝ these weights (:func:`~.wor_streams.weighted_order`). ``bet_horizon``: the run's item
+        budget, if any (bets tuned to stop there; any value keeps the guarantee)."""
+        self.w = check_weights(weights)
+        n_total = self.w.size
         m = len(self.names)
         a, b = np.triu_indices(m, k=1)
         p = len(a)
         pair_alpha = self.alpha / p if self.correction == "bonferroni" else self.alpha
-        self.pairs = WorStreams(p, n_total, math.log(2.0 / pair_alpha))
-        self.models = WorStreams(m, n_total, math.log(2.0 * m / self.alpha))
+        self.pairs = make_streams(p, n_total, pair_alpha, bet_horizon)
+        self.models = make_streams(m, n_total, self.alpha / m, bet_horizon)
         self.open_a, self.open_b = a.astype(np.int32), b.astype(np.int32)
         self.open_idx = np.arange(p, dtype=np.int64)
         self.pa, self.pb = a.astype(np.int32), b.astype(np.int32)
@@ -347,7 +232,7 @@ class BankRanking:
 
     @property
     def n_total(self) -> int:
-        return int(self.u.size)
+        return int(self.w.size)
 
     @property
     def active(self) -> list[str]:
@@ -364,36 +249,30 @@ class BankRanking:
         live = np.flatnonzero(self.model_open)
         if np.isnan(x[live]).any() or (x[live] < 0).any() or (x[live] > 1).any():
             raise InputError("every model still in play needs a score in [0, 1] for every item of the look")
-        u = self.u[items]
+        w = self.w[items]
         self.n += items.size
         self.looks += 1
-        # models: y = u x in [0, c]
-        y = np.where(np.isnan(x), 0.0, x) * u / self.c
-        self._absorb_models(live, y)
-        # open pairs: d = u (x_a - x_b) in [-c, c] -> [0, 1]
-        if len(self.open_idx):  # column by column: a (pairs x items) block would not fit at M ~ 2000
-            last = y.shape[1] - 1
-            for col in range(y.shape[1]):
-                yc = y[:, col]
-                d = yc[self.open_a] - yc[self.open_b]
-                d += 1.0
-                d *= 0.5
-                self.pairs.absorb_column(d, intersect=col == last)
+        y = np.where(np.isnan(x), 0.0, x)
+        self._absorb_models(live, y, w)
+        if len(self.open_idx):  # z = (x_a - x_b + 1)/2, in slices: a (pairs x items) block would not fit at M ~ 2000
+            step = max(1, PAIR_BLOCK_CELLS // len(self.open_idx))
+            for s in range(0, y.shape[1], step):
+                yc = y[:, s:s + step]
+                self.pairs.absorb((yc[self.open_a] - yc[self.open_b] + 1.0) / 2.0, w[s:s + step])
             self._decide_pairs()
         return self
 
-    def _absorb_models(self, live: np.ndarray, y: np.ndarray) -> None:
+    def _absorb_models(self, live: np.ndarray, y: np.ndarray, w: np.ndarray) -> None:
         # a model that left is frozen: only the live rows absorb the look
-        absorb_rows(self.models, live, y[live], self.n - y.shape[1])
+        absorb_rows(self.models, live, y[live], w)
         self.model_used[live] = self.n
-        self.model_mean[live] = self.c * self.models.total[live] / self.n
-        self.model_lower[live] = self.c * self.models.lower[live]
-        self.model_upper[live] = np.minimum(1.0, self.c * self.models.upper[live])
+        mean, lower, upper = self.models.bounds()
+        self.model_mean[live], self.model_lower[live], self.model_upper[live] = mean[live], lower[live], upper[live]
 
     def _decide_pairs(self) -> None:
         ps = self.pairs
         mean, lo, up = ps.bounds()
-        diff, lower, upper = self.c * (2 * mean - 1), self.c * (2 * lo - 1), self.c * (2 * up - 1)
+        diff, lower, upper = 2 * mean - 1, 2 * lo - 1, 2 * up - 1
         exact = self.n == self.n_total
         codes = pair_verdicts(diff, lower, upper, self.margin, exact)
         idx = self.open_idx
@@ -433,12 +312,12 @@ class BankRanking:
                     int(self.model_used[k])) for k, n in enumerate(self.names)}
 
     # -- state ------------------------------------------------------------------------------------------
-    ARRAYS = ("u", "open_a", "open_b", "open_idx", "pa", "pb", "verdict", "look", "used", "diff", "lower", "upper",
+    ARRAYS = ("w", "open_a", "open_b", "open_idx", "pa", "pb", "verdict", "look", "used", "diff", "lower", "upper",
               "model_open", "model_used", "model_mean", "model_lower", "model_upper")
 
     def state(self) -> dict[str, Any]:
         return {"kind": "bank-ranking", "names": list(self.names), "alpha": self.alpha, "margin": self.margin,
-                "correction": self.correction, "c": self.c, "n": self.n, "looks": self.looks,
+                "correction": self.correction, "n": self.n, "looks": self.looks,
                 "pairs": self.pairs.state(), "models": self.models.state(),
                 **{k: getattr(self, k).copy() for k in self.ARRAYS}}
 
@@ -446,9 +325,9 @@ class BankRanking:
     def from_state(cls, state: dict[str, Any]) -> "BankRanking":
         obj = cls(state["names"], alpha=float(state["alpha"]), margin=float(state["margin"]),
                   correction=str(state["correction"]))
-        obj.c, obj.n, obj.looks = float(state["c"]), int(state["n"]), int(state["looks"])
-        obj.pairs = WorStreams.from_state(state["pairs"])
-        obj.models = WorStreams.from_state(state["models"])
+        obj.n, obj.looks = int(state["n"]), int(state["looks"])
+        obj.pairs = streams_from_state(state["pairs"])
+        obj.models = streams_from_state(state["models"])
         for k in cls.ARRAYS:
             setattr(obj, k, np.asarray(state[k]).copy())
         return obj
@@ -457,7 +336,8 @@ class BankRanking:
 def bank_rank(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int], *, alpha: float = 0.05,
               margin: float = 0.0, weights: np.ndarray | None = None, correction: str = "bonferroni"):
     """Replay a bank-target ranking over ``scores`` (``(M, N)``, columns in the shared order, the whole bank)
-    with looks after ``look_n[k]`` items; ``weights`` per column (default 1/N)."""
+    with looks after ``look_n[k]`` items; ``weights`` per column (default 1/N), the order drawn ∝ them
+    (:func:`~.wor_streams.weighted_order`)."""
     scores = np.asarray(scores, dtype=float)
     m, n = scores.shape
     w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
@@ -472,167 +352,3 @@ def bank_rank(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int], *
         if not rank.model_open.any():
             break
     return rank
-
-
-# ------------------------------------------------------------------------------------------- selection
-@dataclass(frozen=True)
-class BestArmResult:
-    """Top-K identification within epsilon on the bank target (see :class:`BankSelection`)."""
-
-    selected: tuple[str, ...]
-    discarded: tuple[str, ...]
-    models: tuple[Any, ...]  # ModelStatus
-    n_total: int
-    top: int
-    epsilon: float
-    threshold: float
-    alpha: float
-    guarantee: str
-    done: bool
-
-    @property
-    def fraction_used(self) -> float:
-        return float(sum(m.n_scored for m in self.models)) / (len(self.models) * self.n_total)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable({
-            "selected": list(self.selected), "discarded": list(self.discarded),
-            "models": [dict(vars(m)) for m in self.models], "n_total": self.n_total,
-            "fraction_used": self.fraction_used, "top": self.top, "epsilon": self.epsilon,
-            "threshold": self.threshold, "halfwidth": self.epsilon, "mode": "best", "alpha": self.alpha,
-            "guarantee": self.guarantee, "target": "bank", "done": self.done})
-
-
-class BankSelection:
-    """Best-arm (top-K) identification within epsilon, bank target, on the shared uniform order.
-
-    Each model has a without-replacement CS for its bank mean at level alpha / M (simultaneous over models
-    and looks). At each look, with A the models not yet dropped:
-
-    * a model with ``upper < threshold`` is dropped ("below");
-    * a model with at least K models of A whose lower bound exceeds its upper bound is surely outside the
-      top K and is dropped ("not-best");
-    * stop when the K models of A with the largest means, S, satisfy ``min_{i in S} lower_i >=
-      max_{j in A \\ S} upper_j - epsilon`` (LUCB's rule, Kalyanakrishnan et al. 2012): on the event that
-      every CS covers, each selected model's bank mean is within epsilon of every unselected one's, i.e.
-      the selection is an epsilon-top-K of the bank, with probability >= 1 - alpha. Models of S keep being
-      scored until then; at exhaustion the exact means decide.
-    """
-
-    def __init__(self, names: Sequence[str], *, alpha: float = 0.05, top: int = 1, epsilon: float = 0.0,
-                 threshold: float = 0.0) -> None:
-        self.names = tuple(str(x) for x in names)
-        if len(self.names) < 1:
-            raise InputError("selection needs at least one model")
-        self.alpha = check_alpha(alpha)
-        self.top = check_positive_int(top, "top")
-        if self.top > len(self.names):
-            raise InputError(f"top must be at most the number of models ({len(self.names)}), got {top!r}")
-        self.epsilon = check_in_range(epsilon, "epsilon", 0.0, 1.0)
-        self.threshold = check_in_range(threshold, "threshold", 0.0, 1.0)
-
-    def start(self, weights: np.ndarray) -> "BankSelection":
-        self.u, self.c = item_scale(weights)
-        m = len(self.names)
-        self.streams = WorStreams(m, self.u.size, math.log(2.0 * m / self.alpha))
-        self.status = np.array(["running"] * m, dtype=object)
-        self.look_of = np.zeros(m, dtype=np.int32)
-        self.used = np.zeros(m, dtype=np.int32)
-        self.mean = np.full(m, np.nan)
-        self.lower = np.zeros(m)
-        self.upper = np.ones(m)
-        self.n = 0
-        self.looks = 0
-        self.finished = False
-        return self
-
-    @property
-    def n_total(self) -> int:
-        return int(self.u.size)
-
-    @property
-    def active(self) -> list[str]:
-        return [self.names[k] for k in range(len(self.names)) if self.status[k] == "running"]
-
-    def update(self, items: Any, scores: Any) -> "BankSelection":
-        items, x = look_arrays(self.names, items, scores)
-        if items.size == 0 or self.finished:
-            return self
-        live = np.flatnonzero(self.status == "running")
-        if np.isnan(x[live]).any():
-            raise InputError("every model still in play needs a score for every item of the look")
-        self.n += items.size
-        self.looks += 1
-        absorb_rows(self.streams, live, x[live] * self.u[items] / self.c, self.n - items.size)
-        self.used[live] = self.n
-        self.mean[live] = self.c * self.streams.total[live] / self.n
-        self.lower[live] = self.c * self.streams.lower[live]
-        self.upper[live] = np.minimum(1.0, self.c * self.streams.upper[live])
-        self._decide(live)
-        return self
-
-    def _decide(self, live: np.ndarray) -> None:
-        k = self.top
-        alive = np.flatnonzero(self.status != "below")
-        alive = alive[self.status[alive] != "not-best"]
-        for j in live:
-            if self.upper[j] < self.threshold:
-                self.status[j], self.look_of[j] = "below", self.looks
-        alive = alive[self.status[alive] != "below"]
-        if len(alive) > k:  # surely outside the top K: K models certainly better
-            kth_low = np.sort(self.lower[alive])[::-1][k - 1]
-            for j in alive:
-                if self.status[j] == "running" and self.upper[j] < kth_low:
-                    self.status[j], self.look_of[j] = "not-best", self.looks
-            alive = alive[self.status[alive] != "not-best"]
-        exact = self.n == self.n_total
-        if len(alive) <= k:
-            chosen, rest = alive, alive[:0]
-        else:
-            by_mean = alive[np.argsort(-self.mean[alive], kind="stable")]
-            chosen, rest = by_mean[:k], by_mean[k:]
-        if exact or len(rest) == 0 or self.lower[chosen].min() >= self.upper[rest].max() - self.epsilon:
-            for j in chosen:
-                if self.status[j] == "running":
-                    self.status[j], self.look_of[j] = "selected", self.looks
-            for j in rest:
-                if self.status[j] == "running":
-                    self.status[j], self.look_of[j] = "not-selected", self.looks
-            self.finished = True
-
-    def result(self) -> BestArmResult:
-        from .selection import ModelStatus
-
-        m = len(self.names)
-        keep = [j for j in range(m) if self.status[j] in ("selected", "running")]
-        keep.sort(key=lambda j: -self.mean[j])
-        models = tuple(ModelStatus(self.names[j], float(self.mean[j]), float(self.lower[j]), float(self.upper[j]),
-                                   int(self.used[j]), str(self.status[j]), int(self.look_of[j]) or None)
-                       for j in range(m))
-        guarantee = (f"bank target, anytime-valid: without-replacement empirical-Bernstein CS per model at level "
-                     f"{1 - self.alpha / m:.4g} (Bonferroni over {m} models); the selection is an epsilon-top-{self.top} "
-                     f"of the bank means and every drop is correct, jointly with probability >= {1 - self.alpha:g}")
-        return BestArmResult(tuple(self.names[j] for j in keep),
-                             tuple(self.names[j] for j in range(m) if j not in keep), models, self.n_total, self.top,
-                             self.epsilon, self.threshold, self.alpha, guarantee, self.finished)
-
-    ARRAYS = ("u", "status", "look_of", "used", "mean", "lower", "upper")
-
-    def state(self) -> dict[str, Any]:
-        return {"kind": "bank-selection", "names": list(self.names), "alpha": self.alpha, "top": self.top,
-                "epsilon": self.epsilon, "threshold": self.threshold, "c": self.c, "n": self.n, "looks": self.looks,
-                "finished": self.finished, "streams": self.streams.state(),
-                **{k: (getattr(self, k).astype(str).tolist() if k == "status" else getattr(self, k).copy())
-                   for k in self.ARRAYS}}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "BankSelection":
-        obj = cls(state["names"], alpha=float(state["alpha"]), top=int(state["top"]),
-                  epsilon=float(state["epsilon"]), threshold=float(state["threshold"]))
-        obj.c, obj.n, obj.looks, obj.finished = float(state["c"]), int(state["n"]), int(state["looks"]), \
-            bool(state["finished"])
-        obj.streams = WorStreams.from_state(state["streams"])
-        for k in cls.ARRAYS:
-            v = np.asarray(state[k])
-            setattr(obj, k, v.astype(object) if k == "status" else v.copy())
-        return obj

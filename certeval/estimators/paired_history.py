@@ -5,8 +5,8 @@ The estimand is ``Δ = Σ_j w_j (x_Aj − x_Bj)``. On the shared items, ``z_j = 
 has bank mean ``(Δ + 1)/2``, so :class:`~certeval.estimators.single.history.HistoryMethod`'s construction
 applies unchanged with the control variate ``(â_Aj − â_Bj + 1)/2``: the predicted paired difference, each
 model's prediction refitted on its own scores from its own :class:`~certeval.estimators.history.HistoryPrior`.
-The items come from the run's shared uniform order (every model scores the same items), so each draw has
-probability 1 / (undrawn items). The interval is exact (width 0 once both models have scored the whole
+The items come from the run's shared order, drawn ∝ the estimand's weights (every model scores the same items),
+so each draw of item j has probability ``w_j / (undrawn weight)``. The interval is exact (width 0 once both models have scored the whole
 bank) and valid at every look, whatever the history is.
 
 Verdict with margin D ≥ 0 (fixed before data): ``a>b`` once the interval lies above D, ``b>a`` once it
@@ -62,7 +62,7 @@ class PairPrior:
 class PairDifferenceMethod(HistoryMethod):
     """:class:`HistoryMethod` on ``z = (x_A − x_B + 1)/2`` with the predicted difference as control variate.
 
-    Scores arrive through :meth:`update_pair`; draws through ``propose_uniform_order`` (the shared order).
+    Scores arrive through :meth:`update_pair`; draws through ``propose_shared_order`` (the shared order).
     Not registered: it needs a :class:`PairPrior` and is driven by the paired run.
     """
 
@@ -124,7 +124,7 @@ class HistoryRanking:
     plain bank ranking): every ordering statement holds jointly with probability >= 1 - alpha, whatever the
     history. One exact CS per pair: meant for tens of models (``MAX_MODELS``), not thousands.
 
-    ``update(items, scores)`` takes a look of the shared uniform order (bank positions, ``(M, b)`` scores;
+    ``update(items, scores)`` takes a look of the shared order (drawn ∝ weight) (bank positions, ``(M, b)`` scores;
     rows of models that left are ignored); ``result()`` a :class:`~.ranking.Ranking`.
     """
 
@@ -132,8 +132,6 @@ class HistoryRanking:
 
     def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
                  margin: float = 0.0) -> None:
-        from .bank_ranking import item_scale
-
         self.names = tuple(str(x) for x in names)
         m = len(self.names)
         if not 2 <= m <= self.MAX_MODELS:
@@ -147,7 +145,7 @@ class HistoryRanking:
         confidence = 1.0 - self.alpha / p
         self.methods = [PairDifferenceMethod(confidence=confidence, subset_intervals=False).start(
             replace(spec, history=PairPrior(priors[a], priors[b]))) for a, b in zip(self.pa, self.pb)]
-        self.u, _ = item_scale(spec.weights())
+        self.n_items_ = int(spec.n_items)
         self.comparisons: list[Comparison | None] = [None] * p
         self.open = np.ones(p, dtype=bool)
         self.model_open = np.ones(m, dtype=bool)
@@ -158,7 +156,7 @@ class HistoryRanking:
 
     @property
     def n_total(self) -> int:
-        return int(self.u.size)
+        return self.n_items_
 
     @property
     def active(self) -> list[str]:
@@ -171,13 +169,13 @@ class HistoryRanking:
         live = np.flatnonzero(self.model_open)
         self.n += items.size
         self.looks += 1
-        self.sums[live] += x[live] @ self.u[items]
+        self.sums[live] += x[live].sum(axis=1)  # draws ∝ weight: the plain mean estimates the weighted one
         self.model_used[live] = self.n
         for p in np.flatnonzero(self.open):
             method, a, b = self.methods[p], self.pa[p], self.pb[p]
             fresh = ~method.in_log_[items]
-            if fresh.any():  # the shared order's draws (probability 1 / undrawn), predictions fixed first
-                method.propose_uniform_order(items[fresh])
+            if fresh.any():  # the shared order's draws (probability w_j / undrawn weight), predictions fixed first
+                method.propose_shared_order(items[fresh])
             method.update_pair(items, x[a], x[b])
             comp = bank_comparison(method, self.names[a], self.names[b], self.margin, self.looks)
             self.comparisons[p] = comp
@@ -220,14 +218,14 @@ class HistorySelection:
     The rule is :class:`~.bank_ranking.BankSelection`'s (drops below the threshold, drops of models with K
     models surely better, LUCB's epsilon stop); only the per-model intervals differ: each model's bank mean
     gets :class:`HistoryMethod`'s exact without-replacement betting CS with its own history prediction as
-    control variate, at level ``1 - alpha / M`` (Bonferroni over the M models), on the run's shared uniform
-    order. On the event that every model's CS covers (probability >= 1 - alpha, whatever the history), every
+    control variate, at level ``1 - alpha / M`` (Bonferroni over the M models), on the run's shared
+    order (drawn ∝ weight). On the event that every model's CS covers (probability >= 1 - alpha, whatever the history), every
     drop is correct and the selection is an epsilon-top-K of the bank means.
     """
 
     def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
                  top: int = 1, epsilon: float = 0.0, threshold: float = 0.0) -> None:
-        from .bank_ranking import BankSelection
+        from .bank_selection import BankSelection
 
         self.rule = BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold)
         self.names = self.rule.names
@@ -264,8 +262,8 @@ class HistorySelection:
         for j in live:
             method = self.methods_[j]
             fresh = ~method.in_log_[items]
-            if fresh.any():  # the shared order's draws (probability 1 / undrawn), predictions fixed first
-                method.propose_uniform_order(items[fresh])
+            if fresh.any():  # the shared order's draws (probability w_j / undrawn weight), predictions fixed first
+                method.propose_shared_order(items[fresh])
             method.update(items, x[j])
             est = method.result()
             rule.used[j] = est.n_scored

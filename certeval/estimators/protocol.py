@@ -295,10 +295,10 @@ class BankMethod:
     def _absorb(self, items: np.ndarray, scores: np.ndarray) -> None:
         """Hook: incremental statistics after new scores (items already recorded)."""
 
-    def propose_uniform_order(self, items: Any) -> None:
-        """Take ``items`` as the next draws, made uniformly at random without replacement by the caller (a shared
-        order fixed before any score, as in paired runs). Methods whose martingale needs each draw's law
-        record it here; for the others a uniform order needs no record (default: nothing to do)."""
+    def propose_shared_order(self, items: Any) -> None:
+        """Take ``items`` as the next draws, made ∝ the estimand's weights without replacement by the caller (a
+        shared order fixed before any score, as in paired runs). Methods whose martingale needs each draw's law
+        record it here; for the others the order needs no record (default: nothing to do)."""
 
     def release(self, items: Any) -> None:
         """Forget that ``items`` are pending (their batch was lost); they may be proposed again."""

@@ -39,7 +39,7 @@ BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on his
                                 "--history SOURCE (method 'history', exact and anytime-valid)"}
 REPLAY_OPTIONS = {"latency"}
 INTEGRITY = "manifest-v1"  # config.json: the run folder keeps manifest.json, checked on resume
-PAIRED_METHOD = "uniform"  # per-model intervals on the shared uniform item order
+PAIRED_METHOD = "uniform"  # per-model intervals on the shared item order (drawn ∝ weight on the bank target)
 TARGETS = ("bank", "distribution")  # what compare/rank/select answer (DESIGN §4); bank is the default
 
 

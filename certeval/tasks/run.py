@@ -33,6 +33,7 @@ from ..banks import Bank, bank_features
 from ..estimators import make_method, method_for_goal, method_from_state, parse_goal
 from ..estimators._validation import InputError
 from ..estimators.results import Decision, Estimate
+from ..estimators.wor_streams import weighted_order
 from ..harness_output import lm_eval_block, task_block
 from ..storage import RunStore, item_key, prompt_hash, safe_name
 from .plan import RunPlan, load_run_bank
@@ -203,7 +204,15 @@ class Run:
 
     def _open_paired(self) -> None:
         n = self.bank.n_items
-        self.order = np.random.default_rng([self.plan.seed, 0xC0FFEE]).permutation(n)
+        rng = np.random.default_rng([self.plan.seed, 0xC0FFEE])
+        if (self.plan.target or "bank") == "bank":  # each next item ∝ its weight in the estimand
+            w = self.spec.weights()
+            self.order = weighted_order(w, rng)
+            undrawn = 1.0 - np.concatenate([[0.0], np.cumsum(w[self.order])[:-1]])
+            self.order_prob = w[self.order] / np.maximum(undrawn, w[self.order])
+        else:
+            self.order = rng.permutation(n)
+            self.order_prob = 1.0 / (n - np.arange(n))
         self.order_rank = np.argsort(self.order)  # bank position -> place in the shared order
         self.matrix = np.full((len(self.labels), n), np.nan)  # columns in the shared order
         self.looks: list[int] = []
@@ -252,7 +261,8 @@ class Run:
         plan = self.plan
         if (plan.target or "distribution") != "bank":
             return None
-        from ..estimators.bank_ranking import BankRanking, BankSelection
+        from ..estimators.bank_ranking import BankRanking
+        from ..estimators.bank_selection import BankSelection
 
         alpha, weights = 1.0 - plan.confidence, self.spec.weights()
         if plan.kind == "rank" and self.history:  # each pair: compare --history's exact CS, at alpha / P
@@ -266,10 +276,10 @@ class Run:
             return HistorySelection(self.labels, [self.history[label] for label in self.labels], self.spec,
                                     alpha=alpha, top=plan.top or 1, epsilon=plan.halfwidth or 0.0,
                                     threshold=plan.threshold or 0.0).start()
-        if plan.kind == "select":
+        if plan.kind == "select":  # bets tuned to stop at --max-items, when given
             return BankSelection(self.labels, alpha=alpha, top=plan.top or 1, epsilon=plan.halfwidth or 0.0,
-                                 threshold=plan.threshold or 0.0).start(weights)
-        return BankRanking(self.labels, alpha=alpha, margin=plan.margin).start(weights)
+                                 threshold=plan.threshold or 0.0).start(weights, bet_horizon=plan.max_items)
+        return BankRanking(self.labels, alpha=alpha, margin=plan.margin).start(weights, bet_horizon=plan.max_items)
 
     def _distribution_group(self) -> Any:
         """The incremental distribution-target estimator of a paired run: group-sequential tests fed one look
@@ -343,9 +353,9 @@ class Run:
             if self.plan.max_items is not None:
                 k = min(k, max(0, min(x for x in left if x is not None)))
             chunk = self.order[start:start + k].astype(np.int64)
-            prob = np.full(len(chunk), 1.0 / max(1, self.bank.n_items - start))
-            if self.pair is not None:  # the pair's draws are the shared uniform order's (probability 1/undrawn)
-                self.pair.propose_uniform_order(chunk[~self.pair.in_log_[chunk]])
+            prob = self.order_prob[start:start + len(chunk)]
+            if self.pair is not None:  # the pair's draws are the shared order's (probability w_j / undrawn weight)
+                self.pair.propose_shared_order(chunk[~self.pair.in_log_[chunk]])
             for label in self.active:
                 items[label], probs[label] = chunk, prob
             return RoundScores(items, probs)
@@ -437,12 +447,12 @@ class Run:
 
     # -- update ---------------------------------------------------------------
     def _feed_shared_order(self, label: str, pos: np.ndarray, scores: np.ndarray) -> None:
-        """A paired run's per-model method gets the shared order's items, which were drawn uniformly at random
-        before any score: logged as such draws (in the order's sequence), then scored."""
+        """A paired run's per-model method gets the shared order's items, which were drawn before any score (∝ the
+        estimand's weights): logged as such draws (in the order's sequence), then scored."""
         method = self.methods[label]
         pos = np.asarray(pos, dtype=np.int64)
         fresh = pos[~method.scored_[pos]]
-        method.propose_uniform_order(fresh[np.argsort(self.order_rank[fresh], kind="stable")])
+        method.propose_shared_order(fresh[np.argsort(self.order_rank[fresh], kind="stable")])
         method.update(pos, scores)
 
     def update(self, batch: RoundScores) -> None:
@@ -471,7 +481,7 @@ class Run:
         pos = self.order[start:stop].astype(np.int64)
         fresh = ~self.pair.in_log_[pos]
         if fresh.any():  # resumed: the rounds are replayed, so the draws are logged again in the same order
-            self.pair.propose_uniform_order(pos[fresh])
+            self.pair.propose_shared_order(pos[fresh])
         self.pair.update_pair(pos, self.matrix[0, start:stop], self.matrix[1, start:stop])
 
     # -- decide ---------------------------------------------------------------

@@ -204,7 +204,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         self.log_q_ = np.zeros((0, self.n_strata))
         self.batch_a_ = np.zeros((0, self.n_strata))
         self.batch_v_ = np.zeros((0, self.n_strata))
-        self.batch_uniform_ = np.zeros(0, dtype=bool)
+        self.batch_shared_ = np.zeros(0, dtype=bool)
         self.in_log_ = np.zeros(self.bank_.n_items, dtype=bool)
         self.processed_ = 0
         self.known_ = np.zeros(self.n_strata)  # Σ w x over processed items, per stratum
@@ -259,9 +259,9 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
             self._log_draws(np.asarray(items, dtype=np.int64), np.vstack(qs), a, var)
         return np.asarray(chosen, dtype=np.int64), np.asarray(probs, dtype=float)
 
-    def propose_uniform_order(self, items: Any) -> None:
-        """Log ``items`` as draws made uniformly at random without replacement by the caller (the shared order of
-        a paired run, drawn before any score): draw i picks stratum h with probability ``left_h / Σ left``, which
+    def propose_shared_order(self, items: Any) -> None:
+        """Log ``items`` as draws made ∝ weight without replacement by the caller (the shared order of a paired
+        run, drawn before any score): draw i picks stratum h with probability ``U_h / U`` (undrawn weight), which
         is what the log records, so the martingale is the one of the method's own draws."""
         if getattr(self, "combine_", "union") != "joint":
             return
@@ -269,16 +269,15 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         if items.size == 0:
             return
         if self.in_log_[items].any() or np.unique(items).size != items.size:
-            raise InputError("propose_uniform_order: items must be distinct and not drawn before")
+            raise InputError("propose_shared_order: items must be distinct and not drawn before")
         onehot = np.zeros((items.size, self.n_strata))
         onehot[np.arange(items.size), self.strata_[items]] = 1.0
-        left = self.left_[None, :] - (np.cumsum(onehot, axis=0) - onehot)  # undrawn items before each draw
-        q = left / left.sum(axis=1, keepdims=True)
-        a, var = self._controls()
-        self._log_draws(items, q, a, var, uniform_order=True)
+        u = (self.left_[None, :] - (np.cumsum(onehot, axis=0) - onehot)) * self.item_weight_in_stratum_
+        a, var = self._controls()  # u: undrawn weight before each draw
+        self._log_draws(items, u / u.sum(axis=1, keepdims=True), a, var, shared=True)
 
     def _log_draws(self, items: np.ndarray, q: np.ndarray | None, a: np.ndarray | None = None,
-                   v: np.ndarray | None = None, uniform_order: bool = False) -> None:
+                   v: np.ndarray | None = None, shared: bool = False) -> None:
         """Append ``items`` to the log: one batch of draws with laws ``q`` (rows) and controls ``a``, ``v``, or
         (``q`` None) items scored from outside, which leave the population without feeding the martingale."""
         batch = -1
@@ -288,7 +287,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
             batch = self.batch_a_.shape[0]
             self.batch_a_ = np.vstack([self.batch_a_, a[None, :]])
             self.batch_v_ = np.vstack([self.batch_v_, v[None, :]])
-            self.batch_uniform_ = np.append(self.batch_uniform_, uniform_order)
+            self.batch_shared_ = np.append(self.batch_shared_, shared)
         self.log_items_ = np.concatenate([self.log_items_, items])
         self.log_batch_ = np.concatenate([self.log_batch_, np.full(items.size, batch, dtype=np.int64)])
         self.log_q_ = np.vstack([self.log_q_, q])
@@ -302,8 +301,9 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         rows = np.full((items.size, self.n_strata), np.nan)
         for p, (j, b) in enumerate(zip(items, batch)):
             if b >= 0:
-                if self.batch_uniform_[b]:
-                    q = left / left.sum()
+                if self.batch_shared_[b]:  # the arithmetic of propose_shared_order, row by row
+                    q = left * self.item_weight_in_stratum_
+                    q = q / q.sum()
                 else:
                     q = self._draw_probabilities(left, self.batch_v_[b])
                     q = q / q.sum()
@@ -454,11 +454,13 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
             batch = np.asarray(extra.get("log_batch", []), dtype=np.int64)
             self.batch_a_, self.batch_v_ = (np.asarray(extra.get(k, []), dtype=float).reshape(-1, self.n_strata)
                                             for k in ("batch_a", "batch_v"))
-            self.batch_uniform_ = np.asarray(extra.get("batch_uniform", []), dtype=bool)
+            self.batch_shared_ = np.asarray(extra.get("batch_shared", extra.get("batch_uniform", [])), dtype=bool)
         except ValueError as exc:
             raise InputError(f"state's draw log is damaged ({exc})") from None
+        if "batch_shared" not in extra and self.batch_shared_.any() and np.ptp(self.item_weight_in_stratum_) > 0:
+            raise InputError("state's shared order was drawn uniformly, before orders ∝ weight; start a new --run-id")
         n_batches = self.batch_a_.shape[0]
-        if (batch.size != items.size or self.batch_v_.shape[0] != n_batches or self.batch_uniform_.size != n_batches
+        if (batch.size != items.size or self.batch_v_.shape[0] != n_batches or self.batch_shared_.size != n_batches
                 or (batch.size and (batch.min() < 0 or batch.max() >= n_batches))
                 or (items.size and (items.min() < 0 or items.max() >= self.bank_.n_items))):
             raise InputError("state's draw log is damaged: items, batches and batch controls do not match")
@@ -474,7 +476,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         drawn = self.log_batch_ >= 0  # items scored from outside are re-logged from the scores on load
         return {**extra, "log_items": self.log_items_[drawn].tolist(), "log_batch": self.log_batch_[drawn].tolist(),
                 "batch_a": self.batch_a_.tolist(), "batch_v": self.batch_v_.tolist(),
-                "batch_uniform": self.batch_uniform_.astype(int).tolist(),
+                "batch_shared": self.batch_shared_.astype(int).tolist(),
                 "rejected": [_pack(cs.rejected) for cs in self.cs_groups_]}
 
     def _load_extra(self, extra: dict[str, Any]) -> None:

@@ -212,21 +212,21 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         self.batch_stats_ = np.concatenate([self.batch_stats_, stats[None]], axis=0)
         return s_drawn / totals
 
-    def propose_uniform_order(self, items: Any) -> None:
-        """Take ``items`` as the next draws, made uniformly at random without replacement by the caller.
+    def propose_shared_order(self, items: Any) -> None:
+        """Take ``items`` as the next draws, made ∝ weight without replacement by the caller.
 
-        For runs whose item order is fixed in advance (a shared uniform permutation drawn before any score,
-        as in paired runs): each draw then has probability 1 / (number of undrawn items), which is what the
+        For runs whose item order is fixed in advance (a shared order drawn ∝ the estimand's weights before any
+        score, as in paired runs): each draw then has probability ``w_j / (undrawn weight)``, which is what the
         log records, so the martingale is the same as for the method's own draws.
         """
         items = np.asarray(items, dtype=np.int64)
         if items.size == 0:
             return
         if self.in_log_[items].any() or np.unique(items).size != items.size:
-            raise InputError("propose_uniform_order: items must be distinct and not drawn before")
+            raise InputError("propose_shared_order: items must be distinct and not drawn before")
         undrawn = np.flatnonzero(~self.in_log_)
         where = np.searchsorted(undrawn, items)
-        self._log_batch(undrawn, where, self.predictions(), np.ones(undrawn.size))
+        self._log_batch(undrawn, where, self.predictions(), self.w_[undrawn])
         self.pending_[items] = True
         rank = self._proposed_rank()
         rank[items] = self._next_rank + np.arange(items.size)

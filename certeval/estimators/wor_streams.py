@@ -1,0 +1,349 @@
+"""Running without-replacement confidence sequences for K streams on one shared item order drawn ∝ weight.
+
+A paired run (compare, rank, select on the bank target) scores the same items for every model, in one order
+fixed before any score. The estimand of stream k is the bank's weighted mean ``m_k = Σ_j w_j z_kj`` (``w_j`` =
+1/N for a plain mean, 1/(S N_s) for the mean of S sub-dataset means; ``z`` a model's score, or a pair's
+``(x_a − x_b + 1)/2``). The order is successive sampling ∝ weight (:func:`weighted_order`): draw i takes an
+undrawn item j with probability ``w_j / U_i``, ``U_i`` the undrawn weight. With ``K_{i−1,k}`` the weighted sum
+of stream k's values already drawn,
+
+    E[z_i | past] = Σ_{j undrawn} (w_j/U_i) z_j = (m_k − K_{i−1,k}) / U_i =: ν_i(m_k),
+
+affine and increasing in the estimand, as Waudby-Smith & Ramdas's ``μ_i^WoR(m) = (N m − S_{i−1})/(N − i + 1)``
+(the equal-weight case). Each sub-dataset is drawn in proportion to its weight, so no value is rescaled by
+``max_j N w_j`` (a uniform order with ``y_j = N w_j z_j`` doubled the range on unequal sub-datasets).
+
+Two constructions, both exact (width 0 once every item is scored) and valid at every look:
+
+* :class:`BettingStreams` — the hedged betting CS (WSR 2020 §3; JRSS-B 2024): per candidate m,
+  ``½∏(1 + λ⁺_i(z_i − ν_i(m))) + ½∏(1 − λ⁻_i(z_i − ν_i(m)))`` is a nonnegative martingale under the truth;
+  rejected once it reaches 1/δ (Ville). Bets from :func:`~.single.bounds.bet_sizes` on the running variance,
+  truncated to ``c/ν`` and ``c/(1 − ν)``. A grid of candidates per stream: for tens of models.
+* :class:`WorStreams` — the predictable plug-in empirical-Bernstein CS (WSR 2020, Thm 4) in closed form,
+  O(1) per stream and item: for thousands of models, where a grid per pair would not fit.
+
+:func:`make_streams` picks betting whenever its grids fit :data:`BETTING_CELLS`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._validation import InputError
+from .single.bounds import bet_sizes, horizon_scale
+
+TRUNCATION = 0.5  # empirical-Bernstein bets: lambda_i <= 1/2, as in wor_confidence_sequence
+STREAM_GRID = 1025  # candidates per betting stream: one step is 1/1024 of [0, 1] (2,049 moved widths < 0.002)
+# Truncation of the betting streams' bets (every factor >= 1 - c): WSR's own 1/2. On 45 pairs of 10 models at n = 100
+# and 200 (vlm_ocrbench, helm_mmlu, openllm_arc, helm_raft) the pair widths were 2-13% narrower than with the
+# 0.8 that suits importance-weighted residuals; selection on Bernoulli streams used 0.55 of the items instead of 0.63.
+STREAM_C = 0.5
+BETTING_CELLS = 1 << 21  # streams x grid of the largest betting family (two float64 capitals: 32 MiB; each item
+# costs ~25 passes over them, so thousands of models use the O(1) empirical-Bernstein streams)
+_CHUNK_CELLS = 1 << 20  # items x streams x window per vectorised update
+
+
+def weighted_order(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Successive sampling ∝ weight without replacement: ``argsort(E_j / w_j)`` with ``E_j`` i.i.d.
+    exponential (each next item is an undrawn j with probability ``w_j / U``); a uniform permutation when the
+    weights are equal."""
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 1 or w.size == 0 or not (w > 0).all():
+        raise InputError(f"order weights must be positive, got min {float(w.min()) if w.size else None!r}")
+    return np.argsort(rng.exponential(size=w.size) / w, kind="stable")
+
+
+def check_weights(weights: np.ndarray) -> np.ndarray:
+    """The estimand's item weights: positive, summing to one over the bank."""
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 1 or w.size == 0 or (w <= 0).any() or not math.isclose(float(w.sum()), 1.0, rel_tol=1e-9):
+        raise InputError(f"weights must be positive and sum to one over the bank, got sum {float(w.sum())!r}")
+    return w
+
+
+class _Streams:
+    """What both constructions share: K streams that have seen the same ``n`` items of one order, the undrawn
+    weight ``remaining`` (U), each stream's weighted sum ``known`` (K) and plain sum ``total``, and the running
+    interval ``[lower, upper]`` on the [0, 1] scale."""
+
+    FIELDS: tuple[str, ...] = ("total", "known", "lower", "upper")
+
+    def __init__(self, k: int, n_total: int, delta: float) -> None:
+        self.n_total = int(n_total)
+        self.delta = float(delta)
+        self.n = 0
+        self.remaining = 1.0
+        self.total = np.zeros(k)
+        self.known = np.zeros(k)
+        self.lower = np.zeros(k)
+        self.upper = np.ones(k)
+
+    def __len__(self) -> int:
+        return len(self.total)
+
+    def _check_block(self, x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x, w = np.asarray(x, dtype=float), np.asarray(w, dtype=float).reshape(-1)
+        if x.ndim != 2 or x.shape != (len(self), w.size):
+            raise InputError(f"a block of values must be (streams={len(self)}, items={w.size}), got {x.shape}")
+        if self.n + w.size > self.n_total:
+            raise InputError(f"more values than the bank holds ({self.n_total})")
+        return x, w
+
+    def _undrawn_before(self, w: np.ndarray) -> np.ndarray:
+        """U_i before each of the block's draws (never below the draw's own weight: float rounding)."""
+        before = self.remaining - np.concatenate([[0.0], np.cumsum(w)[:-1]])
+        return np.maximum(before, w)
+
+    def _finish_block(self, x: np.ndarray, w: np.ndarray) -> None:
+        self.n += w.size
+        self.total += x.sum(axis=1)
+        self.known += x @ w
+        self.remaining = max(self.remaining - float(w.sum()), 0.0)
+        if self.n == self.n_total:  # the whole list is known: its weighted mean, width 0
+            self.remaining = 0.0
+            self.lower, self.upper = self.known.copy(), self.known.copy()
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(estimate, lower, upper)`` of each stream on the [0, 1] scale; the estimate is the plain mean of
+        the values drawn ∝ weight (the weighted mean once exhausted)."""
+        if self.n == self.n_total:
+            return self.known.copy(), self.lower.copy(), self.upper.copy()
+        mean = self.total / self.n if self.n else np.full(len(self), np.nan)
+        return np.clip(mean, self.lower, self.upper), self.lower.copy(), self.upper.copy()
+
+    def keep(self, mask: np.ndarray) -> None:
+        for f in self.FIELDS:
+            setattr(self, f, getattr(self, f)[mask])
+
+    def rows(self, rows: np.ndarray) -> "_Streams":
+        """A view-free copy of streams ``rows`` (same order position), to absorb for those only."""
+        sub = object.__new__(type(self))
+        sub.__dict__.update({k: v for k, v in self.__dict__.items() if k not in self.FIELDS})
+        for f in self.FIELDS:
+            setattr(sub, f, getattr(self, f)[rows].copy())
+        return sub
+
+    def put_rows(self, rows: np.ndarray, sub: "_Streams") -> None:
+        for f in self.FIELDS:
+            getattr(self, f)[rows] = getattr(sub, f)
+        self.n, self.remaining = sub.n, sub.remaining
+
+    def state(self) -> dict[str, Any]:
+        return {"construction": self.CONSTRUCTION, "n_total": self.n_total, "delta": self.delta, "n": self.n,
+                "remaining": self.remaining, **self._scalars(), **{f: getattr(self, f).copy() for f in self.FIELDS}}
+
+    def _scalars(self) -> dict[str, Any]:
+        return {}
+
+    CONSTRUCTION = ""
+
+
+class WorStreams(_Streams):
+    """Predictable plug-in empirical-Bernstein CSs (WSR 2020, Thm 4) on the order drawn ∝ weight.
+
+    With ``ν_i(m) = α_i m + β_i`` (``α_i = 1/U_i``, ``β_i = −K_{i−1}/U_i``), values in [0, 1] and
+    ``λ_i ≤ ½`` predictable, ``exp(Σ λ_i (z_i − ν_i(m)) − Σ v_i ψ(λ_i))`` is a nonnegative supermartingale
+    under the truth (``v_i = 4(z_i − μ̂_{i−1})²``, ``ψ(λ) = (−log(1−λ) − λ)/4``); solved for m:
+
+        C_t = [ Σ λ_i (z_i − β_i) / D_t  ±  (log(2/δ) + Σ v_i ψ(λ_i)) / D_t ],   D_t = Σ λ_i α_i,
+
+    the equal-weight case being :func:`~.comparison.wor_confidence_sequence` value by value.
+    """
+
+    CONSTRUCTION = "empirical-bernstein"
+    FIELDS = _Streams.FIELDS + ("sq", "denom", "num", "vpsi")
+
+    def __init__(self, k: int, n_total: int, delta: float) -> None:
+        super().__init__(k, n_total, delta)
+        self.sq = np.zeros(k)  # sum of (z_i - muhat_{i-1})^2
+        self.denom = np.zeros(k)
+        self.num = np.zeros(k)
+        self.vpsi = np.zeros(k)
+
+    def absorb(self, x: np.ndarray, w: np.ndarray) -> None:
+        """The next ``b`` values of every stream, ``(K, b)``, and the ``b`` items' weights."""
+        x, w = self._check_block(x, w)
+        log_term = math.log(2.0 / self.delta)
+        undrawn = self._undrawn_before(w)
+        for col in range(w.size):
+            i = self.n + 1
+            xi = x[:, col]
+            mu_prev = (0.5 + self.total) / i
+            var_prev = (0.25 + self.sq) / i
+            h = min(i, self.n_total)
+            lam = np.minimum(np.sqrt((2.0 * log_term / (h * math.log1p(h))) / var_prev), TRUNCATION)
+            dev = (xi - mu_prev) ** 2
+            self.denom += lam / undrawn[col]
+            self.num += lam * (xi + self.known / undrawn[col])
+            self.vpsi += dev * (-np.log1p(-lam) - lam)
+            self.sq += dev
+            self.total += xi
+            self.known += w[col] * xi
+            self.n += 1
+            self.remaining = max(self.remaining - float(w[col]), 0.0)
+            if self.n == self.n_total:  # the whole list is known: its weighted mean, width 0
+                self.remaining = 0.0
+                self.lower, self.upper = self.known.copy(), self.known.copy()
+                break
+            center = self.num / self.denom
+            width = (log_term + self.vpsi) / self.denom
+            f_lo, f_hi = self.known, self.known + self.remaining
+            np.maximum(self.lower, np.clip(center - width, f_lo, f_hi), out=self.lower)
+            np.minimum(self.upper, np.clip(center + width, f_lo, f_hi), out=self.upper)
+            crossed = self.lower > self.upper  # the probability-delta event or rounding: what is certain
+            self.lower[crossed], self.upper[crossed] = f_lo[crossed], f_hi[crossed]
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "WorStreams":
+        obj = cls(0, int(state["n_total"]), float(state["delta"]))
+        obj.n, obj.remaining = int(state["n"]), float(state["remaining"])
+        for f in cls.FIELDS:
+            setattr(obj, f, np.asarray(state[f], dtype=float))
+        return obj
+
+
+class BettingStreams(_Streams):
+    """Hedged betting CSs (see the module docstring) on a grid of ``grid_size`` candidates per stream.
+
+    Bets are truncated at ``c/ν`` and ``c/(1 − ν)`` with ``c`` = :data:`STREAM_C`. Only the window of candidates not yet rejected is updated (rejection is permanent; the reported interval is
+    the window's hull widened by one grid step, intersected with the deterministic bounds ``[K, K + U]``).
+    Bets: :func:`~.single.bounds.bet_sizes` with slope ``α_i = 1/U_i`` and the running variance
+    ``(¼ + Σ (z_j − μ̂_j)²)/i`` — WSR's all-times plug-in, or tuned to ``bet_horizon`` items.
+    """
+
+    CONSTRUCTION = "betting"
+    FIELDS = _Streams.FIELDS + ("sq", "win_lo", "win_hi", "log_kplus", "log_kminus")
+
+    def __init__(self, k: int, n_total: int, delta: float, grid_size: int = STREAM_GRID,
+                 bet_horizon: int | None = None) -> None:
+        super().__init__(k, n_total, delta)
+        self.grid_size = int(grid_size)
+        self.bet_horizon = None if bet_horizon is None else int(bet_horizon)
+        self.sq = np.full(k, 0.25)  # 1/4 + sum (z_j - muhat_j)^2
+        self.win_lo = np.zeros(k, dtype=np.int64)
+        self.win_hi = np.full(k, self.grid_size, dtype=np.int64)
+        self.log_kplus = np.zeros((k, self.grid_size))
+        self.log_kminus = np.zeros((k, self.grid_size))
+
+    def _scalars(self) -> dict[str, Any]:
+        return {"grid_size": self.grid_size, "bet_horizon": self.bet_horizon}
+
+    @property
+    def step(self) -> float:
+        return 1.0 / (self.grid_size - 1)
+
+    def absorb(self, x: np.ndarray, w: np.ndarray) -> None:
+        """The next ``b`` values of every stream, ``(K, b)``, and the ``b`` items' weights."""
+        x, w = self._check_block(x, w)
+        if w.size == 0 or len(self) == 0:
+            self.n += w.size
+            self.remaining = max(self.remaining - float(w.sum()), 0.0)
+            return
+        width = int((self.win_hi - self.win_lo).max(initial=1))
+        per = max(1, _CHUNK_CELLS // (len(self) * max(width, 1)))
+        for s in range(0, w.size, per):
+            self._absorb_chunk(x[:, s:s + per], w[s:s + per])
+
+    def _absorb_chunk(self, x: np.ndarray, w: np.ndarray) -> None:
+        k, b = x.shape
+        i = self.n + 1 + np.arange(b, dtype=float)
+        undrawn = self._undrawn_before(w)
+        # predictable running variance before each draw (shrunk mean and squares through draw i - 1)
+        sums = self.total[:, None] + np.cumsum(x, axis=1)
+        dev2 = (x - (0.5 + sums) / (i + 1.0)) ** 2
+        sq_before = self.sq[:, None] + np.concatenate([np.zeros((k, 1)), np.cumsum(dev2, axis=1)[:, :-1]], axis=1)
+        var = sq_before / i
+        lam = bet_sizes(i, 1.0 / undrawn, var, 2.0 * math.log(2.0 / self.delta), None,
+                        horizon_scale(self.bet_horizon, self.n_total))  # (K, b)
+        known_before = self.known[:, None] + np.concatenate(
+            [np.zeros((k, 1)), np.cumsum(x * w, axis=1)[:, :-1]], axis=1)
+        width = int((self.win_hi - self.win_lo).max())
+        cols = np.minimum(self.win_lo[:, None] + np.arange(width)[None, :], self.grid_size - 1)  # (K, W)
+        inside = (self.win_lo[:, None] + np.arange(width)[None, :]) < self.win_hi[:, None]
+        m = cols * self.step
+        # (K, b, W) arrays, in place where possible: this is the whole cost of a look
+        nu = m[:, None, :] - known_before[:, :, None]
+        nu /= undrawn[None, :, None]
+        np.clip(nu, 0.0, 1.0, out=nu)
+        dev = x[:, :, None] - nu
+        lam = lam[:, :, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kp = np.divide(STREAM_C, nu)
+            np.minimum(kp, lam, out=kp)
+            kp *= dev
+            np.log1p(kp, out=kp)
+            np.cumsum(kp, axis=1, out=kp)
+            kp += np.take_along_axis(self.log_kplus, cols, axis=1)[:, None, :]
+            np.subtract(1.0, nu, out=nu)
+            km = np.divide(STREAM_C, nu)
+            np.minimum(km, lam, out=km)
+            km *= dev
+            np.negative(km, out=km)
+            np.log1p(km, out=km)
+            np.cumsum(km, axis=1, out=km)
+            km += np.take_along_axis(self.log_kminus, cols, axis=1)[:, None, :]
+        np.logaddexp(kp, km, out=dev)
+        rejected = (dev >= math.log(2.0 / self.delta)).any(axis=1)
+        rr, jj = np.nonzero(inside)  # each live candidate once
+        self.log_kplus[rr, cols[rr, jj]] = kp[rr, -1, jj]
+        self.log_kminus[rr, cols[rr, jj]] = km[rr, -1, jj]
+        self.sq = sq_before[:, -1] + dev2[:, -1]
+        self._finish_block(x, w)
+        if self.n == self.n_total:
+            return
+        # the deterministic bounds only tighten: candidates outside them are rejected for good
+        f_lo, f_hi = self.known, self.known + self.remaining
+        ok = inside & ~rejected & (m >= f_lo[:, None] - self.step) & (m <= f_hi[:, None] + self.step)
+        any_ok = ok.any(axis=1)
+        first = np.argmax(ok, axis=1)
+        last = width - 1 - np.argmax(ok[:, ::-1], axis=1)
+        new_lo = np.where(any_ok, self.win_lo + first, self.win_lo)
+        new_hi = np.where(any_ok, self.win_lo + last + 1, self.win_lo)
+        self.win_lo, self.win_hi = new_lo, np.maximum(new_hi, new_lo)
+        lo = np.where(any_ok, self.win_lo * self.step - self.step, f_lo)  # empty (probability <= delta): certain
+        hi = np.where(any_ok, (self.win_hi - 1) * self.step + self.step, f_hi)
+        lo, hi = np.clip(lo, f_lo, f_hi), np.clip(hi, f_lo, f_hi)
+        new_lower, new_upper = np.maximum(self.lower, lo), np.minimum(self.upper, hi)
+        crossed = new_lower > new_upper  # float rounding or the probability-delta event: what is certain
+        self.lower = np.where(crossed, f_lo, new_lower)
+        self.upper = np.where(crossed, f_hi, new_upper)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "BettingStreams":
+        horizon = state.get("bet_horizon")
+        obj = cls(0, int(state["n_total"]), float(state["delta"]), int(state["grid_size"]),
+                  None if horizon is None else int(horizon))
+        obj.n, obj.remaining = int(state["n"]), float(state["remaining"])
+        for f in cls.FIELDS:
+            v = np.asarray(state[f])
+            setattr(obj, f, v.astype(np.int64) if f.startswith("win_") else v.astype(float))
+        return obj
+
+
+def make_streams(k: int, n_total: int, delta: float, bet_horizon: int | None = None) -> _Streams:
+    """Betting CSs when ``k`` grids fit :data:`BETTING_CELLS`, else the closed-form empirical-Bernstein CSs."""
+    if k * STREAM_GRID <= BETTING_CELLS:
+        return BettingStreams(k, n_total, delta, bet_horizon=bet_horizon)
+    return WorStreams(k, n_total, delta)
+
+
+def streams_from_state(state: dict[str, Any]) -> _Streams:
+    kind = state.get("construction")
+    if kind == BettingStreams.CONSTRUCTION:
+        return BettingStreams.from_state(state)
+    if kind == WorStreams.CONSTRUCTION:
+        return WorStreams.from_state(state)
+    raise InputError("this stored paired state predates draws in proportion to the estimand's weights (stream "
+                     f"construction {kind!r}); start the run again in a new folder")
+
+
+def absorb_rows(streams: _Streams, rows: np.ndarray, block: np.ndarray, w: np.ndarray) -> None:
+    """Absorb ``block`` into the streams ``rows`` only (the others are frozen where their model left)."""
+    if len(rows) == 0:
+        return
+    sub = streams.rows(rows)
+    sub.absorb(block, w)
+    streams.put_rows(rows, sub)
