@@ -3,7 +3,8 @@
     python -m benchmarks pair_widths [--quick] [--reps R]
 
 For every bundled bank (estimand: the bank's mean of sub-dataset means where it has sub-datasets), ten models
-(seeded pick), their 45 pairs at level alpha/45 (a ranking's Bonferroni level), n = 50 / 100 / 200 items (n ≤ N/2):
+(seeded pick; all of them where a bank has fewer), their P pairs at level alpha/P (a ranking's Bonferroni level),
+n = 50 / 100 / 200 items (n ≤ N/2):
 
 * ``before`` — a uniform item order and the empirical-Bernstein CS on ``u_j (x_aj − x_bj) / max u`` (the
   construction paired runs used until this change; ``u_j = N w_j``);
@@ -13,7 +14,7 @@ For every bundled bank (estimand: the bank's mean of sub-dataset means where it 
 
 Reported: the median over pairs and orders of each half-width (difference scale), the ratios to ``before``, and
 the share of pairs whose betting interval missed the exact bank difference at some look (every 10 items;
-each at alpha/45). Writes ``benchmarks/results/pair_widths.json`` (``--quick``: ``_quick/``, one bank, n = 100).
+each at alpha/P). Writes ``benchmarks/results/pair_widths.json`` (``--quick``: ``_quick/``, one bank, n = 100).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _bank(name: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     frame = load_scores(f"bundled:{name}")
     bank = bank_from_scores(frame)
     models = sorted(frame["model"].unique())
-    picks = [models[i] for i in np.random.default_rng(seed).choice(len(models), MODELS, replace=False)]
+    size = min(MODELS, len(models))
+    picks = [models[i] for i in np.random.default_rng(seed).choice(len(models), size, replace=False)]
     x = score_matrix(frame, picks, bank)
     keep = ~np.isnan(x).any(axis=0)
     sub = bank.subsets[keep] if bank.subsets is not None else None
@@ -65,7 +67,7 @@ def _halfwidths(streams, z_order, w_order, n, scale=1.0, truth=None, every=10):
 def run_bank(name: str, reps: int, seed: int, sizes: tuple[int, ...] = SIZES) -> list[dict]:
     x, w = _bank(name, seed)
     n_items = w.size
-    ii, jj = np.triu_indices(MODELS, k=1)
+    ii, jj = np.triu_indices(len(x), k=1)
     delta = ALPHA / len(ii)
     diff = x[ii] - x[jj]
     truth = diff @ w
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                         "betting_vs_before_max": max(r["betting_vs_before"] for r in rows if r["n"] == n),
                         "worst_miscoverage": max(r["betting_miscoverage_with_peeking"] for r in rows if r["n"] == n)}
                for n in SIZES if any(r["n"] == n for r in rows)}
-    path = write_result("pair_widths", {"seed": args.seed, "reps": reps, "alpha_per_pair": f"{ALPHA}/45",
+    path = write_result("pair_widths", {"seed": args.seed, "reps": reps, "alpha_per_pair": f"{ALPHA}/pairs",
                                         "rows": rows, "summary": summary}, args.quick)
     print(f"pair_widths -> {path}")
     for n, s in summary.items():

@@ -151,6 +151,9 @@ CASES = [
     ("compare-three-models", lambda fx: _pair("compare", fx, "--model", _r(MIDDLE, fx)), "compare"),
     ("compare-margin-above-1", lambda fx: _pair("compare", fx, "--margin", "2"), "margin"),
     ("compare-margin-negative", lambda fx: _pair("compare", fx, "--margin", "-0.1"), "margin"),
+    ("rank-margin-1-distribution", lambda fx: _pair("rank", fx, "--margin", "1", "--target", "distribution"),
+     "margin"),  # passed the plan and failed only after config.json was written and Ray/Prefect had started
+    ("rank-margin-1-bank", lambda fx: _pair("rank", fx, "--margin", "1"), "margin"),
     ("compare-method-adaptive", lambda fx: _pair("compare", fx, "--method", "adaptive"), "method"),
     ("compare-history-missing", lambda fx: _pair("compare", fx, "--history", "/nonexistent/h.parquet"), "nonexistent"),
     ("compare-output-is-file", lambda fx: _pair("compare", fx, "--output", fx["file"]), "output"),

@@ -294,6 +294,8 @@ def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: 
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputError(f"--seed must be a non-negative integer, got {seed!r}")
     margin = check_in_range(margin, "--margin", 0.0, 1.0)
+    if margin >= 1.0:  # no difference of means in [0, 1] lies beyond 1: one range for both targets
+        raise InputError(f"--margin must lie in [0, 1), got {margin!r}")
     history = tuple(str(h) for h in (history or ()))
     if kind == "certify":
         if goal is None:
