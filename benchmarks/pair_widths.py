@@ -82,7 +82,7 @@ def run_bank(name: str, reps: int, seed: int, sizes: tuple[int, ...] = SIZES) ->
             perm = rng.permutation(n_items)  # before: uniform order, values rescaled by max u
             z = (diff[:, perm] * u[perm] / c + 1) / 2
             hw, _ = _halfwidths(WorStreams(len(ii), n_items, delta), z, np.full(n_items, 1.0 / n_items), n, scale=c)
-            half["before"].append(hw)
+            half["before"].append(np.minimum(hw, 1.0))  # paired runs clipped the interval to [-1, 1]
             order = weighted_order(w, rng)
             z = (diff[:, order] + 1) / 2
             hw, _ = _halfwidths(WorStreams(len(ii), n_items, delta), z, w[order], n)

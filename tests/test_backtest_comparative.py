@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from argparse import Namespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -107,3 +108,28 @@ def test_history_fraction_with_a_comparative_goal_is_refused_not_ignored(goal, t
                  "--reps", "1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--history-fraction" in err and goal in err, err
+
+
+@pytest.mark.parametrize("target", ["bank", "distribution"])
+def test_one_margin_rule_on_both_targets_a_difference_inside_the_margin_is_never_a_gt_b(target):
+    """Model a beats b by 0.03 on a 6,000-item bank, margin 0.05: "a>b" claims a difference above the margin, so
+    neither target may say it (the distribution target said it once its interval cleared 0); both may say
+    "equivalent" once the interval lies inside (-0.05, 0.05)."""
+    from certeval.backtest.comparative import bank_compare_backtest, compare_backtest
+    from certeval.estimators.comparison import ComparisonDesign
+
+    rng = np.random.default_rng(4)
+    n = 6000
+    b = (rng.random(n) < 0.6).astype(float)
+    a = b.copy()
+    a[rng.choice(np.flatnonzero(b == 0), size=int(0.03 * n), replace=False)] = 1.0  # exactly +0.03
+    matrix, kw = np.vstack([a, b]), dict(margin=0.05, alpha=0.05, reps=4, seed=1, n_pairs=1, looks_every=500,
+                                         max_items=None)
+    if target == "bank":
+        out = bank_compare_backtest(matrix, ["a", "b"], np.full(n, 1 / n), **kw)
+    else:
+        out = compare_backtest(matrix, ["a", "b"], None, None, design=ComparisonDesign(alpha=0.05, margin=0.05),
+                               **kw)
+    verdicts = out["pairs"][0]["verdicts"]
+    assert "a>b" not in verdicts and "b>a" not in verdicts, verdicts
+    assert verdicts.get("equivalent", 0) >= 1, verdicts  # the rule can decide, it is not just silent

@@ -249,7 +249,7 @@ def bank_compare_backtest(matrix, models, weights, *, margin: float, alpha: floa
                           n_pairs: int, looks_every: int, max_items: int | None) -> dict[str, Any]:
     """Each sampled pair on its own (level alpha per pair), bank target: without-replacement CS on the paired
     difference of the bank's weighted means, items drawn ∝ weight; truth is the exact bank difference."""
-    from ..estimators.bank_ranking import pair_verdicts
+    from ..estimators.comparison import pair_verdicts
     from ..estimators.wor_streams import absorb_rows, make_streams, weighted_order
 
     m, n = matrix.shape

@@ -30,13 +30,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._validation import InputError, check_alpha, check_in_range
-from .comparison import A_GT_B, B_GT_A, EQUIVALENT, RULES, UNDECIDED, VERDICTS, Comparison
+from .comparison import A_GT_B, B_GT_A, RULES, UNDECIDED, VERDICTS, Comparison, pair_verdicts
 from .wor_streams import absorb_rows, check_weights, make_streams, streams_from_state
 
 PAIR_BLOCK_CELLS = 1 << 22  # pairs x items absorbed at once
 
 TARGETS = ("bank", "distribution")
-EXACT_TOL = 1e-9  # floating-point slack when an exact difference is compared with the margin
 
 GUARANTEE = ("bank target, anytime-valid: without-replacement betting confidence sequences (Waudby-Smith & "
              "Ramdas 2020; empirical-Bernstein beyond tens of models) on the paired differences of the bank's "
@@ -50,23 +49,6 @@ def look_arrays(names: Sequence[str], items: Any, scores: Any) -> tuple[np.ndarr
     if x.shape != (len(names), items.size):
         raise InputError(f"scores must be (models={len(names)}, items={items.size}), got {x.shape}")
     return items, x
-
-
-def pair_verdicts(diff: np.ndarray, lower: np.ndarray, upper: np.ndarray, margin: float,
-                  exact: bool) -> np.ndarray:
-    """Verdict codes (into ``VERDICTS``) with margin D: a>b once the interval lies above D, b>a below -D,
-    equivalent inside (-D, D); at exhaustion the exact difference decides (|diff| <= D: equivalent)."""
-    codes = np.full(np.shape(diff), UNDECIDED)
-    if exact:  # a difference equal to the margin (rational weights: it happens) is not beyond it
-        codes[:] = EQUIVALENT
-        codes[diff > margin + EXACT_TOL] = A_GT_B
-        codes[diff < -margin - EXACT_TOL] = B_GT_A
-        return codes
-    if margin > 0:
-        codes[(lower > -margin) & (upper < margin)] = EQUIVALENT
-    codes[lower > margin] = A_GT_B
-    codes[upper < -margin] = B_GT_A
-    return codes
 
 
 class BankPairTable:

@@ -21,8 +21,9 @@ Two guarantees:
   valid at any data-dependent stopping time, non-asymptotic.  It shrinks to the exact
   difference when every shared item is scored.
 
-Goals: ``"difference"`` (two-sided: stop for efficacy ``a>b`` / ``b>a``, or for equivalence
-when the interval lies within ``[-margin, margin]``) and ``"improvement"`` (one-sided "A
+Goals: ``"difference"`` (two-sided, the margin rule of both targets, :func:`pair_verdicts`: stop with
+``a>b`` once the interval lies above ``margin``, ``b>a`` below ``-margin``, ``equivalent`` inside
+``(-margin, margin)``) and ``"improvement"`` (one-sided "A
 beats B by at least ``margin``": stop with ``a>=b+margin`` when the lower bound exceeds
 the margin, or for futility when the upper bound falls below it).  For ``"improvement"``
 ``lower``/``upper`` are two one-sided bounds, each at level ``alpha``.
@@ -51,6 +52,26 @@ GUARANTEES = ("group-sequential", "anytime")
 UNDECIDED, A_GT_B, B_GT_A, EQUIVALENT, IMPROVED, NOT_IMPROVED = range(6)
 VERDICTS = ("undecided", "a>b", "b>a", "equivalent", "a>=b+margin", "not a>=b+margin")
 RULES = (None, "efficacy", "efficacy", "equivalence", "improvement", "futility")
+
+EXACT_TOL = 1e-9  # floating-point slack when an exact difference is compared with the margin
+
+
+def pair_verdicts(diff: np.ndarray, lower: np.ndarray, upper: np.ndarray, margin: float,
+                  exact: bool) -> np.ndarray:
+    """Verdict codes (into ``VERDICTS``) with margin D: a>b once the interval lies above D, b>a below -D,
+    equivalent inside (-D, D); at exhaustion the exact difference decides (|diff| <= D: equivalent)."""
+    codes = np.full(np.shape(lower if diff is None else diff), UNDECIDED)
+    if exact:  # a difference equal to the margin (rational weights: it happens) is not beyond it
+        codes[:] = EQUIVALENT
+        codes[diff > margin + EXACT_TOL] = A_GT_B
+        codes[diff < -margin - EXACT_TOL] = B_GT_A
+        return codes
+    if margin > 0:
+        codes[(lower > -margin) & (upper < margin)] = EQUIVALENT
+    codes[lower > margin] = A_GT_B
+    codes[upper < -margin] = B_GT_A
+    return codes
+
 
 
 @dataclass(frozen=True)
@@ -163,15 +184,13 @@ class ComparisonDesign:
         return diff, diff - half, diff + half
 
     def verdict_codes(self, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
-        """Stopping verdicts (codes into ``VERDICTS``) from the interval bounds."""
+        """Stopping verdicts (codes into ``VERDICTS``) from the interval bounds; ``"difference"``: the margin
+        rule of both targets (:func:`pair_verdicts`)."""
         lower, upper = np.asarray(lower), np.asarray(upper)
         codes = np.full(lower.shape, UNDECIDED)
         ok = np.isfinite(lower) & np.isfinite(upper)
         if self.goal == "difference":
-            if self.margin > 0:
-                codes[ok & (lower >= -self.margin) & (upper <= self.margin)] = EQUIVALENT
-            codes[ok & (lower > 0)] = A_GT_B
-            codes[ok & (upper < 0)] = B_GT_A
+            codes[ok] = pair_verdicts(None, lower[ok], upper[ok], float(self.margin), exact=False)
         else:
             codes[ok & (upper < self.margin)] = NOT_IMPROVED
             codes[ok & (lower > self.margin)] = IMPROVED

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._validation import InputError, check_item_indices, check_scores, check_same_length
-from .comparison import Comparison
+from .comparison import EQUIVALENT, UNDECIDED, VERDICTS, Comparison, pair_verdicts
 from .history import HistoryPrior
 from .bank_ranking import look_arrays
 from .single.history import HistoryMethod
@@ -102,17 +102,10 @@ def bank_comparison(method: PairDifferenceMethod, model_a: str, model_b: str, ma
         return Comparison(model_a, model_b, 0, n_total, float("nan"), -1.0, 1.0, "undecided", None, None,
                           GUARANTEE, est.confidence, "paired-history", "difference", float(margin))
     diff, lower, upper = 2 * est.mean - 1, 2 * est.lower - 1, 2 * est.upper - 1
-    verdict, rule = "undecided", None
-    if est.exhausted:  # the exact difference decides
-        tol = 1e-9  # a difference equal to the margin (up to floating point) is not beyond it
-        verdict = "a>b" if diff > margin + tol else ("b>a" if diff < -margin - tol else "equivalent")
-        rule = "exhausted"
-    elif lower > margin:
-        verdict, rule = "a>b", "efficacy"
-    elif upper < -margin:
-        verdict, rule = "b>a", "efficacy"
-    elif margin > 0 and lower > -margin and upper < margin:
-        verdict, rule = "equivalent", "equivalence"
+    code = int(pair_verdicts(np.array([diff]), np.array([lower]), np.array([upper]), margin, est.exhausted)[0])
+    verdict = VERDICTS[code]
+    rule = "exhausted" if est.exhausted else (None if code == UNDECIDED else
+                                              "equivalence" if code == EQUIVALENT else "efficacy")
     return Comparison(model_a, model_b, int(est.n_scored), n_total, float(diff), float(lower), float(upper),
                       verdict, rule, look if rule else None, GUARANTEE, est.confidence, "paired-history",
                       "difference", float(margin), exact=bool(est.exhausted))
