@@ -300,4 +300,5 @@ def test_history_selection_drops_correctly_and_selects_within_epsilon():
         if sel.rule.n == n:  # exhausted: the exact best is chosen
             assert res.selected[0] == names[int(np.argmax(exact))]
     assert wrong == 0 and "history" in res.guarantee and "Bonferroni over 4" in res.guarantee
+    assert "difference" not in res.guarantee and "each model" in res.guarantee  # per-model intervals, not a pair
     assert early >= 1  # the rule stopped before the bank's end on some banks

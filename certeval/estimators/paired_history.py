@@ -28,6 +28,8 @@ from .single.history import HistoryMethod
 
 GUARANTEE = ("anytime-valid and exact for the bank's difference: without-replacement betting confidence "
              "sequence (Waudby-Smith & Ramdas 2020) on the paired difference minus its history prediction")
+MODEL_GUARANTEE = ("anytime-valid and exact for each model's bank mean: without-replacement betting confidence "
+                   "sequence (Waudby-Smith & Ramdas 2020) on the model's score minus its history prediction")
 
 
 @dataclass(frozen=True)
@@ -267,7 +269,7 @@ class HistorySelection:
     def result(self):
         res = self.rule.result()
         m = len(self.names)
-        guarantee = (f"{GUARANTEE}, one per model at level {1 - self.rule.alpha / m:.4g} (Bonferroni over {m} "
+        guarantee = (f"{MODEL_GUARANTEE}, one per model at level {1 - self.rule.alpha / m:.4g} (Bonferroni over {m} "
                      f"models); the selection is an epsilon-top-{self.rule.top} of the bank means and every drop "
                      f"is correct, jointly with probability >= {1 - self.rule.alpha:g}, whatever the history")
         return replace(res, guarantee=guarantee)
