@@ -210,7 +210,7 @@ class HistoryRanking:
 class HistorySelection:
     """Best-arm (top-K) selection on the bank target whose per-model intervals learn from history.
 
-    The rule is :class:`~.bank_ranking.BankSelection`'s (drops below the threshold, drops of models with K
+    The rule is :class:`~.bank_selection.BankSelection`'s (drops below the threshold, drops of models with K
     models surely better, LUCB's epsilon stop); only the per-model intervals differ: each model's bank mean
     gets :class:`HistoryMethod`'s exact without-replacement betting CS with its own history prediction as
     control variate, at level ``1 - alpha / M`` (Bonferroni over the M models), on the run's shared
