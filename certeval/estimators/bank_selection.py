@@ -98,15 +98,23 @@ class BankSelection:
     def active(self) -> list[str]:
         return [self.names[k] for k in range(len(self.names)) if self.status[k] == "running"]
 
-    def update(self, items: Any, scores: Any) -> "BankSelection":
+    def open_look(self, items: Any, scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """A look's checked arrays and the models still running (None when there is nothing to do); counts it."""
         items, x = look_arrays(self.names, items, scores)
         if items.size == 0 or self.finished:
-            return self
+            return None
         live = np.flatnonzero(self.status == "running")
         if np.isnan(x[live]).any():
             raise InputError("every model still in play needs a score for every item of the look")
         self.n += items.size
         self.looks += 1
+        return items, x, live
+
+    def update(self, items: Any, scores: Any) -> "BankSelection":
+        look = self.open_look(items, scores)
+        if look is None:
+            return self
+        items, x, live = look
         absorb_rows(self.streams, live, x[live], self.w[items])
         self.used[live] = self.n
         mean, lower, upper = self.streams.bounds()

@@ -246,14 +246,10 @@ class HistorySelection:
 
     def update(self, items: Any, scores: Any) -> "HistorySelection":
         rule = self.rule
-        items, x = look_arrays(self.names, items, scores)
-        if items.size == 0 or rule.finished:
+        look = rule.open_look(items, scores)
+        if look is None:
             return self
-        live = np.flatnonzero(rule.status == "running")
-        if np.isnan(x[live]).any():
-            raise InputError("every model still in play needs a score for every item of the look")
-        rule.n += items.size
-        rule.looks += 1
+        items, x, live = look
         for j in live:
             method = self.methods_[j]
             fresh = ~method.in_log_[items]
