@@ -6,7 +6,11 @@ At n = 50 / 100 / 200 items (where n ≤ N/2) the half-widths of, on the same dr
 
 * ``history-uniform-draws`` — certeval's exact history CS fed the uniform draws (``propose_shared_order``; equal weights), bets
   tuned to the horizon n (``bet_horizon``), refitted every batch of 10;
-* ``history-own-draws`` — the same method choosing its own draws (Neyman on the predicted residual spread);
+* ``history-own-draws`` — the same method choosing its own draws (the Neyman mix on the predicted residual spread
+  where it predicts that to narrow the interval, else ∝ weight);
+* ``history-weight-draws`` — the same method drawing ∝ weight (``uniform_mix=1``) from the same random stream as
+  ``history-own-draws``: the paired baseline for the draw law (common random numbers, so the ratio is not drowned
+  in the rep-to-rep spread of two independent draws);
 * ``uniform`` — certeval's exact CS without history on the uniform draws (``bet_horizon`` = n);
 * ``ppi++`` — PPI++ from the peer package ``ppi-python`` (``ppi_py.ppi_mean_ci``, power-tuned λ; Angelopoulos
   et al. 2023): asymptotic, fixed n, for an infinite population; the predictor is the history's item mean (fixed),
@@ -51,7 +55,7 @@ DATASETS = ("chembench", "helm_mmlu", "helm_raft", "helm_v023", "openllm_arc", "
             "vlm_hallusionbench", "vlm_ocrbench", "opencompass_large")
 SIZES = (50, 100, 200)
 BATCH = 10
-EXACT = ("history-uniform-draws", "history-own-draws", "uniform")
+EXACT = ("history-uniform-draws", "history-own-draws", "history-weight-draws", "uniform")
 
 
 def _ppi():
@@ -70,6 +74,13 @@ def allocation_bound(matrix: np.ndarray, f: np.ndarray) -> dict[str, float]:
     return {k: float(s.mean() / np.sqrt(np.mean(s**2))) for k, s in (("oracle", oracle), ("predicted", predicted))}
 
 
+def _paired_ratio(own: list[float], base: list[float]) -> dict[str, float]:
+    """Geometric mean over reps of own ÷ base (the same random stream) and its standard error on the log scale."""
+    logs = np.log(np.maximum(np.asarray(own), 1e-12) / np.maximum(np.asarray(base), 1e-12))
+    return {"geometric_mean": float(np.exp(logs.mean())),
+            "log_se": float(logs.std(ddof=1) / math.sqrt(logs.size)) if logs.size > 1 else None}
+
+
 def e_limit(x: np.ndarray, f: np.ndarray, n: int, delta: float) -> float:
     """``sqrt(2 v ln(2/δ) (1/n − 1/N))`` with v the bank variance of ``x − λ* f`` (λ* the best coefficient)."""
     cov = np.cov(x, f)
@@ -85,7 +96,8 @@ def exact_run(name: str, spec, x: np.ndarray, order: np.ndarray | None, n: int, 
     if name == "uniform":
         method = make_method("uniform", **params)
     else:
-        method = make_method("history", subset_intervals=False, **params)
+        law = {"uniform_mix": 1.0} if name == "history-weight-draws" else {}
+        method = make_method("history", subset_intervals=False, **law, **params)
     method.start(spec)
     truth, covered = float(x.mean()), True
     while method.n_scored < n:
@@ -119,8 +131,9 @@ def run_bank(name: str, sizes: tuple[int, ...], reps: int, confidence: float, se
             x = data.matrix[r % len(data.models)]
             order = rng.permutation(n_items)
             for label in EXACT:
-                half, ok = exact_run("uniform" if label == "uniform" else "history", spec, x,
-                                     None if label == "history-own-draws" else order, n, confidence, rng)
+                own_rng = np.random.default_rng([seed, n, r, 1])  # the same stream for both own-draw laws
+                half, ok = exact_run(label, spec, x, order if label in ("uniform", "history-uniform-draws") else None,
+                                     n, confidence, own_rng)
                 per[label].append(half)
                 cover[label].append(ok)
             drawn, rest = order[:n], order[n:]
@@ -138,12 +151,14 @@ def run_bank(name: str, sizes: tuple[int, ...], reps: int, confidence: float, se
                "coverage_with_peeking": {k: float(np.mean(v)) for k, v in cover.items()},
                "history_vs_e_limit": float(np.median(hist / np.asarray(per["e-limit"]))),
                "own_vs_uniform_draws": float(np.median(np.asarray(per["history-own-draws"]) / hist)),
+               "own_vs_weight_draws": _paired_ratio(per["history-own-draws"], per["history-weight-draws"]),
                "history_vs_ppi": (float(np.median(hist / np.asarray(per["ppi++"]))) if per["ppi++"] else None)}
         rows.append(row)
         print(f"[frontier] {name} n={n}: " + " ".join(f"{k} {v:.4f}" for k, v in row["median_halfwidth"].items()
                                                       if v is not None)
               + f" | hist/e-limit {row['history_vs_e_limit']:.2f} hist/ppi {row['history_vs_ppi'] or float('nan'):.2f}"
-              f" own/uniform-draws {row['own_vs_uniform_draws']:.2f}", file=sys.stderr, flush=True)
+              f" own/uniform-draws {row['own_vs_uniform_draws']:.2f}"
+              f" own/weight-draws {row['own_vs_weight_draws']['geometric_mean']:.3f}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -171,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             "history_vs_ppi_median": float(np.median(ppi)) if ppi else None,
             "history_vs_ppi_max": max(ppi) if ppi else None,
             "own_draws_narrower_on": sum(r["own_vs_uniform_draws"] < 1 for r in mine), "banks": len(mine),
+            "own_vs_weight_draws_max": max(r["own_vs_weight_draws"]["geometric_mean"] for r in mine),
+            "own_narrower_than_weight_draws_on": sum(r["own_vs_weight_draws"]["geometric_mean"] < 1 for r in mine),
             "min_coverage_with_peeking": min(min(r["coverage_with_peeking"].values()) for r in mine),
         }
     path = write_result("frontier", {"seed": args.seed, "reps": reps, "confidence": args.confidence,

@@ -97,8 +97,11 @@ def test_prior_validation_and_state_round_trip():
 
 
 def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, mix_final, floor, c=0.8, warmup=50,
-                       halfwidth=None):
-    """Brute-force log capital K⁺, K⁻ over ``grid`` for the estimand's CS, one logged draw at a time."""
+                       halfwidth=None, laws=None):
+    """Brute-force log capital K⁺, K⁻ over ``grid`` for the estimand's CS, one logged draw at a time.
+
+    ``laws`` says per batch which draw law the method chose ("active": Neyman mixed with ∝ w; "weight": ∝ w);
+    the choice is the method's (a predictable one), the capital given it is what is re-implemented here."""
     w = spec.weights()
     n = spec.n_items
     log_bet = 2.0 * math.log(2.0 / delta)
@@ -108,7 +111,7 @@ def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, m
     resid_sq = pred_var = 0.0
     n_draws = 0
     t = 0
-    for batch_items, a in zip(log, preds_per_batch):
+    for b, (batch_items, a) in enumerate(zip(log, preds_per_batch)):
         # what was fixed at the batch's draw time: predictions, sampling scores, calibration
         sig2 = np.maximum(a * (1 - a), floor)
         mean_pred = pred_var / n_draws if n_draws else 0.25
@@ -118,6 +121,8 @@ def _reference_capital(spec, prior, log, preds_per_batch, scores, grid, delta, m
         s_all = np.zeros(n)
         sig_bar = (w[r0] @ np.sqrt(sig2[r0])) / w[r0].sum()
         s_all[r0] = w[r0] * ((1 - mix) * np.sqrt(sig2[r0]) / sig_bar + mix)
+        if laws is not None and laws[b] == "weight":
+            s_all[r0] = w[r0]
         m_a = max(w[j] * a[j] / s_all[j] for j in r0)
         m_b = max(w[j] * (1 - a[j]) / s_all[j] for j in r0)
         v_sum = sum(w[j] ** 2 * sig2[j] * kappa / s_all[j] for j in r0)
@@ -166,10 +171,33 @@ def test_capital_equals_a_draw_by_draw_reimplementation(halfwidth):
         back = rng.permutation(prop.items.size)
         method.update(prop.items[back], x[prop.items][back])
     cs = method.cs_[0]
-    kplus, kminus = _reference_capital(spec, prior, log, preds, x, cs.grid, 0.1, 0.3, 0.01, halfwidth=halfwidth)
+    w = spec.weights()
+    laws = ["weight" if np.allclose(method.log_s_[b * 6:(b + 1) * 6], w[items]) else "active"
+            for b, items in enumerate(log)]
+    kplus, kminus = _reference_capital(spec, prior, log, preds, x, cs.grid, 0.1, 0.3, 0.01, halfwidth=halfwidth,
+                                       laws=laws)
     live = np.flatnonzero(~cs.rejected)  # rejected candidates stop being updated
     np.testing.assert_allclose(cs.log_kplus[live], kplus[live], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(cs.log_kminus[live], kminus[live], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("tuning, law", [({"bet_horizon": 1500}, "active"), ({"bet_halfwidth": 0.01}, "active"),
+                                         ({"bet_horizon": 30}, "weight"), ({"bet_halfwidth": 0.2}, "weight")])
+def test_draws_favour_spread_items_only_where_that_is_predicted_to_narrow_the_interval(tuning, law):
+    """Half the items are predicted near-certain: Neyman draws halve their share. That lowers Y's variance but the
+    importance weights widen its range, which the truncated bets pay for when they are large (a short horizon,
+    a wide goal): there the draws stay ∝ weight; with small bets (a long horizon, a narrow goal) they go active."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    certain = np.arange(n) >= n // 2
+    hist = (rng.random((20, n)) < np.where(certain, 0.99, 0.5)).astype(float)
+    method = HistoryMethod(warmup=0, **tuning).start(BankSpec(n, history=fit_history_prior(hist, n_factors=2)))
+    prop = method.propose(50, np.random.default_rng(1))
+    probs = np.asarray(prop.probs)
+    if law == "weight":  # successive sampling ∝ 1/N: draw i has probability 1/(N − i + 1)
+        np.testing.assert_allclose(probs, 1.0 / (n - np.arange(50)))
+    else:
+        assert certain[prop.items].mean() < 0.35 and probs.max() > 1.2 / (n - 49)
 
 
 def test_update_order_within_a_batch_does_not_matter():

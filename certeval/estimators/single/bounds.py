@@ -284,6 +284,28 @@ class ControlVariateCS(_HedgedGridCS):
         """Predictable bet sizes before truncation (see :func:`bet_sizes`)."""
         return bet_sizes(i, alpha, var, self._log_bet, self.bet_halfwidth, self._horizon)
 
+    def tuned_draws(self, i: float, alpha: float, var: float) -> float:
+        """The number of draws n for which observation i's bet (variance ``var``) is the best constant bet,
+        ``λ = sqrt(2 ln(2/δ) / (n v))`` solved for n: where a run with these bets is tuned to stop."""
+        lam = float(self._bets(np.array([float(i)]), np.array([alpha]), np.array([var]))[0])
+        return self._log_bet / (lam**2 * max(var, 1e-6))
+
+    def predicted_width(self, i: float, alpha: float, var: float, reach: tuple[float, float], draws: float) -> float:
+        """The width this CS is predicted to reach after ``draws`` observations like observation i: variance
+        ``var``, slope ``alpha``, and ``reach`` = (ν − y_min, y_max − ν), how far Y can fall and rise.
+
+        A side that stakes the truncated bet ``λ = min(λ_i, c/reach)`` gains ``λ α ε − λ² v/2`` per draw against a
+        candidate ε away, so its half-width after n draws is ``ln(2/δ)/(n λ α) + λ v/(2α)``; both sides are added.
+        This compares draw laws before a batch (a law that lowers v but widens the range can lose, since the
+        truncation then binds); it is a prediction and never enters the capital.
+        """
+        lam = float(self._bets(np.array([float(i)]), np.array([alpha]), np.array([var]))[0])
+        width = 0.0
+        for r in reach:
+            bet = max(min(lam, self.c / max(r, 1e-12)), 1e-12)
+            width += 0.5 * self._log_bet / (draws * bet * alpha) + bet * var / (2.0 * alpha)
+        return width
+
     def observe(self, y: float, y_min: float, y_max: float, alpha: float, beta: float, var: float) -> None:
         i = self.n + 1
         lam = float(self._bets(np.array([float(i)]), np.array([alpha]), np.array([var]))[0])
