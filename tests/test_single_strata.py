@@ -85,17 +85,20 @@ def test_treating_allocated_draws_as_uniform_is_caught():
     assert misses > binom.ppf(0.999, 30, DELTA), f"the miscalibrated variant slipped through ({misses}/30)"
 
 
-def test_statistic_is_unbiased_by_enumeration():
-    """E[Y | past] = (W m − K)/U, computed by enumerating every (stratum, item) draw with its probability."""
+@pytest.mark.parametrize("rule", ["narrowest", "neyman"])
+def test_statistic_is_unbiased_by_enumeration(rule):
+    """E[Y | past] = (W m − K)/U, computed by enumerating every (stratum, item) draw with its probability, for the
+    law the draw rule picks and for the Neyman mix (the rule of runs begun before the choice between laws)."""
     rng = np.random.default_rng(3)
     x, features = grouped_bank(rng, n=200)
     method = _features_method(min_stratum_size=40).start(BankSpec(200, features=features))
+    method.draw_rule_ = rule
     for _ in range(4):
         prop = method.propose(10, rng)
         method.update(prop.items, x[prop.items])
     a, var = method._controls()
     left = method.left_.copy()
-    q = method._draw_probabilities(left, var)
+    q = method._draw_probabilities(left, var, a, int((method.log_batch_ >= 0).sum()) + 1)
     w_item = method.item_weight_in_stratum_
     u = left * w_item
     seen = []
@@ -347,3 +350,25 @@ def test_joint_state_stores_batches_not_rows_and_resumes_identically(name, share
         np.testing.assert_array_equal(cs_a.log_kplus, cs_b.log_kplus)
     items = back.propose(15, np.random.default_rng(1)).items  # both continue the same way
     assert np.array_equal(items, method.propose(15, np.random.default_rng(1)).items)
+
+
+def test_a_state_drawn_before_the_choice_between_laws_recomputes_its_own_laws():
+    """States written before ``adaptive`` chose between the Neyman mix and proportional draws carry no draw rule:
+    their laws are recomputed with the Neyman mix that drew them (read with today's rule they would differ, and
+    the martingale would be fed the wrong importance weights); an unknown rule is refused."""
+    rng = np.random.default_rng(12)
+    x, spec, _ = subset_bank(rng, sizes=(40,) * 12, means=tuple(np.linspace(0.1, 0.9, 12)))
+    method = make_method("adaptive", bet_horizon=400).start(spec)
+    method.draw_rule_ = "neyman"  # what every run did before the choice
+    order = rng.permutation(spec.n_items)
+    for k in range(8):
+        feed_batch(method, x, order, k, 15, False, rng)
+    state = json.loads(json.dumps(method.state()))
+    del state["extra"]["draw_rule"]  # as that version wrote it
+    back = method_from_state(state)
+    assert back.draw_rule_ == "neyman" and back.result() == method.result()
+    np.testing.assert_array_equal(back.log_q_, method.log_q_)
+    misread = method_from_state({**state, "extra": {**state["extra"], "draw_rule": "narrowest"}})
+    assert not np.array_equal(misread.log_q_, method.log_q_)
+    with pytest.raises(InputError, match="draw rule"):
+        method_from_state({**state, "extra": {**state["extra"], "draw_rule": "oracle"}})

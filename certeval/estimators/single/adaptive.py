@@ -68,7 +68,10 @@ Construction
    every ``q_h > 0`` and ``Y`` stays bounded), ``σ̂_h²`` the stratum's running
    variance shrunk towards ¼ — the allocation the greedy rule "largest
    reduction of ``Σ W_h² σ_h²/n_h``" converges to, randomised because the
-   importance weights need a known draw probability. ``'union'``: a batch of k
+   importance weights need a known draw probability — used for a draw only when it
+   is predicted to give a narrower interval than proportional draws (its importance
+   weights widen Y's range, which large truncated bets pay for; see
+   ``ControlVariateCS.narrowest_law``), else ``q_h = U_h / U``. ``'union'``: a batch of k
    is allocated greedily, one slot at a time, to the stratum with the largest
    reduction of ``W_h r_h(n_h)`` (``r_h`` an empirical-Bernstein proxy radius at
    δ/H). Either way only past scores are used (predictable); the draw log
@@ -84,7 +87,6 @@ look, under any data-dependent stopping rule. Feature strata require
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -94,7 +96,7 @@ from ..protocol import register
 from ..results import Estimate, SubsetEstimate
 from .betting_strata import BettingStrataMethod, _pack, _unpack
 from .bounds import ControlVariateCS
-from .strata import bernstein_proxy, combine_strata, feature_strata, greedy_allocation
+from .strata import combine_strata, feature_strata, stratified_moments
 
 STRATA_MODES, COMBINE_MODES = ("auto", "subsets", "features"), ("auto", "union", "joint")
 
@@ -197,6 +199,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
                                             population=self.bank_.n_items)
                            for i in range(len(self.groups_))]
         self.item_weight_in_stratum_ = self.stratum_weight_ / np.maximum(self.stratum_size_, 1)
+        self.draw_rule_ = "narrowest"  # stored: a state's laws are recomputed with the rule that drew them
         # the draw log: every item leaves the population in this order; a draw carries its batch (whose controls
         # a, v were fixed at draw time, and whether the caller drew the batch uniformly) and its stratum law q
         self.log_items_ = np.zeros(0, dtype=np.int64)
@@ -220,15 +223,21 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         var = (0.25 + np.maximum(self.stratum_sumsq_ - n * (self.stratum_sum_ / np.maximum(n, 1)) ** 2, 0.0)) / (n + 1)
         return a, var
 
-    def _draw_probabilities(self, left: np.ndarray, var: np.ndarray) -> np.ndarray:
-        """Neyman allocation on the undrawn weight, q_h ∝ U_h σ̂_h, mixed with proportional U_h / U; zero where no
-        item is undrawn. The one draw rule: proposals and a stored log's recomputed laws both come from it."""
+    def _draw_probabilities(self, left: np.ndarray, var: np.ndarray, a: np.ndarray, i: int) -> np.ndarray:
+        """Neyman allocation on the undrawn weight, q_h ∝ U_h σ̂_h, mixed with proportional U_h / U, where that is
+        predicted to give the narrower interval for draw i (its importance weights widen Y's range, which large
+        truncated bets pay for: :meth:`ControlVariateCS.narrowest_law`); else proportional. Zero where no item is
+        undrawn. The one draw rule: proposals and a stored log's recomputed laws both come from it."""
         u = left * self.item_weight_in_stratum_
         if u.sum() <= 0:
             return np.zeros_like(u)
+        prop = u / u.sum()
         neyman = u * np.sqrt(var)
-        q = (1.0 - self.uniform_mix) * neyman / neyman.sum() + self.uniform_mix * u / u.sum()
-        return np.where(left > 0, q, 0.0)
+        q = np.where(left > 0, (1.0 - self.uniform_mix) * neyman / neyman.sum() + self.uniform_mix * prop, 0.0)
+        if self.draw_rule_ == "neyman":  # a run begun before the rule chose between laws keeps its own rule
+            return q
+        laws = [stratified_moments(law, prop, var, a) for law in (prop, q)]
+        return q if self.cs_groups_[0].narrowest_law(i, float(self.group_weight_[0]) / u.sum(), laws) == 1 else prop
 
     def _choose(self, k: int, rng: np.random.Generator):
         # a released (lost) draw stays in the log: it is proposed again first, its score is still owed
@@ -243,8 +252,10 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         a, var = self._controls()
         left = self.left_.copy()
         qs, items = [], []
+        drawn_before = int((self.log_batch_ >= 0).sum())
         while len(chosen) < k:
-            q = self._draw_probabilities(left, var)  # zero where nothing is undrawn: all undrawn are proposable
+            # zero where nothing is undrawn: all undrawn are proposable
+            q = self._draw_probabilities(left, var, a, drawn_before + len(items) + 1)
             if q.sum() <= 0:
                 break
             q = q / q.sum()
@@ -299,13 +310,15 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         (:meth:`_draw_probabilities`) run again with the same arithmetic, so a stored state needs no per-draw rows."""
         left = self.stratum_size_.astype(float)
         rows = np.full((items.size, self.n_strata), np.nan)
+        draws = 0
         for p, (j, b) in enumerate(zip(items, batch)):
             if b >= 0:
+                draws += 1
                 if self.batch_shared_[b]:  # the arithmetic of propose_shared_order, row by row
                     q = left * self.item_weight_in_stratum_
                     q = q / q.sum()
                 else:
-                    q = self._draw_probabilities(left, self.batch_v_[b])
+                    q = self._draw_probabilities(left, self.batch_v_[b], self.batch_a_[b], draws)
                     q = q / q.sum()
                 rows[p] = q
             left[self.strata_[j]] -= 1.0
@@ -412,39 +425,14 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
                 ("combine", self.combine_))
 
     # -- persistence -------------------------------------------------------------------
-    def _choose_union(self, k: int, rng: np.random.Generator):
-        avail = self.available()
-        if self._live_strata.size <= 1:
-            return rng.choice(avail, size=k, replace=False), None
-        strata_avail = self.strata_[avail]
-        capacity = np.bincount(strata_avail, minlength=self.n_strata)
-        pending = np.bincount(self.strata_[self.pending_], minlength=self.n_strata)
-        counts = self.stratum_n_ + pending
-        n = np.maximum(self.stratum_n_, 1)
-        mean = self.stratum_sum_ / n
-        var = (0.25 + np.maximum(self.stratum_sumsq_ - self.stratum_n_ * mean**2, 0.0)) / (self.stratum_n_ + 1)
-        size = np.maximum(self.stratum_size_, 1)[:, None]
-        var = var[:, None]
-        log_term = math.log(2.0 / self._stratum_delta)
-        weight = self.stratum_weight_[:, None]
-
-        def gain(c):
-            r0 = bernstein_proxy(c, size, var, log_term)
-            return weight * np.where(np.isinf(r0), np.inf, r0 - bernstein_proxy(c + 1, size, var, log_term))
-
-        alloc = greedy_allocation(k, gain, counts, capacity)
-        chosen, probs = [], []
-        for h in np.flatnonzero(alloc):
-            pool = avail[strata_avail == h]
-            chosen.append(rng.choice(pool, size=int(alloc[h]), replace=False))
-            probs.append(np.full(int(alloc[h]), 1.0 / pool.size))
-        return np.concatenate(chosen), np.concatenate(probs)
-
     def _load_log(self, extra: dict[str, Any]) -> None:
         """The draw log of a stored state: batches with their controls (laws recomputed), or — states written
         before that — one row of (q, a, v) per draw, read as one batch per draw."""
         items = np.asarray(extra.get("log_items", []), dtype=np.int64)
         shape = (items.size, self.n_strata)
+        self.draw_rule_ = extra.get("draw_rule", "neyman")
+        if self.draw_rule_ not in ("neyman", "narrowest"):
+            raise InputError(f"state's draw rule {self.draw_rule_!r} is not one this version knows")
         try:
             if "log_q" in extra:
                 q, a, v = (np.asarray(extra.get(k, []), dtype=float).reshape(shape) for k in ("log_q", "log_a", "log_v"))
@@ -476,7 +464,7 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         drawn = self.log_batch_ >= 0  # items scored from outside are re-logged from the scores on load
         return {**extra, "log_items": self.log_items_[drawn].tolist(), "log_batch": self.log_batch_[drawn].tolist(),
                 "batch_a": self.batch_a_.tolist(), "batch_v": self.batch_v_.tolist(),
-                "batch_shared": self.batch_shared_.astype(int).tolist(),
+                "batch_shared": self.batch_shared_.astype(int).tolist(), "draw_rule": self.draw_rule_,
                 "rejected": [_pack(cs.rejected) for cs in self.cs_groups_]}
 
     def _load_extra(self, extra: dict[str, Any]) -> None:

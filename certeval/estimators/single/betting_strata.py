@@ -10,6 +10,7 @@ bank target; this construction remains for ``target='distribution'`` and for ``c
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ def check_bet_tuning(halfwidth, horizon) -> None:
     if horizon is not None:
         check_positive_int(horizon, "bet_horizon")
 from .bounds import BettingCS
-from .strata import StratifiedMethod
+from .strata import StratifiedMethod, bernstein_proxy, greedy_allocation
 
 
 def _pack(mask: np.ndarray) -> str:
@@ -106,3 +107,33 @@ class BettingStrataMethod(StratifiedMethod):
         for key, text in (extra.get("rejected") or {}).items():
             cs = self.cs_[int(key)]
             cs.rejected |= _unpack(text, cs.grid.size)
+
+    def _choose_union(self, k: int, rng: np.random.Generator):
+        """A batch of k allocated greedily, one slot at a time, to the stratum with the largest reduction of
+        ``W_h r_h(n_h)`` (``r_h`` an empirical-Bernstein proxy radius at δ/H); uniform draws inside a stratum."""
+        avail = self.available()
+        if self._live_strata.size <= 1:
+            return rng.choice(avail, size=k, replace=False), None
+        strata_avail = self.strata_[avail]
+        capacity = np.bincount(strata_avail, minlength=self.n_strata)
+        pending = np.bincount(self.strata_[self.pending_], minlength=self.n_strata)
+        counts = self.stratum_n_ + pending
+        n = np.maximum(self.stratum_n_, 1)
+        mean = self.stratum_sum_ / n
+        var = (0.25 + np.maximum(self.stratum_sumsq_ - self.stratum_n_ * mean**2, 0.0)) / (self.stratum_n_ + 1)
+        size = np.maximum(self.stratum_size_, 1)[:, None]
+        var = var[:, None]
+        log_term = math.log(2.0 / self._stratum_delta)
+        weight = self.stratum_weight_[:, None]
+
+        def gain(c):
+            r0 = bernstein_proxy(c, size, var, log_term)
+            return weight * np.where(np.isinf(r0), np.inf, r0 - bernstein_proxy(c + 1, size, var, log_term))
+
+        alloc = greedy_allocation(k, gain, counts, capacity)
+        chosen, probs = [], []
+        for h in np.flatnonzero(alloc):
+            pool = avail[strata_avail == h]
+            chosen.append(rng.choice(pool, size=int(alloc[h]), replace=False))
+            probs.append(np.full(int(alloc[h]), 1.0 / pool.size))
+        return np.concatenate(chosen), np.concatenate(probs)

@@ -306,6 +306,12 @@ class ControlVariateCS(_HedgedGridCS):
             width += 0.5 * self._log_bet / (draws * bet * alpha) + bet * var / (2.0 * alpha)
         return width
 
+    def narrowest_law(self, i: float, alpha: float, laws: list[tuple[float, tuple[float, float]]]) -> int:
+        """Index of the draw law, given as (variance, reach) of Y, predicted to give the narrowest interval where
+        the first law's bets are tuned to stop; ties go to the first (the reference law)."""
+        draws = self.tuned_draws(i, alpha, laws[0][0])
+        return int(np.argmin([self.predicted_width(i, alpha, v, reach, draws) for v, reach in laws]))
+
     def observe(self, y: float, y_min: float, y_max: float, alpha: float, beta: float, var: float) -> None:
         i = self.n + 1
         lam = float(self._bets(np.array([float(i)]), np.array([alpha]), np.array([var]))[0])

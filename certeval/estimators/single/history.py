@@ -202,11 +202,7 @@ class HistoryMethod(DrawLogReplay, BankMethod):
             var = scale / u * float(np.sum(w_r**2 * self._sigma2(a_r) / s)) * kappa
             return var, (scale * float(np.max(w_r * a_r / s)), scale * float(np.max(w_r * (1.0 - a_r) / s)))
 
-        (v_w, reach_w), (v_a, reach_a) = moments(w_r), moments(active)
-        draws = cs.tuned_draws(i, alpha, v_w)  # where the weight-proportional bets aim: the same for both laws
-        if cs.predicted_width(i, alpha, v_a, reach_a, draws) < cs.predicted_width(i, alpha, v_w, reach_w, draws):
-            return active
-        return w_r
+        return active if cs.narrowest_law(i, alpha, [moments(w_r), moments(active)]) == 1 else w_r
 
     def _mix(self) -> float:
         """The weight-proportional share of the draws: all of them at first, ``uniform_mix`` in the long run.

@@ -257,3 +257,17 @@ def greedy_allocation(k: int, gain_fn, counts: np.ndarray, capacity: np.ndarray)
             break
         alloc[h] += 1
     return alloc
+
+
+def stratified_moments(q: np.ndarray, share: np.ndarray, var: np.ndarray,
+                       a: np.ndarray) -> tuple[float, tuple[float, float]]:
+    """Variance and reach of the stratified control-variate statistic ``Y`` under the stratum law ``q``.
+
+    ``share`` = U_h/U (undrawn weight), ``var`` = σ̂_h², ``a`` the controls: ``Y − ν ≈ (share_h/q_h)(X − a_h)``, so
+    ``Var(Y) ≈ Σ share_h² σ̂_h² / q_h`` and Y can fall by ``max_h (share_h/q_h) a_h`` and rise by
+    ``max_h (share_h/q_h)(1 − a_h)`` over the strata it can be drawn from.
+    """
+    on = q > 0
+    ratio = share[on] / q[on]
+    return (float(np.sum(ratio * share[on] * var[on])),
+            (float(np.max(ratio * a[on])), float(np.max(ratio * (1.0 - a[on])))))

@@ -39,7 +39,7 @@ class UniformMethod(AdaptiveMethod):
         return ("anytime-valid and exact: without-replacement betting confidence sequence (Waudby-Smith & Ramdas "
                 "2020)" + (", union bound over sub-datasets" if self._live_strata.size > 1 else ""))
 
-    def _draw_probabilities(self, left: np.ndarray, var: np.ndarray) -> np.ndarray:
+    def _draw_probabilities(self, left: np.ndarray, var: np.ndarray, a: np.ndarray, i: int) -> np.ndarray:
         """Each stratum in proportion to its undrawn weight: items ∝ their weight in the estimand."""
         u = left * self.item_weight_in_stratum_
         total = u.sum()
