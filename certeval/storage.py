@@ -134,13 +134,36 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, path.rstrip("/")
 
 
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether an fsspec filesystem is the local one (paths are plain paths)."""
+    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
+def stage_file(target: str, data: bytes) -> str:
+    """Write ``data`` to a hidden temporary beside the local path ``target`` (synced to disk) and return its path;
+    the caller moves it into place. On failure (a full disk, an interrupt) no temporary is left behind."""
+    folder = os.path.dirname(target)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return tmp
+
+
 class Folder:
     """Atomic reads and writes below one folder of an fsspec filesystem."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str) -> None:
         self.fs = fs
         self.path = path.rstrip("/")
-        self.local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+        self.local = is_local(fs)
 
     def full(self, rel: str) -> str:
         return f"{self.path}/{rel}" if rel else self.path
@@ -155,14 +178,12 @@ class Folder:
     def write_bytes(self, rel: str, data: bytes) -> None:
         target = self.full(rel)
         if self.local:
-            folder = os.path.dirname(target)
-            os.makedirs(folder, exist_ok=True)
-            tmp = os.path.join(folder, f".{os.path.basename(target)}.{uuid.uuid4().hex}.tmp")
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
+            tmp = stage_file(target, data)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                os.remove(tmp)
+                raise
         else:  # one PUT: the object appears complete or not at all
             bounded(self.fs, "pipe_file", target, data, size=len(data))
 
@@ -216,7 +237,7 @@ def check_reachable(output: str) -> None:
     """Fail fast (InputError) when the output location cannot be listed or created."""
     fs, path = filesystem(output)
     try:
-        local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+        local = is_local(fs)
         if local:  # checked, not created: nothing is written before every check has passed
             _check_local_output(output, path)
             return

@@ -23,6 +23,7 @@ import pytest
 from certeval.cli import main
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK
+from test_readers import write_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +60,11 @@ def fixtures(tmp_path_factory) -> dict[str, str]:
     run3.mkdir()
     (run3 / "results.json").write_text("{}")
     (d / "savings.txt").write_text("not json")
-    return {"scores": str(d / "small.scores.parquet"), "wider_bank": str(d / "wider.bank.jsonl"),
+    samples = write_samples(d / "lm", "org__model", "arc_easy", [1.0, 0.0, 1.0])
+    os.symlink(samples, d / "link.jsonl")
+    (d / "folder.parquet").mkdir()
+    return {"samples": samples, "samples_link": str(d / "link.jsonl"), "folder_parquet": str(d / "folder.parquet"),
+            "scores": str(d / "small.scores.parquet"), "wider_bank": str(d / "wider.bank.jsonl"),
             "not_parquet": str(d / "not.parquet"), "file": str(d / "a-file"), "empty": str(d / "empty-folder"),
             "damaged_run": str(run), "list_run": str(run2), "empty_run": str(run3),
             "savings_txt": str(d / "savings.txt"), "closed": f"127.0.0.1:{_closed_port()}",
@@ -202,6 +207,19 @@ CASES = [
     ("demo-ray-address-closed", lambda fx: ["demo", "--skip-lm", "--ray-address", fx["closed"]], "ray-address"),
     ("demo-output-is-file", lambda fx: ["demo", "--skip-lm", "--output", fx["file"]], "output"),
     ("demo-seed-negative", lambda fx: ["demo", "--skip-lm", "--seed", "-1"], "seed"),
+    # import: an output never replaces an input or the other output
+    ("import-output-is-the-input", lambda fx: ["import", "lm-eval", fx["samples"], "-o", fx["samples"]],
+     "being read"),  # replaced the user's samples file with the scores, exit 0
+    ("import-output-links-to-the-input", lambda fx: ["import", "lm-eval", fx["samples"], "-o", fx["samples_link"]],
+     "being read"),
+    ("import-items-is-the-input", lambda fx: ["import", "lm-eval", fx["samples"], "-o", "s.parquet", "--items",
+                                             fx["samples"]], "being read"),
+    ("import-items-same-as-output", lambda fx: ["import", "lm-eval", fx["samples"], "-o", "s.parquet", "--items",
+                                               "./s.parquet"], "same file"),
+    ("import-output-under-a-file", lambda fx: ["import", "lm-eval", fx["samples"], "-o",
+                                              fx["file"] + "/s.parquet"], "a file"),
+    ("import-output-a-folder", lambda fx: ["import", "lm-eval", fx["samples"], "-o", fx["folder_parquet"]],
+     "is a folder"),
     # no subcommand / unknown subcommand
     ("no-command", lambda fx: [], "command"),
     ("unknown-command", lambda fx: ["frobnicate"], "frobnicate"),

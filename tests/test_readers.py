@@ -114,3 +114,27 @@ def test_imported_lm_eval_scores_run_certify_replay_with_history(infra, tmp_path
     truth = float(load_scores(paths[0])["score"].mean())
     m = res["models"][0]
     assert m["method"] == "history" and m["history"]["n_models"] == 5 and m["lower"] <= truth <= m["upper"]
+
+
+def test_import_writes_both_outputs_or_neither(tmp_path, monkeypatch, capsys):
+    """A failure writing the second output (here a full disk) leaves neither output nor any temporary behind."""
+    import certeval.storage as storage
+
+    paths = [write_samples(tmp_path / "lm", f"model-{m}", "arc_easy", [1.0, 0.0, float(m % 2)]) for m in range(2)]
+    real, calls = storage.stage_file, []
+
+    def second_fails(target, data):
+        calls.append(target)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(target, data)
+
+    monkeypatch.setattr(storage, "stage_file", second_fails)
+    out, items = tmp_path / "out" / "s.parquet", tmp_path / "out" / "items.parquet"
+    code = main(["import", "lm-eval", *paths, "-o", str(out), "--items", str(items)])
+    assert code == 3 and "No space left" in capsys.readouterr().err
+    assert len(calls) == 2 and not out.exists() and not items.exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []  # no temporaries either
+    monkeypatch.setattr(storage, "stage_file", real)
+    assert main(["import", "lm-eval", *paths, "-o", str(out), "--items", str(items)]) == 0
+    assert load_scores(str(out))["model"].nunique() == 2 and items.exists()

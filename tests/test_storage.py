@@ -34,6 +34,22 @@ def test_a_failed_write_leaves_the_previous_file_intact(tmp_path, monkeypatch):
         store.write_results({"v": 2})
     monkeypatch.undo()
     assert store.read_results() == {"v": 1}  # never half-written under the final name
+    assert not [p for p in (tmp_path / "r1").rglob("*") if p.name.endswith(".tmp")]  # and no temporary left
+
+
+def test_a_full_disk_mid_write_leaves_no_temporary(tmp_path, monkeypatch):
+    store = RunStore(str(tmp_path), "r1")
+    store.write_results({"v": 1})
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        store.write_results({"v": 2})
+    monkeypatch.undo()
+    assert store.read_results() == {"v": 1}
+    assert not [p for p in (tmp_path / "r1").rglob("*") if p.name.endswith(".tmp")]
 
 
 def test_claim_accepts_the_same_config_and_refuses_a_changed_one(tmp_path):

@@ -4,8 +4,6 @@ answer``), for ``--model replay:…``, ``backtest --scores`` and ``--history``."
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 from ..estimators._validation import InputError
 from ._common import print_json
 
@@ -30,24 +28,103 @@ def _check_target(path: str, option: str) -> None:
         raise InputError(f"{option} {path!r} must end in .parquet, .csv or .jsonl")
 
 
-def _write(frame, path: str) -> None:
+def _same_file(a: str, b: str) -> bool:
+    """Whether two local paths or URLs name one file (links and relative paths resolved where local)."""
+    import os
+
+    from ..storage import filesystem, is_local
+
+    (fs_a, pa), (fs_b, pb) = filesystem(str(a)), filesystem(str(b))
+    if type(fs_a) is not type(fs_b):
+        return False
+    if is_local(fs_a):
+        if os.path.exists(pa) and os.path.exists(pb):
+            return os.path.samefile(pa, pb)
+        return os.path.realpath(pa) == os.path.realpath(pb)
+    return pa == pb
+
+
+def _check_local_parent(path: str, option: str) -> None:
+    """A local output's folder must be a folder (or creatable below one), not a file."""
+    import os
+
+    from ..storage import filesystem, is_local
+
+    fs, target = filesystem(str(path))
+    if not is_local(fs):
+        return
+    if os.path.isdir(target):
+        raise InputError(f"{option} {path!r} is a folder; name a file")
+    parent = os.path.dirname(target)
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise InputError(f"{option} {path!r} lies under {parent!r}, which is a file, not a folder")
+
+
+def check_outputs(inputs: list[str], outputs: dict[str, str]) -> None:
+    """Validation step: no output names an input, and the outputs name different files."""
+    named = list(outputs.items())
+    for option, out in named:
+        _check_target(out, option)
+        _check_local_parent(out, option)
+        for src in inputs:
+            if _same_file(out, src):
+                raise InputError(f"{option} {out!r} is one of the files being read; write the output elsewhere")
+    for i, (opt_a, out_a) in enumerate(named):
+        for opt_b, out_b in named[i + 1:]:
+            if _same_file(out_a, out_b):
+                raise InputError(f"{opt_a} and {opt_b} name the same file ({out_a!r}); give each its own")
+
+
+def _encode(frame, path: str) -> bytes:
     import io
 
-    from ..storage import Folder, filesystem
+    name = str(path).lower()
+    if name.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-    fs, local = filesystem(str(path))
-    parent = str(PurePosixPath(local).parent)
-    folder = Folder(fs, parent)
-    name = PurePosixPath(local).name
-    if name.lower().endswith(".parquet"):
-        folder.write_parquet(name, frame)
-        return
+        sink = io.BytesIO()
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
+        return sink.getvalue()
     buf = io.StringIO()
-    if name.lower().endswith(".csv"):
+    if name.endswith(".csv"):
         frame.to_csv(buf, index=False)
     else:
         frame.to_json(buf, orient="records", lines=True)
-    folder.write_bytes(name, buf.getvalue().encode())
+    return buf.getvalue().encode()
+
+
+def write_all(files: list[tuple[str, bytes]]) -> None:
+    """Write every ``(path, data)`` or none: each goes to a temporary beside its target first (removed if any
+    write fails); only when all are complete are they moved into place. On object stores (one PUT each) an
+    object already put is deleted when a later one fails."""
+    import os
+
+    from ..storage import bounded, filesystem, is_local, stage_file
+
+    staged: list[tuple[str, str]] = []
+    put: list[tuple[object, str]] = []
+    try:
+        for path, data in files:
+            fs, target = filesystem(str(path))
+            if is_local(fs):
+                staged.append((stage_file(target, data), target))
+            else:
+                bounded(fs, "pipe_file", target, data, size=len(data))
+                put.append((fs, target))
+    except BaseException:
+        for tmp, _ in staged:
+            os.remove(tmp)
+        for fs, target in put:
+            try:
+                bounded(fs, "rm_file", target)
+            except Exception:  # the first failure is the one to report
+                pass
+        raise
+    for tmp, target in staged:
+        os.replace(tmp, target)
 
 
 def run(args) -> int:
@@ -55,9 +132,8 @@ def run(args) -> int:
     from ..readers import (is_inspect_log, is_lm_eval_samples, read_harness_items, read_inspect_log,
                            read_lm_eval_samples)
 
-    _check_target(args.output, "-o/--output")
-    if args.items:
-        _check_target(args.items, "--items")
+    outputs = {"-o/--output": args.output, **({"--items": args.items} if args.items else {})}
+    check_outputs(list(args.paths), outputs)
     is_kind, read = ((is_lm_eval_samples, read_lm_eval_samples) if args.harness == "lm-eval"
                      else (is_inspect_log, read_inspect_log))
     for path in args.paths:
@@ -71,9 +147,8 @@ def run(args) -> int:
     frames = [read(str(p), args.metric) for p in args.paths]
     scores = validate_scores(pd.concat(frames, ignore_index=True), f"{args.harness} results")
     items = read_harness_items(args.paths) if args.items else None
-    _write(scores, args.output)
-    if items is not None:
-        _write(items, args.items)
+    write_all([(args.output, _encode(scores, args.output))]
+              + ([(args.items, _encode(items, args.items))] if items is not None else []))
     summary = {"scores": args.output, "items": args.items, "rows": int(len(scores)),
                "models": sorted(scores["model"].unique()), "tasks": sorted(scores["subset"].unique()),
                "items_count": int(scores["item_id"].nunique())}

@@ -32,7 +32,7 @@ from prefect.cache_policies import NONE
 from certeval.backends.base import parse_model_spec
 from certeval.estimators._validation import InputError
 from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
-from certeval.storage import Folder, RunStore, filesystem, safe_name
+from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
 from certeval.tasks.plan import claim_run, make_plan
 
 
@@ -44,7 +44,7 @@ def find_checkpoints(folder: str) -> list[str]:
         entries = sorted(fs.ls(path, detail=True), key=lambda e: e["name"])
     except FileNotFoundError:
         raise InputError(f"checkpoint folder {folder!r} does not exist") from None
-    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    local = is_local(fs)
     specs = []
     for entry in entries:
         name = entry["name"].rstrip("/")
