@@ -126,9 +126,10 @@ def _check_scorer(name: str, source_scorer: str | None, columns: list[str], bank
 
 
 def _kind(name: str) -> str | None:
-    """The kind of the source run's scorer (None when a custom one cannot be imported here any more)."""
+    """The kind of the source run's scorer; None for a custom one, which is never imported from a stored config
+    (importing a module named by a run folder would run code from whoever wrote it)."""
     try:
-        return sc.get_scorer(name).kind
+        return sc.get_scorer(name, allow_import=False).kind
     except InputError:
         return None
 

@@ -337,3 +337,30 @@ def test_a_corrected_answer_key_is_rejudged_but_a_changed_question_is_refused(in
     err = capsys.readouterr().err.strip()
     assert "item 'q1'" in err and "prompt hash" in err and len(err.splitlines()) == 1
     assert _digest(runs) == before
+
+
+def test_a_scorer_named_by_a_stored_run_is_never_imported(lm_run, tmp_path, monkeypatch, capsys):
+    """A run folder is data: a config naming ``module:function`` as its scorer must not make rescore import that
+    module (importing runs its code). The planted module writes a marker file when imported."""
+    import shutil
+
+    root, _ = lm_run
+    src = tmp_path / "handed-over"
+    shutil.copytree(root / "runs" / "lm", src)
+    marker = tmp_path / "imported.marker"
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "certeval_planted_scorer.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n\ndef judge(prediction, item):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(mods))
+    config = json.loads((src / "config.json").read_text())
+    config["scorer"] = "certeval_planted_scorer:judge"
+    config["models"] = [m.split("?")[0] + "?scorer=certeval_planted_scorer:judge" for m in config["models"]]
+    (src / "config.json").write_text(json.dumps(config))
+    main(["rescore", str(src), "--scorer", "exact", "--output", str(tmp_path / "out")])
+    capsys.readouterr()
+    assert not marker.exists(), "rescore imported a module named by the stored run"
+    import importlib
+
+    importlib.import_module("certeval_planted_scorer")  # the control: importing it does leave the marker
+    assert marker.exists()

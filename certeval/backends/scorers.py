@@ -248,14 +248,22 @@ BUILTIN: dict[str, Scorer] = {
 }
 
 
-def get_scorer(name: str) -> Scorer:
-    """A built-in scorer by name, or a custom one by import path ``package.module:function``."""
+def get_scorer(name: str, *, allow_import: bool = True) -> Scorer:
+    """A built-in scorer by name, or a custom one by import path ``package.module:function``.
+
+    ``allow_import=False`` for names read from stored artifacts (a run folder someone hands over): a custom scorer
+    is then refused, never imported, since importing a module runs its code; only a name the user passes on the
+    command line is imported.
+    """
     if not isinstance(name, str) or not name:
         raise InputError(f"scorer must be a name ({', '.join(BUILTIN)}) or package.module:function, got {name!r}")
     if name in BUILTIN:
         return BUILTIN[name]
     if ":" not in name:
         raise InputError(f"unknown scorer {name!r}; scorers: {', '.join(BUILTIN)}, or package.module:function")
+    if not allow_import:
+        raise InputError(f"scorer {name!r} is named by a stored artifact; custom scorers are imported only when "
+                         "given on the command line")
     module_name, _, attr = name.partition(":")
     try:
         module = importlib.import_module(module_name)
