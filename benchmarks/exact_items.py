@@ -18,7 +18,7 @@ the ratios ``uniform ÷ uniform-before``, ``uniform ÷ history-permuted``, ``ada
 ``history ÷ history-permuted`` (what the history itself contributes), ``history ÷ uniform`` and
 ``history ÷ history-before``.
 
-    python -m benchmarks exact_items            # 9 banks x 2 goals, 40 reps a cell (tens of minutes on 2 cores)
+    python -m benchmarks exact_items            # 9 banks x 3 goals, 40 reps a cell (tens of minutes on 2 cores)
     python -m benchmarks exact_items --quick    # one bank, one goal, 2 reps (seconds)
 """
 
@@ -37,7 +37,7 @@ from certeval.backtest.ray_fanout import Cell, dataset_arrays, history_cell, run
 
 DATASETS = ("chembench", "helm_mmlu", "helm_raft", "helm_v023", "openllm_arc", "openllm_tiny",
             "vlm_hallusionbench", "vlm_ocrbench", "opencompass_large")
-GOALS = ("halfwidth:0.1", "halfwidth:0.05")
+GOALS = ("halfwidth:0.1", "halfwidth:0.05", "halfwidth:0.02")
 LABELS = ("uniform-before", "uniform", "adaptive", "history", "history-permuted")
 RATIOS = {"uniform_vs_uniform_before": ("uniform", "uniform-before"),
           "uniform_vs_history_permuted": ("uniform", "history-permuted"),
