@@ -212,22 +212,30 @@ def test_secrets_reach_actors_but_no_file_under_ray_or_the_run_folder(infra, tmp
 
     secret = "sEcReT-" + os.urandom(8).hex()
     api_key = "sk-" + os.urandom(8).hex()
+    named_key = "alt-" + os.urandom(8).hex()  # read through api_key_env=OPENAI_KEY: not a secret-looking name
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("OPENAI_API_KEY", api_key)
+    monkeypatch.setenv("OPENAI_KEY", named_key)
     scores = small_scores(tmp_path, n_items=60)
     plan, _ = make_plan("certify", models=[replay(MIDDLE, scores)], goal="halfwidth:0.2", batch_size=30,
                         output=str(tmp_path / "runs"), run_id="sec")
     run_plan(plan)
 
     # the channel works: an actor of a pool sees the credentials in its own environment
-    from certeval.backends.pool import ModelPool
+    from certeval.backends.pool import ModelPool, key_variables
 
-    pool = ModelPool({"m": replay(MIDDLE, scores)}).start()
+    assert key_variables(["openai:http://127.0.0.1:9/v1#m?api_key_env=OPENAI_KEY", "openai:http://h/v1#n",
+                          replay(MIDDLE, scores)]) == {"OPENAI_KEY", "OPENAI_API_KEY"}
+    pool = ModelPool({"m": replay(MIDDLE, scores)})
+    # the key variable an openai spec names (its endpoint is not needed to check how the key travels)
+    pool.key_variables = key_variables(["openai:http://127.0.0.1:9/v1#m?api_key_env=OPENAI_KEY"])
+    pool.start()
     try:
         handle = next(iter(pool.slots.values()))[0].handle
         seen = ray.get(handle.__ray_call__.remote(lambda self: (os.environ.get("AWS_SECRET_ACCESS_KEY"),
-                                                                os.environ.get("OPENAI_API_KEY"))))
-        assert seen == (secret, api_key)
+                                                                os.environ.get("OPENAI_API_KEY"),
+                                                                os.environ.get("OPENAI_KEY"))))
+        assert seen == (secret, api_key, named_key)
     finally:
         pool.shutdown()
     time.sleep(1.0)  # let Ray's agents flush their logs
@@ -241,7 +249,7 @@ def test_secrets_reach_actors_but_no_file_under_ray_or_the_run_folder(infra, tmp
                     data = path.read_bytes()
                 except OSError:
                     continue
-                if secret.encode() in data or api_key.encode() in data:
+                if any(v.encode() in data for v in (secret, api_key, named_key)):
                     hits.append(str(path))
     assert sum(1 for root in roots for p in root.rglob("*") if p.is_file()) > 10  # the grep saw real folders
     assert hits == []

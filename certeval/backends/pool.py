@@ -48,6 +48,7 @@ NAMESPACE = "certeval"
 CALL_LOG_ENV = "CERTEVAL_BACKEND_LOG"
 # variables an actor needs from the driver even when Ray was started earlier (e.g. a test session)
 _FORWARDED_ENV_PREFIXES = ("RAY_AUTH_", "AWS_", "CERTEVAL_", "HF_", "TRANSFORMERS_", "OPENAI_", "TOKENIZERS_", "CUDA_VISIBLE")
+_PRIVATE_ENV_PREFIXES = ("OPENAI_",)
 MAX_ATTEMPTS = 3
 START_TIMEOUT_ENV = "CERTEVAL_ACTOR_START_TIMEOUT_S"
 DEFAULT_START_TIMEOUT_S = 900.0
@@ -141,16 +142,37 @@ def _pin_auth_token(ray_home: Path, real_home: Path, *, local: bool) -> None:
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(real_home / ".ray" / "auth_token")
 
 
-def _forwarded_env() -> dict[str, str]:
+def key_variables(models: Any) -> frozenset[str]:
+    """The variables the model specs read their API keys from (``api_key_env=NAME``; ``OPENAI_API_KEY`` for an
+    openai spec without it): secrets whatever their names look like."""
+    from .base import parse_model_spec
+
+    names = set()
+    for text in models:
+        spec = parse_model_spec(text)
+        if spec.kind == "openai":
+            names.add(str(spec.option("api_key_env", "OPENAI_API_KEY")))
+    return frozenset(names)
+
+
+def _private(name: str, keys: frozenset[str]) -> bool:
+    """Whether a variable travels only by the private channel: secret-looking names, a spec's key variable, and
+    every ``OPENAI_*`` (endpoint keys there go by any name, and none is needed at process start)."""
+    return is_secret_name(name) or name in keys or name.startswith(_PRIVATE_ENV_PREFIXES)
+
+
+def _forwarded_env(keys: frozenset[str] = frozenset()) -> dict[str, str]:
     """Variables for the actors' ``runtime_env``: everything they need except secrets (Ray writes a
     runtime_env in plain text to ``runtime_env_agent.log``, readable by anyone on the node)."""
-    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV_PREFIXES) and not is_secret_name(k)}
+    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV_PREFIXES) and not _private(k, keys)}
 
 
-def _secret_env() -> dict[str, str]:
-    """Credentials the actors need (S3 keys, endpoint API keys): sent as an actor constructor argument,
-    which Ray keeps in its object store and never logs, and set in the actor's own environment there."""
-    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV_PREFIXES) and is_secret_name(k)}
+def _secret_env(keys: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Credentials the actors need (S3 keys, endpoint API keys, every variable a spec names as its key): sent
+    as an actor constructor argument, which Ray keeps in its object store and never logs, and set in the
+    actor's own environment there."""
+    return {k: v for k, v in os.environ.items()
+            if (k.startswith(_FORWARDED_ENV_PREFIXES) or k in keys) and _private(k, keys)}
 
 
 def _ping_answer(ref: Any) -> dict[str, Any]:
@@ -322,6 +344,7 @@ class ModelPool:
         self.cache_urls = dict(cache_urls or {})
         self.call_log = call_log
         self.host_kwargs = dict(host_kwargs or {})
+        self.key_variables = key_variables(self.models.values())
         self.prefix = f"{run_id or 'pool'}-{uuid.uuid4().hex[:6]}"
         self.groups = group_models(self.models)  # actor group -> labels it serves
         self.group_of = {label: g for g, labels in self.groups.items() for label in labels}
@@ -341,11 +364,11 @@ class ModelPool:
         name = f"{self.prefix}/{group}/{replica}/g{generation}"
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
-            max_task_retries=0, runtime_env={"env_vars": _forwarded_env()},
+            max_task_retries=0, runtime_env={"env_vars": _forwarded_env(self.key_variables)},
             scheduling_strategy=self._spread(replica, cpus, avoid),
         ).remote({label: self.models[label] for label in labels},
                  {label: self.cache_urls.get(label) for label in labels}, self.call_log, self.host_kwargs,
-                 _secret_env())
+                 _secret_env(self.key_variables))
         self._pings.append((name, group, replica, generation, handle.ping.remote()))
         return _Slot(group, replica, handle, name, generation)
 
