@@ -169,3 +169,6 @@ def test_unreachable_endpoint_and_bad_specs_are_input_errors():
         make_host(f"openai:http://127.0.0.1:{port}/v1#m?mc=guess")
     with pytest.raises(InputError, match="unknown openai option"):
         make_host(f"openai:http://127.0.0.1:{port}/v1#m?temperature=1")
+    for bad in ("timeout=nan", "timeout=inf", "timeout=0", "retries=-1", "retries=two", "concurrency=0"):
+        with pytest.raises(InputError, match=bad.split("=")[0]):
+            make_host(f"openai:http://127.0.0.1:{port}/v1#m?{bad}")

@@ -188,6 +188,10 @@ CASES = [
      "confidence"),
     ("backtest-model-unknown", lambda fx: ["backtest", "--scores", fx["scores"], "--model", "nope"], "nope"),
     ("backtest-target-unknown", lambda fx: ["backtest", "--scores", fx["scores"], "--target", "moon"], "target"),
+    ("backtest-looks-every-zero", lambda fx: ["backtest", "--scores", fx["scores"], "--looks-every", "0"],
+     "looks-every"),  # was accepted (single-model goals ignored it; comparisons divided by it)
+    ("backtest-looks-every-zero-compare", lambda fx: ["backtest", "--scores", fx["scores"], "--goal", "compare:0",
+                                                      "--looks-every", "-5"], "looks-every"),
     # report
     ("report-missing-folder", lambda fx: ["report", "/nonexistent/run"], "nonexistent"),
     ("report-empty-folder", lambda fx: ["report", fx["empty"]], "results.json"),
@@ -207,6 +211,10 @@ CASES = [
     ("demo-ray-address-closed", lambda fx: ["demo", "--skip-lm", "--ray-address", fx["closed"]], "ray-address"),
     ("demo-output-is-file", lambda fx: ["demo", "--skip-lm", "--output", fx["file"]], "output"),
     ("demo-seed-negative", lambda fx: ["demo", "--skip-lm", "--seed", "-1"], "seed"),
+    ("certify-latency-nan", lambda fx: _certify(fx, model=_r(MIDDLE, fx) + "?latency=nan"), "finite"),
+    ("certify-latency-inf", lambda fx: _certify(fx, model=_r(MIDDLE, fx) + "?latency=inf"), "finite"),
+    ("certify-openai-timeout-nan", lambda fx: _certify(fx, "--bank", fx["wider_bank"],
+                                                       model="openai:http://127.0.0.1:9/v1#m?timeout=nan"), "timeout"),
     # import: an output never replaces an input or the other output
     ("import-output-is-the-input", lambda fx: ["import", "lm-eval", fx["samples"], "-o", fx["samples"]],
      "being read"),  # replaced the user's samples file with the scores, exit 0

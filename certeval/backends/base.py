@@ -15,6 +15,7 @@ Model specs (DESIGN §4)::
 from __future__ import annotations
 
 import importlib
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,8 +56,10 @@ class ModelSpec:
         kind = "an integer" if cast is int else "a number"
         try:
             out = cast(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InputError(f"model spec option {key}={value!r} in {self.text!r} must be {kind}") from None
+        if not math.isfinite(out):  # nan passes every comparison, inf every lower bound
+            raise InputError(f"model spec option {key}={value!r} in {self.text!r} must be a finite number")
         if out < low:
             raise InputError(f"model spec option {key}={out} in {self.text!r} must be >= {low}")
         return out

@@ -18,6 +18,7 @@ Requests of a call run concurrently (``concurrency`` threads) so a batch keeps t
 from __future__ import annotations
 
 import json
+import math
 import os
 import string
 import time
@@ -180,14 +181,15 @@ class OpenAIHost(ModelHost):
 def _positive(spec: ModelSpec, key: str, value: Any, cast: type = int) -> Any:
     try:
         out = cast(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be a number") from None
-    if out <= 0:
-        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be positive")
+    if not math.isfinite(out) or out <= 0:
+        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be a positive finite number")
     return out
 
 
-def build_host(spec: ModelSpec, **kwargs: Any) -> OpenAIHost:
+def parse_options(spec: ModelSpec, **kwargs: Any) -> dict[str, Any]:
+    """Validation step for an openai spec (URL and options), run by the plan before Ray starts and by the host."""
     unknown = [k for k, _ in spec.options if k not in _KNOWN]
     if unknown:
         raise InputError(f"unknown openai option {unknown[0]!r} in {spec.text!r}; options: {', '.join(sorted(_KNOWN))}")
@@ -196,17 +198,20 @@ def build_host(spec: ModelSpec, **kwargs: Any) -> OpenAIHost:
     mc_mode = str(spec.option("mc", kwargs.get("mc", "generate")))
     if mc_mode not in ("echo", "generate"):
         raise InputError(f"model spec option mc={mc_mode!r} in {spec.text!r} must be generate or echo")
-    key_env = str(spec.option("api_key_env", kwargs.get("api_key_env", "OPENAI_API_KEY")))
-    retries = _positive(spec, "retries", int(spec.option("retries", kwargs.get("retries", 2))) + 1) - 1
-    host = OpenAIHost(
-        spec,
-        concurrency=_positive(spec, "concurrency", spec.option("concurrency", kwargs.get("concurrency", 4))),
-        max_new_tokens=_positive(spec, "max_new_tokens", spec.option("max_new_tokens", kwargs.get("max_new_tokens", 16))),
-        timeout=_positive(spec, "timeout", spec.option("timeout", kwargs.get("timeout", 60.0)), float),
-        scorer=spec.option("scorer", kwargs.get("scorer")),
-        mc_mode=mc_mode,
-        api_key=os.environ.get(key_env),
-        retries=retries,
-    )
+    return {
+        "concurrency": spec.number_option("concurrency", kwargs.get("concurrency", 4)),
+        "max_new_tokens": spec.number_option("max_new_tokens", kwargs.get("max_new_tokens", 16)),
+        "timeout": _positive(spec, "timeout", spec.option("timeout", kwargs.get("timeout", 60.0)), float),
+        "scorer": spec.option("scorer", kwargs.get("scorer")),
+        "mc_mode": mc_mode,
+        "key_env": str(spec.option("api_key_env", kwargs.get("api_key_env", "OPENAI_API_KEY"))),
+        "retries": spec.number_option("retries", kwargs.get("retries", 2), int, 0),
+    }
+
+
+def build_host(spec: ModelSpec, **kwargs: Any) -> OpenAIHost:
+    options = parse_options(spec, **kwargs)
+    key_env = options.pop("key_env")
+    host = OpenAIHost(spec, api_key=os.environ.get(key_env), **options)
     host.ping()
     return host

@@ -74,6 +74,7 @@ def _delegate(module: str, function: str, args) -> int:
 
 
 def run(args) -> int:
+    check_positive_int(args.looks_every, "looks-every")  # every mode: a look of 0 items would never end
     if args.method is None:
         with_history = bool(args.history) or args.history_fraction is not None
         args.method = "history" if with_history else "adaptive"

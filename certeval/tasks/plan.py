@@ -196,8 +196,9 @@ def check_model(spec: ModelSpec) -> None:
 
         parse_options(spec)
     elif spec.kind == "openai":
-        if not spec.location.startswith(("http://", "https://")):
-            raise InputError(f"openai model spec {spec.text!r} needs an http(s):// base URL")
+        from ..backends.openai_host import parse_options as parse_openai_options
+
+        parse_openai_options(spec)
 
 
 def check_replay_coverage(specs: list[ModelSpec], bank: Bank) -> None:
