@@ -21,8 +21,9 @@ def _json(capsys, argv):
 
 
 def test_history_fraction_backtest_beats_uniform_on_the_same_reps(capsys):
+    # 8 reps a model: with 3, one model's draws can cost a batch more than uniform's and the mean ratio lands on 1
     out = _json(capsys, ["backtest", "--scores", "bundled:helm_mmlu", "--history-fraction", "0.5", "--goal",
-                         "halfwidth:0.1", "--reps", "3", "--model", MODELS[0], "--model", MODELS[1], "--json"])
+                         "halfwidth:0.1", "--reps", "8", "--model", MODELS[0], "--model", MODELS[1], "--json"])
     assert out["method"] == "history"  # the default once history is given
     assert out["history"]["fraction"] == 0.5 and out["history"]["mean_models"] == 22  # round(0.5 × 43)
     # below 1: history still pays against uniform, which is itself tight now (one joint CS, tuned bets); how much
@@ -31,7 +32,7 @@ def test_history_fraction_backtest_beats_uniform_on_the_same_reps(capsys):
     # the ratio's baseline is uniform replayed with the same per-rep seeds
     frame = load_scores("bundled:helm_mmlu")
     bank = bank_from_scores(frame)
-    uni = run_single_backtest(frame, bank, MODELS, "uniform", parse_goal("halfwidth:0.1"), reps=3, seed=0,
+    uni = run_single_backtest(frame, bank, MODELS, "uniform", parse_goal("halfwidth:0.1"), reps=8, seed=0,
                               all_models=sorted(frame["model"].unique()))
     for mine, base in zip(out["models"], uni["models"]):
         assert mine["baseline_scored"] == pytest.approx(base["mean_scored"])
