@@ -1,9 +1,9 @@
-"""Benchmark runner: ``python -m benchmarks all [--quick]`` or ``python -m benchmarks NAME [--quick]``.
+"""Benchmark runner: ``python -m benchmarks all [--skip A,B] [--quick]`` or ``python -m benchmarks NAME [--quick]``.
 
 A benchmark is a module ``benchmarks/<name>.py`` exposing ``main(argv) -> int`` (each
-parses its own ``--quick`` / ``--seed``). ``all`` runs every one present in this checkout,
-in a fixed order, each in its own process so one failing or leaking benchmark cannot
-poison the next; the runner's exit code is non-zero if any failed.
+parses its own ``--quick`` / ``--seed``). ``all`` runs every one present in this checkout
+(but those named by ``--skip``), in a fixed order, each in its own process so one failing or
+leaking benchmark cannot poison the next; the runner's exit code is non-zero if any failed.
 """
 
 from __future__ import annotations
@@ -52,7 +52,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     target, extra = argv[0], argv[1:]
     if target == "all":
-        failed = [n for n in names if _has_main(n) and run_one(n, extra) != 0]
+        skip: set[str] = set()
+        if extra[:1] == ["--skip"]:
+            skip, extra = set(filter(None, (extra[1] if len(extra) > 1 else "").split(","))), extra[2:]
+            unknown = sorted(skip - set(names)) or ([] if skip else ["(none given)"])
+            if unknown:
+                print(f"--skip names no benchmark here: {', '.join(unknown)}; here: {', '.join(names)}",
+                      file=sys.stderr)
+                return 2
+        failed = [n for n in names if n not in skip and _has_main(n) and run_one(n, extra) != 0]
         if "readme_tables" not in extra and (HERE / "readme_tables.py").is_file() and "--quick" not in extra:
             run_one("readme_tables", [])
         if failed:

@@ -39,8 +39,8 @@ from benchmarks._meta import write_result  # noqa: E402
 RANK_CASES = [("helm_mmlu", 0.02, 200), ("helm_mmlu", 0.1, 200), ("openllm_arc", 0.02, 20), ("openllm_tiny", 0.02, 1)]
 SELECT_CASES = [("helm_mmlu", 1, 0.02, 200), ("helm_mmlu", 3, 0.02, 100), ("openllm_arc", 1, 0.02, 20),
                 ("openllm_tiny", 1, 0.02, 2)]
-QUICK_RANK = [("helm_mmlu", 0.02, 5)]
-QUICK_SELECT = [("helm_mmlu", 1, 0.02, 5)]
+QUICK_RANK = [("helm_mmlu", 0.02, 2)]  # --quick checks that the benchmark runs and writes its JSON
+QUICK_SELECT = [("helm_mmlu", 1, 0.02, 2)]
 
 
 def wilson_upper(k: int, n: int, z: float = 1.959964) -> float:

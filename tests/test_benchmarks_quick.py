@@ -12,7 +12,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "benchmarks" / "results" / "_quick"
-MINE = ("efficiency", "overhead", "scale", "state_size")
+MINE = ("efficiency", "overhead", "scale")
+# benchmarks whose --quick run has a test of its own (test_state_size_quick_... below, test_fast_start.py):
+# the all-quick test skips them rather than running them a second time
+OWN_TESTS = ("state_size", "startup")
 
 
 def test_runner_lists_benchmarks_and_rejects_unknown_names():
@@ -21,6 +24,9 @@ def test_runner_lists_benchmarks_and_rejects_unknown_names():
     bad = subprocess.run([sys.executable, "-m", "benchmarks", "no-such-benchmark"], cwd=ROOT, capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "unknown benchmark" in bad.stderr
+    skip = subprocess.run([sys.executable, "-m", "benchmarks", "all", "--skip", "startup,nope", "--quick"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert skip.returncode == 2 and "nope" in skip.stderr and "==" not in skip.stdout  # refused before any run
 
 
 def test_write_result_records_metadata(tmp_path, monkeypatch):
@@ -43,9 +49,12 @@ def test_write_result_records_metadata(tmp_path, monkeypatch):
 def test_all_quick_runs_every_benchmark():
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     started = {p: p.stat().st_mtime for p in QUICK.glob("*.json")} if QUICK.is_dir() else {}
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "all", "--quick"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=2300)  # within the test's own 2400 s: a loaded box
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "all", "--skip", ",".join(OWN_TESTS), "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=2300)  # within the test's own 2400 s: a loaded box
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = {line.split(":")[0][3:] for line in proc.stdout.splitlines() if line.startswith("== ") and " exit " in line}
+    assert "efficiency" in ran and "frontier" in ran and not ran & set(OWN_TESTS), sorted(ran)
     for name in MINE:
         path = QUICK / f"{name}.json"
         assert path.is_file() and path.stat().st_mtime > started.get(path, 0), name
