@@ -26,6 +26,7 @@ never touched.
 from __future__ import annotations
 
 import dataclasses
+import os
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -172,7 +173,7 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
     dest_id = run_id or f"{src_store.run_id}-rescore-{safe_name(scorer)}"[:128]
     dest = RunStore(dest_root, dest_id)
     check_reachable(dest_root)
-    if dest.read_config() is not None or dest.read_results() is not None:
+    if _taken(dest):  # a stray round or a link there would be adopted as part of the new run
         raise InputError(f"rescore: run folder {dest.url} already exists; pass another --run-id or --output")
     outputs = {(str(m), str(i)): str(o) for m, i, o in zip(rounds["model"], rounds["item_id"], rounds["output"])}
     recorded = {(int(r), str(m)): list(g["item_id"].astype(str))
@@ -256,6 +257,15 @@ def _replay(plan, recorded: dict[tuple[int, str], list[str]], pool: RecordedOutp
     finally:
         if run.owns_lock:
             run.store.release_lock()
+
+
+def _taken(dest: RunStore) -> bool:
+    """Whether anything stands where the new run folder would go: a folder (even without config.json), a file,
+    or a link (followed, it would write elsewhere)."""
+    folder = dest.folder
+    if folder.local:
+        return os.path.lexists(folder.path)
+    return bool(folder.list("") or folder.list("rounds") or folder.list("state"))
 
 
 def _why(round_: int) -> str:

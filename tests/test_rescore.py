@@ -152,12 +152,30 @@ def test_rescore_rejudges_without_calling_the_model_into_a_new_run(lm_run, capsy
     assert read_log(log) == calls
 
 
+def _target(root, kind: str) -> str:
+    """An --output folder (outside the runs the test digests) where something already stands at the run id."""
+    out = root / f"targets-{kind}"
+    out.mkdir(exist_ok=True)
+    if kind == "stray":
+        (out / "stray" / "rounds").mkdir(parents=True, exist_ok=True)
+        (out / "stray" / "rounds" / "0.parquet").write_bytes(b"a round from elsewhere")
+    elif not (out / "linked").is_symlink():
+        (root / "elsewhere").mkdir(exist_ok=True)
+        (out / "linked").symlink_to(root / "elsewhere", target_is_directory=True)
+    return str(out)
+
+
 @pytest.mark.parametrize("case, argv, needle", [
     ("no-such-run", lambda src, root: [str(root / "nope"), "--scorer", "exact", "--run-id", "bad"], "no run at"),
     ("unknown-scorer", lambda src, root: [src, "--scorer", "fuzzy", "--run-id", "bad"], "unknown scorer 'fuzzy'"),
     ("loglik-scorer", lambda src, root: [src, "--scorer", "mc-loglik", "--run-id", "bad"], "'mc-loglik' judges per-choice"),
     ("missing-field", lambda src, root: [src, "--scorer", f"{__name__}:needs_rationale", "--run-id", "bad"], "'rationale'"),
     ("existing-target", lambda src, root: [src, "--scorer", "exact", "--run-id", "lm"], "already exists"),
+    # a folder without config.json (a stray round in it was adopted) and a link to elsewhere (followed)
+    ("stray-target", lambda src, root: [src, "--scorer", "exact", "--output", _target(root, "stray"), "--run-id",
+                                        "stray"], "already exists"),
+    ("linked-target", lambda src, root: [src, "--scorer", "exact", "--output", _target(root, "linked"), "--run-id",
+                                         "linked"], "already exists"),
 ])
 def test_rescore_bad_input_exits_2_with_one_line_and_writes_nothing(lm_run, capsys, case, argv, needle):
     root, log = lm_run
@@ -167,6 +185,9 @@ def test_rescore_bad_input_exits_2_with_one_line_and_writes_nothing(lm_run, caps
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
     assert _digest(runs) == before and read_log(log) == calls and not (runs / "bad").exists()
+    assert not (root / "elsewhere").exists() or not any((root / "elsewhere").iterdir())  # nothing written via a link
+    assert not (root / "targets-stray").exists() or sorted(p.name for p in (root / "targets-stray" / "stray").rglob(
+        "*")) == ["0.parquet", "rounds"]
 
 
 def test_replay_runs_store_null_outputs_and_cannot_be_rescored(infra, tmp_path, capsys):
