@@ -35,6 +35,7 @@ SAMPLES_NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<stamp>\d{4}-\d{2}-\d{2}T[
 
 
 SCORE_WORDS = {"c": 1.0, "i": 0.0, "p": 0.5, "n": 0.0, "yes": 1.0, "no": 0.0, "true": 1.0, "false": 0.0}
+MAX_EVAL_LOG_BYTES = 2 << 30  # an .eval log's members, unpacked: refused beyond this before reading
 
 
 def is_lm_eval_samples(path: str) -> bool:
@@ -177,11 +178,28 @@ def _read_inspect(path: str):
     fs, local = filesystem(str(path))
     if not fs.exists(local):
         raise InputError(f"Inspect log {path!r} does not exist")
+    if str(path).lower().endswith(".eval"):
+        _check_declared_size(fs, local, path)
     try:
         return read_eval_log(str(path))
     except Exception as exc:  # a damaged log: one line, not a traceback
         raise InputError(f"Inspect log {path!r} could not be read: {type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def _check_declared_size(fs, local: str, path: str) -> None:
+    """An ``.eval`` log is a zip archive: refuse it from its members' declared sizes, before anything is unpacked
+    (a small file can declare gigabytes; reading stops at the declared size, so the declared total bounds it)."""
+    import zipfile
+
+    try:
+        with fs.open(local, "rb") as fh, zipfile.ZipFile(fh) as archive:
+            total = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(f"Inspect log {path!r} is not a readable .eval archive ({exc})") from None
+    if total > MAX_EVAL_LOG_BYTES:
+        raise InputError(f"Inspect log {path!r}: its members declare {total} bytes unpacked, over the "
+                         f"{MAX_EVAL_LOG_BYTES} bytes a log is read with; refused before unpacking")
 
 
 def _inspect_samples(path: str, log) -> list:

@@ -63,12 +63,28 @@ def fixtures(tmp_path_factory) -> dict[str, str]:
     samples = write_samples(d / "lm", "org__model", "arc_easy", [1.0, 0.0, 1.0])
     os.symlink(samples, d / "link.jsonl")
     (d / "folder.parquet").mkdir()
+    (d / "huge.eval").write_bytes(_zip_declaring(4_000_000_000))
     return {"samples": samples, "samples_link": str(d / "link.jsonl"), "folder_parquet": str(d / "folder.parquet"),
             "scores": str(d / "small.scores.parquet"), "wider_bank": str(d / "wider.bank.jsonl"),
             "not_parquet": str(d / "not.parquet"), "file": str(d / "a-file"), "empty": str(d / "empty-folder"),
-            "damaged_run": str(run), "list_run": str(run2), "empty_run": str(run3),
+            "damaged_run": str(run), "huge_eval": str(d / "huge.eval"), "list_run": str(run2), "empty_run": str(run3),
             "savings_txt": str(d / "savings.txt"), "closed": f"127.0.0.1:{_closed_port()}",
             "closed_url": f"http://127.0.0.1:{_closed_port()}/v1"}
+
+
+def _zip_declaring(size: int) -> bytes:
+    """A small zip archive (an Inspect .eval log is one) whose member claims ``size`` (< 4 GiB) bytes unpacked."""
+    import io
+    import struct
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("header.json", b"{}")
+    data = bytearray(buf.getvalue())
+    central = data.index(b"PK\x01\x02")
+    data[central + 24:central + 28] = struct.pack("<I", size)  # the central directory's uncompressed size
+    return bytes(data)
 
 
 def _r(model: str, fx) -> str:
@@ -228,6 +244,8 @@ CASES = [
                                               fx["file"] + "/s.parquet"], "a file"),
     ("import-output-a-folder", lambda fx: ["import", "lm-eval", fx["samples"], "-o", fx["folder_parquet"]],
      "is a folder"),
+    ("import-eval-declaring-4-GB", lambda fx: ["import", "inspect", fx["huge_eval"], "-o", "s.parquet"],
+     "declare"),  # refused after ~22 s and 0.7-2.3 GB before: now from the declared sizes, before unpacking
     # no subcommand / unknown subcommand
     ("no-command", lambda fx: [], "command"),
     ("unknown-command", lambda fx: ["frobnicate"], "frobnicate"),
