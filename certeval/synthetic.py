@@ -24,6 +24,7 @@ from .estimators._validation import InputError
 PREFIX = "synthetic:"
 _PATTERN = re.compile(r"^synthetic:(\d+)x(\d+)(?::(\d+))?$")
 MAX_CELLS = 10**9  # a row is generated whole; beyond this a typo (an extra zero) is more likely than intent
+MAX_ITEMS = 10**7  # item ids and a row are built whole (10⁹ ids did not fit in memory: MemoryError at run time)
 
 
 def is_synthetic(location: str) -> bool:
@@ -44,9 +45,9 @@ class SyntheticScores:
             raise InputError(f"synthetic scores location must look like synthetic:<models>x<items>[:<seed>] "
                              f"(e.g. synthetic:10000x10000:7), got {location!r}")
         m, n, seed = int(match[1]), int(match[2]), int(match[3] or 0)
-        if m < 1 or n < 1 or m * n > MAX_CELLS:
-            raise InputError(f"synthetic scores {location!r}: models and items must be >= 1 and models x items "
-                             f"<= {MAX_CELLS:,}, got {m} x {n}")
+        if m < 1 or n < 1 or m * n > MAX_CELLS or n > MAX_ITEMS:
+            raise InputError(f"synthetic scores {location!r}: models and items must be >= 1, items <= {MAX_ITEMS:,} "
+                             f"and models x items <= {MAX_CELLS:,}, got {m} x {n}")
         return cls(m, n, seed)
 
     @functools.cached_property

@@ -18,7 +18,8 @@ from certeval.tasks.plan import make_plan
 
 
 @pytest.mark.parametrize("location", ["synthetic:10x", "synthetic:0x10", "synthetic:10x0", "synthetic:ax10",
-                                      "synthetic:100000x100000", "synthetic:10x10:-1"])
+                                      "synthetic:100000x100000", "synthetic:10x10:-1",
+                                      "synthetic:1x1000000000"])  # inside the cell cap: ran out of memory at run time
 def test_malformed_locations_name_the_value(location):
     with pytest.raises(InputError, match="synthetic"):
         SyntheticScores.parse(location)
