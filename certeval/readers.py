@@ -52,10 +52,17 @@ def _lm_eval_records(path: str) -> tuple[str, str, list[dict]]:
     model = PurePosixPath(str(path)).parent.name or "model"
     fs, local = filesystem(str(path))
     try:
-        with fs.open(local, "r") as fh:
-            lines = [line for line in fh if line.strip()]
+        with fs.open(local, "rb") as fh:
+            raw = fh.read()
     except FileNotFoundError:
         raise InputError(f"lm-eval samples file {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"lm-eval samples file {path!r} is a folder, not a file") from None
+    try:
+        lines = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise InputError(f"lm-eval samples file {path!r} is not UTF-8 text (byte {exc.start}: "
+                         f"{raw[exc.start:exc.start + 1]!r})") from None
     if not lines:
         raise InputError(f"lm-eval samples file {path!r} is empty")
     records = []

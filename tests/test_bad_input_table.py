@@ -64,10 +64,15 @@ def fixtures(tmp_path_factory) -> dict[str, str]:
     os.symlink(samples, d / "link.jsonl")
     (d / "folder.parquet").mkdir()
     (d / "huge.eval").write_bytes(_zip_declaring(4_000_000_000))
+    latin = d / "lm" / "latin" / "samples_arc_easy_2026-11-23T10-11-12.123456.jsonl"
+    latin.parent.mkdir(parents=True)
+    latin.write_bytes(b'{"doc_id": 0, "acc": 1.0, "doc": {"question": "caf\xe9"}}\n')  # Latin-1, not UTF-8
+    (d / "lm" / "folder" / "samples_arc_easy_2026-11-23T10-11-12.123456.jsonl").mkdir(parents=True)
     return {"samples": samples, "samples_link": str(d / "link.jsonl"), "folder_parquet": str(d / "folder.parquet"),
             "scores": str(d / "small.scores.parquet"), "wider_bank": str(d / "wider.bank.jsonl"),
             "not_parquet": str(d / "not.parquet"), "file": str(d / "a-file"), "empty": str(d / "empty-folder"),
-            "damaged_run": str(run), "huge_eval": str(d / "huge.eval"), "list_run": str(run2), "empty_run": str(run3),
+            "damaged_run": str(run), "huge_eval": str(d / "huge.eval"), "latin_samples": str(latin),
+            "folder_samples": str(d / "lm" / "folder" / "samples_arc_easy_2026-11-23T10-11-12.123456.jsonl"), "list_run": str(run2), "empty_run": str(run3),
             "savings_txt": str(d / "savings.txt"), "closed": f"127.0.0.1:{_closed_port()}",
             "closed_url": f"http://127.0.0.1:{_closed_port()}/v1"}
 
@@ -246,6 +251,9 @@ CASES = [
      "is a folder"),
     ("import-eval-declaring-4-GB", lambda fx: ["import", "inspect", fx["huge_eval"], "-o", "s.parquet"],
      "declare"),  # refused after ~22 s and 0.7-2.3 GB before: now from the declared sizes, before unpacking
+    ("import-samples-not-utf8", lambda fx: ["import", "lm-eval", fx["latin_samples"], "-o", "s.parquet"], "UTF-8"),
+    ("import-samples-a-folder", lambda fx: ["import", "lm-eval", fx["folder_samples"], "-o", "s.parquet"],
+     "a folder"),  # both were exit 3 with a traceback
     # no subcommand / unknown subcommand
     ("no-command", lambda fx: [], "command"),
     ("unknown-command", lambda fx: ["frobnicate"], "frobnicate"),
