@@ -24,7 +24,7 @@ import pandas as pd
 from .banks import Bank, load_scores
 from .estimators._validation import InputError
 from .estimators.history import DEFAULT_FACTORS, HistoryPrior, fit_history_prior
-from .storage import filesystem
+from .storage import Folder, filesystem
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,15 @@ def _run_folder_scores(fs, path: str) -> pd.DataFrame | None:
     """Scores stored in the rounds of one run folder, or None if ``path`` is not a run folder."""
     if not fs.exists(f"{path}/config.json") or not fs.isdir(f"{path}/rounds"):
         return None
+    folder = Folder(fs, path)  # its reads name a damaged round in one line (exit 2), never a traceback
     frames = []
-    for name in sorted(fs.ls(f"{path}/rounds", detail=False)):
-        if str(name).endswith(".parquet"):
-            with fs.open(name, "rb") as fh:
-                frames.append(pd.read_parquet(fh, columns=["model", "item_id", "score"]))
+    for name in folder.list("rounds"):
+        if name.endswith(".parquet"):
+            frame = folder.read_parquet(f"rounds/{name}")
+            missing = sorted({"model", "item_id", "score"} - set(frame.columns))
+            if missing:
+                raise InputError(f"{folder.url(f'rounds/{name}')} is damaged: it has no {missing[0]!r} column")
+            frames.append(frame[["model", "item_id", "score"]])
     if not frames:
         return pd.DataFrame(columns=["model", "item_id", "score"])
     return pd.concat(frames, ignore_index=True)

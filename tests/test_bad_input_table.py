@@ -64,6 +64,13 @@ def fixtures(tmp_path_factory) -> dict[str, str]:
     os.symlink(samples, d / "link.jsonl")
     (d / "folder.parquet").mkdir()
     (d / "huge.eval").write_bytes(_zip_declaring(4_000_000_000))
+    for name, round_bytes in (("junk-round-run", b"junk"), ("scoreless-round-run", None)):
+        (d / name / "rounds").mkdir(parents=True)
+        (d / name / "config.json").write_text('{"run_id": "x", "kind": "certify"}')
+        if round_bytes is None:  # a readable round without the score column
+            pd.DataFrame({"model": [STRONG], "item_id": [ids[0]]}).to_parquet(d / name / "rounds" / "0.parquet")
+        else:
+            (d / name / "rounds" / "0.parquet").write_bytes(round_bytes)
     latin = d / "lm" / "latin" / "samples_arc_easy_2026-11-23T10-11-12.123456.jsonl"
     latin.parent.mkdir(parents=True)
     latin.write_bytes(b'{"doc_id": 0, "acc": 1.0, "doc": {"question": "caf\xe9"}}\n')  # Latin-1, not UTF-8
@@ -71,7 +78,8 @@ def fixtures(tmp_path_factory) -> dict[str, str]:
     return {"samples": samples, "samples_link": str(d / "link.jsonl"), "folder_parquet": str(d / "folder.parquet"),
             "scores": str(d / "small.scores.parquet"), "wider_bank": str(d / "wider.bank.jsonl"),
             "not_parquet": str(d / "not.parquet"), "file": str(d / "a-file"), "empty": str(d / "empty-folder"),
-            "damaged_run": str(run), "huge_eval": str(d / "huge.eval"), "latin_samples": str(latin),
+            "damaged_run": str(run), "huge_eval": str(d / "huge.eval"), "junk_round_run": str(d / "junk-round-run"),
+            "scoreless_round_run": str(d / "scoreless-round-run"), "latin_samples": str(latin),
             "folder_samples": str(d / "lm" / "folder" / "samples_arc_easy_2026-11-23T10-11-12.123456.jsonl"), "list_run": str(run2), "empty_run": str(run3),
             "savings_txt": str(d / "savings.txt"), "closed": f"127.0.0.1:{_closed_port()}",
             "closed_url": f"http://127.0.0.1:{_closed_port()}/v1"}
@@ -209,6 +217,11 @@ CASES = [
      "confidence"),
     ("backtest-model-unknown", lambda fx: ["backtest", "--scores", fx["scores"], "--model", "nope"], "nope"),
     ("backtest-target-unknown", lambda fx: ["backtest", "--scores", fx["scores"], "--target", "moon"], "target"),
+    ("backtest-history-junk-round", lambda fx: ["backtest", "--scores", fx["scores"], "--history",
+                                                fx["junk_round_run"]], "damaged"),  # was exit 3, a traceback
+    ("backtest-history-round-without-scores", lambda fx: ["backtest", "--scores", fx["scores"], "--history",
+                                                          fx["scoreless_round_run"]], "'score'"),
+    ("certify-history-junk-round", lambda fx: _certify(fx, "--history", fx["junk_round_run"]), "damaged"),
     ("backtest-looks-every-zero", lambda fx: ["backtest", "--scores", fx["scores"], "--looks-every", "0"],
      "looks-every"),  # was accepted (single-model goals ignored it; comparisons divided by it)
     ("backtest-looks-every-zero-compare", lambda fx: ["backtest", "--scores", fx["scores"], "--goal", "compare:0",
