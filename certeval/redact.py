@@ -20,7 +20,14 @@ def secret_values() -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+# a secret-looking option written inline (``api_key=sk-…`` in --model_args or a model spec's query)
+INLINE_SECRET = re.compile(r"(?i)\b([a-z_]*(?:secret|token|password|passwd|credentials?|api_key|access_key|session_key))"
+                           r"=([^&,\s'\"]+)")  # the name ends in the secret word: max_new_tokens, api_key_env are not
+
+
 def redact(text: str) -> str:
+    """``text`` with the values of secret-looking environment variables and inline ``key=value`` options
+    replaced by ``***``."""
     for value in secret_values():
         text = text.replace(value, "***")
-    return text
+    return INLINE_SECRET.sub(lambda m: f"{m.group(1)}=***", text)

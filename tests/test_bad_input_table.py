@@ -328,3 +328,18 @@ def test_real_cli_without_prefect_setup_leaves_no_prefect_folder(argv, tmp_path)
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert list(work.iterdir()) == []
     assert not (tmp_path / "home" / ".prefect").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["certify", "--model", "openai", "--model_args", "base_url=http://127.0.0.1:9/v1,api_key=SECRET-v4lue-123"],
+    ["certify", "--model", "openai:http://127.0.0.1:9/v1#m?api_key=SECRET-v4lue-123&temperature=0"],
+    ["certify", "--model", "hf:bundled:smollm2", "--model_args", "hf_token=SECRET-v4lue-123,oops"],
+])
+def test_a_refusal_never_echoes_an_inline_secret(argv, fixtures, tmp_path, monkeypatch, capsys):
+    """Bad input that carries a key inline is refused in one line that names the problem but not the key."""
+    monkeypatch.chdir(tmp_path)
+    code = main([*argv, "--bank", fixtures["wider_bank"], "--goal", "halfwidth:0.1", "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "SECRET-v4lue-123" not in err and "=***" in err, err
+    assert list(tmp_path.iterdir()) == []
