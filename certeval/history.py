@@ -24,7 +24,7 @@ import pandas as pd
 from .banks import Bank, load_scores
 from .estimators._validation import InputError
 from .estimators.history import DEFAULT_FACTORS, HistoryPrior, fit_history_prior
-from .storage import Folder, filesystem
+from .storage import Folder, filesystem, verify_record
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ def _run_folder_scores(fs, path: str) -> pd.DataFrame | None:
     if not fs.exists(f"{path}/config.json") or not fs.isdir(f"{path}/rounds"):
         return None
     folder = Folder(fs, path)  # its reads name a damaged round in one line (exit 2), never a traceback
+    verify_record(folder)  # an edited, deleted or stray round is refused, never used as history
     frames = []
     for name in folder.list("rounds"):
         if name.endswith(".parquet"):

@@ -87,6 +87,7 @@ def _source(run: str) -> tuple[RunStore, dict, dict, pd.DataFrame]:
     url = folder.url()
     root, _, run_id = url.rstrip("/").rpartition("/")
     store = RunStore(root or ".", run_id)
+    store.verify_record()  # an edited output, a deleted or stray round: refused, never re-judged
     rounds = store.read_rounds()
     if not len(rounds):
         raise InputError(f"rescore: run {run!r} has no scored items")

@@ -439,6 +439,10 @@ class StateArrays:
         self._read[sha] = arr
         return arr
 
+    def verify_record(self) -> None:
+        """For readers of a stored run (rescore): see :func:`verify_record`."""
+        verify_record(self.folder)
+
     def _damaged(self, what: str) -> InputError:
         return InputError(f"run folder {self.folder.url()} is damaged: {what}; nothing was changed — start a new "
                           "--run-id or restore the folder")
@@ -447,6 +451,43 @@ class StateArrays:
 def _first(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
     return text or type(exc).__name__
+
+
+def _damaged(folder: Folder, what: str) -> InputError:
+    return InputError(f"run folder {folder.url()} is damaged: {what}; nothing was changed — start a new --run-id "
+                      "or restore the folder")
+
+
+def _check_round(folder: Folder, n: int, entry: dict) -> None:
+    """Round n's file is present and byte-identical (size, sha256) to what its manifest entry recorded."""
+    data = folder.read_bytes(round_name(n))
+    if data is None:
+        raise _damaged(folder, f"{round_name(n)} is missing")
+    if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        raise _damaged(folder, f"{round_name(n)} differs from what was written ({len(data)} bytes, "
+                               f"{entry.get('bytes')} recorded)")
+
+
+def verify_record(folder: Folder) -> None:
+    """For readers of a stored run folder (rescore, ``--history``): every round its manifest lists is present and
+    byte-identical, and no round file stands outside it (an edited, deleted or stray round is refused)."""
+    manifest = folder.read_json(MANIFEST)
+    files = {name for name in folder.list("rounds") if name.endswith(".parquet")}
+    if manifest is None:
+        if files:
+            raise _damaged(folder, f"{MANIFEST} is missing while rounds/ holds files")
+        return
+    if not (isinstance(manifest, dict) and isinstance(manifest.get("rounds"), dict)):
+        raise _damaged(folder, f"{MANIFEST} is not a manifest")
+    listed = set()
+    for key, entry in manifest["rounds"].items():
+        if not (str(key).isdigit() and isinstance(entry, dict)):
+            raise _damaged(folder, f"{MANIFEST} has an entry {key!r} that names no round")
+        _check_round(folder, int(key), entry)
+        listed.add(round_name(int(key)).split("/", 1)[1])
+    stray = sorted(files - listed)
+    if stray:
+        raise _damaged(folder, f"rounds/{stray[0]} is not in {MANIFEST} (a round from elsewhere)")
 
 
 @dataclass
@@ -535,12 +576,7 @@ class RunStore:
             entry = entries.get(f"{n:05d}")
             if entry is None:
                 raise self._damaged(f"{MANIFEST} has no entry for {round_name(n)} (the states say it was committed)")
-            data = self.folder.read_bytes(round_name(n))
-            if data is None:
-                raise self._damaged(f"{round_name(n)} is missing")
-            if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-                raise self._damaged(f"{round_name(n)} differs from what was written ({len(data)} bytes, "
-                                    f"{entry.get('bytes')} recorded)")
+            _check_round(self.folder, n, entry)
         for label, (n_scored, upto) in scored.items():
             present = [int((entries.get(f"{n:05d}") or {}).get("rows", {}).get(label, 0)) > 0 for n in range(upto)]
             last = len(present) if not may_leave else (present.index(False) if False in present else len(present))
@@ -553,9 +589,36 @@ class RunStore:
                 raise self._damaged(f"the state of {label!r} says {n_scored} items were scored, the committed "
                                     f"rounds hold {rows}")
 
+    def _check_round(self, n: int, entry: dict) -> None:
+        """Round n's file is present and byte-identical (size, sha256) to what its manifest entry recorded."""
+        data = self.folder.read_bytes(round_name(n))
+        if data is None:
+            raise self._damaged(f"{round_name(n)} is missing")
+        if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            raise self._damaged(f"{round_name(n)} differs from what was written ({len(data)} bytes, "
+                                f"{entry.get('bytes')} recorded)")
+
+    def verify_record(self) -> None:
+        """For readers of a stored run (rescore, ``--history``): every round the manifest lists is present and
+        byte-identical, and no round file stands outside it (an edited, deleted or stray round is refused)."""
+        manifest = self.read_manifest()
+        files = {name for name in self.folder.list("rounds") if name.endswith(".parquet")}
+        if manifest is None:
+            if files:
+                raise self._damaged(f"{MANIFEST} is missing while rounds/ holds files")
+            return
+        listed = set()
+        for key, entry in manifest["rounds"].items():
+            if not (str(key).isdigit() and isinstance(entry, dict)):
+                raise self._damaged(f"{MANIFEST} has an entry {key!r} that names no round")
+            self._check_round(int(key), entry)
+            listed.add(round_name(int(key)).split("/", 1)[1])
+        stray = sorted(files - listed)
+        if stray:
+            raise self._damaged(f"rounds/{stray[0]} is not in {MANIFEST} (a round from elsewhere)")
+
     def _damaged(self, what: str) -> InputError:
-        return InputError(f"run folder {self.url} is damaged: {what}; nothing was changed — start a new --run-id "
-                          "or restore the folder")
+        return _damaged(self.folder, what)
 
     def read_rounds(self, upto: int | None = None) -> pd.DataFrame:
         frames = []

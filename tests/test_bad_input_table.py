@@ -11,7 +11,10 @@ absent there too.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -64,13 +67,20 @@ def fixtures(tmp_path_factory) -> dict[str, str]:
     os.symlink(samples, d / "link.jsonl")
     (d / "folder.parquet").mkdir()
     (d / "huge.eval").write_bytes(_zip_declaring(4_000_000_000))
-    for name, round_bytes in (("junk-round-run", b"junk"), ("scoreless-round-run", None)):
-        (d / name / "rounds").mkdir(parents=True)
-        (d / name / "config.json").write_text('{"run_id": "x", "kind": "certify"}')
-        if round_bytes is None:  # a readable round without the score column
-            pd.DataFrame({"model": [STRONG], "item_id": [ids[0]]}).to_parquet(d / name / "rounds" / "0.parquet")
-        else:
-            (d / name / "rounds" / "0.parquet").write_bytes(round_bytes)
+    from certeval.storage import RunStore
+
+    round_frame = small[["model", "item_id", "score"]].head(4).reset_index(drop=True)
+    for name in ("junk-round-run", "scoreless-round-run", "edited-round-run", "stray-round-run"):
+        store = RunStore(str(d), name)  # rounds written as runs write them: each with its manifest entry
+        store.folder.write_json("config.json", {"run_id": name, "kind": "certify"})
+        store.write_round(0, round_frame.drop(columns="score") if name == "scoreless-round-run" else round_frame)
+    manifest = json.loads((d / "junk-round-run" / "manifest.json").read_text())
+    (d / "junk-round-run" / "rounds" / "00000.parquet").write_bytes(b"junk")  # manifest updated to match it:
+    manifest["rounds"]["00000"].update(bytes=4, sha256=hashlib.sha256(b"junk").hexdigest())  # unreadable Parquet
+    (d / "junk-round-run" / "manifest.json").write_text(json.dumps(manifest))
+    edited = d / "edited-round-run" / "rounds" / "00000.parquet"
+    round_frame.assign(score=1.0).to_parquet(edited, index=False)  # rewritten after the run: not what was written
+    shutil.copy(edited, d / "stray-round-run" / "rounds" / "00001.parquet")  # a round the manifest never listed
     latin = d / "lm" / "latin" / "samples_arc_easy_2026-11-23T10-11-12.123456.jsonl"
     latin.parent.mkdir(parents=True)
     latin.write_bytes(b'{"doc_id": 0, "acc": 1.0, "doc": {"question": "caf\xe9"}}\n')  # Latin-1, not UTF-8
@@ -79,7 +89,8 @@ def fixtures(tmp_path_factory) -> dict[str, str]:
             "scores": str(d / "small.scores.parquet"), "wider_bank": str(d / "wider.bank.jsonl"),
             "not_parquet": str(d / "not.parquet"), "file": str(d / "a-file"), "empty": str(d / "empty-folder"),
             "damaged_run": str(run), "huge_eval": str(d / "huge.eval"), "junk_round_run": str(d / "junk-round-run"),
-            "scoreless_round_run": str(d / "scoreless-round-run"), "latin_samples": str(latin),
+            "scoreless_round_run": str(d / "scoreless-round-run"), "edited_round_run": str(d / "edited-round-run"),
+            "stray_round_run": str(d / "stray-round-run"), "latin_samples": str(latin),
             "folder_samples": str(d / "lm" / "folder" / "samples_arc_easy_2026-11-23T10-11-12.123456.jsonl"), "list_run": str(run2), "empty_run": str(run3),
             "savings_txt": str(d / "savings.txt"), "closed": f"127.0.0.1:{_closed_port()}",
             "closed_url": f"http://127.0.0.1:{_closed_port()}/v1"}
@@ -222,6 +233,10 @@ CASES = [
     ("backtest-history-round-without-scores", lambda fx: ["backtest", "--scores", fx["scores"], "--history",
                                                           fx["scoreless_round_run"]], "'score'"),
     ("certify-history-junk-round", lambda fx: _certify(fx, "--history", fx["junk_round_run"]), "damaged"),
+    ("backtest-history-edited-round", lambda fx: ["backtest", "--scores", fx["scores"], "--history",
+                                                  fx["edited_round_run"]], "differs from what was written"),
+    ("backtest-history-stray-round", lambda fx: ["backtest", "--scores", fx["scores"], "--history",
+                                                 fx["stray_round_run"]], "not in manifest.json"),
     ("backtest-looks-every-zero", lambda fx: ["backtest", "--scores", fx["scores"], "--looks-every", "0"],
      "looks-every"),  # was accepted (single-model goals ignored it; comparisons divided by it)
     ("backtest-looks-every-zero-compare", lambda fx: ["backtest", "--scores", fx["scores"], "--goal", "compare:0",

@@ -204,9 +204,13 @@ def test_replay_runs_store_null_outputs_and_cannot_be_rescored(infra, tmp_path, 
     err = capsys.readouterr().err.strip()
     assert "no output for model" in err and "replay" in err and len(err.splitlines()) == 1
     assert _digest(runs) == before
-    # a run stored before outputs were kept (no such columns) still reads, and is refused by name
-    for p in (runs / "rp" / "rounds").glob("*.parquet"):
-        pd.read_parquet(p).drop(columns=["output", "prompt_hash"]).to_parquet(p)
+    # a run stored before outputs were kept (no such columns) still reads, and is refused by name; its rounds are
+    # rewritten as such a run wrote them, each with its manifest entry (rescore checks the record first)
+    from certeval.storage import RunStore
+
+    old_store = RunStore(str(runs), "rp")
+    for p in sorted((runs / "rp" / "rounds").glob("*.parquet")):
+        old_store.write_round(int(p.stem), pd.read_parquet(p).drop(columns=["output", "prompt_hash"]))
     from certeval.report import load_run
 
     assert len(load_run(str(runs / "rp")).rounds) == len(rows)
@@ -385,3 +389,29 @@ def test_a_scorer_named_by_a_stored_run_is_never_imported(lm_run, tmp_path, monk
 
     importlib.import_module("certeval_planted_scorer")  # the control: importing it does leave the marker
     assert marker.exists()
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("edited-output", "differs from what was written"),  # an edited output was re-judged before
+    ("deleted-round", "is missing"),  # a shorter record was re-scored, exit 1, no word
+    ("deleted-manifest", "manifest.json is missing"),
+])
+def test_rescore_refuses_a_record_that_is_not_what_was_written(lm_run, tmp_path, capsys, damage, needle):
+    import shutil
+
+    root, _ = lm_run
+    src = tmp_path / "copy"
+    shutil.copytree(root / "runs" / "lm", src)
+    rounds = sorted((src / "rounds").glob("*.parquet"))
+    if damage == "edited-output":
+        frame = pd.read_parquet(rounds[0])
+        frame.loc[0, "output"] = "an answer the model never gave"
+        frame.to_parquet(rounds[0], index=False)
+    elif damage == "deleted-round":
+        rounds[-1].unlink()
+    else:
+        (src / "manifest.json").unlink()
+    code = main(["rescore", str(src), "--scorer", "exact", "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
