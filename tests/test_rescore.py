@@ -385,6 +385,10 @@ def test_a_scorer_named_by_a_stored_run_is_never_imported(lm_run, tmp_path, monk
     main(["rescore", str(src), "--scorer", "exact", "--output", str(tmp_path / "out")])
     capsys.readouterr()
     assert not marker.exists(), "rescore imported a module named by the stored run"
+    from certeval.history import load_history
+
+    assert load_history([str(src)]).frame["model"].nunique() == 1  # the same folder as --history: read, not run
+    assert not marker.exists(), "--history imported a module named by the stored run"
     import importlib
 
     importlib.import_module("certeval_planted_scorer")  # the control: importing it does leave the marker
