@@ -134,6 +134,13 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, path.rstrip("/")
 
 
+def parquet_bytes(frame: pd.DataFrame) -> bytes:
+    """A table as the bytes of a Parquet file (no index column)."""
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
+    return sink.getvalue()
+
+
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     """Whether an fsspec filesystem is the local one (paths are plain paths)."""
     return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
@@ -207,9 +214,7 @@ class Folder:
                              "start a new --run-id or restore the file") from None
 
     def write_parquet(self, rel: str, frame: pd.DataFrame) -> None:
-        sink = io.BytesIO()
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
-        self.write_bytes(rel, sink.getvalue())
+        self.write_bytes(rel, parquet_bytes(frame))
 
     def read_parquet(self, rel: str) -> pd.DataFrame | None:
         raw = self.read_bytes(rel)
@@ -540,9 +545,7 @@ class RunStore:
     # -- rounds and state ---------------------------------------------------
     def write_round(self, n: int, frame: pd.DataFrame) -> None:
         """The round's Parquet file, then its manifest entry (size, sha256, rows per model)."""
-        sink = io.BytesIO()
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
-        data = sink.getvalue()
+        data = parquet_bytes(frame)
         self.folder.write_bytes(round_name(n), data)
         manifest = self.read_manifest() or {"version": MANIFEST_VERSION, "rounds": {}}
         rows = frame["model"].astype(str).value_counts() if len(frame) else pd.Series(dtype=int)

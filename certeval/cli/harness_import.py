@@ -80,14 +80,11 @@ def check_outputs(inputs: list[str], outputs: dict[str, str]) -> None:
 def _encode(frame, path: str) -> bytes:
     import io
 
+    from ..storage import parquet_bytes
+
     name = str(path).lower()
     if name.endswith(".parquet"):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        sink = io.BytesIO()
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
-        return sink.getvalue()
+        return parquet_bytes(frame)
     buf = io.StringIO()
     if name.endswith(".csv"):
         frame.to_csv(buf, index=False)
