@@ -94,6 +94,22 @@ def _source(run: str) -> tuple[RunStore, dict, dict, pd.DataFrame]:
     return store, config, results, rounds
 
 
+def anchored(text: str | None, workdir: str | None) -> str | None:
+    """``text`` (a bank or history source) with a relative local path made absolute against the run's working
+    folder ``workdir``, so a run can be rescored from any folder; URLs, ``bundled:``/``synthetic:`` sources, absolute
+    paths and runs stored before ``workdir`` was kept (None) are returned as they are."""
+    if not text or not workdir or ":" in text.split("?", 1)[0].split("/", 1)[0]:
+        return text
+    return text if os.path.isabs(text) else os.path.join(workdir, text)
+
+
+def _anchored_config(config: dict) -> dict:
+    workdir = config.get("workdir") if isinstance(config.get("workdir"), str) else None
+    history = config.get("history")
+    return {**config, "bank": anchored(config.get("bank"), workdir),
+            "history": [anchored(h, workdir) for h in history] if isinstance(history, list) else history}
+
+
 def _source_scorer(config: dict) -> str | None:
     named = [parse_model_spec(m).option("scorer") for m in config.get("models") or []]
     named = [n for n in named if n]
@@ -155,6 +171,12 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
     from .tasks.plan import load_run_bank
 
     src_store, config, _, rounds = _source(run)
+    config = _anchored_config(config)
+    bank_text = config.get("bank")
+    if bank_text and anchored(bank_text, "/") != bank_text and not os.path.exists(bank_text.split("?", 1)[0]):
+        raise InputError(f"rescore: run {run!r} names its bank by the relative path {bank_text!r} and does not "
+                         "record the folder it was started in (stored by an older certeval): rescore it from that "
+                         "folder")
     source_url = src_store.url
     source_scorer = _source_scorer(config)
     _check_outputs(run, config, rounds)

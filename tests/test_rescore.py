@@ -400,7 +400,7 @@ def test_a_scorer_named_by_a_stored_run_is_never_imported(lm_run, tmp_path, monk
     ("deleted-round", "is missing"),  # a shorter record was re-scored, exit 1, no word
     ("deleted-manifest", "manifest.json is missing"),
 ])
-def test_rescore_refuses_a_record_that_is_not_what_was_written(lm_run, tmp_path, capsys, damage, needle):
+def test_rescore_and_report_refuse_a_record_that_is_not_what_was_written(lm_run, tmp_path, capsys, damage, needle):
     import shutil
 
     root, _ = lm_run
@@ -419,3 +419,46 @@ def test_rescore_refuses_a_record_that_is_not_what_was_written(lm_run, tmp_path,
     err = capsys.readouterr().err.strip()
     assert code == 2 and needle in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+    before = sorted(p.name for p in src.iterdir())
+    code = main(["report", str(src)])  # its tables and plots would show a record the run never wrote
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and needle in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in src.iterdir()) == before
+
+
+def test_a_run_started_with_relative_paths_is_rescored_from_any_folder(infra, tmp_path, monkeypatch, capsys):
+    """config.json keeps the folder a run was started in: a bank named by a relative path is found again when
+    the rescore runs elsewhere. The control: the same run without that record is refused in one line."""
+    import shutil
+
+    _lm_available()
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    (work / "qa.jsonl").write_text("".join(json.dumps({"item_id": f"q{i}", "question": q, "answers": a}) + "\n"
+                                           for i, (q, a) in enumerate([("What is the capital city of Italy?", ["Rome"]),
+                                                                       ("Who wrote Hamlet?", ["Shakespeare"])])))
+    monkeypatch.chdir(work)
+    main(["certify", "--model", "hf:bundled:smollm2", "--bank", "qa.jsonl", "--goal", "halfwidth:0.1",
+          "--method", "uniform", "--batch-size", "2", "--output", "runs", "--run-id", "rel", "--ray-address", infra,
+          "--json"])
+    capsys.readouterr()
+    source = work / "runs" / "rel"
+    assert json.loads((source / "config.json").read_text())["bank"] == "qa.jsonl"  # as the user gave it
+    monkeypatch.chdir(elsewhere)
+    assert main(["rescore", str(source), "--scorer", "exact", "--output", str(elsewhere / "out"), "--json"]) in (0, 1)
+    capsys.readouterr()
+    new = _rows(elsewhere / "out" / "rel-rescore-exact")
+    assert sorted(new["item_id"]) == ["q0", "q1"]
+    config = json.loads((elsewhere / "out" / "rel-rescore-exact" / "config.json").read_text())
+    assert config["bank"] == str(work / "qa.jsonl")
+    # the control: a run stored without its working folder cannot be rescored from elsewhere
+    old = tmp_path / "old"
+    shutil.copytree(source, old)
+    stored = json.loads((old / "config.json").read_text())
+    del stored["workdir"]
+    (old / "config.json").write_text(json.dumps(stored))
+    assert main(["rescore", str(old), "--scorer", "exact", "--output", str(elsewhere / "out2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'qa.jsonl'" in err and "relative path" in err and len(err.splitlines()) == 1, err
+    assert not (elsewhere / "out2").exists()

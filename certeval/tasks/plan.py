@@ -103,6 +103,8 @@ class RunPlan:
         out["labels"] = list(self.labels)
         out["history"] = list(self.history) or None  # None: runs stored before --history resume unchanged
         out["integrity"] = INTEGRITY  # runs stored before the manifest resume without its check
+        # relative local paths (bank, scores, history) are relative to it: rescore reads them from anywhere
+        out["workdir"] = os.getcwd()
         return out
 
     def generation(self) -> dict[str, Any]:
