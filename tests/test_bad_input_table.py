@@ -358,3 +358,39 @@ def test_a_refusal_never_echoes_an_inline_secret(argv, fixtures, tmp_path, monke
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "SECRET-v4lue-123" not in err and "=***" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def _read_only_runner(folder: Path) -> list[str] | None:
+    """A prefix that runs a command with ``folder`` read-only for it: a read-only tmpfs mounted over it in a
+    private mount namespace (root; permissions do not stop root), or the folder's own mode (anyone else)."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return []
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro none {folder}"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        return None
+    return ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o ro none {folder} && exec "$@"', "sh"]
+
+
+@pytest.mark.parametrize("kind", ["certify", "import"])
+def test_an_output_in_a_read_only_folder_is_refused_before_anything_runs(kind, fixtures, tmp_path):
+    """A real read-only folder: exit 2, one line naming the option and the folder, no traceback (it was exit 3)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    prefix = _read_only_runner(ro)
+    if prefix is None:
+        pytest.skip("no read-only folder can be made here: root without a private mount namespace")
+    argv = (["certify", "--model", _r(MIDDLE, fixtures), "--goal", "halfwidth:0.1", "--output", str(ro / "runs")]
+            if kind == "certify" else ["import", "lm-eval", fixtures["samples"], "-o", str(ro / "s.parquet")])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    try:
+        proc = subprocess.run([*prefix, sys.executable, "-m", "certeval", *argv], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        ro.chmod(0o755)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "not writable" in lines[0] and str(ro) in lines[0], lines[0]
+    assert list(ro.iterdir()) == [] and not (tmp_path / ".prefect").exists()

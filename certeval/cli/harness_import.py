@@ -60,6 +60,8 @@ def _check_local_parent(path: str, option: str) -> None:
         parent = os.path.dirname(parent)
     if parent and not os.path.isdir(parent):
         raise InputError(f"{option} {path!r} lies under {parent!r}, which is a file, not a folder")
+    if not os.access(parent or ".", os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path!r} is not writable (the folder {parent or '.'!r} does not allow it)")
 
 
 def check_outputs(inputs: list[str], outputs: dict[str, str]) -> None:
