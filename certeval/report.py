@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .estimators._validation import InputError
-from .storage import Folder, bounded, filesystem
+from .storage import Folder, bounded, filesystem, verify_record
 
 MAX_CURVES = 12  # more lines than this in one plot is unreadable
 MAX_FOREST = 60
@@ -77,6 +77,8 @@ def load_run(run: str) -> RunData:
     _check_results(run, results)
     if not isinstance(config, dict):
         raise InputError(f"run folder {run!r} is damaged: config.json is not a JSON object")
+    if config.get("integrity"):  # an edited, deleted or stray round is refused, never drawn (older runs: no manifest)
+        verify_record(folder)
     frames = []
     for name in folder.list("rounds"):
         if not name.endswith(".parquet"):

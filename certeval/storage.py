@@ -444,13 +444,8 @@ class StateArrays:
         self._read[sha] = arr
         return arr
 
-    def verify_record(self) -> None:
-        """For readers of a stored run (rescore): see :func:`verify_record`."""
-        verify_record(self.folder)
-
     def _damaged(self, what: str) -> InputError:
-        return InputError(f"run folder {self.folder.url()} is damaged: {what}; nothing was changed — start a new "
-                          "--run-id or restore the folder")
+        return _damaged(self.folder, what)
 
 
 def _first(exc: BaseException) -> str:
@@ -592,33 +587,9 @@ class RunStore:
                 raise self._damaged(f"the state of {label!r} says {n_scored} items were scored, the committed "
                                     f"rounds hold {rows}")
 
-    def _check_round(self, n: int, entry: dict) -> None:
-        """Round n's file is present and byte-identical (size, sha256) to what its manifest entry recorded."""
-        data = self.folder.read_bytes(round_name(n))
-        if data is None:
-            raise self._damaged(f"{round_name(n)} is missing")
-        if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-            raise self._damaged(f"{round_name(n)} differs from what was written ({len(data)} bytes, "
-                                f"{entry.get('bytes')} recorded)")
-
     def verify_record(self) -> None:
-        """For readers of a stored run (rescore, ``--history``): every round the manifest lists is present and
-        byte-identical, and no round file stands outside it (an edited, deleted or stray round is refused)."""
-        manifest = self.read_manifest()
-        files = {name for name in self.folder.list("rounds") if name.endswith(".parquet")}
-        if manifest is None:
-            if files:
-                raise self._damaged(f"{MANIFEST} is missing while rounds/ holds files")
-            return
-        listed = set()
-        for key, entry in manifest["rounds"].items():
-            if not (str(key).isdigit() and isinstance(entry, dict)):
-                raise self._damaged(f"{MANIFEST} has an entry {key!r} that names no round")
-            self._check_round(int(key), entry)
-            listed.add(round_name(int(key)).split("/", 1)[1])
-        stray = sorted(files - listed)
-        if stray:
-            raise self._damaged(f"rounds/{stray[0]} is not in {MANIFEST} (a round from elsewhere)")
+        """For readers of a stored run (rescore, report): see :func:`verify_record`."""
+        verify_record(self.folder)
 
     def _damaged(self, what: str) -> InputError:
         return _damaged(self.folder, what)
