@@ -436,8 +436,10 @@ def run_cells(
     record_curve: bool = False,
     record_errors: bool = False,
     progress: ProgressFn | None = None,
+    on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every cell's reps in-process or on Ray; rows come back sorted by (cell order, rep)."""
+    """Run every cell's reps in-process or on Ray; rows come back sorted by (cell order, rep). ``on_rows``
+    sees each finished chunk's rows as they come (progress lines)."""
     chunk_reps = check_positive_int(chunk_reps, "chunk_reps")
     jobs = [(ci, lo, hi) for ci, cell in enumerate(cells) for lo, hi in _chunks(cell, chunk_reps)]
     total = len(jobs)
@@ -449,6 +451,8 @@ def run_cells(
         for done, (ci, lo, hi) in enumerate(jobs, 1):
             cell = cells[ci]
             results[(ci, lo)] = run_chunk(datasets[cell.dataset], cell, lo, hi, root_seed, record_curve, record_errors)
+            if on_rows:
+                on_rows(results[(ci, lo)])
             if progress:
                 progress(done, total, f"{cell.dataset}/{cell.name}/{cell.goal}")
     else:
@@ -467,6 +471,8 @@ def run_cells(
                     ci, lo = pending.pop(ref)
                     results[(ci, lo)] = ray.get(ref)
                     done += 1
+                    if on_rows:
+                        on_rows(results[(ci, lo)])
                     if progress:
                         cell = cells[ci]
                         progress(done, total, f"{cell.dataset}/{cell.name}/{cell.goal}")

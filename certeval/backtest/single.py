@@ -144,6 +144,7 @@ def run_single_backtest(
     all_models: list[str] | None = None,
     method_params: dict | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    on_rows: Callable[[list[dict]], None] | None = None,
     features: str = "auto",
     history: "HistoryScores | None" = None,
     history_fraction: float | None = None,
@@ -198,7 +199,8 @@ def run_single_backtest(
         if baseline is not None and baseline != method:  # the same reps with the baseline: seeds of a run of it
             cells.append(Cell(key, baseline, str(goal), reps, batch_size,
                               (("confidence", confidence), ("target", target)), max_items=max_items))
-    rows_out = run_cells(datasets, cells, seed, chunk_reps=reps, progress=progress)
+    # one rep per chunk when its rows are shown as they come (the rows do not depend on the chunking)
+    rows_out = run_cells(datasets, cells, seed, chunk_reps=1 if on_rows else reps, progress=progress, on_rows=on_rows)
     by: dict[tuple[str, str], list[dict]] = {}
     for r in rows_out:
         by.setdefault((r["method"], r["model"]), []).append(r)

@@ -18,3 +18,5 @@ def add_common(parser, *, seed: bool = True, confidence: bool = True) -> None:
     if seed:
         parser.add_argument("--seed", type=int, default=0, help="root seed (stored with every result)")
     parser.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress on stderr (default: live bars on a terminal, else one line per round)")

@@ -10,10 +10,10 @@ own output).
 from __future__ import annotations
 
 import importlib
-import sys
 
 from ..estimators._validation import InputError, check_confidence, check_positive_int
 from ..estimators.goals import parse_goal
+from ..progress import BacktestProgress, progress_mode
 from ._common import add_common, print_json
 
 COMPARATIVE_PREFIXES = ("compare:", "rank:", "select:")
@@ -122,46 +122,20 @@ def run_single(args) -> int:
     bank = bank_from_scores(scores, items)
     all_models = sorted(scores["model"].unique())
     models = args.model or all_models
-    with BacktestProgress(enabled=not args.json and sys.stderr.isatty(),
+    with BacktestProgress(progress_mode(args.json, args.quiet),
                           what=f"{args.method} {goal} on {len(models)} model(s) x {reps} reps") as progress:
         out = run_single_backtest(
             scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
             batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
             features=getattr(args, "features", "auto"), method_params=_method_params(args),
             history=history, history_fraction=args.history_fraction, history_permute=args.history_permute,
-            baseline="uniform" if args.method == "history" else None, progress=progress.update,
+            baseline="uniform" if args.method == "history" else None, progress=progress.update, on_rows=progress.rows,
         )
     if args.json:
         print_json(out)
     else:
         _print_table(out)
     return 0
-
-
-class BacktestProgress:
-    """A rich progress bar on stderr (terminal only): runs done of runs in all, and the model being replayed."""
-
-    def __init__(self, enabled: bool, what: str) -> None:
-        self.enabled, self.what = enabled, what
-        self.bar = self.task = None
-
-    def __enter__(self) -> "BacktestProgress":
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[status]}"), TimeElapsedColumn(), transient=True)
-            self.task = self.bar.add_task(f"backtest {self.what}", total=None, status="starting")
-            self.bar.start()
-        return self
-
-    def update(self, done: int, total: int, model: str) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, completed=done, total=total, status=model[:40])
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _method_params(args) -> dict:

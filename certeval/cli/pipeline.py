@@ -175,7 +175,7 @@ def run(args) -> int:
     mark("plan_ready")
     from ..fast_start import enabled, prestart
     from ..tasks.plan import claim_run
-    from ..tasks.run import want_progress
+    from ..progress import BARS, progress_mode, say
     from ._failure import set_run_folder
 
     if not enabled():  # CERTEVAL_SLOW_START: the sequential start-up (benchmarks/startup.py's "before")
@@ -187,18 +187,16 @@ def run(args) -> int:
     try:
         claim_run(plan)  # a changed config of an existing run id stops here; nothing overwritten
         set_run_folder(store)  # a runtime failure from here on leaves its traceback in <run>/logs/
-        if want_progress(args.json):  # the first seconds can be silent otherwise (Prefect's server, Ray, models)
-            import sys
-
-            print(f"certeval: {plan.kind} run {plan.run_id}: starting Prefect's server, Ray and the model hosts...",
-                  file=sys.stderr, flush=True)
+        mode = progress_mode(args.json, args.quiet)
+        if mode == BARS:  # a terminal's first seconds can be silent otherwise (Prefect's server, Ray, models)
+            say(f"certeval: {plan.kind} run {plan.run_id}: starting Prefect's server, Ray and the model hosts...")
         # Prefect's server, Ray and the actors start side by side (certeval.fast_start), then the flow adopts them
         warm = prestart(plan, user_prefect)
         from ..flows.pipeline import run_plan
 
         warm.ready()
         mark("flow_calling")
-        results = run_plan(plan, progress=want_progress(args.json))
+        results = run_plan(plan, progress=mode)
         if getattr(args, "log_samples", False):
             results["samples_files"] = log_samples(plan, bank, results)
         from ..report import write_report

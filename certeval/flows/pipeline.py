@@ -18,7 +18,7 @@ from ..tasks import steps
 from ..tasks.plan import RunPlan
 
 
-def run_rounds(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+def run_rounds(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
     """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met."""
     mark("flow_started")  # Prefect's API answered and the flow run exists
     # Live handles go to the tasks quoted: Prefect otherwise walks every argument to record task inputs, and a
@@ -54,25 +54,25 @@ _FLOW = dict(validate_parameters=False, log_prints=False, persist_result=False)
 
 
 @flow(name="certify", **_FLOW)
-def certify_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+def certify_flow(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
     """Certify each model's bank mean to a goal (half-width, or above / below a threshold)."""
     return run_rounds(plan, progress)
 
 
 @flow(name="compare", **_FLOW)
-def compare_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+def compare_flow(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
     """Sequentially compare two models on the same items (group-sequential repeated CIs)."""
     return run_rounds(plan, progress)
 
 
 @flow(name="rank", **_FLOW)
-def rank_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+def rank_flow(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
     """Rank models by sequential pairwise comparisons on shared items, with tie groups."""
     return run_rounds(plan, progress)
 
 
 @flow(name="select", **_FLOW)
-def select_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+def select_flow(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
     """Select models (discard the weak early; keep the best or those precise enough)."""
     return run_rounds(plan, progress)
 
@@ -80,6 +80,6 @@ def select_flow(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
 FLOWS = {"certify": certify_flow, "compare": compare_flow, "rank": rank_flow, "select": select_flow}
 
 
-def run_plan(plan: RunPlan, progress: bool = False) -> dict[str, Any]:
+def run_plan(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
     """Run the flow for a plan's kind."""
     return FLOWS[plan.kind](plan, progress)

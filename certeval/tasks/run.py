@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,6 +35,7 @@ from ..estimators.results import Decision, Estimate
 from ..estimators.wor_streams import weighted_order
 from ..harness_output import lm_eval_block, task_block
 from ..storage import RunStore, item_key, prompt_hash, safe_name
+from ..progress import run_progress
 from .plan import RunPlan, load_run_bank
 
 
@@ -76,7 +76,7 @@ class Run:
         self.resumed = False
         self.owns_lock = False
         self.sent: dict[str, int] = {label: 0 for label in self.labels}
-        self.progress: Progress | None = None
+        self.progress: Any = None  # certeval.progress.RunBars / RunLines
         self.pool_stats: Any = None
         self.started = time.time()
         self.history: dict[str, Any] = {}  # label -> HistoryPrior (method 'history')
@@ -135,7 +135,7 @@ class Run:
         if feats is not None:
             self.spec = self.bank.spec(features=feats)
 
-    def restore(self, progress: bool = False) -> None:
+    def restore(self, progress: str | None = None) -> None:
         """Methods from their stored state (resume) or fresh; the run's position and decisions."""
         if self.plan.paired:
             try:
@@ -149,8 +149,7 @@ class Run:
         else:
             self._open_single()
         self._verify_record()
-        if progress:
-            self.progress = Progress(self)
+        self.progress = run_progress(self, progress)  # None, live bars or one line per round (certeval.progress)
 
     def _item_keys(self) -> list[str]:
         if self.bank.frame is None:
@@ -798,45 +797,3 @@ def _item_record(frame: pd.DataFrame, pos: int) -> dict[str, Any]:
         out[k] = v
     out.pop("embedding", None)
     return out
-
-
-class Progress:
-    """One rich progress bar per model (items scored, current interval); terminal only."""
-
-    def __init__(self, run: Run) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
-
-        self.run = run
-        self.bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[interval]}"), TimeElapsedColumn(), transient=False)
-        total = run.plan.max_items or run.bank.n_items
-        self.tasks = {label: self.bar.add_task(label[:32], total=min(total, run.bank.n_items),
-                                               completed=run.n_scored(label), interval="")
-                      for label in run.labels}
-        # a status line for the slow steps between rounds (start-up of Ray and model hosts)
-        self.status_task = self.bar.add_task("", total=None, interval="", visible=False)
-        self.bar.start()
-        self.refresh()
-
-    def status(self, text: str | None) -> None:
-        """Show ``text`` on the status line (None hides it)."""
-        self.bar.update(self.status_task, description=text or "", visible=bool(text))
-
-    def advance(self, label: str, n: int) -> None:
-        self.bar.advance(self.tasks[label], n)
-
-    def refresh(self) -> None:
-        for label, task in self.tasks.items():
-            est = self.run.methods[label].result()
-            text = "" if est.n_scored == 0 else f"{est.mean:.3f} [{est.lower:.3f}, {est.upper:.3f}]"
-            decision = self.run.decisions.get(label)
-            if decision is not None and decision.done:
-                text += f"  {decision.verdict or decision.rule}"
-            self.bar.update(task, completed=est.n_scored, interval=text)
-
-    def close(self) -> None:
-        self.bar.stop()
-
-
-def want_progress(json_output: bool) -> bool:
-    return (not json_output) and sys.stderr.isatty()
