@@ -22,7 +22,7 @@ import pytest
 from certeval.cli import main
 from certeval.storage import RunStore, clean_temporaries
 
-from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, replay, small_scores
+from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, failure_lines, replay, small_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # real Ray, Prefect, moto_server and CLI subprocesses: about 5 minutes on 2 cores
@@ -167,7 +167,7 @@ def test_a_frozen_s3_server_fails_the_run_in_bounded_time_with_exit_3(infra, mot
         if proc.poll() is None:
             proc.kill()
     waited = time.monotonic() - t0
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = failure_lines(err)  # progress lines (one per finished round) aside
     assert proc.returncode == 3, err
     assert len(lines) == 1 and "runtime failure" in lines[0], err
     # the bound is storage.CALL_TIMEOUT_S (30 s) per call; minutes leave room for a loaded 2-core machine
@@ -351,7 +351,7 @@ def test_a_storage_failure_mid_run_is_exit_3_with_the_traceback_in_the_run_folde
         time.sleep(0.05)
     (run / "rounds").write_text("in the way")
     _, err = proc.communicate(timeout=300)
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = failure_lines(err)  # progress lines (one per finished round) aside
     assert proc.returncode == 3, err
     assert len(lines) == 1 and lines[0].startswith("certeval: runtime failure:") and "logs/failure-" in lines[0], err
     logs = list((run / "logs").glob("failure-*.log"))
@@ -382,7 +382,7 @@ def test_sigterm_stops_the_run_cleanly_and_the_folder_resumes(infra, tmp_path):
     assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = failure_lines(err)  # progress lines (one per finished round) aside
     assert proc.returncode == 143 and len(lines) == 1 and "resumable" in lines[0], (proc.returncode, err)
     done = subprocess.run(argv, env=cli_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stderr

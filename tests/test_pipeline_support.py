@@ -80,3 +80,11 @@ def read_log(path: Path) -> list[tuple[str, str]]:
     if not path.exists():
         return []
     return [tuple(line.split("\t")) for line in path.read_text().splitlines() if line]
+
+
+_PROGRESS = __import__("re").compile(r"^certeval: (certify|compare|rank|select) \S+ round \d+ \([\d.]+ s\): ")
+
+
+def failure_lines(stderr: str) -> list[str]:
+    """stderr's non-blank lines but the progress lines a run prints off a terminal (one per round it finished)."""
+    return [line for line in stderr.splitlines() if line.strip() and not _PROGRESS.match(line)]
