@@ -47,11 +47,12 @@ class UnweightedDraws(AdaptiveMethod):
 
     name = "adaptive-unweighted-test-only"
 
-    def _observe_group(self, cs, group, w_group, u, q, a, v, h, x):
-        u_g = float(u[group].sum())
-        if u_g > 0:
-            cs.observe(x if group[h] else 0.5, 0.0, 1.0, w_group / u_g, -float(self.known_[group].sum()) / u_g,
-                       float(q @ v))
+    def _observe_group(self, cs, group, w_group, u, known, q, a, v, h, x):
+        u_g = u[:, group].sum(axis=1)
+        keep = u_g > 0
+        ones = np.ones(int(keep.sum()))
+        cs.observe_many(np.where(group[h], x, 0.5)[keep], 0.0 * ones, ones, (w_group / u_g)[keep],
+                        (-known[:, group].sum(axis=1) / u_g)[keep], (q * v).sum(axis=1)[keep])
 
 
 def miscoverage(make, informative: bool, reps: int, seed: int, contrast: bool = False, n: int = 600) -> int:
@@ -104,15 +105,16 @@ def test_statistic_is_unbiased_by_enumeration(rule):
     seen = []
 
     class Recorder:
-        def observe(self, y, y_min, y_max, alpha, beta, v):
-            seen.append((y, y_min, y_max, alpha, beta))
+        def observe_many(self, y, y_min, y_max, alpha, beta, v):
+            seen.extend(zip(y, y_min, y_max, alpha, beta))
 
     expected = 0.0
     undrawn = np.flatnonzero(~method.in_log_)
     for j in undrawn:
         h = int(method.strata_[j])
         seen.clear()
-        method._observe_group(Recorder(), method.groups_[0], 1.0, u, q, a, var, h, float(x[j]))
+        method._observe_group(Recorder(), method.groups_[0], 1.0, u[None], method.known_[None], q[None], a[None],
+                              var[None], np.array([h]), np.array([float(x[j])]))
         y, y_min, y_max, alpha, beta = seen[0]
         assert y_min - 1e-12 <= y <= y_max + 1e-12
         expected += q[h] / left[h] * y
@@ -144,6 +146,41 @@ def test_capital_matches_a_direct_computation(halfwidth):
         if not cs.rejected[j]:
             assert cs.log_kplus[j] == pytest.approx(kp, abs=1e-9)
             assert cs.log_kminus[j] == pytest.approx(km, abs=1e-9)
+
+
+def test_a_sequence_fed_at_once_in_pieces_or_one_at_a_time_gives_the_same_cs():
+    """observe_many is how every method feeds its CS: however the sequence is cut, the rejections are the same and
+    each candidate's capital is the same, frozen where it crossed 1/δ (checked against a direct computation)."""
+    rng = np.random.default_rng(21)
+    n = 300
+    steps = np.column_stack([(rng.random(n) < 0.6).astype(float), np.zeros(n), np.ones(n), np.ones(n), np.zeros(n),
+                             np.full(n, 0.24)])
+    whole, pieces, single = (ControlVariateCS(0.05, grid_size=257) for _ in range(3))
+    whole.observe_many(*steps.T)
+    for s in range(0, n, 7):
+        pieces.observe_many(*steps[s:s + 7].T)
+    for row in steps:
+        single.observe(*row)
+    assert 0 < whole.rejected.sum() < whole.rejected.size - 10
+    for other in (pieces, single):
+        np.testing.assert_array_equal(other.rejected, whole.rejected)
+        np.testing.assert_allclose(other.log_kplus, whole.log_kplus, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(other.log_kminus, whole.log_kminus, rtol=0, atol=1e-12)
+    log_threshold = math.log(1 / 0.05)
+    for j in (0, 40, 128, 200, 256):
+        m, kp, km, crossed = whole.grid[j], 0.0, 0.0, False
+        for i, (y, lo, hi, alpha, beta, v) in enumerate(steps, start=1):
+            lam = math.sqrt(2 * math.log(2 / 0.05) / (v * i * math.log(1 + i)))
+            nu = min(max(alpha * m + beta, lo), hi)
+            lp = lam if nu == lo else min(lam, 0.8 / (nu - lo))
+            lm = lam if nu == hi else min(lam, 0.8 / (hi - nu))
+            kp += math.log1p(lp * (y - nu))
+            km += math.log1p(-lm * (y - nu))
+            if np.logaddexp(kp, km) - math.log(2) >= log_threshold:
+                crossed = True
+                break
+        assert bool(whole.rejected[j]) == crossed, j
+        assert whole.log_kplus[j] == pytest.approx(kp, abs=1e-9) and whole.log_kminus[j] == pytest.approx(km, abs=1e-9)
 
 
 def test_zero_width_when_all_scored_with_subsets():
@@ -334,7 +371,9 @@ def test_a_state_written_with_the_union_bound_is_refused_in_one_line_not_misread
 @pytest.mark.parametrize("name,shared_order", [("uniform", False), ("adaptive", False), ("adaptive", True)])
 def test_joint_state_stores_batches_not_rows_and_resumes_identically(name, shared_order):
     """A joint state keeps each batch's controls, not a row per draw (57 sub-datasets × 567 draws made states of
-    megabytes); the laws are recomputed on load, so the resumed method is the one that ran, bit for bit."""
+    megabytes); the laws are recomputed on load, so the resumed method is the one that ran: the same laws, draws,
+    rejections and interval, and the same capital (fed in one sequence on load, batch by batch live: the same
+    sums in the same order, compared to 1e-12 so that no vector-unit rounding can fail it)."""
     rng = np.random.default_rng(12)
     x, spec, _ = subset_bank(rng, sizes=(40,) * 12, means=tuple(np.linspace(0.1, 0.9, 12)))
     method = make_method(name, bet_halfwidth=0.05).start(spec)
@@ -347,7 +386,9 @@ def test_joint_state_stores_batches_not_rows_and_resumes_identically(name, share
     assert back.result() == method.result()
     np.testing.assert_array_equal(back.log_q_, method.log_q_)
     for cs_a, cs_b in zip(back.cs_groups_, method.cs_groups_):
-        np.testing.assert_array_equal(cs_a.log_kplus, cs_b.log_kplus)
+        np.testing.assert_array_equal(cs_a.rejected, cs_b.rejected)
+        np.testing.assert_allclose(cs_a.log_kplus, cs_b.log_kplus, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(cs_a.log_kminus, cs_b.log_kminus, rtol=0, atol=1e-12)
     items = back.propose(15, np.random.default_rng(1)).items  # both continue the same way
     assert np.array_equal(items, method.propose(15, np.random.default_rng(1)).items)
 

@@ -339,39 +339,57 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         self._advance()
 
     def _advance(self) -> None:
-        """Feed the martingales every logged item whose predecessors are all scored, in log order."""
+        """Feed the martingales every logged item whose predecessors are all scored, in log order: the ready run
+        of the log at once, each group's CS with one vectorised call (same capital as one item at a time)."""
+        start = self.processed_
+        ready = self.scored_[self.log_items_[start:]]
+        stop = start + (int(np.argmin(ready)) if not ready.all() else ready.size)
+        if stop == start:
+            return
         w_item = self.item_weight_in_stratum_
-        while self.processed_ < self.log_items_.size and self.scored_[self.log_items_[self.processed_]]:
-            p = self.processed_
-            j = int(self.log_items_[p])
-            h = int(self.strata_[j])
-            x = float(self.scores_[j])
-            b = int(self.log_batch_[p])
-            if b >= 0:  # a draw (not an item scored from outside)
-                q, a, v = self.log_q_[p], self.batch_a_[b], self.batch_v_[b]
-                u = (self.stratum_size_ - self.done_) * w_item  # undrawn weight U_h before this draw
-                for cs, g, wg in zip(self.cs_groups_, self.groups_, self.group_weight_):
-                    self._observe_group(cs, g, wg, u, q, a, v, h, x)
+        items = self.log_items_[start:stop]
+        strata, xs, batches = self.strata_[items], self.scores_[items], self.log_batch_[start:stop]
+        # the undrawn weight U and known sums K before each entry: a short scalar walk (entries × 2 numbers)
+        u_rows, k_rows = np.empty((items.size, self.n_strata)), np.empty((items.size, self.n_strata))
+        for r, (h, x) in enumerate(zip(strata, xs)):
+            u_rows[r] = (self.stratum_size_ - self.done_) * w_item
+            k_rows[r] = self.known_
             self.known_[h] += w_item[h] * x
             self.done_[h] += 1
-            self.processed_ += 1
+        self.processed_ = stop
+        draws = batches >= 0  # an item scored from outside is no draw: it only leaves the population
+        if draws.any():
+            pos, b = np.arange(start, stop)[draws], batches[draws]
+            args = (u_rows[draws], k_rows[draws], self.log_q_[pos], self.batch_a_[b], self.batch_v_[b],
+                    strata[draws], xs[draws])
+            for cs, g, wg in zip(self.cs_groups_, self.groups_, self.group_weight_):
+                self._observe_group(cs, g, wg, *args)
 
-    def _observe_group(self, cs, group, w_group, u, q, a, v, h, x) -> None:
-        """Y = [h∈G] (U_h/U_G)/q_h (x − a_h) + Σ_{g∈G} (U_g/U_G) a_g, with E[Y | past] = (W_G m − K_G)/U_G."""
-        u_g = float(u[group].sum())
-        if u_g <= 0:
+    def _observe_group(self, cs, group, w_group, u, known, q, a, v, h, x) -> None:
+        """Y = [h∈G] (U_h/U_G)/q_h (x − a_h) + Σ_{g∈G} (U_g/U_G) a_g, with E[Y | past] = (W_G m − K_G)/U_G.
+
+        One row per draw, in log order: ``u``, ``known`` (U and K before it), ``q``, ``a``, ``v`` (draws × strata),
+        its stratum ``h`` and score ``x``. A draw whose group has no undrawn weight left observes nothing."""
+        u_g = u[:, group].sum(axis=1)
+        keep = u_g > 0
+        if not keep.any():
             return
-        share = np.where(group, u / u_g, 0.0)
-        base = float(share @ np.nan_to_num(a))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(group & (q > 0), share / q, 0.0)
-        y = base + (ratio[h] * (x - a[h]) if group[h] else 0.0)
+        u, known, q, a, v, h, x, u_g = (arr[keep] for arr in (u, known, q, a, v, h, x, u_g))
+        rows = np.arange(h.size)
+        share = np.where(group, u / u_g[:, None], 0.0)
+        base = (share * np.nan_to_num(a)).sum(axis=1)
         drawable = q > 0
-        lows = np.where(group & drawable, base - ratio * a, base)
-        highs = np.where(group & drawable, base + ratio * (1.0 - a), base)
-        var = float(np.sum(np.where(group & drawable, q * ratio**2 * v, 0.0)))  # ≈ Var(Y) if a_h ≈ μ_h
-        known = float(self.known_[group].sum())
-        cs.observe(y, float(lows[drawable].min()), float(highs[drawable].max()), w_group / u_g, -known / u_g, var)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(group & drawable, share / q, 0.0)
+        y = base + np.where(group[h], ratio[rows, h] * (x - a[rows, h]), 0.0)
+        in_play = group & drawable
+        lows = np.where(in_play, base[:, None] - ratio * a, base[:, None])
+        highs = np.where(in_play, base[:, None] + ratio * (1.0 - a), base[:, None])
+        y_min = np.where(drawable, lows, np.inf).min(axis=1)
+        y_max = np.where(drawable, highs, -np.inf).max(axis=1)
+        var = np.where(in_play, q * ratio**2 * v, 0.0).sum(axis=1)  # ≈ Var(Y) if a_h ≈ μ_h
+        k_g = known[:, group].sum(axis=1)
+        cs.observe_many(y, y_min, y_max, w_group / u_g, -k_g / u_g, var)
 
     # -- results ----------------------------------------------------------------------
     def _group_bounds(self, group: np.ndarray, w_group: float) -> tuple[float, float]:

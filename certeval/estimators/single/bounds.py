@@ -313,28 +313,16 @@ class ControlVariateCS(_HedgedGridCS):
         return int(np.argmin([self.predicted_width(i, alpha, v, reach, draws) for v, reach in laws]))
 
     def observe(self, y: float, y_min: float, y_max: float, alpha: float, beta: float, var: float) -> None:
-        i = self.n + 1
-        lam = float(self._bets(np.array([float(i)]), np.array([alpha]), np.array([var]))[0])
-        live = np.flatnonzero(~self.rejected)
-        if live.size:
-            a, b = int(live[0]), int(live[-1]) + 1
-            nu = np.clip(alpha * self.grid[a:b] + beta, y_min, y_max)
-            dev = y - nu
-            with np.errstate(divide="ignore"):
-                lam_plus = np.minimum(lam, self.c / (nu - y_min))
-                lam_minus = np.minimum(lam, self.c / (y_max - nu))
-            self.log_kplus[a:b] += np.log1p(lam_plus * dev)
-            self.log_kminus[a:b] += np.log1p(-lam_minus * dev)
-            log_k = np.logaddexp(self.log_kplus[a:b], self.log_kminus[a:b]) - math.log(2.0)
-            self.rejected[a:b] |= log_k >= self._log_threshold
-        self.n = i
+        """One observation: Y in [y_min, y_max] with E[Y | past] = alpha m + beta under candidate m."""
+        self.observe_many(*(np.array([v], dtype=float) for v in (y, y_min, y_max, alpha, beta, var)))
 
     def observe_many(self, y: np.ndarray, y_min: np.ndarray, y_max: np.ndarray, alpha: np.ndarray,
                      beta: np.ndarray, var: np.ndarray, chunk: int = 256) -> None:
-        """:meth:`observe` for a sequence of observations at once (same capital, same rejections).
+        """A sequence of observations, in order: the same capital and rejections as one at a time.
 
-        The capital after every observation is formed with a cumulative sum, so a candidate whose capital
-        crosses 1/δ anywhere inside the sequence is rejected exactly as one at a time would.
+        Each candidate's log-capital is accumulated left to right from its current value (a cumulative sum that
+        starts from it), and stops where the candidate is rejected (capital ≥ 1/δ anywhere inside the sequence):
+        a rejected candidate stays rejected, so its capital is frozen there, however the sequence is cut.
         """
         y, y_min, y_max, alpha, beta, var = (np.asarray(v, dtype=float).reshape(-1)
                                              for v in (y, y_min, y_max, alpha, beta, var))
@@ -356,12 +344,26 @@ class ControlVariateCS(_HedgedGridCS):
             with np.errstate(divide="ignore", invalid="ignore"):
                 lam_plus = np.minimum(lam, self.c / (nu - lo))
                 lam_minus = np.minimum(lam, self.c / (hi - nu))
-            cum_plus = self.log_kplus[a:b] + np.cumsum(np.log1p(lam_plus * dev), axis=0)
-            cum_minus = self.log_kminus[a:b] + np.cumsum(np.log1p(-lam_minus * dev), axis=0)
-            log_k = np.logaddexp(cum_plus, cum_minus) - math.log(2.0)
-            self.rejected[a:b] |= (log_k >= self._log_threshold).any(axis=0)
-            self.log_kplus[a:b] = cum_plus[-1]
-            self.log_kminus[a:b] = cum_minus[-1]
+            # the current capital is added to the first step, so the sums run in the order one observation at a
+            # time adds them
+            cum_plus = np.log1p(lam_plus * dev)
+            cum_plus[0] += self.log_kplus[a:b]
+            np.cumsum(cum_plus, axis=0, out=cum_plus)
+            cum_minus = np.log1p(-lam_minus * dev)
+            cum_minus[0] += self.log_kminus[a:b]
+            np.cumsum(cum_minus, axis=0, out=cum_minus)
+            # log K = logaddexp(K+, K−) − log 2 ≤ max(K+, K−): only cells whose larger side reaches the threshold
+            # can cross, so the (costly) mixture is formed for those alone
+            near = np.maximum(cum_plus, cum_minus) >= self._log_threshold - 1e-9
+            crossed = np.zeros_like(near)
+            crossed[near] = np.logaddexp(cum_plus[near], cum_minus[near]) - math.log(2.0) >= self._log_threshold
+            hit = crossed.any(axis=0)
+            last = np.where(hit, np.argmax(crossed, axis=0), n - 1)  # where each candidate's capital stops
+            moving = ~self.rejected[a:b]  # candidates rejected before this sequence keep their capital
+            cols = np.arange(b - a)
+            self.log_kplus[a:b] = np.where(moving, cum_plus[last, cols], self.log_kplus[a:b])
+            self.log_kminus[a:b] = np.where(moving, cum_minus[last, cols], self.log_kminus[a:b])
+            self.rejected[a:b] |= hit
         self.n += n
 
     def interval(self, f_lo: float, f_hi: float) -> tuple[float, float]:
