@@ -10,8 +10,13 @@ round's batch on the replay backend and on the small real LM (SmolLM2-135M on CP
 hf backend) when it is installed. A second sweep holds N = 12k and grows the number of
 models (one method object each, as the pipeline runs them).
 
+A third part times the history method against uniform draws on recorded banks (helm_mmlu, vlm_ocrbench):
+each rep evaluates one model with a random half of the other models as history and replays ``history`` and
+``uniform`` with the same seed; per-look controller time is the replay's whole time (method start included) over
+its looks, and the history prior's fit (once per model and rep, before the first look) is reported apart.
+
     python -m benchmarks overhead            # full
-    python -m benchmarks overhead --quick    # 1k and 12k only, 3 rounds
+    python -m benchmarks overhead --quick    # 1k and 12k only, 3 rounds; 2 reps of the history part
 """
 
 from __future__ import annotations
@@ -82,6 +87,47 @@ def time_rounds(method: str, spec: BankSpec, scores: np.ndarray, *, batch: int, 
     out["round_max_s"] = max(steps["round"])
     out["start_s"] = start_s
     return out
+
+
+HISTORY_BANKS = ("helm_mmlu", "vlm_ocrbench")
+HISTORY_GOAL, HISTORY_BATCH, HISTORY_FRACTION = "halfwidth:0.05", 10, 0.5
+
+
+def history_vs_uniform(bank_name: str, reps: int, seed: int) -> dict:
+    """Per-look controller seconds of ``history`` and ``uniform`` on the same reps of a recorded bank."""
+    from certeval.backtest.ray_fanout import Cell, DatasetArrays, run_chunk
+    from certeval.backtest.single import _history_plan, score_matrix
+    from certeval.banks import bank_from_scores, load_scores
+
+    scores = load_scores(f"bundled:{bank_name}")
+    bank = bank_from_scores(scores)
+    models = sorted(scores["model"].unique())
+    full = score_matrix(scores, models, bank)
+    fit_s: list[float] = []
+    plan = _history_plan(scores, bank, models, "history", None, HISTORY_FRACTION, False)
+
+    def timed_plan(model, seed_seq):
+        t = time.perf_counter()
+        prior = plan(model, seed_seq)
+        fit_s.append(time.perf_counter() - t)
+        return prior
+
+    data = DatasetArrays(name=bank_name, spec=bank.spec(), models=tuple(models), matrix=full, history_for=timed_plan)
+    per_look: dict[str, list[float]] = {}
+    items: dict[str, list[int]] = {}
+    for method in ("uniform", "history"):
+        cell = Cell(bank_name, method, HISTORY_GOAL, reps, HISTORY_BATCH, (("confidence", 0.95), ("target", "bank")))
+        # rep r evaluates model r mod M, so the reps spread over the leaderboard
+        rows = run_chunk(data, cell, 0, reps, seed)
+        per_look[method] = [r["controller_s"] / max(r["looks"], 1) for r in rows]
+        items[method] = [r["n_scored"] for r in rows]
+    ratios = [h / u for h, u in zip(per_look["history"], per_look["uniform"])]
+    return {"bank": bank_name, "reps": reps, "goal": HISTORY_GOAL, "batch": HISTORY_BATCH,
+            "history_fraction": HISTORY_FRACTION, "models": len(models), "n_items": bank.n_items,
+            "per_look_s_median": {m: statistics.median(v) for m, v in per_look.items()},
+            "per_look_ratio_median": statistics.median(ratios), "per_look_ratio_max": max(ratios),
+            "mean_items": {m: float(np.mean(v)) for m, v in items.items()},
+            "prior_fit_s_median": statistics.median(fit_s), "within_2x": statistics.median(ratios) <= 2.0}
 
 
 def fit_exponent(sizes: list[int], times: list[float]) -> dict:
@@ -157,12 +203,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             spec, scores = banks[n]
             warm = min(n // 10, 2000)
+            timed = min(rounds, (n - warm) // args.batch - 1)  # rounds that leave items unscored: the engine runs
             try:
-                row = time_rounds(method, spec, scores, batch=args.batch, warm=warm, rounds=rounds,
+                row = time_rounds(method, spec, scores, batch=args.batch, warm=warm, rounds=timed,
                                   rng=np.random.default_rng(args.seed))
             except Exception as exc:  # a method's bug is reported in the JSON, the sweep goes on
                 row = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            row.update({"method": method, "n_items": n, "warm": warm, "rounds": rounds, "batch": args.batch})
+            row.update({"method": method, "n_items": n, "warm": warm, "rounds": timed, "batch": args.batch})
             by_size.append(row)
             print(f"[overhead] {method} N={n}: {row.get('round_s', float('nan')) * 1e3:.2f} ms/round "
                   f"{row.get('error', '')}", file=sys.stderr, flush=True)
@@ -212,8 +259,15 @@ def main(argv: list[str] | None = None) -> int:
                 ratios.append({"backend": inf["backend"], "method": r["method"], "n_items": r["n_items"],
                                "controller_s": r["round_s"], "inference_s": infer_round,
                                "controller_over_inference": r["round_s"] / infer_round})
+    history = []
+    for name in HISTORY_BANKS:
+        row = history_vs_uniform(name, 2 if quick else 20, args.seed)
+        history.append(row)
+        print(f"[overhead] history vs uniform on {name}: {row['per_look_ratio_median']:.2f}x per look "
+              f"(prior fit {row['prior_fit_s_median']:.2f} s once)", file=sys.stderr, flush=True)
     payload = {
         "seed": args.seed, "batch": args.batch, "sizes": list(sizes), "rounds_timed": rounds,
+        "history_vs_uniform": history,
         "bank": "synthetic: 10 subsets, 8-dim Gaussian features, Bernoulli(Beta(2,2)) scores",
         "size_cap": SIZE_CAP, "by_size": by_size, "scaling_fit": fits, "by_models": by_models, "inference": inference,
         "controller_vs_inference": ratios,
