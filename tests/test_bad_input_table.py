@@ -282,6 +282,9 @@ CASES = [
     ("import-samples-not-utf8", lambda fx: ["import", "lm-eval", fx["latin_samples"], "-o", "s.parquet"], "UTF-8"),
     ("import-samples-a-folder", lambda fx: ["import", "lm-eval", fx["folder_samples"], "-o", "s.parquet"],
      "a folder"),  # both were exit 3 with a traceback
+    ("select-checkpoints-match-nothing", lambda fx: ["select", "--checkpoints", "/nonexistent/ckpt-*"], "names no"),
+    ("select-checkpoint-not-a-model", lambda fx: ["select", "--checkpoints", fx["empty"]], "config.json"),
+    ("select-without-models", lambda fx: ["select"], "--checkpoints"),
     # no subcommand / unknown subcommand
     ("no-command", lambda fx: [], "command"),
     ("unknown-command", lambda fx: ["frobnicate"], "frobnicate"),

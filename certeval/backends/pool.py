@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 import time
 import uuid
@@ -319,6 +320,7 @@ class PoolStats:
     per_replica_batches: dict[str, int] = field(default_factory=dict)  # "label/replica" -> batches returned
     max_in_flight: int = 0  # most batches outstanding at once
     placement: list[dict[str, Any]] = field(default_factory=list)  # one entry per actor ever started
+    shared: dict[str, list[str]] = field(default_factory=dict)  # actors that host several models: their labels
 
 
 class ModelPool:
@@ -359,8 +361,7 @@ class ModelPool:
 
     def _new_actor(self, group: str, replica: int, generation: int, avoid: str | None = None) -> _Slot:
         labels = self.groups[group]
-        replay = all(self.models[label].startswith("replay:") for label in labels)
-        cpus = self.num_cpus if self.num_cpus is not None else (0.0 if replay else 1.0)
+        cpus = self._actor_cpus(group)
         name = f"{self.prefix}/{group}/{replica}/g{generation}"
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
@@ -421,6 +422,7 @@ class ModelPool:
         if self.slots:
             return self
         self._check_resources()
+        self._share_when_short()
         self._cls = self._actor_class()
         for group in self.groups:
             self.slots[group] = [self._new_actor(group, r, 0) for r in range(self.replicas)]
@@ -444,6 +446,30 @@ class ModelPool:
                 raise cause from None
             raise RuntimeError(f"a model actor failed to start: {cause}") from None
         return self
+
+    def _actor_cpus(self, group: str) -> float:
+        replay = all(self.models[label].startswith("replay:") for label in self.groups[group])
+        return self.num_cpus if self.num_cpus is not None else (0.0 if replay else 1.0)
+
+    def _share_when_short(self) -> None:
+        """Models whose actors would need more CPUs than the cluster has share actors instead (each actor hosts
+        several models and serves their batches one after another): queued, never left waiting for a CPU that
+        no node will free. Said on stderr and kept in ``stats.shared`` (results.json: pipeline.shared_actors)."""
+        need = {g: self._actor_cpus(g) for g in self.groups}
+        per_actor = max(need.values(), default=0.0)
+        have = float(ray.cluster_resources().get("CPU", 0.0))
+        if per_actor <= 0 or self.num_gpus > 0 or sum(need.values()) * self.replicas <= have:
+            return
+        slots = max(1, int(have // (per_actor * self.replicas)))
+        merged: dict[str, list[str]] = {}
+        for n, labels in enumerate(self.groups.values()):
+            merged.setdefault(f"shared-{n % slots}", []).extend(labels)
+        self.groups = merged
+        self.group_of = {label: g for g, labels in merged.items() for label in labels}
+        self.stats.shared = {g: list(labels) for g, labels in merged.items() if len(labels) > 1}
+        print(f"certeval: {len(self.models)} models would need {sum(need.values()) * self.replicas:g} CPUs for their "
+              f"actors, the Ray cluster has {have:g}: they share {slots * self.replicas} actor(s), each serving its "
+              "models one batch at a time", file=sys.stderr, flush=True)
 
     def _check_resources(self) -> None:
         """An actor asking for GPUs no node has would wait for ever: refuse it before creating any."""

@@ -27,9 +27,13 @@ def add_parser(subparsers) -> None:
     }
     for name in PIPELINE_COMMANDS:
         p = subparsers.add_parser(name, help=helps[name], description=helps[name])
-        p.add_argument("--model", action="append", required=True, metavar="SPEC",
+        p.add_argument("--model", action="append", required=name != "select", default=None, metavar="SPEC",
                        help="model spec (repeatable): replay:<scores>#<model>, hf:<dir|bundled:smollm2>, "
                             "vllm:<dir>, openai:<base_url>#<model>")
+        if name == "select":
+            p.add_argument("--checkpoints", action="append", default=None, metavar="PATH_OR_GLOB",
+                           help="checkpoint folders (repeatable; a glob such as 'runs/ckpt-*' in quotes): each a "
+                                "transformers model, hf:<folder>, named by its folder; with or instead of --model")
         p.add_argument("--model_args", "--model-args", dest="model_args", default=None, metavar="K=V,...",
                        help="options added to every --model spec (lm-eval style: key=value,key=value)")
         p.add_argument("--bank", "--tasks", dest="bank", default=None,
@@ -149,11 +153,40 @@ def with_model_args(specs: list[str], model_args: str | None) -> list[str]:
     return [f"{spec}{'&' if '?' in spec else '?'}{query}" for spec in specs]
 
 
+def checkpoint_specs(patterns: list[str] | None) -> list[str]:
+    """``select --checkpoints``: every folder the patterns name (globs expanded, in natural order: ckpt-20 before
+    ckpt-100) as an ``hf:`` spec; a pattern that names nothing, or a folder without a model config, is bad input."""
+    import glob
+    import os
+    import re
+
+    from ..estimators._validation import InputError
+
+    specs: list[str] = []
+    for pattern in patterns or []:
+        found = sorted(glob.glob(os.path.expanduser(pattern)),
+                       key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)])
+        if not found:
+            raise InputError(f"--checkpoints {pattern!r} names no folder")
+        for path in found:
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                raise InputError(f"--checkpoints {pattern!r}: {path!r} is not a checkpoint folder (it has no "
+                                 "config.json)")
+            spec = f"hf:{os.path.abspath(path)}"
+            if spec not in specs:
+                specs.append(spec)
+    return specs
+
+
 def plan_from_args(args) -> tuple[Any, Any]:
+    from ..estimators._validation import InputError
     from ..tasks.plan import make_plan
 
+    models = list(args.model or []) + checkpoint_specs(getattr(args, "checkpoints", None))
+    if not models:
+        raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")
     return make_plan(
-        args.command, models=with_model_args(args.model, getattr(args, "model_args", None)), bank=args.bank,
+        args.command, models=with_model_args(models, getattr(args, "model_args", None)), bank=args.bank,
         output=args.output, run_id=args.run_id,
         goal=getattr(args, "goal", None), method=args.method, confidence=args.confidence,
         batch_size=args.batch_size, max_items=args.max_items, seed=args.seed, scorer=args.scorer,

@@ -738,7 +738,9 @@ class Run:
                          "batches_resubmitted": getattr(self.pool_stats, "resubmitted", 0),
                          "actors_replaced": getattr(self.pool_stats, "replaced_actors", 0),
                          # which Ray node each model actor ran on (replacements after a node loss included)
-                         "placement": list(getattr(self.pool_stats, "placement", []))},
+                         "placement": list(getattr(self.pool_stats, "placement", [])),
+                         # models that shared an actor because the cluster had too few CPUs for one each
+                         "shared_actors": dict(getattr(self.pool_stats, "shared", {}))},
         }
         if plan.kind == "compare" and self.group is not None:
             out["pairs"] = [self.group.to_dict()]
