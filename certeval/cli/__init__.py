@@ -69,8 +69,39 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread like Ctrl-C so every ``finally`` (actors, Ray, Prefect) runs."""
 
 
+_SIGTERMS: list[Terminated] = []  # raised by this process's handler (a signal handler has no other channel)
+
+
 def _on_sigterm(signum, frame) -> None:
-    raise Terminated()
+    _SIGTERMS.append(Terminated())
+    raise _SIGTERMS[-1]
+
+
+def _interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The SIGINT/SIGTERM behind ``exc``. Raised inside a C extension (Ray's ``get`` building its results), the
+    interrupt surfaces as another error (SystemError), and a task engine may re-raise that without its context:
+    so a SIGTERM this command received counts whatever error it turned into."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        if _prefect_termination(exc):
+            return Terminated()
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return _SIGTERMS[-1] if _SIGTERMS else None
+
+
+def _prefect_termination(exc: BaseException) -> bool:
+    """Inside a flow run Prefect's own SIGTERM handler raises its TerminationSignal (a BaseException) instead."""
+    return type(exc).__name__ == "TerminationSignal" and type(exc).__module__.startswith("prefect")
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    terminated = isinstance(exc, Terminated)
+    print(f"certeval: {'terminated (SIGTERM)' if terminated else 'interrupted'}; the run folder is resumable "
+          "with the same --run-id", file=sys.stderr)
+    return EXIT_SIGTERM if terminated else EXIT_SIGINT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     previous = _install_sigterm()
+    _SIGTERMS.clear()
     _failure.clear_run_folder()
     try:
         return int(args.func(args) or 0)
@@ -86,15 +118,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"certeval: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated)
-        print(f"certeval: {'terminated (SIGTERM)' if terminated else 'interrupted'}; the run folder is resumable "
-              "with the same --run-id", file=sys.stderr)
-        return EXIT_SIGTERM if terminated else EXIT_SIGINT
+        return _interrupted(exc)
     except Exception as exc:  # storage, cluster, model: one line here, the traceback in the run folder
+        interrupt = _interrupt_in(exc)
+        if interrupt is not None:
+            return _interrupted(interrupt)
         where = _failure.record(exc)
         print(f"certeval: runtime failure: {_failure.one_line(exc)}"
               + (f" (traceback: {where})" if where else ""), file=sys.stderr)
         return EXIT_RUNTIME
+    except BaseException as exc:
+        if _prefect_termination(exc):
+            return _interrupted(Terminated())
+        raise
     finally:
         _failure.clear_run_folder()
         if previous is not None:
