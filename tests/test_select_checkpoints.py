@@ -57,18 +57,35 @@ def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir
     bank = tmp_path / "bank.jsonl"
     bank.write_text("".join(json.dumps(item) + "\n" for item in items))
 
-    argv = [PYTHON, "-m", "certeval", "select", "--checkpoints", str(tmp_path / "train" / "ckpt-*"), "--bank", str(bank),
-            "--num-cpus", "2", "--batch-size", "8", "--output", str(tmp_path / "runs"), "--run-id", "ckpts", "--json"]
-    proc = subprocess.run(argv, env=cli_env(state_dir), capture_output=True, text=True, timeout=900)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]
-    res = json.loads(proc.stdout)
+    def select(pattern: str, run_id: str) -> tuple[subprocess.CompletedProcess, dict]:
+        argv = [PYTHON, "-m", "certeval", "select", "--checkpoints", str(tmp_path / "train" / pattern), "--bank",
+                str(bank), "--num-cpus", "2", "--batch-size", "8", "--output", str(tmp_path / "runs"), "--run-id",
+                run_id, "--json"]
+        proc = subprocess.run(argv, env=cli_env(state_dir), capture_output=True, text=True, timeout=900)
+        assert proc.returncode in (0, 1), proc.stderr[-3000:]
+        return proc, json.loads(proc.stdout)
+
+    # yesterday's scheduled run saw two checkpoints; today's sees three and learns from yesterday's scores
+    _, first = select("ckpt-[12]0*", "yesterday")
+    assert [m["model"] for m in first["models"]] == ["ckpt-20", "ckpt-100"] and not first["history"]
+    proc, res = select("ckpt-*", "ckpts")
+    assert res["history"]["sources"] == [str(tmp_path / "runs" / "yesterday")], res["history"]
+    config = json.loads((tmp_path / "runs" / "ckpts" / "config.json").read_text())
+    assert config["history"] == [str(tmp_path / "runs" / "yesterday")]
+    learned = {m["model"]: sorted(m["history"]["models"]) for m in res["models"]}
+    # each checkpoint learns from yesterday's other checkpoints, never from its own earlier scores
+    assert learned == {"ckpt-20": ["ckpt-100"], "ckpt-100": ["ckpt-20"], "ckpt-300": ["ckpt-100", "ckpt-20"]}
     assert [m["model"] for m in res["models"]] == ["ckpt-20", "ckpt-100", "ckpt-300"]  # named by their folders
     assert json.loads((tmp_path / "runs" / "ckpts" / "config.json").read_text())["models"] == [
         f"hf:{p}" for p in paths]
     assert res["selection"]["selected"] == ["ckpt-100"]
     scored = {m["model"]: m for m in res["selection"]["models"]}
-    assert scored["ckpt-100"]["mean"] == 1.0 and scored["ckpt-100"]["status"] == "selected"
-    assert all(scored[m]["mean"] < 1.0 for m in ("ckpt-20", "ckpt-300"))
+    assert scored["ckpt-100"]["status"] == "selected"
+    assert all(scored[m]["upper"] < scored["ckpt-100"]["mean"] for m in ("ckpt-20", "ckpt-300"))
+    import pandas as pd  # every item the best checkpoint was asked, it answered right (the key is its own picks)
+
+    rows = pd.concat(pd.read_parquet(p) for p in sorted((tmp_path / "runs" / "ckpts" / "rounds").glob("*.parquet")))
+    assert (rows[rows["model"] == "ckpt-100"]["score"] == 1.0).all()
     # 3 actors of 1 CPU on a 2-CPU Ray: two actors, the first and third checkpoints in one
     assert res["pipeline"]["shared_actors"] == {"shared-0": ["ckpt-20", "ckpt-300"]}
     assert "share 2 actor(s)" in proc.stderr and "the Ray cluster has 2" in proc.stderr

@@ -33,7 +33,9 @@ def add_parser(subparsers) -> None:
         if name == "select":
             p.add_argument("--checkpoints", action="append", default=None, metavar="PATH_OR_GLOB",
                            help="checkpoint folders (repeatable; a glob such as 'runs/ckpt-*' in quotes): each a "
-                                "transformers model, hf:<folder>, named by its folder; with or instead of --model")
+                                "transformers model, hf:<folder>, named by its folder; with or instead of --model. Without "
+                                "--history, earlier select runs on this bank under --output that scored any of these "
+                                "models are the history")
         p.add_argument("--model_args", "--model-args", dest="model_args", default=None, metavar="K=V,...",
                        help="options added to every --model spec (lm-eval style: key=value,key=value)")
         p.add_argument("--bank", "--tasks", dest="bank", default=None,
@@ -178,6 +180,31 @@ def checkpoint_specs(patterns: list[str] | None) -> list[str]:
     return specs
 
 
+def earlier_checkpoint_runs(args, models: list[str]) -> list[str]:
+    """``select --checkpoints`` without ``--history``: the finished select runs under the same local output root, on
+    the same bank, that scored at least one of these models (yesterday's run of a scheduled job) are the history
+    (each model's own earlier scores never count for itself); their folders are checked when read."""
+    import json
+
+    from ..storage import DEFAULT_OUTPUT
+
+    if not getattr(args, "checkpoints", None) or args.history or (args.target or "bank") != "bank":
+        return []
+    root = Path(args.output or DEFAULT_OUTPUT)
+    if "://" in str(args.output or "") or not root.is_dir():
+        return []
+    runs = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != args.run_id):
+        try:
+            config = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if (isinstance(config, dict) and config.get("kind") == "select" and config.get("bank") == args.bank
+                and (folder / "results.json").is_file() and set(config.get("models") or []) & set(models)):
+            runs.append(str(folder))
+    return runs
+
+
 def plan_from_args(args) -> tuple[Any, Any]:
     from ..estimators._validation import InputError
     from ..tasks.plan import make_plan
@@ -185,15 +212,17 @@ def plan_from_args(args) -> tuple[Any, Any]:
     models = list(args.model or []) + checkpoint_specs(getattr(args, "checkpoints", None))
     if not models:
         raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")
+    models = with_model_args(models, getattr(args, "model_args", None))
+    history = getattr(args, "history", None) or earlier_checkpoint_runs(args, models) or None
     return make_plan(
-        args.command, models=with_model_args(models, getattr(args, "model_args", None)), bank=args.bank,
+        args.command, models=models, bank=args.bank,
         output=args.output, run_id=args.run_id,
         goal=getattr(args, "goal", None), method=args.method, confidence=args.confidence,
         batch_size=args.batch_size, max_items=args.max_items, seed=args.seed, scorer=args.scorer,
         margin=getattr(args, "margin", 0.0), threshold=getattr(args, "threshold", None),
         halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
         ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
-        history=getattr(args, "history", None), num_cpus=args.num_cpus, target=getattr(args, "target", None),
+        history=history, num_cpus=args.num_cpus, target=getattr(args, "target", None),
         top=getattr(args, "top", None),
     )
 
