@@ -85,8 +85,9 @@ def _processes_mentioning(text: str) -> list[int]:
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 def test_startup_benchmark_quick_runs_both_start_ups_and_leaves_nothing_running():
     """Zero-config (no PREFECT_*/RAY_ADDRESS): the embedded server on loopback and a local Ray, once
-    sequential (before) and once overlapped (after); every phase is in the timeline, in order, and every
-    process the commands started is gone afterwards."""
+    sequential (before) and once overlapped (after), and once reusing what ``certeval up`` started (reused);
+    every phase is in the timeline, in order, and every process the commands (and up) started is gone
+    afterwards."""
     quick = ROOT / "benchmarks" / "results" / "_quick" / "startup.json"
     started = quick.stat().st_mtime if quick.exists() else 0.0
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "RAY_ADDRESS"))}
@@ -98,7 +99,7 @@ def test_startup_benchmark_quick_runs_both_start_ups_and_leaves_nothing_running(
     assert quick.stat().st_mtime > started
     doc = json.loads(quick.read_text())
     assert doc["meta"]["quick"] is True and doc["meta"]["machine"]["load_avg_at_start"] is not None
-    assert {r["mode"] for r in doc["runs"]} == {"before", "after"}
+    assert {r["mode"] for r in doc["runs"]} == {"before", "after", "reused"}
     for run in doc["runs"]:
         assert run["exit_code"] in (0, 1) and run["first_call_s"] > 0 and run["load_avg_before"]
         marks = run["marks"]
@@ -106,10 +107,12 @@ def test_startup_benchmark_quick_runs_both_start_ups_and_leaves_nothing_running(
         if run["mode"] == "after":  # launched right after the checks; the flow starts once the server answers
             assert marks["plan_ready"] <= marks["prefect_launched"] <= marks["ray_ready"] <= marks["first_call"]
             assert marks["prefect_launched"] <= marks["prefect_ready"] <= marks["flow_started"]
+        elif run["mode"] == "reused":  # nothing launched: Ray and Prefect were up before the command
+            assert "prefect_launched" not in marks and marks["plan_ready"] <= marks["ray_ready"] <= marks["first_call"]
         else:  # sequential: Ray only inside the flow's start-models task
             assert "prefect_launched" not in marks and marks["flow_started"] <= marks["ray_ready"]
         assert set(run["phases"]) == set(doc["summary"][run["mode"]]["phases_median"])
-    for mode in ("before", "after"):
+    for mode in ("before", "after", "reused"):
         assert doc["summary"][mode]["first_call_s_median"] > 0
     assert "first_call_speedup" in doc["summary"]
     deadline = time.monotonic() + 120  # the watchdog's poll + grace, Ray's and the server's own shutdown (a loaded box)

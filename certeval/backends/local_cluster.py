@@ -65,7 +65,7 @@ class LocalRayCluster:
     """``workers`` worker nodes plus a head, each with ``cpus_per_node`` CPUs, under ``base_dir``."""
 
     def __init__(self, workers: int = 2, *, base_dir: str | Path, cpus_per_node: int = 1,
-                 object_store_mb: int = 100, health_check_ms: int = 500) -> None:
+                 object_store_mb: int = 100, health_check_ms: int = 500, detached: bool = False) -> None:
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers!r}")
         self.n_workers = workers
@@ -73,6 +73,8 @@ class LocalRayCluster:
         self.cpus = cpus_per_node
         self.object_store_mb = object_store_mb
         self.health_check_ms = health_check_ms
+        # detached (certeval up): each node writes to <base>/<name>.log, so it outlives the process that started it
+        self.detached = detached
         # head GCS port, then 6 ports per node (agents, metrics, node manager, object manager)
         ports = _free_ports(1 + 6 * (workers + 1))
         self.port = ports[0]
@@ -151,11 +153,30 @@ class LocalRayCluster:
                     "--temp-dir", str(self.base / "ray")]
         else:
             cmd += ["--address", self.address]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        node = _Node(name, proc)
+        if self.detached:
+            self.base.mkdir(parents=True, exist_ok=True)
+            with open(self.base / f"{name}.log", "w") as log:
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+            node = _Node(name, proc)
+            threading.Thread(target=self._follow, args=(node, self.base / f"{name}.log"), daemon=True).start()
+        else:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+            node = _Node(name, proc)
+            threading.Thread(target=self._drain, args=(node,), daemon=True).start()
         self.nodes[name] = node
-        threading.Thread(target=self._drain, args=(node,), daemon=True).start()
+
+    @staticmethod
+    def _follow(node: _Node, log: Path) -> None:
+        """A detached node's log, read until it says the runtime started or the node exits."""
+        while node.proc.poll() is None and not node.started.is_set():
+            node.output = log.read_text(errors="replace").splitlines()
+            if any("Ray runtime started" in line for line in node.output):
+                node.started.set()
+                return
+            time.sleep(0.2)
+        node.output = log.read_text(errors="replace").splitlines()
 
     @staticmethod
     def _drain(node: _Node) -> None:

@@ -35,6 +35,8 @@ COMMANDS = {
     "report": "report",
     "rescore": "rescore",
     "import": "harness_import",
+    "up": "services",
+    "down": "services",
 }
 
 

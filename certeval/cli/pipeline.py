@@ -124,6 +124,19 @@ def prepare_env() -> None:
     configure_offline_env()
 
 
+def use_services(args) -> None:
+    """A run with no Ray address and no Prefect settings of its own reuses what ``certeval up`` started from this
+    working folder, when both still answer (certeval.services); otherwise it starts its own, as always."""
+    if args.ray_address or os.environ.get("RAY_ADDRESS") or user_prefect_configured():
+        return
+    from ..services import read_services
+
+    services = read_services()
+    if services is not None and services.alive():
+        services.apply()
+        args.ray_address = services.ray_address
+
+
 def start_watchdog() -> None:
     """Ray and Prefect processes this command starts end with it, even after a SIGKILL (certeval.watchdog)."""
     from ..watchdog import watch_parent
@@ -231,6 +244,7 @@ def run(args) -> int:
     from ..startup import mark
 
     mark("cli_parsed")
+    use_services(args)
     user_prefect = user_prefect_configured()  # before prepare_env sets the project-local PREFECT_HOME
     prepare_env()
     plan, bank = plan_from_args(args)  # every InputError happens here, before Ray/Prefect

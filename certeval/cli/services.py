@@ -1,0 +1,53 @@
+"""``certeval up`` / ``certeval down``: a Ray head and a Prefect server that later commands reuse
+(certeval.services)."""
+
+from __future__ import annotations
+
+import os
+
+from ..estimators._validation import InputError
+
+
+def add_parser(subparsers) -> None:
+    up = subparsers.add_parser("up", help="start a local Ray and Prefect server that later runs from this folder reuse",
+                               description="Start a Ray head and a Prefect server on 127.0.0.1 that outlive this "
+                                           "command; runs started from this working folder without their own Ray or "
+                                           "Prefect settings connect to them (no start-up wait). certeval down stops "
+                                           "them.")
+    up.add_argument("--num-cpus", type=int, default=None, help="CPUs of the Ray head (default: this machine's)")
+    up.set_defaults(func=run_up, command="up")
+    down = subparsers.add_parser("down", help="stop what certeval up started in this folder",
+                                 description="Stop the Ray head and Prefect server certeval up started from this "
+                                             "working folder, and forget them.")
+    down.set_defaults(func=run_down, command="down")
+
+
+def run_up(args) -> int:
+    from ..envsetup import configure_offline_env
+    from ..services import read_services, services_file, start_services
+
+    cpus = (os.cpu_count() or 2) if args.num_cpus is None else args.num_cpus
+    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
+        raise InputError(f"--num-cpus must be a positive integer, got {args.num_cpus!r}")
+    known = read_services()
+    if known is not None and known.alive():
+        print(f"certeval: already up (Ray {known.ray_address}, Prefect {known.prefect_api_url}); "
+              f"{services_file()}")
+        return 0
+    configure_offline_env()
+    services = start_services(cpus)
+    print(f"certeval: up: Ray {services.ray_address} ({cpus} CPUs), Prefect {services.prefect_api_url}; runs from "
+          f"this folder use them until certeval down ({services_file()})")
+    return 0
+
+
+def run_down(args) -> int:
+    from ..services import read_services, services_file, stop_services
+
+    known = read_services()
+    if known is None:
+        print(f"certeval: nothing to stop ({services_file()} does not exist)")
+        return 0
+    stop_services(known)
+    print("certeval: down: Ray and Prefect stopped")
+    return 0

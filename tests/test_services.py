@@ -1,0 +1,73 @@
+"""``certeval up`` / ``certeval down``: a Ray head and a Prefect server started once on 127.0.0.1 and reused by
+the runs of the same working folder, then stopped with nothing left behind. Real processes throughout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_pipeline_support import MIDDLE, PYTHON, replay
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(home: Path) -> dict[str, str]:
+    """A user's shell with no Ray or Prefect settings of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "RAY_"))}
+    env.update(HOME=str(home), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def _cli(work: Path, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "certeval", *argv], cwd=work, env=_env(work / "home"), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _alive(groups: list[int]) -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.process_iter(["pid"]) if _pgid(p.pid) in groups]
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def test_runs_reuse_the_services_of_certeval_up_until_certeval_down(tmp_path):
+    work = tmp_path / "project"
+    (work / "home").mkdir(parents=True)
+    certify = ["certify", "--model", replay(MIDDLE), "--goal", "halfwidth:0.1", "--json", "--quiet"]
+    up = _cli(work, "up", "--num-cpus", "1")
+    record = work / ".certeval" / "services.json"
+    try:
+        assert up.returncode == 0 and record.exists(), up.stdout + up.stderr
+        services = json.loads(record.read_text())
+        groups = services["process_groups"]
+        assert len(groups) == 2 and _alive(groups)
+        assert "already up" in _cli(work, "up").stdout  # a second up keeps the running ones
+
+        run = _cli(work, *certify, "--run-id", "reused")
+        assert run.returncode in (0, 1), run.stderr[-2000:]
+        res = json.loads(run.stdout)
+        assert res["pipeline"]["ray_address"] == services["ray_address"]  # connected, not started
+        assert not (work / ".prefect").exists()  # no embedded Prefect server: the running one took the flow
+        assert _alive(groups)  # the run left the services running
+    finally:
+        down = _cli(work, "down")
+    assert down.returncode == 0 and not record.exists(), down.stdout + down.stderr
+    assert _alive(groups) == []  # every process of both services ended
+
+    # a record whose services are gone is ignored: the run starts its own Ray and Prefect, as without up
+    record.write_text(json.dumps(services))
+    run = _cli(work, *certify, "--run-id", "own")
+    assert run.returncode in (0, 1), run.stderr[-2000:]
+    assert json.loads(run.stdout)["pipeline"]["ray_address"] == "local"
+    assert "nothing to stop" in _cli(work, "down").stdout or not record.exists()
