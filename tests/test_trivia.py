@@ -90,3 +90,17 @@ def test_multiple_choice_version():
     assert resolve_scorer(None, mc.columns).name == "mc-loglik"
     with pytest.raises(InputError, match="n_choices"):
         trivia.with_choices(frame, n_choices=1)
+
+
+def test_a_run_bank_takes_every_option_the_spec_reader_takes():
+    """``--bank bundled:trivia?mc=4`` (docs/backends.md) is the spec reader's multiple-choice bank in a run too;
+    the run used to refuse ``mc`` with its own, shorter list of options."""
+    from certeval.tasks.plan import load_run_bank
+
+    spec = "bundled:trivia?categories=uscapitals&mc=4&seed=1"
+    bank = load_run_bank(spec, ("hf:bundled:smollm2",))
+    mc = trivia.load_trivia_spec(spec)
+    assert list(bank.item_ids) == list(mc["item_id"]) and {"choices", "answer"} <= set(bank.frame.columns)
+    assert resolve_scorer(None, bank.frame.columns).name == "mc-loglik"
+    with pytest.raises(InputError, match="n_choices"):
+        load_run_bank("bundled:trivia?mc=1", ("hf:bundled:smollm2",))

@@ -249,18 +249,9 @@ def load_run_bank(bank: str | None, models: tuple[str, ...]) -> Bank:
         first = first[first["model"] == specs[0].name]
         return bank_from_scores(first[first["item_id"].astype(str).isin(set(common))])
     if bank == TRIVIA or bank.startswith(TRIVIA + "?"):
-        from ..trivia import load_trivia_bank
+        from ..trivia import load_trivia_spec  # the one reader of the spec (categories, limit, seed, mc)
 
-        options = dict(part.partition("=")[::2] for part in bank.partition("?")[2].split("&") if part)
-        unknown = set(options) - {"categories", "limit", "seed"}
-        if unknown:
-            raise InputError(f"unknown option {sorted(unknown)[0]!r} in --bank {bank!r}; options: categories, limit, seed")
-        try:
-            limit = int(options["limit"]) if "limit" in options else None
-            seed = int(options.get("seed", 0))
-        except ValueError:
-            raise InputError(f"--bank {bank!r}: limit and seed must be integers") from None
-        return bank_from_frame(load_trivia_bank(options.get("categories"), limit, seed), f"bank {bank!r}")
+        return bank_from_frame(load_trivia_spec(bank), f"bank {bank!r}")
     return load_bank(bank)
 
 
