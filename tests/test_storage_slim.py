@@ -172,14 +172,14 @@ def test_a_crash_between_the_merged_write_and_the_deletes_is_harmless(tmp_path, 
     cache = _cache(tmp_path)
     _add_parts(cache, 20)
     want = cache.load()
-    import certeval.storage as storage
+    import certeval.storage.cache as storage_cache  # the score cache's own module makes the calls
 
     def crash(fs, method, *args, **kwargs):
         if method == "rm_file":
             raise KeyboardInterrupt  # killed right after the merged part was written
         return getattr(fs, method)(*args, **kwargs)
 
-    monkeypatch.setattr(storage, "bounded", crash)
+    monkeypatch.setattr(storage_cache, "bounded", crash)
     with pytest.raises(KeyboardInterrupt):
         compact_parts(cache.shared, ["cache", "item_key"])
     monkeypatch.undo()

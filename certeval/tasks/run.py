@@ -655,7 +655,7 @@ class Run:
 
     def compact_cache(self) -> int:
         """Merge the score-cache parts this run's batches wrote (one per batch) when a folder holds more than
-        ``storage.MAX_PARTS``, so the next start reads a few objects; bounded, and never fails the run."""
+        ``storage.cache.MAX_PARTS``, so the next start reads a few objects; bounded, and never fails the run."""
         from ..storage import ScoreCache
 
         return ScoreCache.compact_many(list(self.caches.values()))
