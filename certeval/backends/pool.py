@@ -28,264 +28,27 @@ crash and actor-failure tests read.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-import tempfile
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import ray
 
-from ..envsetup import configure_offline_env, ray_bootstrap_home
-from ..redact import is_secret_name
 from ..estimators._validation import InputError
 
-NAMESPACE = "certeval"
-CALL_LOG_ENV = "CERTEVAL_BACKEND_LOG"
-# variables an actor needs from the driver even when Ray was started earlier (e.g. a test session)
-_FORWARDED_ENV_PREFIXES = ("RAY_AUTH_", "AWS_", "CERTEVAL_", "HF_", "TRANSFORMERS_", "OPENAI_", "TOKENIZERS_", "CUDA_VISIBLE")
-_PRIVATE_ENV_PREFIXES = ("OPENAI_",)
+from .ray_setup import (CALL_LOG_ENV, NAMESPACE, _forwarded_env, _secret_env, init_ray,  # noqa: F401
+                        key_variables)
+from .worker import ModelWorker, _ping_answer  # noqa: F401
+
 MAX_ATTEMPTS = 3
 START_TIMEOUT_ENV = "CERTEVAL_ACTOR_START_TIMEOUT_S"
 DEFAULT_START_TIMEOUT_S = 900.0
 BATCH_TIMEOUT_ENV = "CERTEVAL_BATCH_TIMEOUT_S"
 DEFAULT_BATCH_TIMEOUT_S = 1800.0
-
-
-def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: int = 200,
-             state_dir: str | Path | None = None, prestart_workers: bool = True) -> None:
-    """Start a local Ray (loopback only) or connect to ``address``; idempotent.
-
-    HOME points at a folder holding ``ray_bootstrap_config.yaml`` while
-    ``ray.init`` runs, or Ray's usage-stats module probes cloud metadata
-    (NOTES.md); workers get the real HOME back through ``runtime_env``.
-    """
-    if ray.is_initialized():
-        return
-    configure_offline_env()
-    base = Path(state_dir) if state_dir else Path(tempfile.gettempdir()) / f"certeval-ray-{os.getuid()}"
-    real_home = os.environ.get("HOME", str(Path.home()))
-    ray_home = ray_bootstrap_home(base)
-    _pin_auth_token(ray_home, Path(real_home), local=not address)
-    os.environ["HOME"] = str(ray_home)
-    handlers = _signal_handlers()
-    try:
-        common = dict(namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,
-                      runtime_env={"env_vars": {"HOME": real_home}})
-        if address:
-            from ..envsetup import check_ray_address
-
-            check_ray_address(address)  # bounded: ray.init alone retries a closed port for minutes
-            try:
-                ray.init(address=address, **common)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise InputError(f"--ray-address {address!r} is unreachable: {str(exc).splitlines()[0]}") from None
-        else:
-            # prestart_workers=False: no idle task workers started for the driver; model actors never use them
-            # (each starts its own worker) and on 2 cores their imports delay the start-up (benchmarks/startup.py)
-            extra = {} if prestart_workers else {"_system_config": {"prestart_worker_first_driver": False}}
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                     object_store_memory=object_store_mb * 2**20, **extra, **common)
-    finally:
-        os.environ["HOME"] = real_home
-        _restore_signal_handlers(handlers)
-
-
-def _signal_handlers() -> dict[int, Any]:
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-
-def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
-    """Ray's core worker installs a SIGTERM handler that aborts the process (a core dump, exit -6): the
-    driver's own handlers come back, so SIGTERM stops a run through every ``finally`` (actors, lock, Prefect)."""
-    import signal
-
-    for sig, handler in handlers.items():
-        if handler is not None:
-            try:
-                signal.signal(sig, handler)
-            except (ValueError, OSError):  # not the main thread after all
-                pass
-
-
-def _pin_auth_token(ray_home: Path, real_home: Path, *, local: bool) -> None:
-    """Name Ray's auth token file explicitly (RAY_AUTH_TOKEN_PATH).
-
-    Ray looks for ``~/.ray/auth_token``; HOME differs between ``ray.init`` (the
-    bootstrap folder) and the workers (the user's HOME), so without a fixed path
-    workers fail to start. A new local cluster gets a fresh token in the
-    bootstrap folder; a remote one uses the user's token.
-    """
-    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
-        return
-    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        return
-    if local:
-        import secrets
-
-        token = ray_home / ".ray" / "auth_token"
-        if not token.exists():
-            token.parent.mkdir(parents=True, exist_ok=True)
-            token.write_text(secrets.token_hex(32))
-            token.chmod(0o600)
-        os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-    elif (real_home / ".ray" / "auth_token").exists():
-        os.environ["RAY_AUTH_TOKEN_PATH"] = str(real_home / ".ray" / "auth_token")
-
-
-def key_variables(models: Any) -> frozenset[str]:
-    """The variables the model specs read their API keys from (``api_key_env=NAME``; ``OPENAI_API_KEY`` for an
-    openai spec without it): secrets whatever their names look like."""
-    from .base import parse_model_spec
-
-    names = set()
-    for text in models:
-        spec = parse_model_spec(text)
-        if spec.kind == "openai":
-            names.add(str(spec.option("api_key_env", "OPENAI_API_KEY")))
-    return frozenset(names)
-
-
-def _private(name: str, keys: frozenset[str]) -> bool:
-    """Whether a variable travels only by the private channel: secret-looking names, a spec's key variable, and
-    every ``OPENAI_*`` (endpoint keys there go by any name, and none is needed at process start)."""
-    return is_secret_name(name) or name in keys or name.startswith(_PRIVATE_ENV_PREFIXES)
-
-
-def _forwarded_env(keys: frozenset[str] = frozenset()) -> dict[str, str]:
-    """Variables for the actors' ``runtime_env``: everything they need except secrets (Ray writes a
-    runtime_env in plain text to ``runtime_env_agent.log``, readable by anyone on the node)."""
-    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV_PREFIXES) and not _private(k, keys)}
-
-
-def _secret_env(keys: frozenset[str] = frozenset()) -> dict[str, str]:
-    """Credentials the actors need (S3 keys, endpoint API keys, every variable a spec names as its key): sent
-    as an actor constructor argument, which Ray keeps in its object store and never logs, and set in the
-    actor's own environment there."""
-    return {k: v for k, v in os.environ.items()
-            if (k.startswith(_FORWARDED_ENV_PREFIXES) or k in keys) and _private(k, keys)}
-
-
-def _ping_answer(ref: Any) -> dict[str, Any]:
-    """An actor's answer to its start-up ``ping`` (already resolved): ``{pid, node_id}``, or ``{}`` when the
-    actor died before answering."""
-    try:
-        return ray.get(ref, timeout=1)
-    except Exception:  # the actor died before answering
-        return {}
-
-
-class ModelWorker:
-    """The body of one actor: a host per model it serves (one, or every replay model of a file),
-    their score caches and the call log."""
-
-    def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], call_log: str | None,
-                 host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None) -> None:
-        from .base import make_host
-
-        os.environ.update(secret_env or {})  # before any host or filesystem reads its credentials
-
-        self.hosts = {label: make_host(text, **(host_kwargs or {})) for label, text in specs.items()}
-        self.caches: dict[str, Any] = {}
-        for label, url in cache_urls.items():
-            if url:
-                from ..storage import ScoreCache, filesystem
-
-                self.caches[label] = ScoreCache(*filesystem(url))
-        self.call_log = call_log or os.environ.get(CALL_LOG_ENV)
-        self._first_call = True
-        _exit_with_raylet()
-
-    def ping(self) -> dict[str, Any]:
-        """Where this actor runs: its process and Ray node (the placement recorded in results.json)."""
-        ctx = ray.get_runtime_context()
-        return {"pid": os.getpid(), "node_id": ctx.get_node_id()}
-
-    @ray.method(max_task_retries=0)  # a retried call could score a batch twice; lost batches are re-sent by the driver
-    def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]],
-              resent: bool = False) -> list[list[dict[str, Any]]]:
-        """Score ``[(label, items, keys), ...]``; each part is cached before anything is returned.
-
-        ``resent``: the batch was lost with another actor (e.g. its node died), which may have scored and
-        cached part of it before dying; those items are answered from the cache, never scored again.
-        """
-        from ..storage import ScoreCache, prompt_hash
-
-        if self._first_call:
-            from ..startup import mark
-
-            self._first_call = False
-            mark("first_call")
-        out, paid_now, log = [], [], []
-        for label, items, keys in parts:
-            paid = self._cached_results(label, items, keys) if resent else {}
-            todo = [(it, k) for it, k in zip(items, keys) if k not in paid]
-            fresh = self.hosts[label].score([it for it, _ in todo]) if todo else []
-            if len(fresh) != len(todo):
-                raise RuntimeError(f"host for {label!r} returned {len(fresh)} results for {len(todo)} items")
-            cache = self.caches.get(label)
-            if cache is not None and fresh:
-                rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k,
-                         "prompt_hash": prompt_hash(it)} for r, (it, k) in zip(fresh, todo)]
-                for row in rows:
-                    row["tokens"] = int(row["tokens"] or 0)
-                    row["latency_s"] = float(row["latency_s"] or 0.0)
-                    row["output"] = None if row["output"] is None else str(row["output"])  # replay: none, kept null
-                paid_now.append((cache, rows))
-            log.extend(f"{label}\t{r['item_id']}\n" for r in fresh)
-            by_key = {**paid, **{k: r for (_, k), r in zip(todo, fresh)}}
-            out.append([by_key[k] for k in keys])
-        # persist before returning (a dead driver loses nothing paid for): one part for the whole batch
-        ScoreCache.add_many(paid_now)
-        if self.call_log and log:  # after the cache write: an item logged is an item paid for and kept
-            with open(self.call_log, "a") as handle:  # O_APPEND: one write, no interleaving
-                handle.write("".join(log))
-        return out
-
-    def _cached_results(self, label: str, items: list[dict[str, Any]], keys: list[str]) -> dict[str, dict[str, Any]]:
-        cache = self.caches.get(label)
-        if cache is None:
-            return {}
-        known = cache.load()
-        return {k: {"item_id": it["item_id"], "score": known[k], "output": cache.outputs.get(k), "tokens": 0, "latency_s": 0.0,
-                    "from_cache": True} for it, k in zip(items, keys) if k in known}
-
-    def close(self) -> None:
-        for host in self.hosts.values():
-            host.close()
-
-
-def _exit_with_raylet(poll_s: float = 0.05) -> None:
-    """End this actor's process as soon as its node's raylet dies (Linux: the raylet is the parent).
-
-    Ray notices a dead raylet from the worker side only after a while; meanwhile the orphaned actor
-    would go on scoring a batch the driver has already re-sent elsewhere (the item scored twice)."""
-    import threading
-
-    parent = os.getppid()
-    try:
-        with open(f"/proc/{parent}/comm") as handle:
-            if handle.read().strip() != "raylet":
-                return
-    except OSError:  # not Linux: rely on Ray's own check
-        return
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="certeval-raylet-watch", daemon=True).start()
 
 
 @dataclass

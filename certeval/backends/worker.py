@@ -1,0 +1,125 @@
+"""The body of one model actor (:class:`ModelWorker`): its hosts, score caches and call log; it ends with its
+raylet."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import ray
+
+
+from .ray_setup import CALL_LOG_ENV
+
+
+def _ping_answer(ref: Any) -> dict[str, Any]:
+    """An actor's answer to its start-up ``ping`` (already resolved): ``{pid, node_id}``, or ``{}`` when the
+    actor died before answering."""
+    try:
+        return ray.get(ref, timeout=1)
+    except Exception:  # the actor died before answering
+        return {}
+
+
+class ModelWorker:
+    """The body of one actor: a host per model it serves (one, or every replay model of a file),
+    their score caches and the call log."""
+
+    def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], call_log: str | None,
+                 host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None) -> None:
+        from .base import make_host
+
+        os.environ.update(secret_env or {})  # before any host or filesystem reads its credentials
+
+        self.hosts = {label: make_host(text, **(host_kwargs or {})) for label, text in specs.items()}
+        self.caches: dict[str, Any] = {}
+        for label, url in cache_urls.items():
+            if url:
+                from ..storage import ScoreCache, filesystem
+
+                self.caches[label] = ScoreCache(*filesystem(url))
+        self.call_log = call_log or os.environ.get(CALL_LOG_ENV)
+        self._first_call = True
+        _exit_with_raylet()
+
+    def ping(self) -> dict[str, Any]:
+        """Where this actor runs: its process and Ray node (the placement recorded in results.json)."""
+        ctx = ray.get_runtime_context()
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id()}
+
+    @ray.method(max_task_retries=0)  # a retried call could score a batch twice; lost batches are re-sent by the driver
+    def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]],
+              resent: bool = False) -> list[list[dict[str, Any]]]:
+        """Score ``[(label, items, keys), ...]``; each part is cached before anything is returned.
+
+        ``resent``: the batch was lost with another actor (e.g. its node died), which may have scored and
+        cached part of it before dying; those items are answered from the cache, never scored again.
+        """
+        from ..storage import ScoreCache, prompt_hash
+
+        if self._first_call:
+            from ..startup import mark
+
+            self._first_call = False
+            mark("first_call")
+        out, paid_now, log = [], [], []
+        for label, items, keys in parts:
+            paid = self._cached_results(label, items, keys) if resent else {}
+            todo = [(it, k) for it, k in zip(items, keys) if k not in paid]
+            fresh = self.hosts[label].score([it for it, _ in todo]) if todo else []
+            if len(fresh) != len(todo):
+                raise RuntimeError(f"host for {label!r} returned {len(fresh)} results for {len(todo)} items")
+            cache = self.caches.get(label)
+            if cache is not None and fresh:
+                rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k,
+                         "prompt_hash": prompt_hash(it)} for r, (it, k) in zip(fresh, todo)]
+                for row in rows:
+                    row["tokens"] = int(row["tokens"] or 0)
+                    row["latency_s"] = float(row["latency_s"] or 0.0)
+                    row["output"] = None if row["output"] is None else str(row["output"])  # replay: none, kept null
+                paid_now.append((cache, rows))
+            log.extend(f"{label}\t{r['item_id']}\n" for r in fresh)
+            by_key = {**paid, **{k: r for (_, k), r in zip(todo, fresh)}}
+            out.append([by_key[k] for k in keys])
+        # persist before returning (a dead driver loses nothing paid for): one part for the whole batch
+        ScoreCache.add_many(paid_now)
+        if self.call_log and log:  # after the cache write: an item logged is an item paid for and kept
+            with open(self.call_log, "a") as handle:  # O_APPEND: one write, no interleaving
+                handle.write("".join(log))
+        return out
+
+    def _cached_results(self, label: str, items: list[dict[str, Any]], keys: list[str]) -> dict[str, dict[str, Any]]:
+        cache = self.caches.get(label)
+        if cache is None:
+            return {}
+        known = cache.load()
+        return {k: {"item_id": it["item_id"], "score": known[k], "output": cache.outputs.get(k), "tokens": 0, "latency_s": 0.0,
+                    "from_cache": True} for it, k in zip(items, keys) if k in known}
+
+    def close(self) -> None:
+        for host in self.hosts.values():
+            host.close()
+
+
+def _exit_with_raylet(poll_s: float = 0.05) -> None:
+    """End this actor's process as soon as its node's raylet dies (Linux: the raylet is the parent).
+
+    Ray notices a dead raylet from the worker side only after a while; meanwhile the orphaned actor
+    would go on scoring a batch the driver has already re-sent elsewhere (the item scored twice)."""
+    import threading
+
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/comm") as handle:
+            if handle.read().strip() != "raylet":
+                return
+    except OSError:  # not Linux: rely on Ray's own check
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="certeval-raylet-watch", daemon=True).start()
