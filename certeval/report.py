@@ -41,7 +41,6 @@ from .report_plots import (VERDICT_TEXT, _pyplot, plot_differences, plot_interva
                            plot_ranking, plot_savings, savings_frame, spell_verdict)
 
 
-
 # --------------------------------------------------------------------------------------
 # reading a run
 # --------------------------------------------------------------------------------------
