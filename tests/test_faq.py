@@ -18,9 +18,8 @@ from certeval.estimators.faq import (
     laplace_update,
     pai_interval,
     predict_probs,
-    simulate_faq,
-    terms_from_simulation,
 )
+from certeval.estimators.faq_simulation import simulate_faq, terms_from_simulation
 
 
 # ----------------------------------------------------------------------------------------------

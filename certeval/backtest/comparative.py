@@ -401,71 +401,6 @@ def bank_select_backtest(matrix, models, weights, *, threshold: float, halfwidth
     return {"runs": runs, "summary": summary}
 
 
-def _print_compare(out: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    s = out["summary"]
-    table = Table(title=f"pairwise backtest: {s['pairs']} pairs x {s['reps']} orders, {s['n_items']} shared items")
-    for col in ("model A", "model B", "bank diff", "truth", "items used", "separated", "agree", "errors"):
-        table.add_column(col)
-    for p in out["pairs"][:40]:
-        table.add_row(p["model_a"], p["model_b"], f"{p['bank_diff']:+.3f}", p["truth"], f"{p['fraction_used']:.2f}",
-                      f"{p['separated']:.2f}", f"{p['agreement']:.2f}", f"{p['error_rate']:.2f}")
-    console = Console()
-    console.print(table)
-    if len(out["pairs"]) > 40:
-        console.print(f"... {len(out['pairs']) - 40} more pairs (--json for all)")
-    console.print(f"items used {s['fraction_used']:.3f} of the bank; pairs separated {s['separated']:.3f} "
-                  f"(full-bank fixed test {s['full_bank_separated']:.3f}); agreement {s['agreement']:.3f}; "
-                  f"directional errors {s['directional_error_rate']:.4f}")
-    console.print(f"guarantee: {s['guarantee']}")
-
-
-def _print_rank(out: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    s = out["summary"]
-    first = out["rankings"][0]
-    table = Table(title=f"ranking (rep 0): {s['models']} models, margin {s['margin']:g}, "
-                        f"{len(first['tie_groups'])} tie groups")
-    for col in ("rank", "model", "mean", "items used"):
-        table.add_column(col)
-    pos = {mname: k for k, mname in enumerate(first["models"])}
-    for g, group in enumerate(first["tie_groups"]):
-        for j, model in enumerate(group):
-            k = pos[model]
-            table.add_row(str(g + 1) if j == 0 else "", model, f"{first['means'][k]:.3f}", str(first["items_used"][k]),
-                          end_section=j == len(group) - 1)
-    console = Console()
-    console.print(table)
-    console.print(f"over {s['reps']} orders: items used {s['fraction_used']:.3f} of models x items; "
-                  f"tie groups {s['tie_groups_mean']:.1f} on average; family-wise error rate "
-                  f"{s['family_wise_error_rate']:.3f}")
-
-
-def _print_select(out: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    s = out["summary"]
-    # the bank target states its tolerance as epsilon (top-K within epsilon), the distribution one as a half-width
-    width = (f"epsilon {s['epsilon']:g}, top {s.get('top')}" if "epsilon" in s else f"half-width {s['halfwidth']:g}")
-    table = Table(title=f"selection (rep 0): threshold {s['threshold']:g}, {width}")
-    for col in ("model", "status", "mean", "lower", "upper", "items"):
-        table.add_column(col)
-    for mdl in sorted(out["runs"][0]["models"], key=lambda x: -x["mean"]):
-        table.add_row(mdl["model"], mdl["status"], f"{mdl['mean']:.3f}", f"{mdl['lower']:.3f}", f"{mdl['upper']:.3f}",
-                      str(mdl["n_scored"]))
-    console = Console()
-    console.print(table)
-    console.print(f"over {s['reps']} orders: items used {s['fraction_used']:.3f}; discarded {s['discarded_mean']:.1f} "
-                  f"models on average ({s['truly_below']} truly below); wrong discards {s['wrong_discard_rate']:.3f}; "
-                  + (f"simultaneous coverage {s['simultaneous_coverage']:.3f}" if s.get("simultaneous_coverage") is not None
-                     else f"errors (not an epsilon-top-{s.get('top')} or a wrong drop) {s.get('error_rate', 0):.3f}"))
-
-
 def run_comparative_backtest(args) -> int:
     """Entry point for ``certeval backtest --goal compare:D | rank:D | select:T,E``; returns the exit code."""
     kind, values = parse_comparative_goal(args.goal)
@@ -509,7 +444,9 @@ def run_comparative_backtest(args) -> int:
 
         print_json(out)
     else:
-        {"compare": _print_compare, "rank": _print_rank, "select": _print_select}[kind](out)
+        from .tables import print_compare, print_rank, print_select
+
+        {"compare": print_compare, "rank": print_rank, "select": print_select}[kind](out)
     return 0
 
 

@@ -23,7 +23,8 @@ from scipy import stats
 
 from ..estimators._validation import InputError, check_confidence, check_positive_int
 from ..estimators.factor_model import FactorModel, factor_prior
-from ..estimators.faq import CI_KINDS, pai_interval, simulate_faq, terms_from_simulation
+from ..estimators.faq import CI_KINDS, pai_interval
+from ..estimators.faq_simulation import simulate_faq, terms_from_simulation
 
 DEFAULT_TAU = 0.1
 
