@@ -96,7 +96,7 @@ from ..protocol import register
 from ..results import Estimate, SubsetEstimate
 from .betting_strata import BettingStrataMethod, _pack, _unpack
 from .bounds import ControlVariateCS
-from .strata import combine_strata, feature_strata, stratified_moments
+from .strata import combine_strata, feature_strata, joint_statistic, stratified_moments
 
 STRATA_MODES, COMBINE_MODES = ("auto", "subsets", "features"), ("auto", "union", "joint")
 
@@ -366,30 +366,10 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
                 self._observe_group(cs, g, wg, *args)
 
     def _observe_group(self, cs, group, w_group, u, known, q, a, v, h, x) -> None:
-        """Y = [h∈G] (U_h/U_G)/q_h (x − a_h) + Σ_{g∈G} (U_g/U_G) a_g, with E[Y | past] = (W_G m − K_G)/U_G.
-
-        One row per draw, in log order: ``u``, ``known`` (U and K before it), ``q``, ``a``, ``v`` (draws × strata),
-        its stratum ``h`` and score ``x``. A draw whose group has no undrawn weight left observes nothing."""
-        u_g = u[:, group].sum(axis=1)
-        keep = u_g > 0
-        if not keep.any():
-            return
-        u, known, q, a, v, h, x, u_g = (arr[keep] for arr in (u, known, q, a, v, h, x, u_g))
-        rows = np.arange(h.size)
-        share = np.where(group, u / u_g[:, None], 0.0)
-        base = (share * np.nan_to_num(a)).sum(axis=1)
-        drawable = q > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(group & drawable, share / q, 0.0)
-        y = base + np.where(group[h], ratio[rows, h] * (x - a[rows, h]), 0.0)
-        in_play = group & drawable
-        lows = np.where(in_play, base[:, None] - ratio * a, base[:, None])
-        highs = np.where(in_play, base[:, None] + ratio * (1.0 - a), base[:, None])
-        y_min = np.where(drawable, lows, np.inf).min(axis=1)
-        y_max = np.where(drawable, highs, -np.inf).max(axis=1)
-        var = np.where(in_play, q * ratio**2 * v, 0.0).sum(axis=1)  # ≈ Var(Y) if a_h ≈ μ_h
-        k_g = known[:, group].sum(axis=1)
-        cs.observe_many(y, y_min, y_max, w_group / u_g, -k_g / u_g, var)
+        """Feed group G's CS its draws' control-variate statistic (:func:`~.strata.joint_statistic`)."""
+        observed = joint_statistic(group, w_group, u, known, q, a, v, h, x)
+        if observed is not None:
+            cs.observe_many(*observed)
 
     # -- results ----------------------------------------------------------------------
     def _group_bounds(self, group: np.ndarray, w_group: float) -> tuple[float, float]:
