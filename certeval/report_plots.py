@@ -35,6 +35,24 @@ def spell_verdict(pair: dict[str, Any]) -> str:
     return template.format(a=a, b=b, m=float(pair.get("margin") or 0.0))
 
 
+def _interval_row(ax, y: float, lo: Any, hi: Any, point: Any, colour: Any, *, lw: float, ms: float) -> None:
+    """One row of a forest plot: the interval as a line, the point estimate as a dot (either may be missing)."""
+    if lo is not None and hi is not None:
+        ax.plot([lo, hi], [y, y], color=colour, lw=lw)
+    if point is not None:
+        ax.plot([point], [y], "o", color=colour, ms=ms)
+
+
+def _forest_axes(ax, labels: list[str], xlabel: str, title: str, title_size: float) -> None:
+    """A forest plot's axes: one labelled row per entry, first at the top, a vertical grid."""
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=title_size)
+    ax.grid(axis="x", alpha=0.3)
+
+
 def _pyplot():
     import matplotlib
 
@@ -118,20 +136,9 @@ def plot_ranking(rows: list[dict[str, Any]]) -> bytes:
     cmap = plt.get_cmap("tab10")
     for y, r in enumerate(shown):
         colour = cmap(int(r.get("group") or 0) % 10)
-        lo, hi, mean = r.get("lower"), r.get("upper"), r.get("mean")
-        if lo is not None and hi is not None:
-            ax.plot([lo, hi], [y, y], color=colour, lw=2.2)
-        if mean is not None:
-            ax.plot([mean], [y], "o", color=colour, ms=4)
-    ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([f"{r.get('rank', '')}. {r['model']}" for r in shown], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("mean score (interval)")
-    title = "Ranking (colour = tie group)"
-    if len(rows) > len(shown):
-        title += f" — top {len(shown)} of {len(rows)}"
-    ax.set_title(title)
-    ax.grid(axis="x", alpha=0.3)
+        _interval_row(ax, y, r.get("lower"), r.get("upper"), r.get("mean"), colour, lw=2.2, ms=4)
+    title = "Ranking (colour = tie group)" + (f" — top {len(shown)} of {len(rows)}" if len(rows) > len(shown) else "")
+    _forest_axes(ax, [f"{r.get('rank', '')}. {r['model']}" for r in shown], "mean score (interval)", title, 12)
     return _png(fig)
 
 
@@ -200,20 +207,11 @@ def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float, 
     colours = {"a>b": "tab:green", "b>a": "tab:green", "equivalent": "tab:blue", "undecided": "tab:gray"}
     for y, p in enumerate(shown):
         colour = colours.get(str(p.get("verdict")), "tab:orange")
-        lo, hi, d = p.get("lower"), p.get("upper"), p.get("diff")
-        if lo is not None and hi is not None:
-            ax.plot([lo, hi], [y, y], color=colour, lw=2.4)
-        if d is not None:
-            ax.plot([d], [y], "o", color=colour, ms=5)
-    ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([f"{p.get('model_a')} − {p.get('model_b')}\n{spell_verdict(p)}" for p in shown], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("paired difference of mean scores (A − B) with its interval")
-    title = "Paired differences (green: decided, grey: undecided)"
-    if len(pairs) > len(shown):
-        title += f" — {len(shown)} largest of {len(pairs)}"
-    ax.set_title(title, fontsize=9)
-    ax.grid(axis="x", alpha=0.3)
+        _interval_row(ax, y, p.get("lower"), p.get("upper"), p.get("diff"), colour, lw=2.4, ms=5)
+    title = "Paired differences (green: decided, grey: undecided)" + (
+        f" — {len(shown)} largest of {len(pairs)}" if len(pairs) > len(shown) else "")
+    _forest_axes(ax, [f"{p.get('model_a')} − {p.get('model_b')}\n{spell_verdict(p)}" for p in shown],
+                 "paired difference of mean scores (A − B) with its interval", title, 9)
     ax.legend(fontsize=7, loc="best")
     if curve:
         c = np.asarray(curve, dtype=float)
