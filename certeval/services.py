@@ -108,15 +108,18 @@ def stop_services(services: Services, timeout_s: float = 5.0) -> None:
     """SIGTERM each service's process group, SIGKILL what is left after ``timeout_s``; remove the record."""
     import psutil
 
-    procs = []
+    procs, groups = [], []
     for group in services.process_groups:
         try:
-            procs.append(psutil.Process(group))
-            procs.extend(psutil.Process(group).children(recursive=True))
-        except psutil.NoSuchProcess:
+            leader = psutil.Process(group)
+            if not _started_here(" ".join(leader.cmdline()), services):
+                continue  # a stale record: that process id now belongs to another program, which is left alone
+            groups.append(group)
+            procs.extend([leader, *leader.children(recursive=True)])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for group in services.process_groups:
+        for group in groups:
             try:
                 os.killpg(group, sig)
             except (ProcessLookupError, PermissionError):
@@ -136,3 +139,9 @@ def stop_services(services: Services, timeout_s: float = 5.0) -> None:
     except FileNotFoundError:
         pass
 
+
+def _started_here(command_line: str, services: Services) -> bool:
+    """Whether a process is one ``certeval up`` started for ``services``: the Ray node under its temp dir, or the
+    Prefect server on its port."""
+    port = services.prefect_api_url.rstrip("/").rsplit(":", 1)[-1].split("/", 1)[0]
+    return services.ray_dir in command_line or ("prefect" in command_line and f"--port {port}" in command_line)

@@ -71,3 +71,21 @@ def test_runs_reuse_the_services_of_certeval_up_until_certeval_down(tmp_path):
     assert run.returncode in (0, 1), run.stderr[-2000:]
     assert json.loads(run.stdout)["pipeline"]["ray_address"] == "local"
     assert "nothing to stop" in _cli(work, "down").stdout or not record.exists()
+
+
+def test_down_never_signals_a_process_the_record_did_not_start(tmp_path):
+    """A stale record whose process ids now belong to other programs: down removes the record and leaves them."""
+    work = tmp_path / "project"
+    (work / ".certeval").mkdir(parents=True)
+    (work / "home").mkdir()
+    other = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        record = {"ray_address": "127.0.0.1:9", "prefect_api_url": "http://127.0.0.1:9/api", "env": {},
+                  "process_groups": [other.pid], "folder": str(work / ".certeval"), "ray_dir": "/tmp/certeval-up-gone"}
+        (work / ".certeval" / "services.json").write_text(json.dumps(record))
+        down = _cli(work, "down")
+        assert down.returncode == 0 and not (work / ".certeval" / "services.json").exists(), down.stderr
+        assert other.poll() is None  # still running: not one of ours
+    finally:
+        other.kill()
+        other.wait()
