@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 BARS, LINES = "bars", "lines"
+MAX_LINE_MODELS = 8  # models listed on one round line
 
 
 def progress_mode(json_output: bool, quiet: bool = False) -> str | None:
@@ -54,7 +55,10 @@ class RunLines:
 
     def refresh(self) -> None:
         run = self.run
-        models = "; ".join(_model_text(run, label) for label in run.labels)
+        shown = list(run.labels[:MAX_LINE_MODELS])
+        models = "; ".join(_model_text(run, label) for label in shown)
+        if len(run.labels) > len(shown):  # a line per round stays a line: thousands of models are counted, not listed
+            models += f"; … {len(run.labels) - len(shown)} more models ({len(run.active)} still in play)"
         say(f"certeval: {run.plan.kind} {run.plan.run_id} round {run.round} ({time.monotonic() - self.t0:.1f} s): "
             f"{models}")
 
