@@ -172,7 +172,6 @@ def checkpoint_specs(patterns: list[str] | None) -> list[str]:
     """``select --checkpoints``: every folder the patterns name (globs expanded, in natural order: ckpt-20 before
     ckpt-100) as an ``hf:`` spec; a pattern that names nothing, or a folder without a model config, is bad input."""
     import glob
-    import os
     import re
 
     from ..estimators._validation import InputError
