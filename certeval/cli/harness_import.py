@@ -48,20 +48,18 @@ def _check_local_parent(path: str, option: str) -> None:
     """A local output's folder must be a folder (or creatable below one), not a file."""
     import os
 
-    from ..storage import filesystem, is_local
+    from ..storage import filesystem, is_local, nearest_existing
 
     fs, target = filesystem(str(path))
     if not is_local(fs):
         return
     if os.path.isdir(target):
         raise InputError(f"{option} {path!r} is a folder; name a file")
-    parent = os.path.dirname(target)
-    while parent and not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
+    parent = nearest_existing(os.path.dirname(target))
+    if not os.path.isdir(parent):
         raise InputError(f"{option} {path!r} lies under {parent!r}, which is a file, not a folder")
-    if not os.access(parent or ".", os.W_OK | os.X_OK):
-        raise InputError(f"{option} {path!r} is not writable (the folder {parent or '.'!r} does not allow it)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path!r} is not writable (the folder {parent!r} does not allow it)")
 
 
 def check_outputs(inputs: list[str], outputs: dict[str, str]) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 # runstore (layout, manifest, RunStore), lock (one writer per run), cache (the shared score cache)
 from .cache import ASKED_FIELDS, MAX_PARTS, PROMPT_FIELDS, ScoreCache, cache_key, compact_parts, item_key, prompt_hash
 from .io import (CACHE_DIR, CALL_TIMEOUT_S, DEFAULT_OUTPUT, Folder, bounded, check_reachable, dumps, filesystem,
-                 is_local, parquet_bytes, safe_name, stage_file)
+                 is_local, nearest_existing, parquet_bytes, safe_name, stage_file)
 from .lock import LEASE_S, LOCK_NAME, STALE_LEASE_WAIT_S, RunLock, clean_temporaries
 from .runstore import MANIFEST, RUN_MARKER, RunStore, round_name, verify_record
 from .state_codec import REF_KEY, REFS_DIR, StateArrays, array_digest
@@ -42,5 +42,5 @@ from .state_codec import REF_KEY, REFS_DIR, StateArrays, array_digest
 __all__ = ["ASKED_FIELDS", "CACHE_DIR", "CALL_TIMEOUT_S", "DEFAULT_OUTPUT", "Folder", "LEASE_S", "LOCK_NAME", "MANIFEST",
            "MAX_PARTS", "PROMPT_FIELDS", "REFS_DIR", "REF_KEY", "RUN_MARKER", "RunLock", "RunStore", "STALE_LEASE_WAIT_S",
            "ScoreCache", "StateArrays", "array_digest", "bounded", "cache_key", "check_reachable", "clean_temporaries",
-           "compact_parts", "dumps", "filesystem", "is_local", "item_key", "parquet_bytes", "prompt_hash",
-           "round_name", "safe_name", "stage_file", "verify_record"]
+           "compact_parts", "dumps", "filesystem", "is_local", "item_key", "nearest_existing", "parquet_bytes",
+           "prompt_hash", "round_name", "safe_name", "stage_file", "verify_record"]

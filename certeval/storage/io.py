@@ -223,14 +223,20 @@ def check_reachable(output: str) -> None:
         raise InputError(f"--output {output!r} is unreachable: {type(exc).__name__}: {first}") from None
 
 
-def _check_local_output(output: str, path: str) -> None:
-    """The folder exists and is writable, or its nearest existing ancestor is a writable folder."""
+def nearest_existing(path: str) -> str:
+    """``path`` itself if it exists, else its nearest existing ancestor (``.`` for a relative path with none)."""
     probe = path
-    while not os.path.exists(probe):
+    while probe and not os.path.exists(probe):
         parent = os.path.dirname(probe)
         if parent == probe:
             break
         probe = parent
+    return probe or "."
+
+
+def _check_local_output(output: str, path: str) -> None:
+    """The folder exists and is writable, or its nearest existing ancestor is a writable folder."""
+    probe = nearest_existing(path)
     if not os.path.isdir(probe):
         what = "is a file" if probe == path else f"lies below the file {probe!r}"
         raise InputError(f"--output {output!r} {what}, not a folder")
