@@ -1,5 +1,9 @@
 """The one round engine (DESIGN §1): select → infer → update → decide, for live runs, backtests and benchmarks.
 
+Two shapes of round, one loop (:func:`run_until_decided`): :class:`SingleModelRounds` (certify: each model's
+method proposes its own items) and :class:`PairedRounds` (compare, rank, select: every model still in play scores
+the same items, the next slice of one shared order, and a group estimator decides).
+
 A single-model run is a set of models, each with its own round-protocol method, and one goal (a rule set, see
 :mod:`certeval.estimators.goals`). :class:`SingleModelRounds` holds what is decided per round — how many items
 each model may still draw, what its method proposes, when its rules stop it — and nothing about where scores
@@ -22,6 +26,7 @@ import numpy as np
 
 from .estimators import method_for_goal
 from .estimators.goals import Goal
+from .estimators.groups import GroupRequest, make_group, shared_order
 from .estimators.protocol import Proposal
 from .estimators.results import Decision
 
@@ -80,6 +85,128 @@ class SingleModelRounds:
             self.decisions[label] = self.goal.decide(self.methods[label].result(), look=look,
                                                      budget_left=self.budget_left(label))
         return {label: self.decisions[label] for label in labels}
+
+
+class PairedRounds:
+    """Rounds of a paired run: compare, rank or select, either target, with or without history.
+
+    ``start(spec, rng)`` draws the shared order (∝ the estimand's weights on the bank target, uniform on the
+    distribution target) from ``rng``. Each round :meth:`select` gives the next ``batch_size`` items of that order
+    (fewer where ``max_items`` ends first) to every model in :attr:`active`; :meth:`update` takes their scores;
+    :meth:`decide` asks the group estimator (:mod:`certeval.estimators.groups`) who is still sampled and records a
+    :class:`Decision` per model. ``methods`` (optional) are per-model round-protocol methods fed the shared order's
+    draws, for a per-model interval beside the group's; backtests leave them out.
+    """
+
+    def __init__(self, request: GroupRequest, *, n_items: int, batch_size: int, max_items: int | None = None,
+                 methods: dict[str, Any] | None = None) -> None:
+        self.request = request
+        self.n_items = int(n_items)
+        self.batch_size = int(batch_size)
+        self.max_items = max_items
+        self.methods = methods if methods is not None else {}
+
+    def start(self, spec: Any, rng: np.random.Generator) -> "PairedRounds":
+        labels = self.request.labels
+        weights = spec.weights() if self.request.target == "bank" else None
+        self.order, self.order_prob = shared_order(weights, self.n_items, rng)
+        self.order_rank = np.argsort(self.order)  # bank position -> place in the shared order
+        self.row = {label: i for i, label in enumerate(labels)}
+        self.matrix = np.full((len(labels), self.n_items), np.nan)  # columns in the shared order
+        self.looks: list[int] = []  # shared items scored by every model in play, after each look
+        self.group = make_group(self.request).start(spec, self.order)
+        self.outcome: Any = None  # the group's result at the last decided look
+        self.intervals: dict[str, tuple[float, float, float, int]] = {}  # the group's, per model
+        self.decisions: dict[str, Decision] = {}
+        self.active: list[str] = list(labels)
+        return self
+
+    @property
+    def n_shared(self) -> int:
+        return self.looks[-1] if self.looks else 0
+
+    def select(self) -> tuple[np.ndarray, np.ndarray]:
+        """The next items of the shared order (bank positions) and each draw's probability; empty when the bank
+        or the budget is spent."""
+        start, k = self.n_shared, self.batch_size
+        if self.max_items is not None:
+            k = min(k, max(0, self.max_items - start))
+        chunk = self.order[start:start + k].astype(np.int64)
+        return chunk, self.order_prob[start:start + len(chunk)]
+
+    def update(self, items: np.ndarray, scores: Mapping[str, np.ndarray]) -> None:
+        """One look: ``scores[label]`` are the model's scores on ``items`` (bank positions, in order)."""
+        items = np.asarray(items, dtype=np.int64)
+        for label, x in scores.items():
+            self._absorb_model(label, items, np.asarray(x, dtype=float))
+        start = self.n_shared
+        # the scored columns are a prefix of the shared order: count only past it (M x N is 10^8 at 10k x 10k)
+        span = self.matrix[:, start:start + len(items)]
+        self.looks.append(start + int(np.sum(~np.isnan(span).all(axis=0))))
+        if self.looks[-1] > start:
+            self.group.update(start, self.looks[-1], self.matrix[:, start:self.looks[-1]])
+
+    def restore(self, record: list[Mapping[str, tuple[np.ndarray, np.ndarray]]]) -> bool:
+        """Replay a stored run: ``record[r][label]`` = (bank positions, scores) of round r. Returns False, having
+        fed the group nothing, when the scored items are not a prefix of the shared order (a damaged record)."""
+        for round_scores in record:
+            for label, (items, x) in round_scores.items():
+                self._absorb_model(label, np.asarray(items, dtype=np.int64), np.asarray(x, dtype=float))
+            self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
+        filled = ~np.isnan(self.matrix).all(axis=0)
+        if not filled[:int(filled.sum())].all():
+            return False
+        for start, stop in zip([0] + self.looks[:-1], self.looks):
+            if stop > start:
+                self.group.update(start, stop, self.matrix[:, start:stop])
+        return True
+
+    def _absorb_model(self, label: str, items: np.ndarray, x: np.ndarray) -> None:
+        self.matrix[self.row[label], self.order_rank[items]] = x
+        method = self.methods.get(label)
+        if method is not None:  # its draws are the shared order's (drawn before any score): logged as such, in order
+            fresh = items[~method.scored_[items]]
+            method.propose_shared_order(fresh[np.argsort(self.order_rank[fresh], kind="stable")])
+            method.update(items, x)
+
+    def decide(self) -> dict[str, Decision]:
+        """The group's verdicts at this look; models it still samples stay active unless the bank or the budget
+        is spent."""
+        if not self.looks:
+            return self.decisions
+        kind, looks = self.request.kind, len(self.looks)
+        exhausted = self.n_shared >= self.n_items
+        budget_spent = self.max_items is not None and self.n_shared >= self.max_items
+        self.outcome = self.group.result()
+        self.intervals = self.group.intervals(self.outcome)
+        still = self.group.active
+        self.active = [] if (exhausted or budget_spent) else list(still)
+        active, still = set(self.active), set(still)
+        for label in self.request.labels:
+            prev = self.decisions.get(label)
+            if label in active:
+                self.decisions[label] = Decision(False, None, looks, False, None, "")
+            elif prev is not None and prev.done:
+                continue
+            elif label in still:  # stopped by the bank or the budget, not by the test
+                self.decisions[label] = Decision(True, "exhausted" if exhausted else "budget", looks, False, None,
+                                                 "every shared item was scored" if exhausted
+                                                 else "the item budget (--max-items) was spent")
+            else:
+                self.decisions[label] = Decision(True, kind, looks, True, self.verdict(label), "")
+        return self.decisions
+
+    def verdict(self, label: str) -> str | None:
+        """The group's statement about ``label``: its selection status, the pair's verdict, or its rank."""
+        if self.request.kind == "select":
+            return next(s.status for s in self.outcome.models if s.model == label)
+        if self.request.kind == "compare":
+            return self.outcome.verdict
+        return f"rank {self.outcome.rank_of(label)}"
+
+    @property
+    def done(self) -> bool:
+        return not self.active
 
 
 def run_until_decided(rounds: SingleModelRounds, infer: Inference, rng_for: RngFor, *,

@@ -40,7 +40,7 @@ def test_bank_rank_states_its_target_and_resumes_into_the_same_ranking(infra, tm
         assert m["ranking_lower"] - 1e-9 <= exact[m["model"]] <= m["ranking_upper"] + 1e-9
     run = Run.open(plan)  # resume: the stored rounds replayed once through the incremental estimator
     run.restore()
-    again = run.group.to_dict(comparisons=True)
+    again = run.engine.outcome.to_dict(comparisons=True)
     assert again["tie_groups"] == res["ranking"]["tie_groups"]
     assert [c["lower"] for c in again["comparisons"]] == [p["lower"] for p in res["pairs"]]
 

@@ -143,7 +143,7 @@ def test_compare_with_history_answers_the_bank_question_exactly(infra, tmp_path)
     # a resumed run replays its rounds into the same comparison (nothing re-scored, same numbers)
     run = Run.open(plan)
     run.restore()
-    again = run.group.to_dict()
+    again = run.engine.outcome.to_dict()
     assert (again["lower"], again["upper"], again["verdict"]) == (pair["lower"], pair["upper"], pair["verdict"])
 
 

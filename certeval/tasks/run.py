@@ -32,7 +32,8 @@ from ..banks import Bank, bank_features
 from ..estimators import make_method, method_for_goal, method_from_state, parse_goal
 from ..estimators._validation import InputError
 from ..estimators.results import Decision, Estimate
-from ..estimators.wor_streams import weighted_order
+from ..engine import PairedRounds, SingleModelRounds
+from ..estimators.groups import GroupRequest
 from ..harness_output import lm_eval_block, task_block
 from ..storage import RunStore, item_key, prompt_hash, safe_name
 from ..progress import run_progress
@@ -72,7 +73,7 @@ class Run:
         self.active: list[str] = list(self.labels)
         self.methods: dict[str, Any] = {}
         self.model_round: dict[str, int] = {}
-        self.group: Any = None  # Comparison / Ranking / Selection of paired runs
+        self.engine: Any = None  # certeval.engine.SingleModelRounds or PairedRounds
         self.resumed = False
         self.owns_lock = False
         self.sent: dict[str, int] = {label: 0 for label in self.labels}
@@ -193,138 +194,56 @@ class Run:
                 self.methods[label] = method_for_goal(method_name, parse_goal(self.plan.goal), self.plan.max_items,
                                                       confidence=self.plan.confidence).start(spec)
                 self.model_round[label] = 0
-        from ..engine import SingleModelRounds
-
         self.engine = SingleModelRounds(self.methods, parse_goal(self.plan.goal), n_items=self.bank.n_items,
                                         batch_size=self.plan.batch_size, max_items=self.plan.max_items,
                                         decisions=self.decisions)
         self.active = self.engine.active
         self.round = min(self.model_round.values()) if self.active else max(self.model_round.values())
 
+    def group_request(self) -> GroupRequest:
+        """What the paired run's group estimator is asked (:mod:`certeval.estimators.groups`)."""
+        plan = self.plan
+        return GroupRequest(kind=plan.kind, labels=tuple(self.labels), target=plan.target or "bank",
+                            confidence=plan.confidence, margin=plan.margin, threshold=plan.threshold,
+                            halfwidth=plan.halfwidth, top=plan.top, mode=plan.mode, look_size=plan.batch_size,
+                            max_items=plan.max_items, history=self.history)
+
     def _open_paired(self) -> None:
-        n = self.bank.n_items
-        rng = np.random.default_rng([self.plan.seed, 0xC0FFEE])
-        if (self.plan.target or "bank") == "bank":  # each next item ∝ its weight in the estimand
-            w = self.spec.weights()
-            self.order = weighted_order(w, rng)
-            undrawn = 1.0 - np.concatenate([[0.0], np.cumsum(w[self.order])[:-1]])
-            self.order_prob = w[self.order] / np.maximum(undrawn, w[self.order])
-        else:
-            self.order = rng.permutation(n)
-            self.order_prob = 1.0 / (n - np.arange(n))
-        self.order_rank = np.argsort(self.order)  # bank position -> place in the shared order
-        self.matrix = np.full((len(self.labels), n), np.nan)  # columns in the shared order
-        self.looks: list[int] = []
-        marker = self.store.read_marker()
         target = self.plan.target or "bank"  # every per-model interval answers the run's target too
         for label in self.labels:
             self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence,
                                               target=target).start(self.spec)
-        self.pair = None
-        if self.plan.kind == "compare" and self.history:
-            from ..estimators.paired_history import PairDifferenceMethod, PairPrior
-
-            prior = PairPrior(self.history[self.labels[0]], self.history[self.labels[1]])
-            self.pair = PairDifferenceMethod(confidence=self.plan.confidence, subset_intervals=False).start(
-                replace(self.spec, history=prior))
-        self.bank_group = self._bank_group() if self.pair is None else None
-        self.dist_group = self._distribution_group() if self.pair is None and self.bank_group is None else None
+        self.engine = PairedRounds(self.group_request(), n_items=self.bank.n_items, batch_size=self.plan.batch_size,
+                                   max_items=self.plan.max_items, methods=self.methods)
+        self.engine.start(self.spec, np.random.default_rng([self.plan.seed, 0xC0FFEE]))
+        self.decisions = self.engine.decisions
+        marker = self.store.read_marker()
         if marker is None:
             return
         last = int(marker["round"])
         rounds = self.store.read_rounds(upto=last)
-        column = {int(p): j for j, p in enumerate(self.order)}
-        row = {label: i for i, label in enumerate(self.labels)}
+        record = []
         for r in range(last + 1):
             part = rounds[rounds["round"] == r]
-            for label in self.labels:
-                mine = part[part["model"] == label]
-                if mine.empty:
-                    continue
-                pos = self.bank.positions(mine["item_id"])
-                self.matrix[row[label], [column[int(p)] for p in pos]] = mine["score"].to_numpy(float)
-                self._feed_shared_order(label, pos, mine["score"].to_numpy(float))
-            start = self.looks[-1] if self.looks else 0
-            self.looks.append(int(np.sum(~np.isnan(self.matrix).all(axis=0))))
-            self._pair_absorb(start, self.looks[-1])
-        self._check_paired_record(rounds, last)
-        for start, stop in zip([0] + self.looks[:-1], self.looks):  # a complete record: replay it once
-            self._group_absorb(start, stop)
+            record.append({label: (self.bank.positions(mine["item_id"]), mine["score"].to_numpy(float))
+                           for label, mine in ((label, part[part["model"] == label]) for label in self.labels)
+                           if not mine.empty})
+        complete = self.engine.restore(record)
+        self._check_paired_record(rounds, last, complete)
         self.round = last + 1
         self.active = list(marker.get("active", self.labels))
-        self.decisions = {k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()}
-        self._decide_paired()
+        self.decisions.update({k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()})
+        if self.engine.looks:
+            self.engine.decide()
+            self.active = self.engine.active
 
-    def _bank_group(self) -> Any:
-        """The incremental bank-target estimator of a paired run (None for the distribution target)."""
-        plan = self.plan
-        if (plan.target or "distribution") != "bank":
-            return None
-        from ..estimators.bank_ranking import BankRanking
-        from ..estimators.bank_selection import BankSelection
-
-        alpha, weights = 1.0 - plan.confidence, self.spec.weights()
-        if plan.kind == "rank" and self.history:  # each pair: compare --history's exact CS, at alpha / P
-            from ..estimators.paired_history import HistoryRanking
-
-            return HistoryRanking(self.labels, [self.history[label] for label in self.labels], self.spec,
-                                  alpha=alpha, margin=plan.margin)
-        if plan.kind == "select" and self.history:  # each model: certify --history's exact CS, at alpha / M
-            from ..estimators.paired_history import HistorySelection
-
-            return HistorySelection(self.labels, [self.history[label] for label in self.labels], self.spec,
-                                    alpha=alpha, top=plan.top or 1, epsilon=plan.halfwidth or 0.0,
-                                    threshold=plan.threshold or 0.0).start()
-        if plan.kind == "select":  # bets tuned to stop at --max-items, when given
-            return BankSelection(self.labels, alpha=alpha, top=plan.top or 1, epsilon=plan.halfwidth or 0.0,
-                                 threshold=plan.threshold or 0.0).start(weights, bet_horizon=plan.max_items)
-        return BankRanking(self.labels, alpha=alpha, margin=plan.margin).start(weights, bet_horizon=plan.max_items)
-
-    def _distribution_group(self) -> Any:
-        """The incremental distribution-target estimator of a paired run: group-sequential tests fed one look
-        at a time (a replay of every look from the first each round cost the square of the rounds)."""
-        from ..estimators.comparison import ComparisonDesign, PairedComparison
-        from ..estimators.ranking import SequentialRanking
-        from ..estimators.selection import SequentialSelection
-
-        plan, n = self.plan, self.bank.n_items
-        alpha = 1.0 - plan.confidence
-        codes = None if self.codes is None else self.codes[self.order]
-        n_subsets = None if self.codes is None else int(self.codes.max()) + 1
-        design = ComparisonDesign(alpha=alpha, margin=plan.margin, look_size=plan.batch_size)
-        if plan.kind == "compare":
-            return PairedComparison(self.labels[0], self.labels[1], confidence=plan.confidence,
-                                    design=design).start(n, codes)
-        if plan.kind == "rank":
-            return SequentialRanking(self.labels, n_total=n, alpha=alpha, margin=plan.margin, design=design,
-                                     subsets=codes, n_subsets=n_subsets)
-        return SequentialSelection(self.labels, n_total=n, threshold=plan.threshold, halfwidth=plan.halfwidth,
-                                   alpha=alpha, mode=plan.mode, look_size=plan.batch_size, subsets=codes,
-                                   n_subsets=n_subsets)
-
-    def _group_absorb(self, start: int, stop: int) -> None:
-        """Feed the run's incremental group estimator (bank or distribution target) the look's new shared
-        columns (rows of models that left are NaN and never read)."""
-        if stop <= start:
-            return
-        if getattr(self, "bank_group", None) is not None:
-            self.bank_group.update(self.order[start:stop].astype(np.int64), self.matrix[:, start:stop])
-        dist = getattr(self, "dist_group", None)
-        if dist is not None and self.plan.kind == "compare":
-            block = np.where(np.isnan(self.matrix[:, start:stop]), 0.0, self.matrix[:, start:stop])
-            dist.update(self.order[start:stop], block[0], block[1])
-        elif dist is not None:
-            dist.update(self.matrix[:, start:stop])
-
-    def _check_paired_record(self, rounds: pd.DataFrame, last: int) -> None:
+    def _check_paired_record(self, rounds: pd.DataFrame, last: int, prefix: bool) -> None:
         """A paired run resumes only from a complete record: every round file up to the committed one, and
         the scored items a prefix of the shared order. Otherwise the next round would re-select items already
         scored and never advance (a missing round file once made a resumed run loop without end)."""
         have = set(int(r) for r in rounds["round"].unique()) if len(rounds) else set()
         missing = [r for r in range(last + 1) if r not in have]
-        filled = ~np.isnan(self.matrix).all(axis=0)
-        n = int(filled.sum())
-        if missing or not filled[:n].all():
+        if missing or not prefix:
             what = (f"rounds/{missing[0]:05d}.parquet is missing" if missing
                     else "the stored rounds leave a gap in the shared item order")
             raise InputError(f"run folder {self.store.url} is damaged: {what} (the marker says round {last} was "
@@ -346,18 +265,8 @@ class Run:
         """Items to score this round, per active model (empty when nothing is left)."""
         items, probs = {}, {}
         if self.plan.paired:
-            start = self.looks[-1] if self.looks else 0
-            k = self.plan.batch_size
-            left = [self.budget_left(m) for m in self.active]
-            if self.plan.max_items is not None:
-                k = min(k, max(0, min(x for x in left if x is not None)))
-            chunk = self.order[start:start + k].astype(np.int64)
-            prob = self.order_prob[start:start + len(chunk)]
-            if self.pair is not None:  # the pair's draws are the shared order's (probability w_j / undrawn weight)
-                self.pair.propose_shared_order(chunk[~self.pair.in_log_[chunk]])
-            for label in self.active:
-                items[label], probs[label] = chunk, prob
-            return RoundScores(items, probs)
+            chunk, prob = self.engine.select()
+            return RoundScores({label: chunk for label in self.active}, {label: prob for label in self.active})
         todo = [m for m in self.active if self.model_round[m] <= self.round]  # others committed it before a crash
         proposals = self.engine.select(lambda _label: self.rng(self.round), labels=todo, look=self.round + 1)
         for label, prop in proposals.items():
@@ -445,115 +354,30 @@ class Run:
         return batch
 
     # -- update ---------------------------------------------------------------
-    def _feed_shared_order(self, label: str, pos: np.ndarray, scores: np.ndarray) -> None:
-        """A paired run's per-model method gets the shared order's items, which were drawn before any score (∝ the
-        estimand's weights): logged as such draws (in the order's sequence), then scored."""
-        method = self.methods[label]
-        pos = np.asarray(pos, dtype=np.int64)
-        fresh = pos[~method.scored_[pos]]
-        method.propose_shared_order(fresh[np.argsort(self.order_rank[fresh], kind="stable")])
-        method.update(pos, scores)
-
     def update(self, batch: RoundScores) -> None:
-        for label, pos in batch.items.items():
-            if self.plan.paired:
-                self._feed_shared_order(label, pos, batch.scores[label])
-            else:
-                self.methods[label].update(pos, batch.scores[label])
-        if self.plan.paired and batch.items:
-            column = {int(p): j for j, p in enumerate(self.order)}
-            for i, label in enumerate(self.labels):
-                if label in batch.items:
-                    cols = [column[int(p)] for p in batch.items[label]]
-                    self.matrix[i, cols] = batch.scores[label]
-            start = self.looks[-1] if self.looks else 0
-            # the scored columns are a prefix of the shared order: count only past it (M x N is 10^8 at 10k x 10k)
-            span = max((len(items) for items in batch.items.values()), default=0)
-            self.looks.append(start + int(np.sum(~np.isnan(self.matrix[:, start:start + span]).all(axis=0))))
-            self._pair_absorb(start, self.looks[-1])
-            self._group_absorb(start, self.looks[-1])
-
-    def _pair_absorb(self, start: int, stop: int) -> None:
-        """Feed the history-powered pair the shared items newly scored by both models (columns start..stop)."""
-        if getattr(self, "pair", None) is None or stop <= start:
-            return
-        pos = self.order[start:stop].astype(np.int64)
-        fresh = ~self.pair.in_log_[pos]
-        if fresh.any():  # resumed: the rounds are replayed, so the draws are logged again in the same order
-            self.pair.propose_shared_order(pos[fresh])
-        self.pair.update_pair(pos, self.matrix[0, start:stop], self.matrix[1, start:stop])
+        if not self.plan.paired:
+            for label, pos in batch.items.items():
+                self.engine.update(label, pos, batch.scores[label])
+        elif batch.items:  # one shared slice for every model in play
+            self.engine.update(next(iter(batch.items.values())), {label: batch.scores[label] for label in batch.items})
 
     # -- decide ---------------------------------------------------------------
     def decide(self, batch: RoundScores) -> dict[str, Decision]:
         if self.plan.paired:
-            self._decide_paired()
+            self.engine.decide()
         else:
             self.engine.decide(list(batch.items), look=self.round + 1)
-            self.active = self.engine.active
+        self.active = self.engine.active
         # the look log's entries are statistics of this look: computed here, written by store_round
         self._look_records = (self.round, {label: self.look_record(label) for label in batch.items})
         if self.progress is not None:
             self.progress.refresh()
         return dict(self.decisions)
 
-    def _decide_paired(self) -> None:
-        if not self.looks:
-            return
-        plan = self.plan
-        looks = list(self.looks)
-        n_now = looks[-1]
-        exhausted = n_now >= self.bank.n_items
-        budget_spent = plan.max_items is not None and n_now >= plan.max_items
-        bank_group = getattr(self, "bank_group", None)
-        if bank_group is not None and plan.kind == "compare":
-            self.group = bank_group.pair_table().comparison(0)
-            still = [] if self.group.done else list(self.labels)
-            pairs_done = {frozenset(self.labels): self.group.done}
-        elif bank_group is not None:  # rank / select: the models the estimator still samples
-            self.group = bank_group.result()
-            still = bank_group.active
-            pairs_done = None if plan.kind == "rank" else {}
-        elif plan.kind == "compare" and getattr(self, "pair", None) is not None:
-            from ..estimators.paired_history import bank_comparison
-
-            self.group = bank_comparison(self.pair, self.labels[0], self.labels[1], plan.margin, len(looks))
-            still = [] if self.group.done else list(self.labels)
-            pairs_done = {frozenset(self.labels): self.group.done}
-        elif plan.kind == "compare":
-            self.group = self.dist_group.result()
-            still = [] if self.group.done else list(self.labels)
-            pairs_done = {frozenset(self.labels): self.group.done}
-        elif plan.kind == "rank":
-            self.group = self.dist_group.result()
-            still = self.group.undecided_models()  # vectorised: millions of pairs at M ~ 2000
-            pairs_done = None
-        else:
-            self.group = self.dist_group.result()
-            still = [s.model for s in self.group.models if s.status == "running"]
-            pairs_done = {}
-        self.active = [] if (exhausted or budget_spent) else still
-        active, still = set(self.active), set(still)
-        for label in self.labels:
-            if label in active:
-                self.decisions[label] = Decision(False, None, len(looks), False, None, "")
-                continue
-            prev = self.decisions.get(label)
-            if prev is not None and prev.done:
-                continue
-            if label in still:  # stopped by the bank or the budget, not by the test
-                rule = "exhausted" if exhausted else "budget"
-                self.decisions[label] = Decision(True, rule, len(looks), False, None,
-                                                 "every shared item was scored" if exhausted else "the item budget (--max-items) was spent")
-            else:
-                self.decisions[label] = Decision(True, plan.kind, len(looks), True, self._verdict(label), "")
-        self._pairs_done = pairs_done
-
-    def _verdict(self, label: str) -> str | None:
-        if self.plan.kind == "select":
-            return next(s.status for s in self.group.models if s.model == label)
-        if self.plan.kind == "compare":
-            return self.group.verdict
-        return f"rank {self.group.rank_of(label)}"
+    @property
+    def looks(self) -> list[int]:
+        """A paired run's shared items scored after each look."""
+        return self.engine.looks if self.plan.paired else []
 
     @property
     def done(self) -> bool:
@@ -630,22 +454,11 @@ class Run:
         if not self.plan.paired:
             return rec
         nan = float("nan")
-        group = (nan, nan, nan)
-        intervals = getattr(getattr(self, "bank_group", None), "model_intervals", None)
-        # the group's per-model intervals, gathered once per look, not once per model (O(M^2) at M ~ 2000)
-        key = (self.round, len(self.looks), id(self.group))
-        memo = self.__dict__.get("_look_group")
-        if memo is None or memo[0] != key:
-            by_model: dict[str, tuple[float, float, float]] = {}
-            if self.plan.kind == "rank" and callable(intervals):
-                by_model = {k: v[:3] for k, v in intervals().items()}
-            elif self.plan.kind == "select" and self.group is not None:
-                by_model = {s.model: (s.mean, s.lower, s.upper) for s in self.group.models}
-            memo = self._look_group = (key, by_model)
-        group = memo[1].get(label, group)
+        group = self.engine.intervals.get(label, (nan, nan, nan))
+        outcome = self.engine.outcome
         pair: tuple[float, float, float, Any] = (nan, nan, nan, None)
-        if self.plan.kind == "compare" and self.group is not None:
-            pair = (self.group.diff, self.group.lower, self.group.upper, self.group.verdict)
+        if self.plan.kind == "compare" and outcome is not None:
+            pair = (outcome.diff, outcome.lower, outcome.upper, outcome.verdict)
         rec.update({
             "look_group_mean": float(group[0]), "look_group_lower": float(group[1]),
             "look_group_upper": float(group[2]), "look_pair_diff": float(pair[0]),
@@ -700,14 +513,15 @@ class Run:
                                                  limit=plan.max_items, seed=plan.seed,
                                                  date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
             models.append(entry)
-        if plan.kind == "select" and self.group is not None:  # the selection's own simultaneous intervals
-            status = {s.model: s for s in self.group.models}
+        group = self.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
+        if plan.kind == "select" and group is not None:  # the selection's own simultaneous intervals
+            status = {s.model: s for s in group.models}
             for entry in models:
                 s, look = status[entry["model"]], looks.get(entry["model"])
                 lower, upper = (s.lower, s.upper) if look is None else (look["look_group_lower"], look["look_group_upper"])
                 entry.update(selection_status=s.status, selection_lower=float(lower), selection_upper=float(upper))
-        if plan.kind == "rank" and hasattr(getattr(self, "bank_group", None), "model_intervals"):  # at alpha/M
-            intervals = self.bank_group.model_intervals()
+        if plan.kind == "rank" and self.engine.intervals:  # the bank ranking's, at alpha/M
+            intervals = self.engine.intervals
             for entry in models:
                 mean, lower, upper, used = intervals[entry["model"]]
                 look = looks.get(entry["model"])
@@ -723,8 +537,7 @@ class Run:
             "models": models, "results": lm_eval, "lm_eval": lm_eval_files,
             "history": None if not plan.history else {
                 "sources": list(plan.history),
-                "comparison_target": "bank" if (getattr(self, "pair", None) is not None
-                                                or getattr(self, "bank_group", None) is not None) else None,
+                "comparison_target": "bank" if plan.paired and self._target() == "bank" else None,
                 "rule": "the model under evaluation is never part of its own history (same name: left out)"},
             "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
                        "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
@@ -742,18 +555,18 @@ class Run:
                          # models that shared an actor because the cluster had too few CPUs for one each
                          "shared_actors": dict(getattr(self.pool_stats, "shared", {}))},
         }
-        if plan.kind == "compare" and self.group is not None:
-            out["pairs"] = [self.group.to_dict()]
-        if plan.kind == "rank" and self.group is not None:
-            out["ranking"] = self.group.to_dict(comparisons=False)
-            if len(self.group.pairs) <= PAIRS_INLINE_MAX:
-                out["pairs"] = [c.to_dict() for c in self.group.comparisons]
+        if plan.kind == "compare" and group is not None:
+            out["pairs"] = [group.to_dict()]
+        if plan.kind == "rank" and group is not None:
+            out["ranking"] = group.to_dict(comparisons=False)
+            if len(group.pairs) <= PAIRS_INLINE_MAX:
+                out["pairs"] = [c.to_dict() for c in group.comparisons]
             else:  # millions of pairs: a Parquet table next to results.json
-                self.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(self.group.pairs.columns()))
+                self.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(group.pairs.columns()))
                 out["pairs"] = None
                 out["pairs_file"] = self.store.folder.url(PAIRS_FILE)
-        if plan.kind == "select" and self.group is not None:
-            out["selection"] = self.group.to_dict()
+        if plan.kind == "select" and group is not None:
+            out["selection"] = group.to_dict()
         self.store.write_results(out)
         return out
 
@@ -762,9 +575,7 @@ class Run:
         if not self.plan.paired:
             targets = {self.methods[label].result().target for label in self.labels}
             return targets.pop() if len(targets) == 1 else "mixed"
-        if getattr(self, "pair", None) is not None or getattr(self, "bank_group", None) is not None:
-            return "bank"
-        return "distribution"
+        return self.engine.request.target
 
     def exit_code(self) -> int:
         """0 when every goal was reached, 1 when the bank or budget ran out first (DESIGN §6)."""

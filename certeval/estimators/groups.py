@@ -1,0 +1,256 @@
+"""The group estimators of paired runs (compare, rank, select) behind one small protocol.
+
+A paired run scores every model still in play on the same items, the next slice of one shared order of the bank
+(:func:`shared_order`). What decides the run is a *group* estimator over the shared score matrix — a pair's
+difference, a ranking's pairs, a selection's arms — and there are several: the bank target's exact
+without-replacement CSs (:mod:`.bank_ranking`, :mod:`.bank_selection`), the same with history as control variates
+(:mod:`.paired_history`), and the distribution target's group-sequential tests (:mod:`.comparison`,
+:mod:`.ranking`, :mod:`.selection`). Each is wrapped here in a :class:`GroupEstimator` (the shape of
+inspect_ai's four-method ``EarlyStopping``), so the round engine (:class:`certeval.engine.PairedRounds`) drives
+any of them the same way and never probes them::
+
+    group = make_group(request).start(spec, order)   # order: the shared order's bank positions
+    group.update(start, stop, block)                 # look: shared columns start..stop, (M, stop-start) scores
+    outcome = group.result()                         # Comparison / Ranking / Selection / BestArmResult
+    group.active                                     # models still sampled ([]: the run is decided)
+    group.intervals(outcome)                         # per model (mean, lower, upper, items) (rank/select), else {}
+
+A paired run resumes by replaying its recorded rounds through ``update`` (the look log is the one record), so
+the groups keep no separate state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+from ._validation import InputError
+
+KINDS = ("compare", "rank", "select")
+
+
+@dataclass(frozen=True)
+class GroupRequest:
+    """What a paired run's group estimator is asked: the kind, the models, the target and the rule's numbers.
+
+    ``history`` maps a model to its :class:`~.history.HistoryPrior` (bank target only); ``max_items`` tunes the
+    bets of the bank target's CSs to stop there (any value keeps the guarantee); ``look_size`` is the
+    distribution target's planned look size (its alpha spending)."""
+
+    kind: str
+    labels: tuple[str, ...]
+    target: str = "bank"
+    confidence: float = 0.95
+    margin: float = 0.0
+    threshold: float | None = None
+    halfwidth: float | None = None
+    top: int | None = None
+    mode: str = "best"
+    look_size: int = 50
+    max_items: int | None = None
+    history: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def alpha(self) -> float:
+        return 1.0 - self.confidence
+
+
+@runtime_checkable
+class GroupEstimator(Protocol):
+    """One paired run's decision-maker (see the module docstring)."""
+
+    def start(self, spec: Any, order: np.ndarray) -> "GroupEstimator": ...
+
+    def update(self, start: int, stop: int, block: np.ndarray) -> None: ...
+
+    def result(self) -> Any: ...
+
+    @property
+    def active(self) -> list[str]: ...
+
+    def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]: ...
+
+
+def make_group(request: GroupRequest) -> GroupEstimator:
+    """The group estimator for ``request`` (not started)."""
+    if request.kind not in KINDS:
+        raise InputError(f"a paired run is one of {', '.join(KINDS)}, got {request.kind!r}")
+    if request.target == "bank":
+        if request.kind == "compare" and request.history:
+            return HistoryPairGroup(request)
+        return BankGroup(request)
+    if request.history:
+        raise InputError("history answers the bank target; a distribution-target run takes none")
+    return DistributionGroup(request)
+
+
+def shared_order(weights: np.ndarray | None, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The shared order of a paired run and each draw's probability given the draws before it: items drawn ∝
+    their weight in the estimand without replacement (bank target), or a uniform permutation (``weights`` None:
+    the distribution target)."""
+    from .wor_streams import weighted_order
+
+    if weights is None:
+        return rng.permutation(n), 1.0 / (n - np.arange(n))
+    order = weighted_order(weights, rng)
+    undrawn = 1.0 - np.concatenate([[0.0], np.cumsum(weights[order])[:-1]])
+    return order, weights[order] / np.maximum(undrawn, weights[order])
+
+
+class _Group:
+    """Shared plumbing: the request, the started estimator in ``estimator_``, the shared order in ``order_``;
+    the outcome is computed once per look (a ranking's result over millions of pairs is not free)."""
+
+    def __init__(self, request: GroupRequest) -> None:
+        self.request = request
+
+    def update(self, start: int, stop: int, block: np.ndarray) -> None:
+        self.outcome_ = None
+        self._absorb(start, stop, block)
+
+    def result(self) -> Any:
+        if self.outcome_ is None:
+            self.outcome_ = self._result()
+        return self.outcome_
+
+    def _everyone_until_done(self, outcome: Any) -> list[str]:
+        return [] if outcome.done else list(self.request.labels)
+
+    def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
+        if self.request.kind == "select":
+            return {s.model: (s.mean, s.lower, s.upper, s.n_scored) for s in outcome.models}
+        return {}
+
+
+class BankGroup(_Group):
+    """Bank target: :class:`~.bank_ranking.BankRanking` (rank; compare is its ranking of two) or
+    :class:`~.bank_selection.BankSelection`, or their history-powered forms
+    (:class:`~.paired_history.HistoryRanking`, :class:`~.paired_history.HistorySelection`). Updates take the
+    looks' bank positions."""
+
+    def start(self, spec: Any, order: np.ndarray) -> "BankGroup":
+        from .bank_ranking import BankRanking
+        from .bank_selection import BankSelection
+        from .paired_history import HistoryRanking, HistorySelection
+
+        r = self.request
+        self.order_ = np.asarray(order, dtype=np.int64)
+        priors = [r.history[label] for label in r.labels] if r.history else None
+        if r.kind == "rank" and priors:  # each pair: compare --history's exact CS, at alpha / P
+            self.estimator_ = HistoryRanking(r.labels, priors, spec, alpha=r.alpha, margin=r.margin)
+        elif r.kind == "select" and priors:  # each model: certify --history's exact CS, at alpha / M
+            self.estimator_ = HistorySelection(r.labels, priors, spec, alpha=r.alpha, top=r.top or 1,
+                                               epsilon=r.halfwidth or 0.0, threshold=r.threshold or 0.0).start()
+        elif r.kind == "select":
+            self.estimator_ = BankSelection(r.labels, alpha=r.alpha, top=r.top or 1, epsilon=r.halfwidth or 0.0,
+                                            threshold=r.threshold or 0.0).start(spec.weights(), bet_horizon=r.max_items)
+        else:
+            self.estimator_ = BankRanking(r.labels, alpha=r.alpha, margin=r.margin).start(
+                spec.weights(), bet_horizon=r.max_items)
+        self.outcome_ = None
+        return self
+
+    def _absorb(self, start: int, stop: int, block: np.ndarray) -> None:
+        self.estimator_.update(self.order_[start:stop], block)
+
+    def _result(self) -> Any:
+        if self.request.kind == "compare":
+            return self.estimator_.pair_table().comparison(0)
+        return self.estimator_.result()
+
+    @property
+    def active(self) -> list[str]:
+        if self.request.kind == "compare":
+            return self._everyone_until_done(self.result())
+        return self.estimator_.active
+
+    def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
+        model_intervals = getattr(self.estimator_, "model_intervals", None)  # BankRanking's, at alpha / M
+        if self.request.kind == "rank" and model_intervals is not None:
+            return model_intervals()
+        return super().intervals(outcome)
+
+
+class HistoryPairGroup(_Group):
+    """compare --history: :class:`~.paired_history.PairDifferenceMethod`, the exact bank-target CS of the
+    difference with both models' predicted scores as control variate."""
+
+    def start(self, spec: Any, order: np.ndarray) -> "HistoryPairGroup":
+        from .paired_history import PairDifferenceMethod, PairPrior
+
+        a, b = self.request.labels
+        prior = PairPrior(self.request.history[a], self.request.history[b])
+        self.order_ = np.asarray(order, dtype=np.int64)
+        self.estimator_ = PairDifferenceMethod(confidence=self.request.confidence, subset_intervals=False).start(
+            replace(spec, history=prior))
+        self.looks_ = 0
+        self.outcome_ = None
+        return self
+
+    def _absorb(self, start: int, stop: int, block: np.ndarray) -> None:
+        pair, pos = self.estimator_, self.order_[start:stop]
+        fresh = ~pair.in_log_[pos]
+        if fresh.any():  # the shared order's draws (probability w_j / undrawn weight), logged before their scores
+            pair.propose_shared_order(pos[fresh])
+        pair.update_pair(pos, block[0], block[1])
+        self.looks_ += 1
+
+    def _result(self) -> Any:
+        from .paired_history import bank_comparison
+
+        a, b = self.request.labels
+        return bank_comparison(self.estimator_, a, b, self.request.margin, self.looks_)
+
+    @property
+    def active(self) -> list[str]:
+        return self._everyone_until_done(self.result())
+
+
+class DistributionGroup(_Group):
+    """Distribution target: the group-sequential tests fed one look at a time (:class:`~.comparison.PairedComparison`,
+    :class:`~.ranking.SequentialRanking`, :class:`~.selection.SequentialSelection`); their sub-dataset codes are
+    in the shared order."""
+
+    def start(self, spec: Any, order: np.ndarray) -> "DistributionGroup":
+        from .comparison import ComparisonDesign, PairedComparison
+        from .ranking import SequentialRanking
+        from .selection import SequentialSelection
+
+        r, n = self.request, int(spec.n_items)
+        self.order_ = np.asarray(order, dtype=np.int64)
+        codes = None if spec.subsets is None else spec.subset_codes()[self.order_]
+        n_subsets = None if codes is None else int(spec.subset_codes().max()) + 1
+        design = ComparisonDesign(alpha=r.alpha, margin=r.margin, look_size=r.look_size)
+        if r.kind == "compare":
+            self.estimator_ = PairedComparison(r.labels[0], r.labels[1], confidence=r.confidence,
+                                               design=design).start(n, codes)
+        elif r.kind == "rank":
+            self.estimator_ = SequentialRanking(r.labels, n_total=n, alpha=r.alpha, margin=r.margin, design=design,
+                                                subsets=codes, n_subsets=n_subsets)
+        else:
+            self.estimator_ = SequentialSelection(r.labels, n_total=n, threshold=r.threshold,
+                                                  halfwidth=r.halfwidth, alpha=r.alpha, mode=r.mode,
+                                                  look_size=r.look_size, subsets=codes, n_subsets=n_subsets)
+        self.outcome_ = None
+        return self
+
+    def _absorb(self, start: int, stop: int, block: np.ndarray) -> None:
+        block = np.where(np.isnan(block), 0.0, block)  # rows of models that left: never read
+        if self.request.kind == "compare":
+            self.estimator_.update(self.order_[start:stop], block[0], block[1])
+        else:
+            self.estimator_.update(block)
+
+    def _result(self) -> Any:
+        return self.estimator_.result()
+
+    @property
+    def active(self) -> list[str]:
+        outcome = self.result()
+        if self.request.kind == "rank":
+            return outcome.undecided_models()  # vectorised: millions of pairs at M ~ 2000
+        if self.request.kind == "select":
+            return [s.model for s in outcome.models if s.status == "running"]
+        return self._everyone_until_done(outcome)
