@@ -108,7 +108,13 @@ class _Group:
 
     def update(self, start: int, stop: int, block: np.ndarray) -> None:
         self.outcome_ = None
+        self.looks_ += 1
         self._absorb(start, stop, block)
+
+    @property
+    def active(self) -> list[str]:
+        """Models still sampled: every model before the first look, [] once the group has decided."""
+        return list(self.request.labels) if not self.looks_ else self._still()
 
     def result(self) -> Any:
         if self.outcome_ is None:
@@ -149,7 +155,7 @@ class BankGroup(_Group):
         else:
             self.estimator_ = BankRanking(r.labels, alpha=r.alpha, margin=r.margin).start(
                 spec.weights(), bet_horizon=r.max_items)
-        self.outcome_ = None
+        self.outcome_, self.looks_ = None, 0
         return self
 
     def _absorb(self, start: int, stop: int, block: np.ndarray) -> None:
@@ -160,8 +166,7 @@ class BankGroup(_Group):
             return self.estimator_.pair_table().comparison(0)
         return self.estimator_.result()
 
-    @property
-    def active(self) -> list[str]:
+    def _still(self) -> list[str]:
         if self.request.kind == "compare":
             return self._everyone_until_done(self.result())
         return self.estimator_.active
@@ -185,8 +190,7 @@ class HistoryPairGroup(_Group):
         self.order_ = np.asarray(order, dtype=np.int64)
         self.estimator_ = PairDifferenceMethod(confidence=self.request.confidence, subset_intervals=False).start(
             replace(spec, history=prior))
-        self.looks_ = 0
-        self.outcome_ = None
+        self.outcome_, self.looks_ = None, 0
         return self
 
     def _absorb(self, start: int, stop: int, block: np.ndarray) -> None:
@@ -195,7 +199,6 @@ class HistoryPairGroup(_Group):
         if fresh.any():  # the shared order's draws (probability w_j / undrawn weight), logged before their scores
             pair.propose_shared_order(pos[fresh])
         pair.update_pair(pos, block[0], block[1])
-        self.looks_ += 1
 
     def _result(self) -> Any:
         from .paired_history import bank_comparison
@@ -203,8 +206,7 @@ class HistoryPairGroup(_Group):
         a, b = self.request.labels
         return bank_comparison(self.estimator_, a, b, self.request.margin, self.looks_)
 
-    @property
-    def active(self) -> list[str]:
+    def _still(self) -> list[str]:
         return self._everyone_until_done(self.result())
 
 
@@ -233,21 +235,20 @@ class DistributionGroup(_Group):
             self.estimator_ = SequentialSelection(r.labels, n_total=n, threshold=r.threshold,
                                                   halfwidth=r.halfwidth, alpha=r.alpha, mode=r.mode,
                                                   look_size=r.look_size, subsets=codes, n_subsets=n_subsets)
-        self.outcome_ = None
+        self.outcome_, self.looks_ = None, 0
         return self
 
     def _absorb(self, start: int, stop: int, block: np.ndarray) -> None:
         block = np.where(np.isnan(block), 0.0, block)  # rows of models that left: never read
-        if self.request.kind == "compare":
-            self.estimator_.update(self.order_[start:stop], block[0], block[1])
+        if self.request.kind == "compare":  # positions in the shared order, where its sub-dataset codes are
+            self.estimator_.update(np.arange(start, stop), block[0], block[1])
         else:
             self.estimator_.update(block)
 
     def _result(self) -> Any:
         return self.estimator_.result()
 
-    @property
-    def active(self) -> list[str]:
+    def _still(self) -> list[str]:
         outcome = self.result()
         if self.request.kind == "rank":
             return outcome.undecided_models()  # vectorised: millions of pairs at M ~ 2000
