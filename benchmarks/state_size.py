@@ -68,21 +68,16 @@ class InlinePool:
 
 def drive(plan) -> "object":
     """The flow's round loop without Prefect and Ray: the same Run methods, in the same order."""
+    from certeval.engine import play
     from certeval.tasks.run import Run
+    from certeval.tasks.round_steps import RunSteps
 
     run = Run.open(plan)
     try:
         run.embed()
         run.restore()
         pool = InlinePool(dict(zip(plan.labels, plan.models)), {l: c.folder.url() for l, c in run.caches.items()})
-        while not run.done:
-            batch = run.select()
-            if not any(len(items) for items in batch.items.values()):
-                break
-            run.infer(pool, batch)
-            run.update(batch)
-            run.decide(batch)
-            run.store_round(batch)
+        play(RunSteps(run, pool))
         run.compact_cache()
         run.results()
         return run

@@ -20,7 +20,7 @@ Pure: numpy and the estimators only.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -209,23 +209,111 @@ class PairedRounds:
         return not self.active
 
 
+class RoundSteps(Protocol):
+    """One kind of run as the round loop (:func:`play`) sees it: a round is select → infer → update → decide →
+    record. Live runs (:class:`certeval.tasks.steps.FlowSteps`: each step a Prefect task; ``RunSteps`` without
+    Prefect; rescore's recorded outputs) and replays by lookup (:func:`run_until_decided`,
+    :func:`run_paired`) differ only here."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def select(self) -> Any: ...  # the round's proposals, or None when nothing is left to draw
+
+    def infer(self, batch: Any) -> Any: ...
+
+    def update(self, batch: Any) -> None: ...
+
+    def decide(self, batch: Any) -> None: ...
+
+    def record(self, batch: Any) -> None: ...
+
+
+def play(steps: RoundSteps) -> None:
+    """The round loop (DESIGN §1), the one every run, rescore, backtest and benchmark goes through."""
+    while not steps.done:
+        batch = steps.select()
+        if batch is None:
+            break
+        batch = steps.infer(batch)
+        steps.update(batch)
+        steps.decide(batch)
+        steps.record(batch)
+
+
+class _SingleLookupSteps:
+    """Single-model rounds with inference by a function (backtests, benchmarks)."""
+
+    def __init__(self, rounds: SingleModelRounds, infer: Inference, rng_for: RngFor,
+                 on_look: Callable[[int, dict[str, Proposal]], None] | None) -> None:
+        self.rounds, self.infer_fn, self.rng_for, self.on_look, self.look = rounds, infer, rng_for, on_look, 1
+
+    @property
+    def done(self) -> bool:
+        return not self.rounds.active
+
+    def select(self) -> dict[str, Proposal] | None:
+        return self.rounds.select(self.rng_for, look=self.look) or None
+
+    def infer(self, proposals: dict[str, Proposal]) -> tuple[dict[str, Proposal], Mapping[str, np.ndarray]]:
+        return proposals, self.infer_fn({label: prop.items for label, prop in proposals.items()})
+
+    def update(self, batch) -> None:
+        proposals, scores = batch
+        for label, prop in proposals.items():
+            self.rounds.update(label, prop.items, scores[label])
+        if self.on_look is not None:  # after the update, before the decision
+            self.on_look(self.look, proposals)
+
+    def decide(self, batch) -> None:
+        self.rounds.decide(list(batch[0]), look=self.look)
+
+    def record(self, batch) -> None:
+        self.look += 1
+
+
 def run_until_decided(rounds: SingleModelRounds, infer: Inference, rng_for: RngFor, *,
                       on_look: Callable[[int, dict[str, Proposal]], None] | None = None) -> dict[str, Decision]:
     """select → infer → update → decide until every model is decided; ``on_look(look, proposals)`` sees each look
     after the update (before the decision), e.g. to record the interval curve."""
-    look = 1
-    while rounds.active:
-        proposals = rounds.select(rng_for, look=look)
-        if not proposals:
-            break
-        scores = infer({label: prop.items for label, prop in proposals.items()})
-        for label, prop in proposals.items():
-            rounds.update(label, prop.items, scores[label])
-        if on_look is not None:
-            on_look(look, proposals)
-        rounds.decide(list(proposals), look=look)
-        look += 1
+    play(_SingleLookupSteps(rounds, infer, rng_for, on_look))
     return dict(rounds.decisions)
+
+
+class _PairedLookupSteps:
+    """Paired rounds with scores looked up in a matrix (``scores[i]``: model i's score per bank position)."""
+
+    def __init__(self, rounds: PairedRounds, scores: np.ndarray, on_look: Callable[[PairedRounds], None] | None):
+        self.rounds, self.scores, self.on_look = rounds, np.asarray(scores, dtype=float), on_look
+
+    @property
+    def done(self) -> bool:
+        return self.rounds.done
+
+    def select(self) -> np.ndarray | None:
+        items, _ = self.rounds.select()
+        return items if len(items) else None
+
+    def infer(self, items: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return items, {label: self.scores[self.rounds.row[label], items] for label in self.rounds.active}
+
+    def update(self, batch) -> None:
+        self.rounds.update(*batch)
+
+    def decide(self, batch) -> None:
+        self.rounds.decide()
+
+    def record(self, batch) -> None:
+        if self.on_look is not None:
+            self.on_look(self.rounds)
+
+
+def run_paired(rounds: PairedRounds, scores: np.ndarray, *,
+               on_look: Callable[[PairedRounds], None] | None = None) -> PairedRounds:
+    """A started :class:`PairedRounds` played to its decision with scores by lookup (backtests, benchmarks);
+    ``on_look(rounds)`` sees every decided look."""
+    play(_PairedLookupSteps(rounds, scores, on_look))
+    return rounds
 
 
 def lookup(matrix: Mapping[str, np.ndarray]) -> Inference:

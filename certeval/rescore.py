@@ -38,6 +38,8 @@ from .backends import scorers as sc
 from .backends.base import parse_model_spec
 from .estimators._validation import InputError
 from .estimators.results import Decision
+from .engine import play
+from .tasks.round_steps import RunSteps
 from .storage import Folder, RunStore, bounded, check_reachable, filesystem, prompt_hash, safe_name
 
 RULE = "recorded"  # decision rule of a model whose replay reached the end of what the source run scored
@@ -235,29 +237,7 @@ def _replay(plan, recorded: dict[tuple[int, str], list[str]], pool: RecordedOutp
     try:
         run.embed()
         run.restore()
-        while not run.done:
-            batch = run.select()
-            if not any(len(items) for items in batch.items.values()):
-                break
-            short = [label for label, pos in batch.items.items()
-                     if recorded.get((run.round, label)) != [run.bank.item_ids[p] for p in pos]]
-            if short and plan.paired:  # one shared order: the record ends for every model still in play
-                for label in run.active:
-                    stops[label] = run.round
-                    run.decisions[label] = Decision(True, RULE, len(run.looks), False, None, _why(run.round))
-                run.active = []
-                break
-            for label in short:
-                stops[label] = run.round
-                del batch.items[label], batch.probs[label]
-                run.decisions[label] = Decision(True, RULE, run.round, False, None, _why(run.round))
-                run.active.remove(label)
-            if not batch.items:
-                continue
-            batch = run.infer(pool, batch)
-            run.update(batch)
-            run.decide(batch)
-            run.store_round(batch)
+        play(_RecordedSteps(run, pool, recorded, stops))
         if stops and plan.paired and run.round > 0:  # the final decisions, as a finished paired run stores them
             for label in run.labels:
                 run.store.write_state(label, {"round": run.round - 1, "method_state": run.methods[label].state(),
@@ -280,6 +260,39 @@ def _replay(plan, recorded: dict[tuple[int, str], list[str]], pool: RecordedOutp
     finally:
         if run.owns_lock:
             run.store.release_lock()
+
+
+class _RecordedSteps(RunSteps):
+    """A live run's rounds with recorded outputs for a model pool: a model whose round asks for items the source
+    run did not score stops there (in a paired run, every model: one shared order)."""
+
+    def __init__(self, run: Any, pool: RecordedOutputs, recorded: dict[tuple[int, str], list[str]],
+                 stops: dict[str, int]) -> None:
+        super().__init__(run, pool)
+        self.recorded, self.stops = recorded, stops
+
+    def select(self):
+        run = self.run
+        while not run.done:
+            batch = super().select()
+            if batch is None:
+                return None
+            short = [label for label, pos in batch.items.items()
+                     if self.recorded.get((run.round, label)) != [run.bank.item_ids[p] for p in pos]]
+            if short and run.plan.paired:  # one shared order: the record ends for every model still in play
+                for label in run.active:
+                    self.stops[label] = run.round
+                    run.decisions[label] = Decision(True, RULE, len(run.looks), False, None, _why(run.round))
+                run.active = []
+                return None
+            for label in short:
+                self.stops[label] = run.round
+                del batch.items[label], batch.probs[label]
+                run.decisions[label] = Decision(True, RULE, run.round, False, None, _why(run.round))
+                run.active.remove(label)
+            if batch.items:
+                return batch
+        return None
 
 
 def _taken(dest: RunStore) -> bool:

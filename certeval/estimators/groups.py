@@ -37,7 +37,8 @@ class GroupRequest:
 
     ``history`` maps a model to its :class:`~.history.HistoryPrior` (bank target only); ``max_items`` tunes the
     bets of the bank target's CSs to stop there (any value keeps the guarantee); ``look_size`` is the
-    distribution target's planned look size (its alpha spending)."""
+    distribution target's planned look size (its alpha spending), ``design`` its test (default: paired statistic,
+    Pocock spending, at the request's level and margin)."""
 
     kind: str
     labels: tuple[str, ...]
@@ -51,6 +52,7 @@ class GroupRequest:
     look_size: int = 50
     max_items: int | None = None
     history: Mapping[str, Any] = field(default_factory=dict)
+    design: Any = None  # distribution target: a ComparisonDesign (statistic, spending, guarantee); None: the default
 
     @property
     def alpha(self) -> float:
@@ -224,7 +226,7 @@ class DistributionGroup(_Group):
         self.order_ = np.asarray(order, dtype=np.int64)
         codes = None if spec.subsets is None else spec.subset_codes()[self.order_]
         n_subsets = None if codes is None else int(spec.subset_codes().max()) + 1
-        design = ComparisonDesign(alpha=r.alpha, margin=r.margin, look_size=r.look_size)
+        design = r.design or ComparisonDesign(alpha=r.alpha, margin=r.margin, look_size=r.look_size)
         if r.kind == "compare":
             self.estimator_ = PairedComparison(r.labels[0], r.labels[1], confidence=r.confidence,
                                                design=design).start(n, codes)
@@ -234,7 +236,8 @@ class DistributionGroup(_Group):
         else:
             self.estimator_ = SequentialSelection(r.labels, n_total=n, threshold=r.threshold,
                                                   halfwidth=r.halfwidth, alpha=r.alpha, mode=r.mode,
-                                                  look_size=r.look_size, subsets=codes, n_subsets=n_subsets)
+                                                  spending=design.spending, look_size=r.look_size, subsets=codes,
+                                                  n_subsets=n_subsets)
         self.outcome_, self.looks_ = None, 0
         return self
 

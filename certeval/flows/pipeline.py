@@ -13,6 +13,7 @@ from typing import Any
 from prefect import flow
 from prefect.utilities.annotations import quote
 
+from ..engine import play
 from ..startup import mark
 from ..tasks import steps
 from ..tasks.plan import RunPlan
@@ -21,9 +22,6 @@ from ..tasks.plan import RunPlan
 def run_rounds(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
     """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met."""
     mark("flow_started")  # Prefect's API answered and the flow run exists
-    # Live handles go to the tasks quoted: Prefect otherwise walks every argument to record task inputs, and a
-    # round's RoundScores (a dataclass of per-model arrays and outputs) cost it ~60 s over a 1,989-model
-    # ranking (benchmarks/scale.py profile); quoted values reach the task unchanged
     run = steps.load_bank(plan)
     mark("bank_loaded")
     pool = None
@@ -31,14 +29,7 @@ def run_rounds(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
         steps.embed(quote(run))
         steps.restore(quote(run), progress)
         pool = steps.start_models(plan, quote(run)) if not run.done else None
-        while not run.done:
-            batch = steps.select(quote(run))
-            if not any(len(items) for items in batch.items.values()):
-                break
-            batch = steps.infer(quote(run), quote(pool), quote(batch))
-            steps.update(quote(run), quote(batch))
-            steps.decide(quote(run), quote(batch))
-            steps.store_round(quote(run), quote(batch))
+        play(steps.FlowSteps(run, pool))
         run.compact_cache()  # the batches' cache parts merged (bounded housekeeping, not a step of the loop)
         return steps.store_results(quote(run))
     finally:

@@ -15,10 +15,12 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.utilities.annotations import quote
 
 from ..estimators.results import Decision
 from ..startup import mark
 from .plan import RunPlan
+from .round_steps import RunSteps
 from .run import RoundScores, Run
 
 _OPTS = dict(cache_policy=NONE, retries=0, persist_result=False, log_prints=False)
@@ -100,3 +102,24 @@ def store_results(run: Run) -> dict[str, Any]:
 @task(name="stop-models", **_OPTS)
 def stop_models(pool: Any) -> None:
     pool.shutdown()
+
+
+class FlowSteps(RunSteps):
+    """:class:`RunSteps` with each step a Prefect task. Live handles go to the tasks quoted: Prefect otherwise
+    walks every argument to record task inputs, and a round's RoundScores (a dataclass of per-model arrays and
+    outputs) cost it ~60 s over a 1,989-model ranking (benchmarks/scale.py profile)."""
+
+    def _select(self) -> RoundScores:
+        return select(quote(self.run))
+
+    def infer(self, batch: RoundScores) -> RoundScores:
+        return infer(quote(self.run), quote(self.pool), quote(batch))
+
+    def update(self, batch: RoundScores) -> None:
+        update(quote(self.run), quote(batch))
+
+    def decide(self, batch: RoundScores) -> None:
+        decide(quote(self.run), quote(batch))
+
+    def record(self, batch: RoundScores) -> None:
+        store_round(quote(self.run), quote(batch))
