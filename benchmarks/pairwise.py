@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from certeval.backtest.comparative import compare_backtest
+from certeval.backtest.comparative import ComparativeBacktest, compare_backtest
+from certeval.estimators.groups import GroupRequest
+from certeval.estimators.protocol import BankSpec
 from certeval.banks import bank_from_scores, load_scores, score_matrix
 from certeval.estimators.comparison import ComparisonDesign
 
@@ -58,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             design = ComparisonDesign(alpha=0.05, statistic=statistic, spending=spending, guarantee=guarantee,
                                       look_size=100)
             t0 = time.time()
-            out = compare_backtest(matrix, models, None, None, margin=0.0, alpha=0.05, design=design, reps=reps,
-                                   seed=args.seed, n_pairs=n_pairs, looks_every=100, max_items=None)
+            request = GroupRequest(kind="compare", labels=(), target="distribution", confidence=0.95,
+                                   look_size=100, design=design)
+            out = compare_backtest(ComparativeBacktest(matrix, tuple(models), BankSpec(n_items=matrix.shape[1]),
+                                                       request, reps=reps, seed=args.seed, looks_every=100,
+                                                       n_pairs=n_pairs))
             s = out["summary"]
             row = {"dataset": name, "statistic": statistic, "spending": spending, "guarantee": guarantee,
                    "pairs": s["pairs"], "orders": reps, "n_items": s["n_items"],

@@ -51,19 +51,29 @@ def wilson_upper(k: int, n: int, z: float = 1.959964) -> float:
 
 
 def _load(dataset: str):
-    from certeval.backtest.comparative import _bank_weights, _load
+    """The bundled bank's matrix (every model), model names and the estimand's item weights."""
+    from certeval.backtest.comparative import _load
 
-    matrix, models, subsets, n_subsets = _load(Namespace(scores=f"bundled:{dataset}", items=None, model=None))
-    return matrix, models, _bank_weights(matrix.shape[1], subsets, n_subsets)
+    matrix, models, spec = _load(Namespace(scores=f"bundled:{dataset}", items=None, model=None))
+    return matrix, models, spec.weights()
+
+
+def _backtest(dataset: str, request: dict, reps: int, seed: int, looks_every: int):
+    """The bank-target comparative backtest of ``dataset`` (every model) with ``request``'s rule."""
+    from certeval.backtest.comparative import ComparativeBacktest, _load as load_matrix
+    from certeval.estimators.groups import GroupRequest
+
+    matrix, models, spec = load_matrix(Namespace(scores=f"bundled:{dataset}", items=None, model=None))
+    return ComparativeBacktest(matrix, tuple(models), spec, GroupRequest(labels=tuple(models), **request),
+                               reps=reps, seed=seed, looks_every=looks_every)
 
 
 def rank_case(dataset: str, margin: float, reps: int, seed: int, looks_every: int = 50) -> dict:
-    from certeval.backtest.comparative import bank_rank_backtest
+    from certeval.backtest.comparative import rank_backtest
 
-    matrix, models, weights = _load(dataset)
+    bt = _backtest(dataset, {"kind": "rank", "margin": margin}, reps, seed, looks_every)
     start = time.perf_counter()
-    out = bank_rank_backtest(matrix, models, weights, margin=margin, alpha=0.05, reps=reps, seed=seed,
-                             looks_every=looks_every, max_items=None)
+    out = rank_backtest(bt)
     s = out["summary"]
     errors = int(round(s["family_wise_error_rate"] * reps))
     first = out["rankings"][0]
@@ -76,12 +86,11 @@ def rank_case(dataset: str, margin: float, reps: int, seed: int, looks_every: in
 
 
 def select_case(dataset: str, top: int, eps: float, reps: int, seed: int) -> dict:
-    from certeval.backtest.comparative import bank_select_backtest
+    from certeval.backtest.comparative import select_backtest
 
-    matrix, models, weights = _load(dataset)
+    bt = _backtest(dataset, {"kind": "select", "threshold": 0.0, "halfwidth": eps, "top": top}, reps, seed, 25)
     start = time.perf_counter()
-    out = bank_select_backtest(matrix, models, weights, threshold=0.0, halfwidth=eps, alpha=0.05, top=top, reps=reps,
-                               seed=seed, looks_every=25, max_items=None)
+    out = select_backtest(bt)
     s = out["summary"]
     errors = int(round(s["error_rate"] * reps))
     return {"dataset": dataset, "models": s["models"], "items": s["n_items"], "top": top, "epsilon": eps, "reps": reps,

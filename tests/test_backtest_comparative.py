@@ -73,7 +73,7 @@ def test_unknown_model_is_input_error():
 def test_distribution_target_still_answers_with_group_sequential_tests(goal, capsys):
     assert run_comparative_backtest(_args(goal=goal, target="distribution", reps=1)) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["config"]["target"] == "distribution" and "target" not in out["summary"]
+    assert out["config"]["target"] == out["summary"]["target"] == "distribution"
 
 
 def test_bank_rank_backtest_states_are_exact_and_never_wrong_on_helm_mmlu(capsys):
@@ -115,21 +115,18 @@ def test_one_margin_rule_on_both_targets_a_difference_inside_the_margin_is_never
     """Model a beats b by 0.03 on a 6,000-item bank, margin 0.05: "a>b" claims a difference above the margin, so
     neither target may say it (the distribution target said it once its interval cleared 0); both may say
     "equivalent" once the interval lies inside (-0.05, 0.05)."""
-    from certeval.backtest.comparative import bank_compare_backtest, compare_backtest
-    from certeval.estimators.comparison import ComparisonDesign
+    from certeval.backtest.comparative import ComparativeBacktest, compare_backtest
+    from certeval.estimators.groups import GroupRequest
+    from certeval.estimators.protocol import BankSpec
 
     rng = np.random.default_rng(4)
     n = 6000
     b = (rng.random(n) < 0.6).astype(float)
     a = b.copy()
     a[rng.choice(np.flatnonzero(b == 0), size=int(0.03 * n), replace=False)] = 1.0  # exactly +0.03
-    matrix, kw = np.vstack([a, b]), dict(margin=0.05, alpha=0.05, reps=4, seed=1, n_pairs=1, looks_every=500,
-                                         max_items=None)
-    if target == "bank":
-        out = bank_compare_backtest(matrix, ["a", "b"], np.full(n, 1 / n), **kw)
-    else:
-        out = compare_backtest(matrix, ["a", "b"], None, None, design=ComparisonDesign(alpha=0.05, margin=0.05),
-                               **kw)
+    request = GroupRequest(kind="compare", labels=(), target=target, margin=0.05, look_size=500)
+    out = compare_backtest(ComparativeBacktest(np.vstack([a, b]), ("a", "b"), BankSpec(n_items=n), request, reps=4,
+                                               seed=1, looks_every=500, n_pairs=1))
     verdicts = out["pairs"][0]["verdicts"]
     assert "a>b" not in verdicts and "b>a" not in verdicts, verdicts
     assert verdicts.get("equivalent", 0) >= 1, verdicts  # the rule can decide, it is not just silent
