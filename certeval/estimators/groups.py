@@ -74,6 +74,8 @@ class GroupEstimator(Protocol):
 
     def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]: ...
 
+    def interval_claim(self) -> dict[str, Any]: ...
+
 
 def make_group(request: GroupRequest) -> GroupEstimator:
     """The group estimator for ``request`` (not started)."""
@@ -130,6 +132,19 @@ class _Group:
         if self.request.kind == "select":
             return {s.model: (s.mean, s.lower, s.upper, s.n_scored) for s in outcome.models}
         return {}
+
+    def interval_claim(self) -> dict[str, Any]:
+        """What the per-model intervals of :meth:`intervals` claim, as :class:`~.results.Estimate` fields."""
+        r = self.request
+        m = len(r.labels)
+        exact = r.target == "bank"
+        how = ("exact without-replacement betting confidence sequences for the bank means" if exact else
+               "group-sequential normal intervals for the expected scores (asymptotic, at the planned looks)")
+        return {"method": r.kind, "validity": "exact" if exact else "asymptotic", "anytime_valid": exact,
+                "confidence": r.confidence, "subsets": (),
+                "guarantee": f"the {'ranking' if r.kind == 'rank' else 'selection'}'s own interval for each model: "
+                             f"{how}, each at level 1 - alpha/{m}, simultaneous over the {m} models with probability "
+                             f">= {r.confidence:g} (the intervals its verdicts use)"}
 
 
 class BankGroup(_Group):

@@ -35,6 +35,7 @@ from ..estimators.results import Decision, Estimate
 from ..engine import PairedRounds, SingleModelRounds
 from ..estimators.groups import GroupRequest
 from ..harness_output import lm_eval_block, task_block
+from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord, last_looks
 from ..storage import RunStore, item_key, prompt_hash, safe_name
 from ..progress import run_progress
 from .plan import RunPlan, load_run_bank
@@ -412,9 +413,10 @@ class Run:
                 "round": self.round,
                 "prob": np.concatenate([np.asarray(batch.probs[label], dtype=float) for label in labels]),
             }
-            for name in records[0]:
-                values = [rec[name] for rec in records]
-                text = name.endswith(("_rule", "_verdict"))
+            looks = [rec.columns() for rec in records]
+            for name in looks[0]:
+                values = [look[name] for look in looks]
+                text = name.removeprefix("look_") in LOOK_TEXT_FIELDS
                 columns[name] = np.repeat(np.asarray(values, dtype=object if text else None), counts)
             rows.append(pd.DataFrame(columns))
         if rows:
@@ -440,31 +442,30 @@ class Run:
             })
         self.round += 1
 
-    def look_record(self, label: str) -> dict[str, Any]:
-        """The look log entry of ``label`` at this look (DESIGN §5), recorded once with the round's rows:
-        the model's estimate and decision and, in a paired run, the group statistic its verdict comes from —
-        rank/select: the model's simultaneous interval; compare: the pair's difference. results.json and the
-        report read these back; nothing downstream re-runs an estimator."""
+    def look_record(self, label: str) -> LookRecord:
+        """The look log entry of ``label`` at this look (DESIGN §5, :mod:`certeval.looks`), recorded once with
+        the round's rows: the model's interval and decision and, in a paired run, the group's statistics. A
+        ranking's or selection's model is shown with the group's simultaneous interval (the one its verdicts
+        use), everywhere; a comparison records the pair's difference beside each model's own interval."""
         est = self.methods[label].result()
         decision = self.decisions.get(label)
-        rec: dict[str, Any] = {
-            "look_n_scored": int(est.n_scored), "look_mean": float(est.mean), "look_lower": float(est.lower),
-            "look_upper": float(est.upper), "look_rule": None if decision is None else decision.rule,
-        }
+        rule = None if decision is None else decision.rule
         if not self.plan.paired:
-            return rec
+            return LookRecord(int(est.n_scored), float(est.mean), float(est.lower), float(est.upper), rule)
         nan = float("nan")
-        group = self.engine.intervals.get(label, (nan, nan, nan))
+        group = self.engine.intervals.get(label)
         outcome = self.engine.outcome
         pair: tuple[float, float, float, Any] = (nan, nan, nan, None)
         if self.plan.kind == "compare" and outcome is not None:
             pair = (outcome.diff, outcome.lower, outcome.upper, outcome.verdict)
-        rec.update({
-            "look_group_mean": float(group[0]), "look_group_lower": float(group[1]),
-            "look_group_upper": float(group[2]), "look_pair_diff": float(pair[0]),
-            "look_pair_lower": float(pair[1]), "look_pair_upper": float(pair[2]), "look_pair_verdict": pair[3],
-        })
-        return rec
+        shown = (est.n_scored, est.mean, est.lower, est.upper) if group is None else (group[3], *group[:3])
+        return LookRecord(int(shown[0]), float(shown[1]), float(shown[2]), float(shown[3]), rule, paired=True,
+                          interval="model" if group is None else self.plan.kind,
+                          group_mean=nan if group is None else float(group[0]),
+                          group_lower=nan if group is None else float(group[1]),
+                          group_upper=nan if group is None else float(group[2]),
+                          pair_diff=float(pair[0]), pair_lower=float(pair[1]), pair_upper=float(pair[2]),
+                          pair_verdict=pair[3])
 
     def compact_cache(self) -> int:
         """Merge the score-cache parts this run's batches wrote (one per batch) when a folder holds more than
@@ -482,12 +483,17 @@ class Run:
         rounds = self.store.read_rounds()
         by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
         looks = last_looks(rounds)  # every number below is the one recorded at the model's last look
+        claim = self.engine.group.interval_claim() if plan.paired else None
         for label, spec in zip(self.labels, plan.models):
             live: Estimate = self.methods[label].result()
             est, look = live, looks.get(label)
+            shared = self.engine.intervals.get(label) if plan.paired else None
+            if shared is not None:  # the model is shown with the group's interval: its live value, its claim
+                live = replace(live, n_scored=int(shared[3]), mean=float(shared[0]), lower=float(shared[1]),
+                               upper=float(shared[2]), **claim)
+                est = live
             if look is not None:
-                est = replace(live, n_scored=int(look["look_n_scored"]), mean=float(look["look_mean"]),
-                              lower=float(look["look_lower"]), upper=float(look["look_upper"]))
+                est = replace(live, n_scored=look.n_scored, mean=look.mean, lower=look.lower, upper=look.upper)
             scored = by_model.get(label, np.zeros(0))
             n, total = est.n_scored, self.bank.n_items
             stderr = float("nan")
@@ -514,20 +520,15 @@ class Run:
                                                  date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
             models.append(entry)
         group = self.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
-        if plan.kind == "select" and group is not None:  # the selection's own simultaneous intervals
-            status = {s.model: s for s in group.models}
+        if plan.kind == "select" and group is not None:  # (names kept from before one interval per model)
+            status = {s.model: s.status for s in group.models}
             for entry in models:
-                s, look = status[entry["model"]], looks.get(entry["model"])
-                lower, upper = (s.lower, s.upper) if look is None else (look["look_group_lower"], look["look_group_upper"])
-                entry.update(selection_status=s.status, selection_lower=float(lower), selection_upper=float(upper))
-        if plan.kind == "rank" and self.engine.intervals:  # the bank ranking's, at alpha/M
-            intervals = self.engine.intervals
+                entry.update(selection_status=status[entry["model"]], selection_lower=entry["lower"],
+                             selection_upper=entry["upper"])
+        if plan.kind == "rank" and self.engine.intervals:
             for entry in models:
-                mean, lower, upper, used = intervals[entry["model"]]
-                look = looks.get(entry["model"])
-                if look is not None:
-                    mean, lower, upper = (float(look[f"look_group_{k}"]) for k in ("mean", "lower", "upper"))
-                entry.update(ranking_mean=mean, ranking_lower=lower, ranking_upper=upper, ranking_items=used)
+                entry.update(ranking_mean=entry["mean"], ranking_lower=entry["lower"], ranking_upper=entry["upper"],
+                             ranking_items=entry["n_scored"])
         out: dict[str, Any] = {
             "run_id": plan.run_id, "kind": plan.kind, "task": plan.task_name, "bank": plan.bank,
             "target": self._target(),
@@ -582,16 +583,6 @@ class Run:
         if self.plan.paired:
             return 0 if all(d.reached for d in self.decisions.values()) else 1
         return 0 if all(self.decisions.get(m, Decision(False)).reached for m in self.labels) else 1
-
-
-def last_looks(rounds: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Each model's look log entry at its last recorded look (the ``look_*`` columns of its last round)."""
-    if rounds is None or rounds.empty or "look_mean" not in rounds.columns:
-        return {}
-    cols = [c for c in rounds.columns if c.startswith("look_")]
-    at = rounds.reset_index(drop=True).groupby("model", sort=False)["round"].idxmax()  # every row of a look agrees
-    last = rounds.reset_index(drop=True).loc[at.to_numpy(), ["model", *cols]]
-    return {str(row.pop("model")): row for row in last.to_dict("records")}
 
 
 def _first_line(exc: BaseException) -> str:
