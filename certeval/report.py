@@ -37,8 +37,8 @@ import pandas as pd
 
 from .estimators._validation import InputError
 from .storage import Folder, bounded, filesystem, verify_record
-from .report_plots import (VERDICT_TEXT, _pyplot, plot_differences, plot_interval_curves,  # noqa: F401
-                           plot_ranking, plot_savings, savings_frame, spell_verdict)
+from .report_plots import (VERDICT_TEXT, _pyplot, model_colours, plot_differences,  # noqa: F401
+                           plot_interval_curves, plot_ranking, plot_savings, savings_frame, spell_verdict)
 
 
 # --------------------------------------------------------------------------------------
@@ -227,16 +227,11 @@ def ranking_rows(run: RunData) -> list[dict[str, Any]]:
     names = [str(m) for m in ranking.get("models") or list(by_model)]
     groups = ranking.get("tie_groups") or [[n] for n in names]
     means = ranking.get("means")
-    simultaneous = {m["model"]: m for m in run.results.get("models") or [] if m.get("ranking_mean") is not None}
     rows = []
     for gi, (group, rank) in enumerate(zip(groups, rank_numbers(groups)), 1):
         members = [names[m] if isinstance(m, (int, np.integer)) else str(m) for m in group]
         for name in members:
-            base = by_model.get(name, {"model": name})
-            if name in simultaneous:  # a ranking shows the intervals its verdicts agree with (same target)
-                own = simultaneous[name]
-                base = {**base, "mean": own["ranking_mean"], "lower": own["ranking_lower"],
-                        "upper": own["ranking_upper"]}
+            base = by_model.get(name, {"model": name})  # the model's one interval (Estimates table, console)
             mean = base.get("mean")
             if mean is None and means is not None and name in names:
                 mean = means[names.index(name)]
@@ -289,6 +284,11 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                             "items_used", "look") if any(k in p for p in pairs)]
         lines += ["## Pairs", "", markdown_table(["verdict"] + keys, [[spell_verdict(p)] + [p.get(k) for k in keys]
                                                                       for p in pairs]), ""]
+        if run.results.get("kind") == "compare":
+            lines += ["The verdict comes from the pair's difference on the items both models scored, not from the "
+                      "two models' own intervals in the table above: the paired difference cancels what the items "
+                      "share (their difficulty), so its interval is far narrower than either model's, and a decided "
+                      "pair can have overlapping per-model bands.", ""]
         if differences_png:
             lines += ["Each pair's difference A − B with its interval: a pair is decided when the interval clears "
                       "0 (the dashed boundary), or lies inside the equivalence margin band.", "",
@@ -342,13 +342,14 @@ def write_report(run: str, *, html: bool = False, savings: str | None = None) ->
     data = load_run(run)
     folder = data.folder
     files: dict[str, str] = {}
+    colours = model_colours([str(m.get("model")) for m in data.models])  # one colour per model in every plot
     curves = model_curves(data)
     if curves:
-        folder.write_bytes("interval_curve.png", plot_interval_curves(curves, data.config.get("goal")))
+        folder.write_bytes("interval_curve.png", plot_interval_curves(curves, data.config.get("goal"), colours))
         files["interval_curve.png"] = folder.url("interval_curve.png")
     ranking = ranking_rows(data)
     if ranking:
-        folder.write_bytes("ranking.png", plot_ranking(ranking))
+        folder.write_bytes("ranking.png", plot_ranking(ranking, colours))
         files["ranking.png"] = folder.url("ranking.png")
     pairs = [p for p in (data.results.get("pairs") or []) if isinstance(p, dict) and "diff" in p]
     if pairs:

@@ -69,7 +69,14 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def plot_interval_curves(curves: dict[str, list[tuple[int, float, float, float]]], goal: str | None = None) -> bytes:
+def model_colours(names: list[str]) -> dict[str, Any]:
+    """One colour per model for every plot of a report, by the model's place in results.json (tab20 cycles)."""
+    cmap = _pyplot().get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {name: cmap(k % cmap.N) for k, name in enumerate(names)}
+
+
+def plot_interval_curves(curves: dict[str, list[tuple[int, float, float, float]]], goal: str | None = None,
+                         colours: dict[str, Any] | None = None) -> bytes:
     """Interval (band) and estimate (line) vs items scored, one colour per model; the goal drawn in: a threshold
     line for ``above:T``/``below:T``, a half-width panel with the line at E for ``halfwidth:E``. A model with one
     look (a 1-round run) is drawn as a point with its interval."""
@@ -79,11 +86,13 @@ def plot_interval_curves(curves: dict[str, list[tuple[int, float, float, float]]
     fig, axes = plt.subplots(1, 2 if width_panel else 1, figsize=(11 if width_panel else 7, 4.2), squeeze=False)
     ax = axes[0, 0]
     names = list(curves)[:MAX_CURVES]
+    colours = colours or model_colours(list(curves))
     for name in names:
         c = np.asarray(curves[name], dtype=float)
         if c.size == 0:
             continue
-        line, = ax.plot(c[:, 0], c[:, 1], lw=1.4, label=name, marker="o" if len(c) < 3 else None, ms=4)
+        line, = ax.plot(c[:, 0], c[:, 1], lw=1.4, label=name, marker="o" if len(c) < 3 else None, ms=4,
+                        color=colours.get(name))
         if len(c) > 1:
             ax.fill_between(c[:, 0], c[:, 2], c[:, 3], color=line.get_color(), alpha=0.18, lw=0)
         else:  # one look: an error bar instead of a band of zero width
@@ -128,16 +137,19 @@ def _goal_parts(goal: str | None) -> tuple[str | None, float | None]:
         return kind, None
 
 
-def plot_ranking(rows: list[dict[str, Any]]) -> bytes:
-    """Forest plot: each model's interval, best first, coloured by tie group."""
+def plot_ranking(rows: list[dict[str, Any]], colours: dict[str, Any] | None = None) -> bytes:
+    """Forest plot: each model's interval, best first, in the model's colour (the same in every plot); tie
+    groups on alternating shaded bands."""
     plt = _pyplot()
     shown = rows[:MAX_FOREST]
     fig, ax = plt.subplots(figsize=(7, max(2.0, 0.28 * len(shown) + 1)))
-    cmap = plt.get_cmap("tab10")
+    colours = colours or model_colours([r["model"] for r in rows])
     for y, r in enumerate(shown):
-        colour = cmap(int(r.get("group") or 0) % 10)
-        _interval_row(ax, y, r.get("lower"), r.get("upper"), r.get("mean"), colour, lw=2.2, ms=4)
-    title = "Ranking (colour = tie group)" + (f" — top {len(shown)} of {len(rows)}" if len(rows) > len(shown) else "")
+        if int(r.get("group") or 0) % 2 == 0:
+            ax.axhspan(y - 0.5, y + 0.5, color="0.92", lw=0, zorder=0)
+        _interval_row(ax, y, r.get("lower"), r.get("upper"), r.get("mean"), colours.get(r["model"]), lw=2.2, ms=4)
+    title = "Ranking (shaded bands = tie groups)" + (f" — top {len(shown)} of {len(rows)}"
+                                                     if len(rows) > len(shown) else "")
     _forest_axes(ax, [f"{r.get('rank', '')}. {r['model']}" for r in shown], "mean score (interval)", title, 12)
     return _png(fig)
 

@@ -312,9 +312,6 @@ def summary(results: dict[str, Any]) -> str:
     for group, rank in zip(tie_groups, rank_numbers(tie_groups)):
         rank_of.update({m: rank for m in group})
     for m in results["models"]:
-        if m.get("ranking_mean") is not None:  # a ranking prints the intervals its verdicts agree with
-            m = {**m, "mean": m["ranking_mean"], "lower": m["ranking_lower"], "upper": m["ranking_upper"],
-                 "n_scored": m["ranking_items"]}
         mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
         d = m.get("decision") or {}
         note = d.get("verdict") or d.get("rule") or ""
