@@ -1,20 +1,12 @@
 """The state of one pipeline run between rounds, and the work of each step (DESIGN §1).
 
-The Prefect tasks in :mod:`certeval.tasks.steps` are one-line wrappers around the
-methods here, so the round logic is testable without Prefect and the flows only
-compose. Two shapes of run:
-
-* **single** (``certify``): every model has its own method, which proposes its own
-  items; a model's ``state/<model>.json`` (``method.state()`` plus the round it
-  closes) is that model's commit point, written after the round's Parquet file.
-* **paired** (``compare``, ``rank``, ``select``): every model still in play is
-  scored on the *same* items, the next slice of one seeded uniform permutation of
-  the bank; the decision comes from the comparison / ranking / selection
-  estimators over the shared score matrix. ``state/_run.json`` commits a round.
-
-Randomness is keyed by ``(seed, round)``, so a resumed run proposes exactly what
-an uninterrupted one would have, and the score cache answers whatever was paid
-for before a crash.
+What is decided each round is the engine's (:class:`certeval.engine.SingleModelRounds` for certify,
+:class:`certeval.engine.PairedRounds` for compare/rank/select); a Run adds where scores come from (Ray actors
+through the score cache) and where looks go (the run folder). The Prefect tasks in :mod:`certeval.tasks.steps`
+are one-line wrappers around its methods. A certify model's ``state/<model>.json`` is its commit point, written
+after the round's Parquet file; a paired run's ``state/_run.json`` commits a round and resumes by replaying the
+rounds. Randomness is keyed by ``(seed, round)``: a resumed run proposes what an uninterrupted one would have,
+and the score cache answers whatever was paid for before a crash.
 """
 
 from __future__ import annotations
@@ -31,18 +23,13 @@ import pandas as pd
 from ..banks import Bank, bank_features
 from ..estimators import make_method, method_for_goal, method_from_state, parse_goal
 from ..estimators._validation import InputError
-from ..estimators.results import Decision, Estimate
 from ..engine import PairedRounds, SingleModelRounds
 from ..estimators.groups import GroupRequest
-from ..harness_output import lm_eval_block, task_block
-from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord, last_looks
-from ..storage import RunStore, item_key, prompt_hash, safe_name
+from ..estimators.results import Decision
+from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord
 from ..progress import run_progress
+from ..storage import RunStore, item_key, prompt_hash, safe_name
 from .plan import RunPlan, load_run_bank
-
-
-PAIRS_INLINE_MAX = 5000  # rank runs with more pairs write them to PAIRS_FILE instead of results.json
-PAIRS_FILE = "pairs.parquet"
 
 
 @dataclass
@@ -254,11 +241,6 @@ class Run:
     def rng(self, round_: int) -> np.random.Generator:
         return np.random.default_rng([self.plan.seed, round_])
 
-    def budget_left(self, label: str) -> int | None:
-        if self.plan.max_items is None:
-            return None
-        return self.plan.max_items - self.n_scored(label)
-
     def n_scored(self, label: str) -> int:
         return int(self.methods[label].n_scored)
 
@@ -279,7 +261,6 @@ class Run:
     # -- infer ----------------------------------------------------------------
     def requests(self, batch: RoundScores) -> tuple[dict[str, list[tuple[str, dict]]], dict[str, dict[str, float]]]:
         """Split a round into cached scores and requests for the model actors."""
-        frame = self.bank.frame
         requests, hits = {}, {}
         for label, pos in batch.items.items():
             cache = self.cached.get(label, {})
@@ -475,99 +456,10 @@ class Run:
         return ScoreCache.compact_many(list(self.caches.values()))
 
     def results(self) -> dict[str, Any]:
-        """results.json: ``models`` (+ ``pairs``/``ranking``/``selection``) and an lm-eval-style block."""
-        plan = self.plan
-        models = []
-        lm_eval = {}
-        lm_eval_files = {}  # one lm-eval results file per model
-        rounds = self.store.read_rounds()
-        by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
-        looks = last_looks(rounds)  # every number below is the one recorded at the model's last look
-        claim = self.engine.group.interval_claim() if plan.paired else None
-        for label, spec in zip(self.labels, plan.models):
-            live: Estimate = self.methods[label].result()
-            est, look = live, looks.get(label)
-            shared = self.engine.intervals.get(label) if plan.paired else None
-            if shared is not None:  # the model is shown with the group's interval: its live value, its claim
-                live = replace(live, n_scored=int(shared[3]), mean=float(shared[0]), lower=float(shared[1]),
-                               upper=float(shared[2]), **claim)
-                est = live
-            if look is not None:
-                est = replace(live, n_scored=look.n_scored, mean=look.mean, lower=look.lower, upper=look.upper)
-            scored = by_model.get(label, np.zeros(0))
-            n, total = est.n_scored, self.bank.n_items
-            stderr = float("nan")
-            if n > 1:
-                fpc = max(0.0, 1.0 - n / total) if plan.paired or est.target == "bank" else 1.0
-                stderr = float(np.std(scored, ddof=1) / math.sqrt(n) * math.sqrt(fpc)) if len(scored) > 1 else float("nan")
-            entry = {
-                "model": label, "spec": spec, "mean": est.mean, "lower": est.lower, "upper": est.upper,
-                "halfwidth": est.halfwidth, "n_scored": n, "n_total": total, "confidence": est.confidence,
-                "method": est.method, "guarantee": est.guarantee, "anytime_valid": est.anytime_valid,
-                "validity": est.validity, "items_sent_to_model": self.sent[label],
-                "decision": self.decisions[label].to_dict() if label in self.decisions else None,
-                "estimate": live.to_dict(),  # the live estimator's (tests: equal to the look log's)
-            }
-            if label in self.history:
-                entry["history"] = self.history[label].describe()
-            # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
-            block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
-                               n_scored=n, n_total=total)
-            entry["results"] = {plan.task_name: block}
-            lm_eval[plan.task_name if len(self.labels) == 1 else f"{plan.task_name}|{label}"] = block
-            lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
-                                                 limit=plan.max_items, seed=plan.seed,
-                                                 date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
-            models.append(entry)
-        group = self.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
-        if plan.kind == "select" and group is not None:  # (names kept from before one interval per model)
-            status = {s.model: s.status for s in group.models}
-            for entry in models:
-                entry.update(selection_status=status[entry["model"]], selection_lower=entry["lower"],
-                             selection_upper=entry["upper"])
-        if plan.kind == "rank" and self.engine.intervals:
-            for entry in models:
-                entry.update(ranking_mean=entry["mean"], ranking_lower=entry["lower"], ranking_upper=entry["upper"],
-                             ranking_items=entry["n_scored"])
-        out: dict[str, Any] = {
-            "run_id": plan.run_id, "kind": plan.kind, "task": plan.task_name, "bank": plan.bank,
-            "target": self._target(),
-            "confidence": plan.confidence, "seed": plan.seed, "rounds": self.round,
-            "done": all(d.done for d in self.decisions.values()) if self.decisions else False,
-            "reached": all(d.reached for d in self.decisions.values()) if self.decisions else False,
-            "models": models, "results": lm_eval, "lm_eval": lm_eval_files,
-            "history": None if not plan.history else {
-                "sources": list(plan.history),
-                "comparison_target": "bank" if plan.paired and self._target() == "bank" else None,
-                "rule": "the model under evaluation is never part of its own history (same name: left out)"},
-            "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
-                       "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
-                       "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None,
-                       "target": plan.target, "top": plan.top},
-            "run_folder": self.store.url,
-            "pipeline": {"resumed": self.resumed, "items_sent": dict(self.sent),
-                         "ray_address": plan.ray_address or "local",
-                         "wall_s": round(time.time() - self.started, 2),
-                         "batches": getattr(self.pool_stats, "batches", 0),
-                         "batches_resubmitted": getattr(self.pool_stats, "resubmitted", 0),
-                         "actors_replaced": getattr(self.pool_stats, "replaced_actors", 0),
-                         # which Ray node each model actor ran on (replacements after a node loss included)
-                         "placement": list(getattr(self.pool_stats, "placement", [])),
-                         # models that shared an actor because the cluster had too few CPUs for one each
-                         "shared_actors": dict(getattr(self.pool_stats, "shared", {}))},
-        }
-        if plan.kind == "compare" and group is not None:
-            out["pairs"] = [group.to_dict()]
-        if plan.kind == "rank" and group is not None:
-            out["ranking"] = group.to_dict(comparisons=False)
-            if len(group.pairs) <= PAIRS_INLINE_MAX:
-                out["pairs"] = [c.to_dict() for c in group.comparisons]
-            else:  # millions of pairs: a Parquet table next to results.json
-                self.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(group.pairs.columns()))
-                out["pairs"] = None
-                out["pairs_file"] = self.store.folder.url(PAIRS_FILE)
-        if plan.kind == "select" and group is not None:
-            out["selection"] = group.to_dict()
+        """results.json, built from the look log (:func:`certeval.tasks.results.run_results`), and stored."""
+        from .results import run_results
+
+        out = run_results(self)
         self.store.write_results(out)
         return out
 

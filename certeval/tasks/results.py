@@ -1,0 +1,119 @@
+"""results.json of a pipeline run, built from its look log (DESIGN §5): every model's interval is the one the
+run recorded at the model's last look; nothing here re-runs an estimator."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..estimators.results import Estimate
+from ..harness_output import lm_eval_block, task_block
+from ..looks import last_looks
+
+PAIRS_INLINE_MAX = 5000  # rank runs with more pairs write them to PAIRS_FILE instead of results.json
+PAIRS_FILE = "pairs.parquet"
+
+
+def run_results(run: Any) -> dict[str, Any]:
+    """results.json of a :class:`~certeval.tasks.run.Run`: ``models`` (+ ``pairs``/``ranking``/``selection``) and
+    lm-eval-style blocks. Every model's numbers are the look log's last entry (:mod:`certeval.looks`); the group's
+    own objects (pairs, ranking, selection) are the engine's at the last look."""
+    plan = run.plan
+    models = []
+    lm_eval = {}
+    lm_eval_files = {}  # one lm-eval results file per model
+    rounds = run.store.read_rounds()
+    by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
+    looks = last_looks(rounds)  # every number below is the one recorded at the model's last look
+    claim = run.engine.group.interval_claim() if plan.paired else None
+    for label, spec in zip(run.labels, plan.models):
+        live: Estimate = run.methods[label].result()
+        est, look = live, looks.get(label)
+        shared = run.engine.intervals.get(label) if plan.paired else None
+        if shared is not None:  # the model is shown with the group's interval: its live value, its claim
+            live = replace(live, n_scored=int(shared[3]), mean=float(shared[0]), lower=float(shared[1]),
+                           upper=float(shared[2]), **claim)
+            est = live
+        if look is not None:
+            est = replace(live, n_scored=look.n_scored, mean=look.mean, lower=look.lower, upper=look.upper)
+        scored = by_model.get(label, np.zeros(0))
+        n, total = est.n_scored, run.bank.n_items
+        stderr = float("nan")
+        if n > 1:
+            fpc = max(0.0, 1.0 - n / total) if plan.paired or est.target == "bank" else 1.0
+            stderr = float(np.std(scored, ddof=1) / math.sqrt(n) * math.sqrt(fpc)) if len(scored) > 1 else float("nan")
+        entry = {
+            "model": label, "spec": spec, "mean": est.mean, "lower": est.lower, "upper": est.upper,
+            "halfwidth": est.halfwidth, "n_scored": n, "n_total": total, "confidence": est.confidence,
+            "method": est.method, "guarantee": est.guarantee, "anytime_valid": est.anytime_valid,
+            "validity": est.validity, "items_sent_to_model": run.sent[label],
+            "decision": run.decisions[label].to_dict() if label in run.decisions else None,
+            "estimate": live.to_dict(),  # the live estimator's (tests: equal to the look log's)
+        }
+        if label in run.history:
+            entry["history"] = run.history[label].describe()
+        # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
+        block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
+                           n_scored=n, n_total=total)
+        entry["results"] = {plan.task_name: block}
+        lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
+        lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
+                                             limit=plan.max_items, seed=plan.seed,
+                                             date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
+        models.append(entry)
+    group = run.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
+    if plan.kind == "select" and group is not None:  # (names kept from before one interval per model)
+        status = {s.model: s.status for s in group.models}
+        for entry in models:
+            entry.update(selection_status=status[entry["model"]], selection_lower=entry["lower"],
+                         selection_upper=entry["upper"])
+    if plan.kind == "rank" and run.engine.intervals:
+        for entry in models:
+            entry.update(ranking_mean=entry["mean"], ranking_lower=entry["lower"], ranking_upper=entry["upper"],
+                         ranking_items=entry["n_scored"])
+    out: dict[str, Any] = {
+        "run_id": plan.run_id, "kind": plan.kind, "task": plan.task_name, "bank": plan.bank,
+        "target": run._target(),
+        "confidence": plan.confidence, "seed": plan.seed, "rounds": run.round,
+        "done": all(d.done for d in run.decisions.values()) if run.decisions else False,
+        "reached": all(d.reached for d in run.decisions.values()) if run.decisions else False,
+        "models": models, "results": lm_eval, "lm_eval": lm_eval_files,
+        "history": None if not plan.history else {
+            "sources": list(plan.history),
+            "comparison_target": "bank" if plan.paired and run._target() == "bank" else None,
+            "rule": "the model under evaluation is never part of its own history (same name: left out)"},
+        "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
+                   "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
+                   "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None,
+                   "target": plan.target, "top": plan.top},
+        "run_folder": run.store.url,
+        "pipeline": {"resumed": run.resumed, "items_sent": dict(run.sent),
+                     "ray_address": plan.ray_address or "local",
+                     "wall_s": round(time.time() - run.started, 2),
+                     "batches": getattr(run.pool_stats, "batches", 0),
+                     "batches_resubmitted": getattr(run.pool_stats, "resubmitted", 0),
+                     "actors_replaced": getattr(run.pool_stats, "replaced_actors", 0),
+                     # which Ray node each model actor ran on (replacements after a node loss included)
+                     "placement": list(getattr(run.pool_stats, "placement", [])),
+                     # models that shared an actor because the cluster had too few CPUs for one each
+                     "shared_actors": dict(getattr(run.pool_stats, "shared", {}))},
+    }
+    if plan.kind == "compare" and group is not None:
+        out["pairs"] = [group.to_dict()]
+    if plan.kind == "rank" and group is not None:
+        out["ranking"] = group.to_dict(comparisons=False)
+        if len(group.pairs) <= PAIRS_INLINE_MAX:
+            out["pairs"] = [c.to_dict() for c in group.comparisons]
+        else:  # millions of pairs: a Parquet table next to results.json
+            run.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(group.pairs.columns()))
+            out["pairs"] = None
+            out["pairs_file"] = run.store.folder.url(PAIRS_FILE)
+    if plan.kind == "select" and group is not None:
+        out["selection"] = group.to_dict()
+    return out
+
