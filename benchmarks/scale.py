@@ -89,7 +89,7 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
         task.fn = timed(name, task.fn)
 
     from certeval.flows.pipeline import rank_flow, select_flow
-    from certeval.tasks.plan import claim_run, make_plan
+    from certeval.tasks.plan import PlanRequest, claim_run, make_plan
 
     synthetic = location is not None
     if synthetic:
@@ -104,9 +104,9 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
     out_dir = tempfile.mkdtemp(prefix="certeval-scale-")
     t0 = time.perf_counter()
     extra = dict(top=1, halfwidth=SYNTHETIC_EPSILON) if synthetic else {}
-    plan, bank = make_plan("select" if synthetic else "rank", models=specs, output=out_dir, run_id=f"scale-{m}",
-                           batch_size=batch, seed=seed, max_items=max_items, ray_address=ray_address,
-                           replicas=replicas, **extra)
+    plan, bank = make_plan(PlanRequest(
+        "select" if synthetic else "rank", models=specs, output=out_dir, run_id=f"scale-{m}", batch_size=batch,
+        seed=seed, max_items=max_items, ray_address=ray_address, replicas=replicas, **extra))
     plan_s = time.perf_counter() - t0
     claim_run(plan)
     t1 = time.perf_counter()

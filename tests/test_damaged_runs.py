@@ -8,7 +8,7 @@ import pytest
 
 from certeval.cli import main
 from certeval.estimators import InputError
-from certeval.tasks.plan import make_plan
+from certeval.tasks.plan import PlanRequest, make_plan
 from certeval.tasks.run import Run
 
 from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
@@ -23,8 +23,8 @@ def finished_rank(infra, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("damaged")
     scores = small_scores(tmp, n_items=150)
-    plan, _ = make_plan("rank", models=[replay(m, scores) for m in (STRONG, MIDDLE, WEAK)], batch_size=25,
-                        seed=2, output=str(tmp / "runs"), run_id="rank")
+    plan, _ = make_plan(PlanRequest("rank", models=[replay(m, scores) for m in (STRONG, MIDDLE, WEAK)], batch_size=25,
+                                    seed=2, output=str(tmp / "runs"), run_id="rank"))
     res = run_plan(plan)
     assert res["rounds"] >= 3
     return plan, tmp / "runs" / "rank"
@@ -89,9 +89,9 @@ def stopped_certify(infra, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("damaged-single")
     scores = small_scores(tmp, n_items=150)
-    plan, _ = make_plan("certify", models=[replay(m, scores) for m in (MIDDLE, WEAK)], goal="halfwidth:0.01",
-                        method="uniform", batch_size=10, max_items=40, seed=3, output=str(tmp / "runs"),
-                        run_id="cert")
+    plan, _ = make_plan(PlanRequest("certify", models=[replay(m, scores) for m in (MIDDLE, WEAK)], goal="halfwidth:0.01",
+                                    method="uniform", batch_size=10, max_items=40, seed=3, output=str(tmp / "runs"),
+                                    run_id="cert"))
     res = run_plan(plan)
     assert res["rounds"] == 4 and not res["reached"]
     return plan, tmp / "runs" / "cert"

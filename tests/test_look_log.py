@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from certeval.report import load_run, model_curves, paired_difference_curve, write_report
-from certeval.tasks.plan import make_plan
+from certeval.tasks.plan import PlanRequest, make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
 
@@ -31,7 +31,7 @@ def _run(kind: str, tmp_path, run_id: str, **kw):
 
     scores = small_scores(tmp_path, n_items=150)
     kw.setdefault("models", [replay(m, scores) for m in (STRONG, MIDDLE, WEAK)])
-    plan, _ = make_plan(kind, output=str(tmp_path / "runs"), run_id=run_id, seed=2, **kw)
+    plan, _ = make_plan(PlanRequest(kind, output=str(tmp_path / "runs"), run_id=run_id, seed=2, **kw))
     res = run_plan(plan)
     folder = tmp_path / "runs" / run_id
     rounds = pd.concat(pd.read_parquet(f) for f in sorted((folder / "rounds").glob("*.parquet")))

@@ -219,14 +219,14 @@ def earlier_checkpoint_runs(args, models: list[str]) -> list[str]:
 
 def plan_from_args(args) -> tuple[Any, Any]:
     from ..estimators._validation import InputError
-    from ..tasks.plan import make_plan
+    from ..tasks.plan import PlanRequest, make_plan
 
     models = list(args.model or []) + checkpoint_specs(getattr(args, "checkpoints", None))
     if not models:
         raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")
     models = with_model_args(models, getattr(args, "model_args", None))
     history = getattr(args, "history", None) or earlier_checkpoint_runs(args, models) or None
-    return make_plan(
+    return make_plan(PlanRequest(
         args.command, models=models, bank=args.bank,
         output=args.output, run_id=args.run_id,
         goal=getattr(args, "goal", None), method=args.method, confidence=args.confidence,
@@ -236,7 +236,7 @@ def plan_from_args(args) -> tuple[Any, Any]:
         ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
         history=history, num_cpus=args.num_cpus, target=getattr(args, "target", None),
         top=getattr(args, "top", None),
-    )
+    ))
 
 
 def run(args) -> int:

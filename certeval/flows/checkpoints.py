@@ -33,7 +33,7 @@ from certeval.backends.base import parse_model_spec
 from certeval.estimators._validation import InputError
 from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
-from certeval.tasks.plan import claim_run, make_plan
+from certeval.tasks.plan import PlanRequest, claim_run, make_plan
 
 
 @task(name="find-checkpoints", cache_policy=NONE, retries=0)
@@ -73,9 +73,10 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
                             scorer: str | None = None, ray_address: str | None = None) -> dict[str, Any]:
     """Select the best checkpoint of a folder; return (and store) the report."""
     specs = find_checkpoints(checkpoints)
-    plan, _ = make_plan("select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}",
-                        confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer,
-                        threshold=threshold, halfwidth=halfwidth, mode="best", ray_address=ray_address)
+    plan, _ = make_plan(PlanRequest(
+        "select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
+        batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer, threshold=threshold, halfwidth=halfwidth,
+        mode="best", ray_address=ray_address))
     claim_run(plan)
     results = select_flow(plan)
     selected = results["selection"]["selected"]
@@ -140,9 +141,9 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
         if store.read_results() is not None:
             continue  # certified on an earlier tick: never scored again
         sources = list(history or []) + ([output] if _has_history(output) else [])
-        plan, _ = make_plan("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
-                            confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
-                            scorer=scorer, ray_address=ray_address, history=sources or None)
+        plan, _ = make_plan(PlanRequest("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
+                                        confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
+                                        scorer=scorer, ray_address=ray_address, history=sources or None))
         claim_run(plan)
         certify_flow(plan)
     rows = []
@@ -165,7 +166,8 @@ def rank_models_flow(models: list[str], bank: str | None = None, output: str | N
                      ray_address: str | None = None) -> dict[str, Any]:
     """A scheduled ranking run over fixed model specs."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    plan, _ = make_plan("rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
-                        confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address)
+    plan, _ = make_plan(PlanRequest(
+        "rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
+        confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address))
     claim_run(plan)
     return rank_flow(plan)

@@ -17,7 +17,7 @@ from typing import Any
 
 from prefect import flow
 
-from ..tasks.plan import RunPlan, make_plan
+from ..tasks.plan import PlanRequest, RunPlan, make_plan
 from .pipeline import certify_flow, rank_flow
 
 RANK_MODELS = ("openai_gpt-3.5-turbo-0301", "anthropic_stanford-online-all-v4-s3", "openai_davinci",
@@ -30,14 +30,15 @@ def demo_plans(output: str | None = None, lm_items: int = 60, skip_lm: bool = Fa
                ray_address: str | None = None, seed: int = 0) -> list[RunPlan]:
     """Validated plans of the two demo runs (fresh run ids, so the demo can be re-run)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    rank, _ = make_plan("rank", models=[f"replay:bundled:helm_mmlu#{m}" for m in RANK_MODELS],
-                        output=output, run_id=f"demo-rank-{stamp}", margin=0.05, batch_size=50, seed=seed,
-                        ray_address=ray_address)
+    rank, _ = make_plan(PlanRequest("rank", models=[f"replay:bundled:helm_mmlu#{m}" for m in RANK_MODELS],
+                                    output=output, run_id=f"demo-rank-{stamp}", margin=0.05, batch_size=50, seed=seed,
+                                    ray_address=ray_address))
     plans = [rank]
     if not skip_lm:
-        lm, _ = make_plan("certify", models=[LM_SPEC], bank=LM_BANK, output=output, run_id=f"demo-smollm2-{stamp}",
-                          goal="halfwidth:0.1", method="adaptive", batch_size=20, max_items=lm_items, seed=seed,
-                          ray_address=ray_address)
+        lm, _ = make_plan(PlanRequest(
+            "certify", models=[LM_SPEC], bank=LM_BANK, output=output, run_id=f"demo-smollm2-{stamp}",
+            goal="halfwidth:0.1", method="adaptive", batch_size=20, max_items=lm_items, seed=seed,
+            ray_address=ray_address))
         plans.append(lm)
     return plans
 

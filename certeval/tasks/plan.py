@@ -260,16 +260,51 @@ def default_run_id(kind: str) -> str:
     return f"{kind}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
-def make_plan(kind: str, *, models: list[str], bank: str | None = None, output: str | None = None,
-              run_id: str | None = None, goal: str | None = None, method: str | None = None,
-              confidence: float = 0.95, batch_size: int = 50, max_items: int | None = None, seed: int = 0,
-              scorer: str | None = None, margin: float = 0.0, threshold: float | None = None,
-              halfwidth: float | None = None, mode: str = "best", ray_address: str | None = None,
-              replicas: int = 1, num_gpus: float = 0.0, in_flight: int = 2, chunk_size: int | None = None,
-              check_output: bool = True, history: list[str] | tuple[str, ...] | None = None,
-              num_cpus: int | None = None, target: str | None = None,
-              top: int | None = None) -> tuple[RunPlan, Bank]:
+@dataclass(frozen=True)
+class PlanRequest:
+    """A run as asked for — the CLI's flags, a flow's or a deployment's parameters — before any check;
+    :func:`make_plan` validates it into a :class:`RunPlan`. Field names follow the flags (``--max-items`` is
+    ``max_items``)."""
+
+    kind: str
+    models: tuple[str, ...] | list[str] = ()
+    bank: str | None = None
+    output: str | None = None
+    run_id: str | None = None
+    goal: str | None = None
+    method: str | None = None
+    confidence: float = 0.95
+    batch_size: int = 50
+    max_items: int | None = None
+    seed: int = 0
+    scorer: str | None = None
+    margin: float = 0.0
+    threshold: float | None = None
+    halfwidth: float | None = None
+    mode: str = "best"
+    target: str | None = None
+    top: int | None = None
+    history: tuple[str, ...] | list[str] | None = None
+    ray_address: str | None = None
+    num_cpus: int | None = None
+    num_gpus: float = 0.0
+    replicas: int = 1
+    in_flight: int = 2
+    chunk_size: int | None = None
+    check_output: bool = True
+
+
+def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
     """Validate a request; return the plan and its loaded bank. Raises InputError on any bad input."""
+    if not isinstance(request, PlanRequest):
+        raise TypeError(f"make_plan takes a PlanRequest, got {type(request).__name__}")
+    r = request
+    kind, models, bank, output, run_id, goal = r.kind, list(r.models), r.bank, r.output, r.run_id, r.goal
+    method, confidence, batch_size, max_items, seed, scorer = (r.method, r.confidence, r.batch_size, r.max_items,
+                                                               r.seed, r.scorer)
+    margin, threshold, halfwidth, mode, target, top = r.margin, r.threshold, r.halfwidth, r.mode, r.target, r.top
+    ray_address, num_cpus, num_gpus, replicas = r.ray_address, r.num_cpus, r.num_gpus, r.replicas
+    in_flight, chunk_size, check_output, history = r.in_flight, r.chunk_size, r.check_output, r.history
     if kind not in KINDS:
         raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
     if not models:
