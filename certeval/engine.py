@@ -25,11 +25,12 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from .estimators import method_for_goal
-from .estimators.goals import Goal
+from .estimators.goals import DIMINISHING_WINDOW, Goal, Look
 from .estimators.groups import GroupRequest, make_group, shared_order
 from .estimators.protocol import Proposal
 from .estimators.results import Decision
 
+KEEP_LOOKS = DIMINISHING_WINDOW + 1  # the looks a goal's rules compare with
 RngFor = Callable[[str], np.random.Generator]
 Inference = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]  # label -> positions -> scores
 
@@ -54,6 +55,7 @@ class SingleModelRounds:
         self.batch_size = int(batch_size)
         self.max_items = max_items
         self.decisions = decisions if decisions is not None else {}
+        self.looks: dict[str, list[Look]] = {}  # each model's looks in this process (rules that compare looks)
 
     @property
     def active(self) -> list[str]:
@@ -82,8 +84,12 @@ class SingleModelRounds:
     def decide(self, labels: list[str], look: int | None = None) -> dict[str, Decision]:
         """The goal's rules for ``labels`` at this look (its estimate, its remaining budget)."""
         for label in labels:
-            self.decisions[label] = self.goal.decide(self.methods[label].result(), look=look,
-                                                     budget_left=self.budget_left(label))
+            est = self.methods[label].result()
+            history = self.looks.setdefault(label, [])
+            self.decisions[label] = self.goal.decide(est, look=look, budget_left=self.budget_left(label),
+                                                     history=history)
+            history.append(Look(look or len(history) + 1, int(est.n_scored), est))
+            del history[:-KEEP_LOOKS]
         return {label: self.decisions[label] for label in labels}
 
 

@@ -92,3 +92,31 @@ def test_faq_replay_records_every_look_and_ends_at_its_estimate():
     assert len(res.curve) == res.looks >= 2
     assert res.curve[-1] == (res.n_scored, res.mean, res.lower, res.upper)
     assert [c[0] for c in res.curve] == sorted(c[0] for c in res.curve)
+
+
+def test_a_goal_with_diminishing_returns_stops_where_the_interval_stalls_and_says_the_goal_was_not_met():
+    """seed 004's diminishing-returns rule from a CLI goal: ``halfwidth:E+diminishing:G`` (the engine keeps each
+    model's recent looks for it) stops once the half-width shrinks by less than G a look, goal not reached;
+    the same run without it goes on to the half-width."""
+    spec, row = _bank(3, n=2000)
+    plain = parse_goal("halfwidth:0.03")
+    stalled = parse_goal("halfwidth:0.03+diminishing:0.003")
+    assert str(stalled) == "halfwidth:0.03+diminishing:0.003" and parse_goal(str(stalled)) == stalled
+    widths = []
+    est, decision = replay_once("uniform", {}, spec, row, plain, 50, None, np.random.default_rng(0),
+                                on_look=lambda e: widths.append(e.halfwidth))
+    assert decision.rule == "precision" and decision.reached
+    early, decision = replay_once("uniform", {}, spec, row, stalled, 50, None, np.random.default_rng(0))
+    assert decision.rule == "diminishing-returns" and not decision.reached and early.halfwidth > 0.03
+    k = early.n_scored // 50 - 1  # the rule fired at look k: the gain over the last two looks was below 0.003
+    assert (widths[k - 2] - widths[k]) / 2 < 0.003 <= (widths[k - 3] - widths[k - 1]) / 2
+    assert early.n_scored < est.n_scored
+
+
+@pytest.mark.parametrize("text", ["halfwidth:0.1+futility", "halfwidth:0.1+diminishing:x", "above:0.5+diminishing:-1",
+                                  "halfwidth:0.1+diminishing:0.01+diminishing:0.02", "halfwidth:0.1+"])
+def test_bad_added_rules_are_refused_by_name(text):
+    from certeval.estimators import InputError
+
+    with pytest.raises(InputError, match="diminishing"):
+        parse_goal(text)

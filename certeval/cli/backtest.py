@@ -29,7 +29,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--method", default=None,
                    help="history (default with --history/--history-fraction), adaptive (default otherwise), "
                         "static, seq, cer-eval, uniform, faq")
-    p.add_argument("--goal", default="halfwidth:0.05", help="halfwidth:E, above:T, below:T (or compare:/rank:/select:)")
+    p.add_argument("--goal", default="halfwidth:0.05", help="halfwidth:E, above:T, below:T (each may add +diminishing:G), or compare:D, rank:D, select:T,E")
     p.add_argument("--reps", type=int, default=20, help="repetitions per model (default 20)")
     p.add_argument("--batch-size", type=int, default=10, help="items per round (default 10)")
     p.add_argument("--max-items", type=int, default=None, help="item budget per run")

@@ -43,7 +43,9 @@ def add_parser(subparsers) -> None:
                             "bundled:<name>, bundled:trivia); optional with replay models only. --tasks: lm-eval's "
                             "name for it")
         if name == "certify":
-            p.add_argument("--goal", required=True, help="halfwidth:E, above:T or below:T")
+            p.add_argument("--goal", required=True,
+                           help="halfwidth:E, above:T or below:T; add +diminishing:G to also stop a model whose "
+                                "half-width shrinks by less than G a look (goal then not reached)")
             p.add_argument("--method", default=None,
                            help="history (default with --history), adaptive (default otherwise), uniform, seq, "
                                 "cer-eval, static")

@@ -5,7 +5,10 @@ Rules are small objects speaking one tiny protocol (as Inspect AI's early stoppi
 newest last). Rules from seed 004 §5.3 (Arviv et al.): precision, threshold crossing, futility, diminishing
 returns; plus the two that always apply, an exhausted bank and a spent budget.
 
-A CLI goal (``halfwidth:E``, ``above:T``, ``below:T``) is a named set of rules: :meth:`Goal.rules`. Scoring
+A CLI goal (``halfwidth:E``, ``above:T``, ``below:T``) is a named set of rules: :meth:`Goal.rules`; seed 004's
+diminishing-returns rule joins it with ``+``: ``halfwidth:0.02+diminishing:0.001`` also stops a model whose
+half-width shrinks by less than 0.001 a look (averaged over two looks), goal not reached. Futility needs no flag:
+``above:T`` and ``below:T`` already stop on a confident answer on either side. Scoring
 the whole bank is always the last resort: an exhausted bank stops the run and the decision says whether the
 goal was nevertheless reached. :class:`SequentialTest` runs any method look by look under any rule set.
 """
@@ -22,6 +25,7 @@ from .protocol import BankSpec
 from .results import Decision, Estimate
 
 GOAL_KINDS = ("halfwidth", "above", "below")
+DIMINISHING_WINDOW = 2  # looks the diminishing-returns gain is averaged over (one lucky batch does not stop it)
 
 
 @dataclass(frozen=True)
@@ -126,9 +130,9 @@ class DiminishingReturns:
         if not (now.n_scored and before.n_scored):
             return None
         gain = (before.halfwidth - now.halfwidth) / self.window
-        if gain < self.min_gain:
-            return Decision(True, "diminishing-returns", history[-1].look, True, "precise-enough",
-                            f"half-width gain {gain:.4g} per batch < {self.min_gain:g}")
+        if gain < self.min_gain:  # the interval stays valid (anytime methods); the goal itself was not met
+            return Decision(True, "diminishing-returns", history[-1].look, False, "precise-enough",
+                            f"half-width gain {gain:.4g} per look < {self.min_gain:g}")
         return None
 
 
@@ -216,25 +220,45 @@ class Goal:
 
     kind: str
     value: float
+    diminishing: float | None = None  # the diminishing-returns rule's least half-width gain per look
 
     def __str__(self) -> str:
-        return f"{self.kind}:{self.value:g}"
+        return f"{self.kind}:{self.value:g}" + ("" if self.diminishing is None else f"+diminishing:{self.diminishing:g}")
 
     def rules(self, *, max_items: int | None = None) -> tuple[StoppingRule, ...]:
         first: StoppingRule = (Precision(self.value) if self.kind == "halfwidth"
                                else Threshold(self.value, "either", asked=self.kind))
+        extra = () if self.diminishing is None else (DiminishingReturns(self.diminishing, window=DIMINISHING_WINDOW),)
         budget = () if max_items is None else (Budget(int(max_items), "the item budget (--max-items) was spent"),)
-        return (first, Exhausted(), *budget)
+        return (first, *extra, Exhausted(), *budget)
 
-    def decide(self, est: Estimate, *, look: int | None = None, budget_left: int | None = None) -> Decision:
+    def decide(self, est: Estimate, *, look: int | None = None, budget_left: int | None = None,
+               history: Sequence[Look] = ()) -> Decision:
         """The goal's rules at one look: stop when the goal is met, the bank is exhausted, or the budget
-        (``budget_left`` items still allowed) is spent."""
+        (``budget_left`` items still allowed) is spent. ``history``: the model's earlier looks, oldest first
+        (the diminishing-returns rule compares with them)."""
         max_items = None if budget_left is None else int(est.n_scored) + int(budget_left)
-        return first_decision(self.rules(max_items=max_items), (Look(look, int(est.n_scored), est),))  # type: ignore[arg-type]
+        looks = (*history, Look(look, int(est.n_scored), est))  # type: ignore[arg-type]
+        return first_decision(self.rules(max_items=max_items), looks)
 
 
 def parse_goal(text: str) -> Goal:
-    """Parse ``halfwidth:E``, ``above:T`` or ``below:T`` into a :class:`Goal`."""
+    """Parse ``halfwidth:E``, ``above:T`` or ``below:T`` (optionally ``+diminishing:G``) into a :class:`Goal`."""
+    if isinstance(text, str) and "+" in text:
+        main, *more = text.split("+")
+        goal = parse_goal(main)
+        gains = []
+        for part in more:
+            name, _, raw = part.partition(":")
+            if name.strip().lower() != "diminishing":
+                raise InputError(f"a goal's added rule must look like +diminishing:G, got {part!r} in {text!r}")
+            try:
+                gains.append(check_positive(float(raw), f"diminishing-returns gain in {text!r}"))
+            except ValueError:
+                raise InputError(f"diminishing-returns gain must be a number; got {raw!r} in {text!r}") from None
+        if len(gains) != 1:
+            raise InputError(f"at most one +diminishing:G per goal, got {text!r}")
+        return Goal(goal.kind, goal.value, gains[0])
     if not isinstance(text, str) or ":" not in text:
         raise InputError(f"goal must look like halfwidth:E, above:T or below:T; got {text!r}")
     kind, _, raw = text.partition(":")
