@@ -274,7 +274,12 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                   "Each band is the confidence interval after each round; the line is the estimate "
                   "(compare seed 004, Fig. 1).", "", "![interval vs items scored](interval_curve.png)", ""]
     if ranking:
-        lines += ["## Ranking", "", "Models in one tie group could not be separated at the run's confidence.", "",
+        epsilon = (run.results.get("ranking") or {}).get("epsilon")
+        meaning = ("Models in one tie group could not be separated at the run's confidence." if epsilon is None else
+                   f"Epsilon-statements (ε = {epsilon:g}): every model in a higher group has a bank mean at least "
+                   f"that of every model in a lower group minus {epsilon:g}, jointly at the run's confidence; "
+                   "within a group no order is claimed.")
+        lines += ["## Ranking", "", meaning, "",
                   markdown_table(["rank", "group", "model", "mean", "lower", "upper"],
                                  [[r["rank"], r["group"], r["model"], r.get("mean"), r.get("lower"), r.get("upper")]
                                   for r in ranking]), "", "![ranking](ranking.png)", ""]

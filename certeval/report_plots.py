@@ -25,6 +25,9 @@ VERDICT_TEXT = {
     "a>b": "{a} better than {b}", "b>a": "{b} better than {a}",
     "equivalent": "{a} and {b} equivalent (within ±{m:g})", "a>=b+margin": "{a} at least {b} + {m:g}",
     "not a>=b+margin": "{a} not at least {b} + {m:g}", "undecided": "{a} vs {b}: undecided",
+    "a>=b-eps": "{a} listed above {b} ({a} at least {b} − {m:g})",
+    "b>=a-eps": "{b} listed above {a} ({b} at least {a} − {m:g})",
+    "either order": "{a} and {b} within ±{m:g} (either order holds)",
 }
 
 

@@ -30,6 +30,7 @@ CASES = {
     "rank-bank-history": dict(kind="rank", target="bank", history=True),
     "rank-distribution": dict(kind="rank", target="distribution"),
     "rank-bank-budget": dict(kind="rank", target="bank", max_items=60),
+    "rank-bank-epsilon": dict(kind="rank", target="bank", epsilon=0.1, margin=0.0),
     "select-bank": dict(kind="select", target="bank", threshold=0.3, halfwidth=0.05),
     "select-bank-history": dict(kind="select", target="bank", history=True, threshold=0.3, halfwidth=0.05),
     "select-distribution": dict(kind="select", target="distribution", threshold=0.3, halfwidth=0.05),
@@ -49,7 +50,7 @@ def run_case(name: str, folder: Path) -> dict:
     scores = small_scores(folder, n_items=150)
     names = (STRONG, MIDDLE) if kind == "compare" else (STRONG, MIDDLE, WEAK)
     plan, _ = make_plan(PlanRequest(kind, models=[replay(m, scores) for m in names], output=str(folder / "runs"),
-                                    run_id=name, seed=2, batch_size=20, margin=0.02,
+                                    run_id=name, seed=2, batch_size=20, margin=case.pop("margin", 0.02),
                                     history=[SCORES] if history else None, **case))
     drive(plan)
     return digest(folder / "runs" / name)

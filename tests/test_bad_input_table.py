@@ -199,6 +199,12 @@ CASES = [
     ("rank-margin-1-distribution", lambda fx: _pair("rank", fx, "--margin", "1", "--target", "distribution"),
      "margin"),  # passed the plan and failed only after config.json was written and Ray/Prefect had started
     ("rank-margin-1-bank", lambda fx: _pair("rank", fx, "--margin", "1"), "margin"),
+    ("rank-epsilon-above-1", lambda fx: _pair("rank", fx, "--epsilon", "1.5"), "epsilon"),
+    ("rank-epsilon-zero", lambda fx: _pair("rank", fx, "--epsilon", "0"), "epsilon"),
+    ("rank-epsilon-with-margin", lambda fx: _pair("rank", fx, "--epsilon", "0.05", "--margin", "0.02"), "epsilon"),
+    ("rank-epsilon-distribution", lambda fx: _pair("rank", fx, "--epsilon", "0.05", "--target", "distribution"),
+     "epsilon"),
+    ("rank-epsilon-nan", lambda fx: _pair("rank", fx, "--epsilon", "nan"), "epsilon"),
     ("compare-method-adaptive", lambda fx: _pair("compare", fx, "--method", "adaptive"), "method"),
     ("compare-history-missing", lambda fx: _pair("compare", fx, "--history", "/nonexistent/h.parquet"), "nonexistent"),
     ("compare-output-is-file", lambda fx: _pair("compare", fx, "--output", fx["file"]), "output"),

@@ -16,7 +16,7 @@ revealed in looks of ``looks_every``. The decisions are checked against the whol
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import special
@@ -199,7 +199,10 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         res = bt.run(np.arange(m), rng).outcome
         walls.append(time.perf_counter() - start)
         table = res.pairs
-        errors = int(_statement_errors(table.verdict, exact[table.a] - exact[table.b], bt.request.margin).sum())
+        if res.epsilon is None:
+            errors = int(_statement_errors(table.verdict, exact[table.a] - exact[table.b], bt.request.margin).sum())
+        else:
+            errors = epsilon_errors(res, bt.models, exact)
         fwe.append(errors > 0)
         fractions.append(res.fraction_used)
         groups.append(len(res.tie_groups))
@@ -218,6 +221,7 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         "tie_groups_mean": float(np.mean(groups)), "models_leaving_early": float(np.mean(early)),
         "family_wise_error_rate": float(np.mean(fwe)), "wall_s_per_rep": float(np.mean(walls)),
         "guarantee": guarantee, "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
+        "statement": "strict" if bt.request.epsilon is None else "epsilon", "epsilon": bt.request.epsilon,
     }
     return {"rankings": rankings, "summary": summary}
 
@@ -254,6 +258,15 @@ def select_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
     return {"runs": runs, "summary": summary}
 
 
+def epsilon_errors(ranking: Any, models: Sequence[str], exact: np.ndarray) -> int:
+    """Wrong epsilon-statements of a ranking: pairs in two tie groups whose higher-listed model's exact bank mean
+    is below the lower one's minus epsilon."""
+    group = {name: g for g, members in enumerate(ranking.tie_groups) for name in members}
+    g = np.array([group[name] for name in models])
+    above = g[:, None] < g[None, :]
+    return int((above & (exact[:, None] < exact[None, :] - ranking.epsilon - 1e-9)).sum())
+
+
 def _looks(bt: ComparativeBacktest) -> list[int]:
     n = bt.spec.n_items
     cap = n if bt.max_items is None else min(n, int(bt.max_items))
@@ -273,13 +286,17 @@ def run_comparative_backtest(args) -> int:
     target = getattr(args, "target", "bank") or "bank"
     n_pairs = check_positive_int(getattr(args, "pairs", 200) or 200, "--pairs")
     top = check_positive_int(getattr(args, "top", None) or 1, "--top") if kind == "select" else None
+    epsilon = getattr(args, "epsilon", None)
+    if epsilon is not None and (kind != "rank" or target != "bank" or values[0] or not 0 < epsilon < 1):
+        raise InputError(f"--epsilon {epsilon!r} needs --goal rank:0 on the bank target and a value in (0, 1) "
+                         f"(it replaces the margin's strict verdicts); got --goal {args.goal} --target {target}")
     matrix, models, spec = _load(args)
     margin = values[0] if kind != "select" else 0.0
     design = _design(args, 1.0 - confidence, margin) if target == "distribution" else None
     request = GroupRequest(kind=kind, labels=tuple(models), target=target, confidence=confidence, margin=margin,
                            threshold=values[0] if kind == "select" else None,
                            halfwidth=values[1] if kind == "select" else None, top=top, look_size=looks_every,
-                           max_items=max_items, design=design)
+                           max_items=max_items, design=design, epsilon=epsilon)
     bt = ComparativeBacktest(matrix, tuple(models), spec, request, reps=reps, seed=seed, looks_every=looks_every,
                              max_items=max_items, n_pairs=n_pairs)
     out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)

@@ -32,8 +32,9 @@ def print_rank(out: dict[str, Any]) -> None:
 
     s = out["summary"]
     first = out["rankings"][0]
-    table = Table(title=f"ranking (rep 0): {s['models']} models, margin {s['margin']:g}, "
-                        f"{len(first['tie_groups'])} tie groups")
+    statement = (f"margin {s['margin']:g}" if s.get("epsilon") is None
+                 else f"epsilon {s['epsilon']:g}: each listed at least the models below it minus epsilon")
+    table = Table(title=f"ranking (rep 0): {s['models']} models, {statement}, {len(first['tie_groups'])} tie groups")
     for col in ("rank", "model", "mean", "items used"):
         table.add_column(col)
     pos = {mname: k for k, mname in enumerate(first["models"])}

@@ -58,6 +58,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--looks-every", type=int, default=100, help="comparisons: items per look")
     p.add_argument("--pairs", type=int, default=None, help="comparisons: number of random model pairs")
     p.add_argument("--top", type=int, default=None, help="select (bank target): identify the K best models")
+    p.add_argument("--epsilon", type=float, default=None,
+                   help="rank:0 (bank target): epsilon-correct ranking, as certeval rank --epsilon E")
     p.add_argument("--ci", choices=("default", "paper", "anytime"), default=None, help="FAQ: interval type")
     add_common(p)
     p.set_defaults(func=run)

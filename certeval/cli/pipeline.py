@@ -69,6 +69,12 @@ def add_parser(subparsers) -> None:
         if name in ("compare", "rank"):
             p.add_argument("--margin", type=float, default=0.0,
                            help="margin D (default 0): a>b needs the difference above D, equivalent inside (-D, D)")
+        if name == "rank":
+            p.add_argument("--epsilon", type=float, default=None,
+                           help="epsilon-correct ranking (bank target): instead of strict verdicts, list the models so "
+                                "that every model above another has a bank mean at least the other's minus E, "
+                                "jointly with probability >= confidence; models within E of each other need not be "
+                                "separated, so dense leaderboards stop early (docs/ranking.md)")
         if name == "select":
             p.add_argument("--threshold", type=float, default=None,
                            help="discard models whose score is surely below T (required with --target distribution)")
@@ -237,7 +243,7 @@ def plan_from_args(args) -> tuple[Any, Any]:
         halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
         ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
         history=history, num_cpus=args.num_cpus, target=getattr(args, "target", None),
-        top=getattr(args, "top", None),
+        top=getattr(args, "top", None), epsilon=getattr(args, "epsilon", None),
     ))
 
 
@@ -325,7 +331,9 @@ def summary(results: dict[str, Any]) -> str:
                      f"{m['n_scored']}/{m['n_total']} items  {note}")
     if results.get("ranking"):
         groups = [" = ".join(g) for g in results["ranking"]["tie_groups"]]
-        lines.append("  ranking: " + "  >  ".join(groups))
+        epsilon = results["ranking"].get("epsilon")
+        how = "" if epsilon is None else f" (each listed above the next groups up to ε = {epsilon:g})"
+        lines.append(f"  ranking{how}: " + "  >  ".join(groups))
     if results["kind"] == "compare" and results.get("pairs"):
         p = results["pairs"][0]
         lines.append(f"  {p['model_a']} - {p['model_b']}: {p['diff']:.4f} [{p['lower']:.4f}, {p['upper']:.4f}] -> "

@@ -30,7 +30,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._validation import InputError, check_alpha, check_in_range
-from .comparison import A_GT_B, B_GT_A, RULES, UNDECIDED, VERDICTS, Comparison, pair_verdicts
+from .comparison import (A_GT_B, A_OVER_B, B_GT_A, B_OVER_A, RULES, UNDECIDED, VERDICTS, Comparison, epsilon_verdicts,
+                         pair_verdicts)
 from .wor_streams import absorb_rows, check_weights, make_streams, streams_from_state
 
 PAIR_BLOCK_CELLS = 1 << 22  # pairs x items absorbed at once
@@ -136,27 +137,70 @@ def group_ties(order: Sequence[int], separated_from: Any) -> list[list[int]]:
     return groups
 
 
+def epsilon_groups(means: np.ndarray, names: Sequence[str], a: np.ndarray, b: np.ndarray,
+                   verdict: np.ndarray) -> list[list[int]]:
+    """Tie groups of an ε-ranking, best first: the strongly connected components of the graph of required
+    listings (x → y when only "x above y" is certified; both ways for a pair still undecided), in a topological
+    order that puts the higher mean first where the statements leave a choice; members by mean. Every pair in two
+    different groups is then listed in an order its statement certifies; within a group nothing is claimed."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    m = len(names)
+    fwd, bwd, open_ = verdict == A_OVER_B, verdict == B_OVER_A, verdict == UNDECIDED
+    src = np.concatenate([a[fwd], b[bwd], a[open_], b[open_]]).astype(np.int64)
+    dst = np.concatenate([b[fwd], a[bwd], b[open_], a[open_]]).astype(np.int64)
+    graph = coo_matrix((np.ones(len(src)), (src, dst)), shape=(m, m))
+    n_groups, label = connected_components(graph, directed=True, connection="strong")
+    best = np.full(n_groups, -np.inf)
+    np.maximum.at(best, label, means)
+    cross = label[src] != label[dst]
+    gs, gd = label[src][cross], label[dst][cross]
+    indeg = np.bincount(gd, minlength=n_groups)
+    by_src = np.argsort(gs, kind="stable")
+    starts = np.searchsorted(gs[by_src], np.arange(n_groups + 1))
+    heap = [(-best[g], g) for g in range(n_groups) if indeg[g] == 0]
+    heapq.heapify(heap)
+    members = [[] for _ in range(n_groups)]
+    for k in sorted(range(m), key=lambda k: (-means[k], names[k])):
+        members[label[k]].append(k)
+    out = []
+    while heap:
+        _, g = heapq.heappop(heap)
+        out.append(members[g])
+        for e in by_src[starts[g]:starts[g + 1]]:
+            indeg[gd[e]] -= 1
+            if indeg[gd[e]] == 0:
+                heapq.heappush(heap, (-best[gd[e]], gd[e]))
+    return out
+
+
 def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: np.ndarray, *, alpha: float,
-                     correction: str = "bonferroni"):
+                     correction: str = "bonferroni", epsilon: float | None = None):
     """A :class:`~.ranking.Ranking` from every pair's verdict and each model's bank-mean estimate: order
-    consistent with the verdicts, tie groups with no two separated members."""
+    consistent with the verdicts, tie groups with no two separated members (ε-statements: see
+    :func:`epsilon_groups`)."""
     from .ranking import Ranking
 
     names = table.names
     means = np.where(np.isnan(model_mean), -np.inf, model_mean)
-    order = consistent_order(means, names, table.a, table.b, table.verdict)
-    sep = np.zeros((len(names), len(names)), dtype=bool)
-    d = np.isin(table.verdict, (A_GT_B, B_GT_A))
-    sep[table.a[d], table.b[d]] = True
-    sep[table.b[d], table.a[d]] = True
-    groups = group_ties(order, lambda k, group: bool(sep[k, group].any()))
+    if epsilon is not None:
+        groups = epsilon_groups(means, names, table.a, table.b, table.verdict)
+    else:
+        order = consistent_order(means, names, table.a, table.b, table.verdict)
+        sep = np.zeros((len(names), len(names)), dtype=bool)
+        d = np.isin(table.verdict, (A_GT_B, B_GT_A))
+        sep[table.a[d], table.b[d]] = True
+        sep[table.b[d], table.a[d]] = True
+        groups = group_ties(order, lambda k, group: bool(sep[k, group].any()))
     order = [k for g in groups for k in g]
     return Ranking(
         models=tuple(names[k] for k in order),
         tie_groups=tuple(tuple(names[k] for k in g) for g in groups),
         means=tuple(float(model_mean[k]) for k in order),
         items_used=tuple(int(model_used[k]) for k in order),
-        n_total=table.n_total, pairs=table, alpha=alpha, correction=correction, guarantee=table.guarantee)
+        n_total=table.n_total, pairs=table, alpha=alpha, correction=correction, guarantee=table.guarantee,
+        epsilon=epsilon)
 
 
 class BankRanking:
@@ -169,7 +213,7 @@ class BankRanking:
     """
 
     def __init__(self, names: Sequence[str], *, alpha: float = 0.05, margin: float = 0.0,
-                 correction: str = "bonferroni") -> None:
+                 correction: str = "bonferroni", epsilon: float | None = None) -> None:
         self.names = tuple(str(x) for x in names)
         if len(self.names) < 2:
             raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
@@ -180,6 +224,12 @@ class BankRanking:
         if correction not in ("bonferroni", "none"):
             raise InputError(f"correction must be bonferroni or none, got {correction!r}")
         self.correction = correction
+        if epsilon is not None:  # ε-statements (see epsilon_verdicts) instead of the margin's strict ones
+            epsilon = check_in_range(epsilon, "epsilon", 0.0, 1.0)
+            if not 0.0 < epsilon < 1.0 or self.margin:
+                raise InputError(f"epsilon must lie in (0, 1) and replaces the margin, got epsilon={epsilon!r} "
+                                 f"with margin={self.margin!r}")
+        self.epsilon = epsilon
 
     # -- life cycle -------------------------------------------------------------------------------------
     def start(self, weights: np.ndarray, bet_horizon: int | None = None) -> "BankRanking":
@@ -256,7 +306,8 @@ class BankRanking:
         mean, lo, up = ps.bounds()
         diff, lower, upper = 2 * mean - 1, 2 * lo - 1, 2 * up - 1
         exact = self.n == self.n_total
-        codes = pair_verdicts(diff, lower, upper, self.margin, exact)
+        codes = (pair_verdicts(diff, lower, upper, self.margin, exact) if self.epsilon is None
+                 else epsilon_verdicts(diff, lower, upper, self.epsilon, exact))
         idx = self.open_idx
         self.diff[idx], self.used[idx] = diff, self.n
         self.lower[idx], self.upper[idx] = np.maximum(lower, -1.0), np.minimum(upper, 1.0)
@@ -277,16 +328,19 @@ class BankRanking:
         p = len(self.pa)
         how = (f"Bonferroni over the {p} pairs (each at alpha/{p})" if self.correction == "bonferroni"
                else "NO multiplicity correction (demonstration only: no family-wise control)")
-        return f"{GUARANTEE}; family-wise over every ordering statement by {how}"
+        what = "every ordering statement" if self.epsilon is None else (
+            f"the epsilon-statements: every model listed in a higher tie group has a bank mean at least that of "
+            f"every model in a lower group minus {self.epsilon:g},")
+        return f"{GUARANTEE}; family-wise over {what} by {how}"
 
     def pair_table(self) -> BankPairTable:
         return BankPairTable(self.names, self.pa, self.pb, self.verdict.astype(np.int64), self.look, self.used,
-                             self.diff, self.lower, self.upper, self.n_total, 1.0 - self.alpha, self.margin,
-                             self.guarantee())
+                             self.diff, self.lower, self.upper, self.n_total, 1.0 - self.alpha,
+                             self.margin if self.epsilon is None else self.epsilon, self.guarantee())
 
     def result(self):
         return assemble_ranking(self.pair_table(), self.model_mean, self.model_used, alpha=self.alpha,
-                                correction=self.correction)
+                                correction=self.correction, epsilon=self.epsilon)
 
     def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
         """Per model: (mean, lower, upper, items) — simultaneous CSs at alpha / M for the bank means."""
@@ -299,14 +353,14 @@ class BankRanking:
 
     def state(self) -> dict[str, Any]:
         return {"kind": "bank-ranking", "names": list(self.names), "alpha": self.alpha, "margin": self.margin,
-                "correction": self.correction, "n": self.n, "looks": self.looks,
+                "correction": self.correction, "epsilon": self.epsilon, "n": self.n, "looks": self.looks,
                 "pairs": self.pairs.state(), "models": self.models.state(),
                 **{k: getattr(self, k).copy() for k in self.ARRAYS}}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "BankRanking":
         obj = cls(state["names"], alpha=float(state["alpha"]), margin=float(state["margin"]),
-                  correction=str(state["correction"]))
+                  correction=str(state["correction"]), epsilon=state.get("epsilon"))
         obj.n, obj.looks = int(state["n"]), int(state["looks"])
         obj.pairs = streams_from_state(state["pairs"])
         obj.models = streams_from_state(state["models"])

@@ -49,9 +49,10 @@ GOALS = ("difference", "improvement")
 STATISTICS = ("paired", "unpaired")
 GUARANTEES = ("group-sequential", "anytime")
 
-UNDECIDED, A_GT_B, B_GT_A, EQUIVALENT, IMPROVED, NOT_IMPROVED = range(6)
-VERDICTS = ("undecided", "a>b", "b>a", "equivalent", "a>=b+margin", "not a>=b+margin")
-RULES = (None, "efficacy", "efficacy", "equivalence", "improvement", "futility")
+UNDECIDED, A_GT_B, B_GT_A, EQUIVALENT, IMPROVED, NOT_IMPROVED, A_OVER_B, B_OVER_A, EITHER_ORDER = range(9)
+VERDICTS = ("undecided", "a>b", "b>a", "equivalent", "a>=b+margin", "not a>=b+margin",
+            "a>=b-eps", "b>=a-eps", "either order")
+RULES = (None, "efficacy", "efficacy", "equivalence", "improvement", "futility", "epsilon", "epsilon", "epsilon")
 
 EXACT_TOL = 1e-9  # floating-point slack when an exact difference is compared with the margin
 
@@ -72,6 +73,26 @@ def pair_verdicts(diff: np.ndarray, lower: np.ndarray, upper: np.ndarray, margin
     codes[upper < -margin] = B_GT_A
     return codes
 
+
+
+def epsilon_verdicts(diff: np.ndarray, lower: np.ndarray, upper: np.ndarray, epsilon: float,
+                     exact: bool) -> np.ndarray:
+    """Indifference-zone statements with tolerance ε (Bechhofer 1954): listing a above b claims
+    ``mu_a >= mu_b - ε``, certified once the interval's lower bound exceeds -ε; listing b above a, once its upper
+    bound is below ε. Codes: ``EITHER_ORDER`` (both certified), ``A_OVER_B`` / ``B_OVER_A`` (only that listing),
+    ``UNDECIDED``; at exhaustion the exact difference decides. An interval narrower than 2ε always certifies one
+    listing, so no pair waits for a difference sitting at a boundary."""
+    if exact:
+        lower = upper = np.asarray(diff, dtype=float)
+        tol = EXACT_TOL
+    else:
+        lower, upper, tol = np.asarray(lower, dtype=float), np.asarray(upper, dtype=float), 0.0
+    a_ok, b_ok = lower > -epsilon - tol, upper < epsilon + tol
+    codes = np.full(lower.shape, UNDECIDED)
+    codes[a_ok] = A_OVER_B
+    codes[b_ok] = B_OVER_A
+    codes[a_ok & b_ok] = EITHER_ORDER
+    return codes
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ class GroupRequest:
     max_items: int | None = None
     history: Mapping[str, Any] = field(default_factory=dict)
     design: Any = None  # distribution target: a ComparisonDesign (statistic, spending, guarantee); None: the default
+    epsilon: float | None = None  # rank, bank target: ε-statements instead of the margin's strict ones
 
     @property
     def alpha(self) -> float:
@@ -81,6 +82,9 @@ def make_group(request: GroupRequest) -> GroupEstimator:
     """The group estimator for ``request`` (not started)."""
     if request.kind not in KINDS:
         raise InputError(f"a paired run is one of {', '.join(KINDS)}, got {request.kind!r}")
+    if request.epsilon is not None and (request.kind != "rank" or request.target != "bank" or request.history):
+        raise InputError(f"epsilon-statements are made by a bank-target ranking without history, got kind "
+                         f"{request.kind!r}, target {request.target!r}" + (" with history" if request.history else ""))
     if request.target == "bank":
         if request.kind == "compare" and request.history:
             return HistoryPairGroup(request)
@@ -170,7 +174,7 @@ class BankGroup(_Group):
             self.estimator_ = BankSelection(r.labels, alpha=r.alpha, top=r.top or 1, epsilon=r.halfwidth or 0.0,
                                             threshold=r.threshold or 0.0).start(spec.weights(), bet_horizon=r.max_items)
         else:
-            self.estimator_ = BankRanking(r.labels, alpha=r.alpha, margin=r.margin).start(
+            self.estimator_ = BankRanking(r.labels, alpha=r.alpha, margin=r.margin, epsilon=r.epsilon).start(
                 spec.weights(), bet_horizon=r.max_items)
         self.outcome_, self.looks_ = None, 0
         return self

@@ -99,6 +99,12 @@ class Ranking:
     alpha: float = 0.05
     correction: str = "bonferroni"
     guarantee: str = ""
+    epsilon: float | None = None  # ε-statements (listed above = at least the other's mean minus ε); None: strict
+
+    @property
+    def statement(self) -> str:
+        """Which ordering statements the ranking makes: ``strict`` (verdicts at the margin) or ``epsilon``."""
+        return "strict" if self.epsilon is None else "epsilon"
 
     @cached_property
     def comparisons(self) -> tuple[Comparison, ...]:
@@ -137,6 +143,8 @@ class Ranking:
             "alpha": self.alpha,
             "correction": self.correction,
             "guarantee": self.guarantee,
+            "statement": self.statement,
+            "epsilon": self.epsilon,
             "n_pairs": len(self.pairs),
             "n_pairs_decided": int(self.pairs.decided.sum()),
         })

@@ -32,7 +32,7 @@ KINDS = ("certify", "compare", "rank", "select")
 TRIVIA = "bundled:trivia"
 # keys of config.json a resumed run must match exactly
 COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
-            "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top")
+            "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top", "epsilon")
 HISTORY_METHOD = "history"
 BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on history and runs in backtests only "
                                 "(certeval backtest --method faq); for a live run that learns from history use "
@@ -73,6 +73,7 @@ class RunPlan:
     history: tuple[str, ...] = ()  # --history sources (other models' recorded scores, earlier runs)
     target: str | None = None  # compare/rank/select: "bank" (default) or "distribution"; None for certify
     top: int | None = None  # select, bank target: how many best models to identify (default 1)
+    epsilon: float | None = None  # rank, bank target: ε-statements instead of the margin's strict verdicts
     # which command made this plan: config.json keeps the first one's, so a later claim by another command is a
     # resume and the same command claiming twice (CLI, then the flow) is not; never compared on resume
     invocation: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -292,6 +293,7 @@ class PlanRequest:
     in_flight: int = 2
     chunk_size: int | None = None
     check_output: bool = True
+    epsilon: float | None = None
 
 
 def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
@@ -305,6 +307,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
     margin, threshold, halfwidth, mode, target, top = r.margin, r.threshold, r.halfwidth, r.mode, r.target, r.top
     ray_address, num_cpus, num_gpus, replicas = r.ray_address, r.num_cpus, r.num_gpus, r.replicas
     in_flight, chunk_size, check_output, history = r.in_flight, r.chunk_size, r.check_output, r.history
+    epsilon = _check_epsilon(r)
     if kind not in KINDS:
         raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
     if not models:
@@ -405,7 +408,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
         replicas=_positive_int(replicas, "--replicas"), num_gpus=float(num_gpus),
         in_flight=_positive_int(in_flight, "--in-flight"),
         chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"), history=history,
-        target=target, top=top,
+        target=target, top=top, epsilon=epsilon,
     )
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
         raise InputError(f"--num-gpus must be a number >= 0, got {num_gpus!r}")
@@ -467,6 +470,24 @@ def claim_run(plan: RunPlan) -> bool:
     """Write config.json for a new run or check it matches (resume); True when another command started the run
     (a claim by the command that wrote config.json, e.g. the CLI and then its flow, is not a resume)."""
     return plan.store().claim(plan.config(), COMPARED)
+
+
+def _check_epsilon(r: PlanRequest) -> float | None:
+    """``--epsilon``: a rank of the bank target without history or margin, E in (0, 1)."""
+    if r.epsilon is None:
+        return None
+    if r.kind != "rank":
+        raise InputError(f"--epsilon applies to rank, not {r.kind}")
+    if isinstance(r.epsilon, bool) or not isinstance(r.epsilon, (int, float)) or not 0.0 < r.epsilon < 1.0:
+        raise InputError(f"--epsilon must lie in (0, 1), got {r.epsilon!r}")
+    if r.target not in (None, "bank"):
+        raise InputError(f"--epsilon is answered on the bank target; drop --target {r.target}")
+    if r.margin:
+        raise InputError(f"--epsilon replaces the strict verdicts of --margin; pass one of them, got --margin {r.margin!r}")
+    if r.history:
+        raise InputError("--epsilon with --history is not built yet: rank --epsilon without --history, or "
+                         "rank --history with strict verdicts")
+    return float(r.epsilon)
 
 
 def _labels(specs: list[ModelSpec]) -> tuple[str, ...]:

@@ -90,7 +90,7 @@ def run_results(run: Any) -> dict[str, Any]:
         "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
                    "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
                    "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None,
-                   "target": plan.target, "top": plan.top},
+                   "target": plan.target, "top": plan.top, "epsilon": plan.epsilon},
         "run_folder": run.store.url,
         "pipeline": {"resumed": run.resumed, "items_sent": dict(run.sent),
                      "ray_address": plan.ray_address or "local",
