@@ -8,10 +8,12 @@ tie groups, round time by look, and one run of all 1,989 openllm_tiny models thr
 Writes ``benchmarks/results/ranking.json``:
 
 * ``rank``: per (dataset, margin) the bank-target ranking replayed over random item orders
-  (:func:`certeval.backtest.comparative.bank_rank_backtest`): fraction of model x item cells scored,
+  (:func:`certeval.backtest.comparative.rank_backtest`): fraction of model x item cells scored,
   models leaving before the bank is exhausted, tie groups, family-wise error rate of the ordering
   statements against the exact bank differences (Wilson 95% upper bound beside it);
 * ``select``: best-arm (top-K within epsilon) identification, cells and error rate;
+* ``epsilon`` (``--epsilon-only``): ``rank --epsilon E`` beside strict verdicts at margin E on the same item orders,
+  cells, tie groups and family-wise error of the statements made, on four leaderboards;
 * ``round_time``: seconds per look of the incremental bank and distribution estimators, and of the
   distribution target's former replay of every look from look 1 (reference), on openllm_arc's 320 models;
 * ``pipeline``: ``certeval rank`` on all openllm_tiny models (replay actors, embedded Prefect, local Ray):
@@ -40,6 +42,8 @@ RANK_CASES = [("helm_mmlu", 0.02, 200), ("helm_mmlu", 0.1, 200), ("openllm_arc",
 SELECT_CASES = [("helm_mmlu", 1, 0.02, 200), ("helm_mmlu", 3, 0.02, 100), ("openllm_arc", 1, 0.02, 20),
                 ("openllm_tiny", 1, 0.02, 2)]
 QUICK_RANK = [("helm_mmlu", 0.02, 2)]  # --quick checks that the benchmark runs and writes its JSON
+EPSILONS = (0.025, 0.05, 0.1)
+EPSILON_CASES = [("helm_mmlu", 3), ("vlm_ocrbench", 1), ("vlm_hallusionbench", 1), ("openllm_arc", 1)]
 QUICK_SELECT = [("helm_mmlu", 1, 0.02, 2)]
 
 
@@ -83,6 +87,22 @@ def rank_case(dataset: str, margin: float, reps: int, seed: int, looks_every: in
             "tie_group_sizes_rep0": [len(g) for g in first["tie_groups"]],
             "fwer": s["family_wise_error_rate"], "fwer_wilson_upper": wilson_upper(errors, reps),
             "wall_s_per_rep": s["wall_s_per_rep"], "wall_s": time.perf_counter() - start}
+
+
+def epsilon_case(dataset: str, epsilon: float, reps: int, seed: int, looks_every: int = 50) -> dict:
+    """``rank --epsilon`` replayed, beside strict verdicts at margin = epsilon on the same orders (the baseline)."""
+    from certeval.backtest.comparative import rank_backtest
+
+    row: dict = {"dataset": dataset, "epsilon": epsilon, "reps": reps, "looks_every": looks_every}
+    for name, request in (("epsilon", {"kind": "rank", "epsilon": epsilon}),
+                          ("strict", {"kind": "rank", "margin": epsilon})):
+        start = time.perf_counter()
+        s = rank_backtest(_backtest(dataset, request, reps, seed, looks_every))["summary"]
+        row.update({"models": s["models"], "items": s["n_items"], f"{name}_fraction_cells": s["fraction_used"],
+                    f"{name}_tie_groups_mean": s["tie_groups_mean"], f"{name}_fwer": s["family_wise_error_rate"],
+                    f"{name}_wall_s": round(time.perf_counter() - start, 1)})
+    row["cells_ratio_epsilon_to_strict"] = row["epsilon_fraction_cells"] / row["strict_fraction_cells"]
+    return row
 
 
 def select_case(dataset: str, top: int, eps: float, reps: int, seed: int) -> dict:
@@ -198,7 +218,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="take the pipeline measurement from a --pipeline-only FILE instead of running it")
     p.add_argument("--merge", action="store_true", help="with --pipeline-from: only add it to the stored result")
     p.add_argument("--round-time-only", action="store_true", help="only re-measure round_time, into the stored result")
+    p.add_argument("--epsilon-only", action="store_true",
+                   help="only the epsilon-ranking cases (rank --epsilon beside strict verdicts), into the stored result")
     args = p.parse_args(argv)
+    if args.epsilon_only:
+        from benchmarks._meta import read_result
+
+        stored = read_result("ranking", args.quick) or {}
+        stored.pop("meta", None)
+        cases = [("helm_mmlu", 1)] if args.quick else EPSILON_CASES
+        stored["epsilon"] = []
+        for dataset, reps in cases:
+            for eps in EPSILONS:
+                stored["epsilon"].append(epsilon_case(dataset, eps, reps, args.seed))
+                print(json.dumps(stored["epsilon"][-1]), flush=True)
+        print(f"wrote {write_result('ranking', stored, args.quick, seed=args.seed)}")
+        return 0
     if args.round_time_only:
         from benchmarks._meta import read_result
 

@@ -70,6 +70,9 @@ def add_parser(subparsers) -> None:
             p.add_argument("--margin", type=float, default=0.0,
                            help="margin D (default 0): a>b needs the difference above D, equivalent inside (-D, D)")
         if name == "rank":
+            p.add_argument("--goal", default=None,
+                           help="halfwidth:E: leaderboard precision — every model's bank mean within ±E "
+                                "simultaneously (bank target), ordered where the intervals do not overlap")
             p.add_argument("--epsilon", type=float, default=None,
                            help="epsilon-correct ranking (bank target): instead of strict verdicts, list the models so "
                                 "that every model above another has a bank mean at least the other's minus E, "

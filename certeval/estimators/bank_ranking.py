@@ -176,7 +176,7 @@ def epsilon_groups(means: np.ndarray, names: Sequence[str], a: np.ndarray, b: np
 
 
 def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: np.ndarray, *, alpha: float,
-                     correction: str = "bonferroni", epsilon: float | None = None):
+                     correction: str = "bonferroni", epsilon: float | None = None, halfwidth: float | None = None):
     """A :class:`~.ranking.Ranking` from every pair's verdict and each model's bank-mean estimate: order
     consistent with the verdicts, tie groups with no two separated members (ε-statements: see
     :func:`epsilon_groups`)."""
@@ -200,7 +200,7 @@ def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: n
         means=tuple(float(model_mean[k]) for k in order),
         items_used=tuple(int(model_used[k]) for k in order),
         n_total=table.n_total, pairs=table, alpha=alpha, correction=correction, guarantee=table.guarantee,
-        epsilon=epsilon)
+        epsilon=epsilon, halfwidth=halfwidth)
 
 
 class BankRanking:

@@ -54,6 +54,7 @@ class GroupRequest:
     history: Mapping[str, Any] = field(default_factory=dict)
     design: Any = None  # distribution target: a ComparisonDesign (statistic, spending, guarantee); None: the default
     epsilon: float | None = None  # rank, bank target: ε-statements instead of the margin's strict ones
+    precision: float | None = None  # rank, bank target: every model's mean within ±precision (leaderboard)
 
     @property
     def alpha(self) -> float:
@@ -82,9 +83,11 @@ def make_group(request: GroupRequest) -> GroupEstimator:
     """The group estimator for ``request`` (not started)."""
     if request.kind not in KINDS:
         raise InputError(f"a paired run is one of {', '.join(KINDS)}, got {request.kind!r}")
-    if request.epsilon is not None and (request.kind != "rank" or request.target != "bank" or request.history):
-        raise InputError(f"epsilon-statements are made by a bank-target ranking without history, got kind "
-                         f"{request.kind!r}, target {request.target!r}" + (" with history" if request.history else ""))
+    special = request.epsilon is not None or request.precision is not None
+    if special and (request.kind != "rank" or request.target != "bank" or request.history):
+        raise InputError("epsilon-statements and leaderboard precision are bank-target rankings without history, "
+                         f"got kind {request.kind!r}, target {request.target!r}"
+                         + (" with history" if request.history else ""))
     if request.target == "bank":
         if request.kind == "compare" and request.history:
             return HistoryPairGroup(request)
@@ -170,6 +173,11 @@ class BankGroup(_Group):
         elif r.kind == "select" and priors:  # each model: certify --history's exact CS, at alpha / M
             self.estimator_ = HistorySelection(r.labels, priors, spec, alpha=r.alpha, top=r.top or 1,
                                                epsilon=r.halfwidth or 0.0, threshold=r.threshold or 0.0).start()
+        elif r.kind == "rank" and r.precision is not None:
+            from .bank_precision import BankPrecision
+
+            self.estimator_ = BankPrecision(r.labels, halfwidth=r.precision, alpha=r.alpha).start(
+                spec.weights(), bet_horizon=r.max_items)
         elif r.kind == "select":
             self.estimator_ = BankSelection(r.labels, alpha=r.alpha, top=r.top or 1, epsilon=r.halfwidth or 0.0,
                                             threshold=r.threshold or 0.0).start(spec.weights(), bet_horizon=r.max_items)

@@ -100,11 +100,13 @@ class Ranking:
     correction: str = "bonferroni"
     guarantee: str = ""
     epsilon: float | None = None  # ε-statements (listed above = at least the other's mean minus ε); None: strict
+    halfwidth: float | None = None  # leaderboard precision: every model's interval within ±halfwidth
 
     @property
     def statement(self) -> str:
-        """Which ordering statements the ranking makes: ``strict`` (verdicts at the margin) or ``epsilon``."""
-        return "strict" if self.epsilon is None else "epsilon"
+        """Which ordering statements the ranking makes: ``strict`` (verdicts at the margin), ``epsilon``, or
+        ``precision`` (every model's mean within ±halfwidth; "a>b" where the intervals do not overlap)."""
+        return "epsilon" if self.epsilon is not None else "precision" if self.halfwidth is not None else "strict"
 
     @cached_property
     def comparisons(self) -> tuple[Comparison, ...]:
@@ -145,6 +147,7 @@ class Ranking:
             "guarantee": self.guarantee,
             "statement": self.statement,
             "epsilon": self.epsilon,
+            "halfwidth": self.halfwidth,
             "n_pairs": len(self.pairs),
             "n_pairs_decided": int(self.pairs.decided.sum()),
         })

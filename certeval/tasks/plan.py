@@ -27,6 +27,7 @@ from ..estimators._validation import InputError, check_confidence, check_in_rang
 from ..backends.base import ModelSpec, parse_model_spec
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from ..synthetic import is_synthetic, synthetic_scores
+from .plan_checks import check_epsilon, leaderboard_goal
 
 KINDS = ("certify", "compare", "rank", "select")
 TRIVIA = "bundled:trivia"
@@ -307,7 +308,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
     margin, threshold, halfwidth, mode, target, top = r.margin, r.threshold, r.halfwidth, r.mode, r.target, r.top
     ray_address, num_cpus, num_gpus, replicas = r.ray_address, r.num_cpus, r.num_gpus, r.replicas
     in_flight, chunk_size, check_output, history = r.in_flight, r.chunk_size, r.check_output, r.history
-    epsilon = _check_epsilon(r)
+    epsilon = check_epsilon(r)
     if kind not in KINDS:
         raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
     if not models:
@@ -349,7 +350,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
         if method not in (None, PAIRED_METHOD):
             raise InputError(f"{kind} samples the same uniform item order for every model; --method must be "
                              f"{PAIRED_METHOD!r}, got {method!r}")
-        method, goal, method_obj = PAIRED_METHOD, None, None
+        method, goal, method_obj = PAIRED_METHOD, leaderboard_goal(r), None
     if kind == "certify":
         if target is not None:
             raise InputError("--target applies to compare, rank and select (certify's methods state their own target)")
@@ -470,24 +471,6 @@ def claim_run(plan: RunPlan) -> bool:
     """Write config.json for a new run or check it matches (resume); True when another command started the run
     (a claim by the command that wrote config.json, e.g. the CLI and then its flow, is not a resume)."""
     return plan.store().claim(plan.config(), COMPARED)
-
-
-def _check_epsilon(r: PlanRequest) -> float | None:
-    """``--epsilon``: a rank of the bank target without history or margin, E in (0, 1)."""
-    if r.epsilon is None:
-        return None
-    if r.kind != "rank":
-        raise InputError(f"--epsilon applies to rank, not {r.kind}")
-    if isinstance(r.epsilon, bool) or not isinstance(r.epsilon, (int, float)) or not 0.0 < r.epsilon < 1.0:
-        raise InputError(f"--epsilon must lie in (0, 1), got {r.epsilon!r}")
-    if r.target not in (None, "bank"):
-        raise InputError(f"--epsilon is answered on the bank target; drop --target {r.target}")
-    if r.margin:
-        raise InputError(f"--epsilon replaces the strict verdicts of --margin; pass one of them, got --margin {r.margin!r}")
-    if r.history:
-        raise InputError("--epsilon with --history is not built yet: rank --epsilon without --history, or "
-                         "rank --history with strict verdicts")
-    return float(r.epsilon)
 
 
 def _labels(specs: list[ModelSpec]) -> tuple[str, ...]:

@@ -194,7 +194,8 @@ class Run:
         return GroupRequest(kind=plan.kind, labels=tuple(self.labels), target=plan.target or "bank",
                             confidence=plan.confidence, margin=plan.margin, threshold=plan.threshold,
                             halfwidth=plan.halfwidth, top=plan.top, mode=plan.mode, look_size=plan.batch_size,
-                            max_items=plan.max_items, history=self.history, epsilon=plan.epsilon)
+                            max_items=plan.max_items, history=self.history, epsilon=plan.epsilon,
+                            precision=parse_goal(plan.goal).value if plan.paired and plan.goal else None)
 
     def _open_paired(self) -> None:
         target = self.plan.target or "bank"  # every per-model interval answers the run's target too
