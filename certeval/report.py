@@ -176,9 +176,11 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
-    return "\n".join(out)
+    """A GitHub-flavoured markdown table (tabulate's ``pipe`` format) of values formatted by :func:`_fmt`."""
+    from tabulate import tabulate
+
+    return tabulate([[_fmt(v) for v in row] for row in rows], headers=headers, tablefmt="pipe",
+                    disable_numparse=True)
 
 
 def _decision(entry: dict[str, Any]) -> dict[str, Any]:

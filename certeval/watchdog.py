@@ -5,9 +5,9 @@ descendants of the CLI. A normal exit, an exception or SIGTERM stops them throug
 their own shutdown hooks; a SIGKILL of the CLI runs no hook, and they would stay
 (≈ 400 MB). :func:`watch_parent` starts one small detached process
 (``python -m certeval.watchdog <pid>``) that records the command's descendants
-every second from ``/proc`` and, when the command has ended, sends them
-SIGTERM and, two seconds later, SIGKILL. A process is recorded with its start
-time, so a reused pid is never signalled. Linux only (elsewhere a no-op).
+every second (psutil) and, when the command has ended, sends them SIGTERM and,
+two seconds later, SIGKILL. A process is recorded with its creation time, so a
+reused pid is never signalled.
 """
 
 from __future__ import annotations
@@ -18,15 +18,17 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 POLL_S = 1.0
 GRACE_S = 2.0
 _STARTED: dict[int, subprocess.Popen] = {}
 
 
 def watch_parent() -> None:
-    """Start the watchdog for this process (once per process; no-op without /proc)."""
+    """Start the watchdog for this process (once per process)."""
     me = os.getpid()
-    if me in _STARTED or not os.path.isdir("/proc/self/task") or os.environ.get("CERTEVAL_NO_WATCHDOG"):
+    if me in _STARTED or os.environ.get("CERTEVAL_NO_WATCHDOG"):
         return
     _STARTED[me] = subprocess.Popen(
         [sys.executable, "-m", "certeval.watchdog", str(me)], stdin=subprocess.DEVNULL,
@@ -35,50 +37,33 @@ def watch_parent() -> None:
     )
 
 
-def _start_time(pid: int) -> int | None:
+def _start_time(pid: int) -> float | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, ValueError):
         return None
-    fields = stat[stat.rindex(b")") + 2:].split()  # after "(comm)", which may hold spaces
-    return int(fields[19])  # field 22: starttime
 
 
-def _parent_map() -> dict[int, int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+def descendants(root: int) -> dict[int, float]:
+    """``pid -> creation time`` of every process below ``root``."""
+    try:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return {}
+    out = {}
+    for child in children:
         try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-            parents[int(entry)] = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError):
+            out[child.pid] = child.create_time()
+        except psutil.Error:  # ended meanwhile
             continue
-    return parents
-
-
-def descendants(root: int) -> dict[int, int]:
-    """``pid -> start time`` of every process below ``root``."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in _parent_map().items():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = {}, list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        start = _start_time(pid)
-        if start is not None:
-            out[pid] = start
-        todo.extend(children.get(pid, []))
     return out
 
 
-def _alive(pid: int, start: int) -> bool:
+def _alive(pid: int, start: float) -> bool:
     return _start_time(pid) == start
 
 
-def _signal_all(procs: dict[int, int], sig: int) -> None:
+def _signal_all(procs: dict[int, float], sig: int) -> None:
     for pid, start in procs.items():
         if pid != os.getpid() and _alive(pid, start):
             try:
@@ -91,7 +76,7 @@ def watch(parent: int) -> None:
     parent_start = _start_time(parent)
     if parent_start is None:
         return
-    seen: dict[int, int] = {}
+    seen: dict[int, float] = {}
     while _alive(parent, parent_start):
         now = descendants(parent)
         now.pop(os.getpid(), None)

@@ -19,6 +19,7 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 from ..estimators._validation import InputError
 
@@ -77,10 +78,10 @@ def parse_model_spec(text: str) -> ModelSpec:
     if "?" in rest:
         rest, _, query = rest.partition("?")
         for part in filter(None, query.split("&")):
-            key, eq, value = part.partition("=")
-            if not eq:
+            if "=" not in part:
                 raise InputError(f"model spec option {part!r} in {text!r} must look like key=value")
-            options.append((key, value))
+        # percent-decoding as in any URL query (a value may hold '&', '=' or '#' written as %26, %3D, %23)
+        options = parse_qsl(query, keep_blank_values=True)
     location, _, name = rest.partition("#")
     if kind == "openai":
         # openai:http://127.0.0.1:8000/v1#model — the URL itself contains ':'

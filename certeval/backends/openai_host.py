@@ -1,4 +1,6 @@
-"""OpenAI-compatible host (``openai:<base_url>#<model>``), standard library only (urllib).
+"""OpenAI-compatible host (``openai:<base_url>#<model>``) on httpx (one keep-alive connection pool per host,
+shared by its request threads) with tenacity's retries (exponential back-off; a 4xx other than 429 is never
+retried: the request itself is wrong).
 
 Options: ``?concurrency=4&max_new_tokens=16&timeout=60&scorer=NAME&mc=generate|echo
 &api_key_env=OPENAI_API_KEY&retries=2``.
@@ -17,15 +19,15 @@ Requests of a call run concurrently (``concurrency`` threads) so a batch keeps t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import string
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from ..estimators._validation import InputError
 from . import scorers as sc
@@ -36,6 +38,10 @@ _KNOWN = {"concurrency", "max_new_tokens", "timeout", "scorer", "mc", "api_key_e
 
 class EndpointError(RuntimeError):
     """The endpoint answered with an error or not at all (after retries)."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying: no answer, a 5xx, or 429 (rate limited)."""
 
 
 class OpenAIHost(ModelHost):
@@ -52,43 +58,50 @@ class OpenAIHost(ModelHost):
         self.api_key = api_key
         self.retries = retries
         self.calls = 0
+        self.client_: httpx.Client | None = None
         if scorer is not None:
             sc.get_scorer(scorer)
 
     # -------------------------------------------------------------- HTTP
 
+    def _client(self) -> httpx.Client:
+        if self.client_ is None:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self.client_ = httpx.Client(timeout=self.timeout, headers=headers,
+                                        limits=httpx.Limits(max_connections=self.concurrency))
+        return self.client_
+
     def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps(payload).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            request = urllib.request.Request(f"{self.base_url}{path}", data=body, headers=headers, method="POST")
+        url = f"{self.base_url}{path}"
+
+        def once() -> dict[str, Any]:
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return json.loads(response.read().decode())
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")[:300]
-                if 400 <= exc.code < 500 and exc.code != 429:  # the request itself is wrong: retrying won't help
-                    raise EndpointError(f"{self.base_url}{path} answered HTTP {exc.code}: {detail}") from None
-                last = EndpointError(f"{self.base_url}{path} answered HTTP {exc.code}: {detail}")
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-                last = exc
-            time.sleep(0.5 * 2 ** attempt)
-        raise EndpointError(f"{self.base_url}{path} failed after {self.retries + 1} tries: {last}")
+                response = self._client().post(url, json=payload)
+            except httpx.TransportError as exc:  # refused, reset, timed out
+                raise _Transient(f"{type(exc).__name__}: {exc}") from None
+            if response.status_code >= 400:
+                error = f"{url} answered HTTP {response.status_code}: {response.text[:300]}"
+                if response.status_code < 500 and response.status_code != 429:
+                    raise EndpointError(error)
+                raise _Transient(error)
+            return response.json()
+
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(self.retries + 1), reraise=True,
+                                    wait=wait_exponential(multiplier=0.5, max=8.0),
+                                    retry=retry_if_exception_type(_Transient)):
+                with attempt:
+                    return once()
+        except _Transient as exc:
+            raise EndpointError(f"{url} failed after {self.retries + 1} tries: {exc}") from None
+        raise AssertionError("unreachable: tenacity re-raises the last failure")
 
     def ping(self) -> None:
         """Fail with :class:`InputError` when the endpoint is unreachable (``GET {base_url}/models``)."""
-        request = urllib.request.Request(f"{self.base_url}/models", headers=(
-            {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}))
         try:
-            with urllib.request.urlopen(request, timeout=min(self.timeout, 10.0)) as response:
-                response.read()
-        except urllib.error.HTTPError:
-            return  # it answers: some servers have no /models route
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise InputError(f"openai endpoint {self.base_url!r} is unreachable: {getattr(exc, 'reason', exc)}") from None
+            self._client().get(f"{self.base_url}/models", timeout=min(self.timeout, 10.0))
+        except httpx.TransportError as exc:  # any HTTP answer will do: some servers have no /models route
+            raise InputError(f"openai endpoint {self.base_url!r} is unreachable: {type(exc).__name__}: {exc}") from None
 
     def complete(self, prompt: str) -> tuple[str, int]:
         out = self._post("/completions", {"model": self.model, "prompt": prompt, "max_tokens": self.max_new_tokens,
@@ -172,6 +185,11 @@ class OpenAIHost(ModelHost):
             scorer.check_item(item)
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(lambda item: self._score_one(item, scorer), items))
+
+    def close(self) -> None:
+        if self.client_ is not None:
+            self.client_.close()
+            self.client_ = None
 
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec.text, "kind": "openai", "base_url": self.base_url, "model": self.model,

@@ -434,7 +434,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
         if spec.kind == "openai":
             from ..backends.openai_host import build_host
 
-            build_host(spec)  # options parsed and GET {base_url}/models answered, or InputError
+            build_host(spec).close()  # options parsed and GET {base_url}/models answered, or InputError
     return plan, loaded
 
 
