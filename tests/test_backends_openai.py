@@ -172,3 +172,14 @@ def test_unreachable_endpoint_and_bad_specs_are_input_errors():
     for bad in ("timeout=nan", "timeout=inf", "timeout=0", "retries=-1", "retries=two", "concurrency=0"):
         with pytest.raises(InputError, match=bad.split("=")[0]):
             make_host(f"openai:http://127.0.0.1:{port}/v1#m?{bad}")
+
+
+def test_spec_options_are_percent_decoded_as_in_any_url_query():
+    from certeval.backends.base import parse_model_spec
+    from certeval.estimators import InputError
+
+    spec = parse_model_spec("openai:http://127.0.0.1:8000/v1#m?api_key_env=MY%5FKEY&scorer=exact%5Fmatch")
+    assert spec.location == "http://127.0.0.1:8000/v1" and spec.name == "m"
+    assert dict(spec.options) == {"api_key_env": "MY_KEY", "scorer": "exact_match"}
+    with pytest.raises(InputError, match="must look like key=value"):
+        parse_model_spec("openai:http://127.0.0.1:8000/v1#m?retries")
