@@ -24,6 +24,11 @@ shared 2-core machine swing with its load, CPU seconds much less. Load averages 
     python -m benchmarks startup              # 3 repeats each (default)
     python -m benchmarks startup --repeats 5
     python -m benchmarks startup --quick      # 1 repeat each, no warm-up (checks the JSON shape)
+    python -m benchmarks startup --under-load # 5 default certifies in a row beside 3 CPU-bound processes
+
+``--under-load`` keeps three ``while True: pass`` processes running on the 2-core machine and runs the default
+command 5 times in a row (after one warm-up): every run must finish (exit 0 or 1, no start-up timeout); the
+first-call and exit times go to ``under_load`` in the stored JSON beside the idle modes.
 """
 
 from __future__ import annotations
@@ -210,12 +215,48 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def under_load(runs: int = 5, busy: int = 3) -> dict[str, Any]:
+    """The default command ``runs`` times in a row beside ``busy`` CPU-bound processes (every run must finish)."""
+    work = Path(tempfile.mkdtemp(prefix="certeval-startup-load-"))
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    rows, failures = [], []
+    try:
+        time.sleep(5.0)  # the load average starts to show the loops
+        run_once("after", work, 0)  # warm-up: creates the folder's .prefect/
+        for n in range(1, runs + 1):
+            try:
+                r = run_once("after", work, n)
+                rows.append({k: r[k] for k in ("first_call_s", "exit_s", "exit_code", "load_avg_before")})
+                print(f"under load #{n}: first call at {r['first_call_s']:.1f} s, exit {r['exit_s']:.1f} s, "
+                      f"load {r['load_avg_before']}", flush=True)
+            except RuntimeError as exc:
+                failures.append(str(exc)[:500])
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+    return {"busy_processes": busy, "runs": rows, "failures": failures, "all_finished": not failures,
+            "first_call_s_median": round(statistics.median(r["first_call_s"] for r in rows), 2) if rows else None,
+            "exit_s_median": round(statistics.median(r["exit_s"] for r in rows), 2) if rows else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1 repeat per mode, no warm-up run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per mode (default 3)")
     ap.add_argument("--seed", type=int, default=0, help="unused (recorded for the JSON's metadata)")
+    ap.add_argument("--under-load", action="store_true",
+                    help="only the 5 runs beside 3 CPU-bound processes, added to the stored result")
     args = ap.parse_args(argv)
+    if args.under_load:
+        from benchmarks._meta import read_result
+
+        stored = read_result("startup", args.quick) or {}
+        stored.pop("meta", None)
+        stored["under_load"] = under_load(runs=2 if args.quick else 5)
+        print(f"wrote {write_result('startup', stored, args.quick, seed=args.seed)}")
+        return 0 if stored["under_load"]["all_finished"] else 1
     repeats = 1 if args.quick else max(1, args.repeats)
     work = Path(tempfile.mkdtemp(prefix="certeval-startup-"))
     runs: list[dict[str, Any]] = []

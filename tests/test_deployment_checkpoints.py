@@ -82,3 +82,31 @@ def test_served_checkpoint_selection_picks_the_best(infra, tmp_path):
     assert report["best_estimate"]["n_scored"] < 300  # decided before the whole bank was scored
     results = json.loads((reports[0].parent / "results.json").read_text())
     assert results["selection"]["selected"][0] == STRONG
+
+
+@pytest.mark.parametrize("flow_name", ["select_checkpoints_flow", "certify_checkpoints_flow", "rank_models_flow"])
+def test_deployment_flows_pass_cpus_and_gpus_to_the_plan(flow_name, monkeypatch, tmp_path):
+    """``num_cpus`` / ``num_gpus`` reach the run's plan from a deployment's parameters, as from the CLI's flags
+    (the plan is stopped there: what it does with them is tested with the CLI)."""
+    import certeval.flows.checkpoints as flows
+
+    seen = {}
+
+    class Planned(Exception):
+        pass
+
+    def capture(request):
+        seen["request"] = request
+        raise Planned
+
+    monkeypatch.setattr(flows, "make_plan", capture)
+    monkeypatch.setattr(flows, "find_checkpoints", lambda folder: [replay(MIDDLE), replay(WEAK)])
+    kwargs = {"num_cpus": 2, "num_gpus": 0.5}
+    if flow_name == "rank_models_flow":
+        kwargs["models"] = [replay(MIDDLE), replay(WEAK)]
+    else:
+        kwargs.update(checkpoints=str(tmp_path), **({"output": str(tmp_path / "runs")}
+                                                     if flow_name == "certify_checkpoints_flow" else {}))
+    with pytest.raises(Planned):
+        getattr(flows, flow_name).fn(**kwargs)
+    assert (seen["request"].num_cpus, seen["request"].num_gpus) == (2, 0.5)

@@ -70,13 +70,15 @@ def find_checkpoints(folder: str) -> list[str]:
 def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth: float = 0.02,
                             bank: str | None = None, output: str | None = None, confidence: float = 0.95,
                             batch_size: int = 50, max_items: int | None = None, seed: int = 0,
-                            scorer: str | None = None, ray_address: str | None = None) -> dict[str, Any]:
-    """Select the best checkpoint of a folder; return (and store) the report."""
+                            scorer: str | None = None, ray_address: str | None = None, num_cpus: int | None = None,
+                            num_gpus: float = 0.0) -> dict[str, Any]:
+    """Select the best checkpoint of a folder; return (and store) the report. ``num_cpus`` caps a local Ray (models
+    beyond it share actors, queued); ``num_gpus`` is each model actor's share of a GPU."""
     specs = find_checkpoints(checkpoints)
     plan, _ = make_plan(PlanRequest(
         "select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
         batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer, threshold=threshold, halfwidth=halfwidth,
-        mode="best", ray_address=ray_address))
+        mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus))
     claim_run(plan)
     results = select_flow(plan)
     selected = results["selection"]["selected"]
@@ -132,7 +134,8 @@ def _has_history(output: str) -> bool:
 def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwidth:0.05", bank: str | None = None,
                              history: list[str] | None = None, confidence: float = 0.95, batch_size: int = 50,
                              max_items: int | None = None, seed: int = 0, scorer: str | None = None,
-                             ray_address: str | None = None) -> dict[str, Any]:
+                             ray_address: str | None = None, num_cpus: int | None = None,
+                             num_gpus: float = 0.0) -> dict[str, Any]:
     """Certify every new checkpoint of a folder, learning from the checkpoints already certified in ``output``."""
     specs = find_checkpoints(checkpoints)
     for spec in specs:
@@ -143,7 +146,8 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
         sources = list(history or []) + ([output] if _has_history(output) else [])
         plan, _ = make_plan(PlanRequest("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
                                         confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
-                                        scorer=scorer, ray_address=ray_address, history=sources or None))
+                                        scorer=scorer, ray_address=ray_address, history=sources or None,
+                                        num_cpus=num_cpus, num_gpus=num_gpus))
         claim_run(plan)
         certify_flow(plan)
     rows = []
@@ -163,11 +167,14 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
 @flow(name="rank-models", validate_parameters=True, persist_result=False)
 def rank_models_flow(models: list[str], bank: str | None = None, output: str | None = None, margin: float = 0.0,
                      confidence: float = 0.95, batch_size: int = 50, seed: int = 0,
-                     ray_address: str | None = None) -> dict[str, Any]:
-    """A scheduled ranking run over fixed model specs."""
+                     ray_address: str | None = None, num_cpus: int | None = None, num_gpus: float = 0.0,
+                     epsilon: float | None = None) -> dict[str, Any]:
+    """A scheduled ranking run over fixed model specs (``epsilon``: an epsilon-correct ranking instead of strict
+    verdicts at ``margin``)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     plan, _ = make_plan(PlanRequest(
         "rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
-        confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address))
+        confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address, num_cpus=num_cpus,
+        num_gpus=num_gpus, epsilon=epsilon))
     claim_run(plan)
     return rank_flow(plan)
