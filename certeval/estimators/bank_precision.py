@@ -12,68 +12,36 @@ models whose intervals overlap share a tie group. On the event that every model'
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from ._validation import InputError, check_alpha, check_positive
-from .bank_ranking import BankPairTable, assemble_ranking, look_arrays
+from ._validation import InputError, check_positive
+from .bank_ranking import BankPairTable, assemble_ranking
+from .bank_selection import BankSelection
 from .comparison import A_GT_B, B_GT_A, UNDECIDED
-from .wor_streams import absorb_rows, check_weights, make_streams
 
 GUARANTEE = ("bank target, anytime-valid: each model's bank mean in an exact without-replacement betting confidence "
              "sequence (Waudby-Smith & Ramdas 2020; empirical-Bernstein beyond tens of models) at level "
              "1 - alpha/M, items drawn in proportion to their weights")
 
 
-class BankPrecision:
-    """``start(weights)``, ``update(items, scores)`` per look (bank positions, ``(M, b)`` scores; rows of models
-    that left are ignored), ``active``, ``model_intervals()``, ``result()`` (a :class:`~.ranking.Ranking`)."""
+class BankPrecision(BankSelection):
+    """:class:`~.bank_selection.BankSelection`'s per-model streams and looks with the leaderboard's rule: a model
+    leaves ("precise") once its half-width is at most ``halfwidth``. ``result()`` is a :class:`~.ranking.Ranking`;
+    ``model_intervals()`` every model's (mean, lower, upper, items)."""
 
     def __init__(self, names: Sequence[str], *, halfwidth: float, alpha: float = 0.05) -> None:
-        self.names = tuple(str(x) for x in names)
+        super().__init__(names, alpha=alpha)
         if len(self.names) < 2 or len(set(self.names)) != len(self.names):
             raise InputError(f"a leaderboard needs two or more distinct models, got {len(self.names)}")
-        self.alpha = check_alpha(alpha)
         self.halfwidth = check_positive(halfwidth, "halfwidth")
 
-    def start(self, weights: np.ndarray, bet_horizon: int | None = None) -> "BankPrecision":
-        self.w = check_weights(weights)
-        m = len(self.names)
-        self.streams = make_streams(m, self.w.size, self.alpha / m, bet_horizon)
-        self.open = np.ones(m, dtype=bool)
-        self.used = np.zeros(m, dtype=np.int64)
-        self.mean = np.full(m, np.nan)
-        self.lower = np.zeros(m)
-        self.upper = np.ones(m)
-        self.n = 0
-        return self
-
-    @property
-    def n_total(self) -> int:
-        return int(self.w.size)
-
-    @property
-    def active(self) -> list[str]:
-        return [self.names[k] for k in np.flatnonzero(self.open)]
-
-    def update(self, items: Any, scores: Any) -> "BankPrecision":
-        items, x = look_arrays(self.names, items, scores)
-        if items.size == 0:
-            return self
-        if self.n + items.size > self.n_total:
-            raise InputError(f"more items ({self.n + items.size}) than the bank holds ({self.n_total})")
-        live = np.flatnonzero(self.open)
-        if np.isnan(x[live]).any():
-            raise InputError("every model still in play needs a score for every item of the look")
-        self.n += items.size
-        absorb_rows(self.streams, live, x[live], self.w[items])
-        mean, lower, upper = self.streams.bounds()
-        self.mean[live], self.lower[live], self.upper[live] = mean[live], lower[live], upper[live]
-        self.used[live] = self.n
-        precise = (self.upper - self.lower) / 2 <= self.halfwidth
-        self.open &= ~precise
-        return self
+    def _decide(self, live: np.ndarray) -> None:
+        for j in live:
+            if (self.upper[j] - self.lower[j]) / 2 <= self.halfwidth:
+                self.status[j], self.look_of[j] = "precise", self.looks
+        self.finished = not (self.status == "running").any()
 
     def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
         return {n: (float(self.mean[k]), float(self.lower[k]), float(self.upper[k]), int(self.used[k]))
@@ -96,4 +64,3 @@ class BankPrecision:
                               self.mean[a] - self.mean[b], lower, upper, self.n_total, 1.0 - self.alpha, 0.0,
                               self.guarantee())
         return assemble_ranking(table, self.mean, self.used, alpha=self.alpha, halfwidth=self.halfwidth)
-
