@@ -3,10 +3,13 @@
 ::
 
     from inspect_ai import Task
+    from inspect_ai.scorer import accuracy, stderr
     from certeval.inspect_early_stopping import CertevalStopping
 
-    Task(dataset=dataset.shuffle(seed=7), solver=..., scorer=...,
-         early_stopping=CertevalStopping(goal="halfwidth:0.05", confidence=0.95))
+    dataset.shuffle(seed=7)  # in place (it returns None: never inside Task(...))
+    stopping = CertevalStopping(goal="halfwidth:0.05", confidence=0.95)
+    Task(dataset=dataset, solver=..., scorer=..., early_stopping=stopping,
+         metrics=[accuracy(), stderr(), stopping.interval()])  # the certified interval in Inspect's results
 
 Inspect decides which sample runs next; an ``EarlyStopping`` manager can only skip the samples that have not
 started. So certeval's interval must hold whatever the stopping time, and its target is the mean score over
@@ -19,7 +22,11 @@ Scores are absorbed in the order samples were *scheduled*, not the order they fi
 slow because it is hard (and wrong) cannot bias the interval. A finished sample waits until every sample
 scheduled before it has finished. When the goal is met, every sample not yet started is skipped; samples
 already running still finish and are absorbed (an anytime-valid interval may absorb more). At the end the
-estimate, interval, guarantee and decision go into the log's ``results.early_stopping.metadata``.
+estimate, interval, guarantee and decision go into the log's ``results.early_stopping.metadata``, and
+:meth:`CertevalStopping.interval` is an Inspect metric that puts the interval (``certeval_lower``,
+``certeval_upper``, ``certeval_estimate``) in the eval's results and console beside accuracy ± stderr — the
+± there is Inspect's classical standard error, not a certified interval. A dataset Inspect reports as not
+shuffled gets a warning (and ``dataset_shuffled: false`` in the metadata).
 
 A sample that ends in an error never reports a score (Inspect calls ``complete_sample`` for scored samples
 only), and its score could have been anything: nothing scheduled after it is absorbed, so the eval then runs on
@@ -33,6 +40,7 @@ with several epochs the target would be a mean over epochs, which the betting se
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -97,6 +105,11 @@ class CertevalStopping:
         self.skipped_ = 0
         self.stopped_at_: int | None = None  # items absorbed when the goal was first met
         self.decision_ = self.goal_.decide(self.method_.result())
+        self.shuffled_ = getattr(getattr(task, "dataset", None), "shuffled", None)
+        if self.shuffled_ is False:
+            warnings.warn(f"certeval early stopping on task {self.task_name_!r}: Inspect reports the dataset as not "
+                          "shuffled; the interval assumes a uniformly random order (dataset.shuffle(seed=...) "
+                          "before Task(...))", UserWarning, stacklevel=2)
         return f"certeval {self.method} {self.goal_}"
 
     async def schedule_sample(self, id: str | int, epoch: int):
@@ -104,6 +117,8 @@ class CertevalStopping:
 
         if self.stopped_at_ is not None:
             self.skipped_ += 1
+            if self.skipped_ > 1:  # the interval is in the first skip and in the task's summary, not in every one
+                return EarlyStop(id=id, epoch=epoch, reason="certeval: goal met")
             est = self.method_.result()
             return EarlyStop(id=id, epoch=epoch, reason=f"certeval: {self.decision_.detail}",
                              metadata={"estimate": est.mean, "lower": est.lower, "upper": est.upper,
@@ -124,6 +139,25 @@ class CertevalStopping:
     async def complete_task(self) -> dict[str, Any]:
         self._absorb_ready()
         return self.summary()
+
+    def interval(self) -> Any:
+        """An Inspect metric (for ``Task(metrics=[...])`` or a scorer's metrics) reporting this manager's
+        certified interval and estimate over the samples it absorbed, so they show in Inspect's results."""
+        from inspect_ai.scorer import metric
+
+        manager = self
+
+        @metric(name="certeval")
+        def certeval_interval() -> Any:
+            def compute(scores: list) -> dict[str, float]:
+                manager._absorb_ready()
+                est = manager.method_.result()
+                return {"certeval_estimate": float(est.mean), "certeval_lower": float(est.lower),
+                        "certeval_upper": float(est.upper)}
+
+            return compute
+
+        return certeval_interval()
 
     # -- internals ----------------------------------------------------------------------------
     def _position(self, id: str | int) -> int:
@@ -161,6 +195,6 @@ class CertevalStopping:
             "skipped": self.skipped_, "scorer": self.scorer,
             "not_absorbed": len(self.scheduled_) - self.absorbed_,
             "order": "valid when the dataset runs in a uniformly random order (shuffle it); absorbed in "
-                     "scheduling order",
+                     "scheduling order", "dataset_shuffled": self.shuffled_,
         }
         return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in out.items()}

@@ -37,7 +37,8 @@ def correct_table(seed: int = 3, n: int = N_SAMPLES) -> np.ndarray:
     return np.random.default_rng(seed).random(n) < 0.7
 
 
-def run_inspect_eval(log_dir, correct: np.ndarray, stopping, *, shuffle_seed: int | None = 11, log_format="eval"):
+def run_inspect_eval(log_dir, correct: np.ndarray, stopping, *, shuffle_seed: int | None = 11, log_format="eval",
+                     metrics: list | None = None):
     from inspect_ai import Task, eval as inspect_eval
     from inspect_ai.dataset import MemoryDataset, Sample
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
@@ -54,7 +55,8 @@ def run_inspect_eval(log_dir, correct: np.ndarray, stopping, *, shuffle_seed: in
         out.usage = ModelUsage(input_tokens=3, output_tokens=2, total_tokens=5)  # no tiktoken download
         return out
 
-    task = Task(dataset=dataset, solver=generate(), scorer=match(), early_stopping=stopping, name=TASK)
+    task = Task(dataset=dataset, solver=generate(), scorer=match(), early_stopping=stopping, name=TASK,
+                metrics=metrics)
     logs = inspect_eval(task, model=get_model("mockllm/model", custom_outputs=respond), log_dir=str(log_dir),
                         display="none", log_format=log_format, max_samples=4)
     return logs[0]
@@ -297,3 +299,28 @@ def test_an_errored_sample_stops_absorption_after_it():
 
     skipped, meta = asyncio.run(go())
     assert skipped == 0 and meta["n_scored"] == 5 and meta["not_absorbed"] == 295 and meta["stopped_at"] is None
+
+
+def test_the_certified_interval_shows_in_inspects_results_and_an_unshuffled_dataset_is_warned(tmp_path):
+    """``stopping.interval()`` puts the certified interval beside accuracy ± stderr in Inspect's own results (the
+    ± there is a classical standard error); only the first skipped sample carries the interval; a dataset Inspect
+    reports as unshuffled gets a warning and ``dataset_shuffled: false``."""
+    import warnings
+
+    from inspect_ai.scorer import accuracy, stderr
+
+    correct = correct_table()
+    stopping = CertevalStopping(goal="halfwidth:0.1")
+    log = run_inspect_eval(tmp_path / "a", correct, stopping, metrics=[accuracy(), stderr(), stopping.interval()])
+    meta = log.results.early_stopping.metadata
+    shown = {name: m.value for score in log.results.scores for name, m in score.metrics.items()}
+    assert (shown["certeval_lower"], shown["certeval_upper"]) == pytest.approx((meta["lower"], meta["upper"]))
+    assert shown["certeval_estimate"] == pytest.approx(shown["accuracy"]) and meta["dataset_shuffled"] is True
+    carrying = [stop for stop in log.results.early_stopping.early_stops if stop.metadata]
+    assert len(carrying) == 1 and len(log.results.early_stopping.early_stops) > 100
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        unshuffled = run_inspect_eval(tmp_path / "b", correct, CertevalStopping(goal="halfwidth:0.1"),
+                                      shuffle_seed=None)
+    assert unshuffled.results.early_stopping.metadata["dataset_shuffled"] is False
+    assert any("not shuffled" in str(w.message) for w in caught), [str(w.message) for w in caught]
