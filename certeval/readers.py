@@ -118,11 +118,56 @@ def _lm_eval_question(rec: dict) -> str:
     return first if isinstance(first, str) else json.dumps(doc, default=str)
 
 
+GENERATE_UNTIL = "lm_eval_generate_until"  # bank column: the item was an lm-eval generate_until request
+
+
 def read_lm_eval_items(path: str) -> pd.DataFrame:
-    """One lm-eval samples file as an item bank: ``item_id, subset, question, answer``."""
+    """One lm-eval samples file as an item bank that certeval scores the way lm-eval did.
+
+    A multiple-choice item (one log-likelihood request per choice, one shared context) keeps lm-eval's exact
+    context as ``prompt``, its choices (the continuations without lm-eval's default " " delimiter) and the gold
+    choice, so certeval's ``mc-loglik`` / ``mc-loglik-norm`` judges are lm-eval's ``acc`` / ``acc_norm``. A
+    ``generate_until`` item keeps its context and target but is marked (``lm_eval_generate_until``): lm-eval's
+    filters and metric are not in the samples file, so it runs only with a scorer the user names. Any other
+    request (a single log-likelihood, a rolling one, another delimiter, several golds) is refused."""
     task, _, records = _lm_eval_records(path)
-    return pd.DataFrame([{"item_id": _item_id(task, rec), "subset": task, "question": _lm_eval_question(rec),
-                          "answer": _text(rec.get("target"))} for rec in records])
+    return pd.DataFrame([_lm_eval_item(path, task, rec) for rec in records])
+
+
+def _lm_eval_arguments(rec: dict) -> list[tuple]:
+    """A record's requests as (context, continuation or generation kwargs) tuples, old and new layouts."""
+    args = rec.get("arguments")
+    if isinstance(args, dict):  # newer lm-eval: {"gen_args_0": {"arg_0": context, "arg_1": ...}, ...}
+        args = [tuple(v.get(k) for k in sorted(v)) if isinstance(v, dict) else v for v in args.values()]
+    return [tuple(a) for a in args if isinstance(a, (list, tuple))] if isinstance(args, list) else []
+
+
+def _lm_eval_item(path: str, task: str, rec: dict) -> dict:
+    where = f"{path!r} doc {rec.get('doc_id')!r}"
+    row = {"item_id": _item_id(task, rec), "subset": task, "question": _lm_eval_question(rec)}
+    args = _lm_eval_arguments(rec)
+    mc = len(args) >= 2 and all(len(a) == 2 and isinstance(a[0], str) and isinstance(a[1], str) for a in args)
+    if mc and len({a[0] for a in args}) == 1:
+        continuations = [a[1] for a in args]
+        if not all(c.startswith(" ") for c in continuations):
+            raise InputError(f"{where}: its choices do not follow lm-eval's default ' ' delimiter "
+                             f"({continuations[0]!r}); certeval would not score them as lm-eval did")
+        choices = [c[1:] for c in continuations]
+        target = rec.get("target")
+        if isinstance(target, str) and target.strip().isdigit():
+            target = int(target.strip())
+        if isinstance(target, str) and target in choices:
+            target = choices.index(target)
+        if isinstance(target, bool) or not isinstance(target, int) or not 0 <= target < len(choices):
+            raise InputError(f"{where}: target {rec.get('target')!r} is not one gold choice among {len(choices)} "
+                             "(several golds, or a text that is none of the choices); certeval's multiple-choice "
+                             "judge takes one")
+        return {**row, "prompt": args[0][0], "choices": choices, "answer": choices[target]}
+    if len(args) == 1 and len(args[0]) == 2 and isinstance(args[0][0], str) and isinstance(args[0][1], dict):
+        return {**row, "prompt": args[0][0], "answer": _text(rec.get("target")), GENERATE_UNTIL: True}
+    raise InputError(f"{where}: an lm-eval request certeval cannot score the way lm-eval did (neither multiple "
+                     "choice by log-likelihood nor generate_until); use its recorded scores instead (certeval "
+                     "import lm-eval, or the samples file as --scores / replay)")
 
 
 def _text(value) -> str:

@@ -138,3 +138,59 @@ def test_import_writes_both_outputs_or_neither(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(storage, "stage_file", real)
     assert main(["import", "lm-eval", *paths, "-o", str(out), "--items", str(items)]) == 0
     assert load_scores(str(out))["model"].nunique() == 2 and items.exists()
+
+
+def _samples_file(tmp_path, records) -> str:
+    folder = tmp_path / "lm" / "org__model"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "samples_arc_easy_2026-11-23T10-11-12.123456.jsonl"
+    path.write_text("".join(json.dumps({"doc_id": k, "doc": {"question": f"q{k}"}, "acc": 1.0, **rec}) + "\n"
+                            for k, rec in enumerate(records)))
+    return str(path)
+
+
+def test_a_multiple_choice_samples_file_is_a_bank_scored_as_lm_eval_scored_it(tmp_path):
+    """lm-eval's exact context (few-shot and all) is the prompt, the continuations without its ' ' delimiter the
+    choices, the gold the answer: certeval's mc-loglik asks the model the same requests (an import once dropped
+    the choices and scored SmolLM2 0 of 10 by free generation against "3")."""
+    from certeval.backends import scorers as sc
+
+    context = "Q: 1+1?\nA: 2\n\nQ: 2+3?\nA:"
+    record = {"arguments": {f"gen_args_{i}": {"arg_0": context, "arg_1": f" {c}"} for i, c in enumerate("4567")},
+              "target": 1}
+    bank = load_bank(_samples_file(tmp_path, [record]))
+    item = bank.frame.iloc[0].to_dict()
+    assert item["prompt"] == context and list(item["choices"]) == ["4", "5", "6", "7"] and item["answer"] == "5"
+    assert sc.mc_request(item) == (context, [" 4", " 5", " 6", " 7"])  # lm-eval's own requests
+    columns = [c for c in bank.frame.columns if bank.frame[c].notna().any()]
+    assert sc.resolve_scorer(None, columns).name == "mc-loglik"
+
+
+def test_acc_norm_is_lm_evals_length_in_characters():
+    from certeval.backends import scorers as sc
+
+    item = {"item_id": "x", "choices": ["a", "bbbb"], "answer": 1}
+    # lm-eval: -1/1 < -3/4, so choice 1; per byte with the delimiter (-1/2 > -3/5) it would be choice 0
+    assert sc.get_scorer("mc-loglik-norm").judge([-1.0, -3.0], item) == 1.0
+
+
+@pytest.mark.parametrize("record, message", [
+    ({"arguments": [["Q:", "\n4"], ["Q:", "\n5"]], "target": 0}, "delimiter"),
+    ({"arguments": [["Q:", " 4"], ["Q:", " 5"]], "target": [0, 1]}, "one gold choice"),
+    ({"arguments": [["Q: 2+2=", " 4"]], "target": " 4"}, "cannot score"),
+])
+def test_requests_certeval_cannot_score_as_lm_eval_did_are_refused(tmp_path, record, message):
+    with pytest.raises(InputError, match=message):
+        load_bank(_samples_file(tmp_path, [record]))
+
+
+def test_generate_until_items_need_a_scorer_named_by_the_user(tmp_path):
+    from certeval.backends import scorers as sc
+
+    record = {"arguments": [["Q: capital of France?\nA:", {"until": ["\n"]}]], "target": "Paris"}
+    bank = load_bank(_samples_file(tmp_path, [record]))
+    columns = [c for c in bank.frame.columns if bank.frame[c].notna().any()]
+    with pytest.raises(InputError, match="--scorer"):
+        sc.resolve_scorer(None, columns)
+    assert sc.resolve_scorer("exact", columns).name == "exact"
+    assert bank.frame["prompt"].iloc[0] == "Q: capital of France?\nA:" and bank.frame["answer"].iloc[0] == "Paris"

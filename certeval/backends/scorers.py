@@ -221,7 +221,9 @@ def _judge_mc(logliks: Sequence[float], item: dict[str, Any]) -> float:
 
 
 def _judge_mc_norm(logliks: Sequence[float], item: dict[str, Any]) -> float:
-    lengths = np.array([max(1, len((" " + str(c)).encode())) for c in as_list(item.get("choices"))], dtype=float)
+    # lm-eval's acc_norm: each choice's log-likelihood over the choice's length in characters (its
+    # process_results for multiple_choice: completion_len = len(choice), the delimiter not counted)
+    lengths = np.array([max(1, len(str(c))) for c in as_list(item.get("choices"))], dtype=float)
     return float(int(np.argmax(np.asarray(logliks, dtype=float) / lengths)) == answer_index(item))
 
 
@@ -287,8 +289,14 @@ def default_scorer_name(columns: Iterable[str]) -> str:
 
 
 def resolve_scorer(name: str | None, columns: Iterable[str], source: str = "bank") -> Scorer:
-    """The scorer to use (``None``/``auto`` picks by the bank's fields), checked against the bank's fields."""
+    """The scorer to use (``None``/``auto`` picks by the bank's fields), checked against the bank's fields. Items
+    imported from lm-eval ``generate_until`` requests need a named scorer: lm-eval's filters and metric are not
+    in its samples file, and certeval never judges silently in another way."""
     columns = list(columns)
+    if name in (None, "", "auto") and "lm_eval_generate_until" in columns:
+        raise InputError(f"{source} holds lm-eval generate_until items, whose filters and metric are not in lm-eval's "
+                         "samples file: pass --scorer NAME (e.g. exact, contains, numeric) to choose certeval's "
+                         "judge explicitly")
     scorer = get_scorer(default_scorer_name(columns) if name in (None, "", "auto") else name)
     scorer.check_fields(columns, source)
     return scorer
