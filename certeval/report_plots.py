@@ -133,7 +133,7 @@ def plot_interval_curves(curves: dict[str, list[tuple[int, float, float, float]]
 def _goal_parts(goal: str | None) -> tuple[str | None, float | None]:
     if not goal or ":" not in str(goal):
         return None, None
-    kind, _, raw = str(goal).partition(":")
+    kind, _, raw = str(goal).split("+", 1)[0].partition(":")  # an added rule (+diminishing:G) is not the goal
     try:
         return kind, float(raw)
     except ValueError:
