@@ -130,3 +130,12 @@ def test_one_margin_rule_on_both_targets_a_difference_inside_the_margin_is_never
     verdicts = out["pairs"][0]["verdicts"]
     assert "a>b" not in verdicts and "b>a" not in verdicts, verdicts
     assert verdicts.get("equivalent", 0) >= 1, verdicts  # the rule can decide, it is not just silent
+
+
+def test_epsilon_outside_a_ranking_backtest_is_refused_not_ignored(capsys):
+    from certeval.cli import main
+
+    for goal in ("halfwidth:0.05", "compare:0", "rank:0.02"):
+        code = main(["backtest", "--scores", "bundled:helm_mmlu", "--goal", goal, "--epsilon", "0.05", "--reps", "1"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and "--epsilon" in err, (goal, err)

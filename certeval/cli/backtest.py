@@ -80,7 +80,11 @@ def run(args) -> int:
     if args.method is None:
         with_history = bool(args.history) or args.history_fraction is not None
         args.method = "history" if with_history else "adaptive"
-    if isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES):
+    comparative = isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES)
+    if getattr(args, "epsilon", None) is not None and not comparative:
+        raise InputError(f"--epsilon {args.epsilon!r} applies to --goal rank:0 (an epsilon-correct ranking), not to "
+                         f"--goal {args.goal}")
+    if comparative:
         if args.history or args.history_permute or args.history_fraction is not None:
             used = "--history-fraction" if args.history_fraction is not None else "--history"
             raise InputError(f"{used} in backtests applies to single-model goals (halfwidth/above/below) for now; "
