@@ -5,7 +5,9 @@ lm-eval writes one ``results_<timestamp>.json`` per model with ``results`` (``{t
 ``n-samples`` (``{"original": N, "effective": n}``), ``higher_is_better``, ``group_subtasks``, ``configs``
 and ``config`` (``model``, ``model_args``, …). :func:`lm_eval_block` builds exactly that for one certeval model,
 so lm-eval's table code (``lm_eval.utils.make_table``) prints it; every metric value is a number (the
-interval as ``acc_ci_lower``/``acc_ci_upper``). The guarantee, confidence and decision stay in certeval's
+interval as ``<metric>_ci_lower``/``<metric>_ci_upper``). The metric is named after what was judged
+(:func:`metric_name`: lm-eval's ``acc``/``acc_norm``/``exact_match`` for the scorers that are those; ``score`` for
+recorded scores, whose metric the run does not know). The guarantee, confidence and decision stay in certeval's
 own entry of the model in ``results.json``.
 """
 
@@ -31,32 +33,53 @@ def model_config(spec_text: str) -> dict[str, Any]:
     return {"model": spec.kind, "model_args": ",".join(args)}
 
 
+SCORER_METRICS = {"mc-loglik": "acc", "mc-loglik-norm": "acc_norm", "exact": "exact_match"}
+
+
+def metric_name(scorer: str | None) -> str:
+    """lm-eval's name for what a scorer judges; ``score`` for a replay of recorded scores (scorer unknown)."""
+    if not scorer or scorer == "auto":
+        return "score"
+    return SCORER_METRICS.get(scorer, scorer.replace("-", "_"))
+
+
+def results_metric(results: dict[str, Any]) -> str:
+    """The metric name of a results.json's lm-eval blocks (``acc`` for those written before metrics had names)."""
+    for block in (results.get("results") or {}).values():
+        for key in block:
+            name, _, filt = key.partition(",")
+            if filt == FILTER and not name.startswith("items_") and not name.endswith(("_stderr", "_ci_lower",
+                                                                                           "_ci_upper")):
+                return name
+    return "acc"
+
+
 def _number(value: Any) -> float | None:
     return float(value) if value is not None and math.isfinite(float(value)) else None
 
 
 def task_block(task: str, *, mean: float, stderr: float, lower: float, upper: float, n_scored: int,
-               n_total: int) -> dict[str, Any]:
+               n_total: int, metric: str = "score") -> dict[str, Any]:
     """One task's metrics in lm-eval's ``<metric>,<filter>`` form (numbers; stderr ``"N/A"`` when unknown,
     as lm-eval writes it)."""
     se = _number(stderr)
-    return {"alias": task, f"acc,{FILTER}": _number(mean) if n_scored else None,
-            f"acc_stderr,{FILTER}": "N/A" if se is None else se,
-            f"acc_ci_lower,{FILTER}": _number(lower), f"acc_ci_upper,{FILTER}": _number(upper),
+    return {"alias": task, f"{metric},{FILTER}": _number(mean) if n_scored else None,
+            f"{metric}_stderr,{FILTER}": "N/A" if se is None else se,
+            f"{metric}_ci_lower,{FILTER}": _number(lower), f"{metric}_ci_upper,{FILTER}": _number(upper),
             f"items_scored,{FILTER}": int(n_scored), f"items_total,{FILTER}": int(n_total)}
 
 
 def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], *, batch_size: int,
-                  limit: int | None, seed: int, date: str | None = None) -> dict[str, Any]:
+                  limit: int | None, seed: int, date: str | None = None, metric: str = "score") -> dict[str, Any]:
     """The whole lm-eval results file of one model (see the module docstring)."""
     return {
         "results": {task: block},
         "group_subtasks": {task: []},
         "configs": {task: {"task": task, "num_fewshot": 0, "output_type": "certeval",
-                           "metric_list": [{"metric": "acc", "higher_is_better": True}]}},
+                           "metric_list": [{"metric": metric, "higher_is_better": True}]}},
         "versions": {task: None},  # a certeval bank has no task version
         "n-shot": {task: 0},
-        "higher_is_better": {task: {"acc": True, "acc_ci_lower": True, "acc_ci_upper": True}},
+        "higher_is_better": {task: {metric: True, f"{metric}_ci_lower": True, f"{metric}_ci_upper": True}},
         "n-samples": {task: {"original": block[f"items_total,{FILTER}"],
                              "effective": block[f"items_scored,{FILTER}"]}},
         "config": {**model_config(spec_text), "batch_size": batch_size, "limit": limit, "random_seed": seed},
@@ -69,10 +92,11 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
                   stamp: str) -> list[str]:
     """``--log_samples``: ``samples/<model>/samples_<task>_<stamp>.jsonl`` in the run folder, one line per
     scored item in scoring order, lm-eval's field names where they apply (``doc_id`` = position in the bank,
-    ``doc``, ``target``, ``resps``, ``filtered_resps``, ``acc``); certeval adds ``item_id``, ``round`` and
-    ``prob`` (selection probability).
+    ``doc``, ``target``, ``resps``, ``filtered_resps``, the metric by its name); certeval adds ``item_id``,
+    ``round`` and ``prob`` (selection probability).
     The files read back as scores and history (lm-eval's layout: the folder names the model)."""
     task = str(results["task"])
+    metric = results_metric(results)
     docs: dict[str, dict] = {}
     position: dict[str, int] = {}
     if bank_frame is not None:
@@ -89,7 +113,7 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
             lines.append(dumps({
                 "doc_id": position.get(str(row.item_id), str(row.item_id)), "item_id": str(row.item_id), "doc": doc, "target": doc.get("answer", doc.get("answers")),
                 "arguments": [], "resps": resps, "filtered_resps": [r[0] for r in resps], "filter": FILTER,
-                "acc": float(row.score), "round": int(row.round),
+                metric: float(row.score), "round": int(row.round),
                 "prob": None if getattr(row, "prob", None) is None else float(row.prob)}, indent=None).decode())
         rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"
         folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())

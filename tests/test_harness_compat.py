@@ -86,7 +86,8 @@ def test_harness_flags_lm_eval_blocks_and_log_samples(infra, tmp_path, capsys):
         block = stored["lm_eval"][m["model"]]
         check_lm_eval_schema(block)
         metrics = block["results"][res["task"]]
-        assert metrics["acc,none"] == pytest.approx(m["mean"]) and metrics["acc_ci_lower,none"] == pytest.approx(m["lower"])
+        # replayed recorded scores: the metric is named "score" (the run does not know what was recorded)
+        assert metrics["score,none"] == pytest.approx(m["mean"]) and metrics["score_ci_lower,none"] == pytest.approx(m["lower"])
         assert block["n-samples"][res["task"]] == {"original": 200, "effective": 60}
         assert block["config"]["model"] == "replay" and "latency=0" in block["config"]["model_args"]
         assert block["config"]["limit"] == 60
@@ -96,8 +97,8 @@ def test_harness_flags_lm_eval_blocks_and_log_samples(infra, tmp_path, capsys):
         make_table = None
     if make_table is not None:
         table = make_table(stored["lm_eval"]["model-a"])
-        assert res["task"] in table and "acc_ci_lower" in table
-        assert res["task"] == "arc_easy" and f"{stored['lm_eval']['model-a']['results']['arc_easy']['acc,none']:.3f}" in table
+        assert res["task"] in table and "score_ci_lower" in table
+        assert res["task"] == "arc_easy" and f"{stored['lm_eval']['model-a']['results']['arc_easy']['score,none']:.3f}" in table
     # --log_samples: lm-eval's samples files, read back as scores (same items and scores) and as history
     files = res["samples_files"]
     assert len(files) == 2 and all("/samples/model-" in f and f.endswith(".jsonl") for f in files)
@@ -106,6 +107,18 @@ def test_harness_flags_lm_eval_blocks_and_log_samples(infra, tmp_path, capsys):
     first = rounds[rounds["model"] == back["model"].iloc[0]].set_index("item_id")["score"]
     assert len(back) == 60 and (back.set_index("item_id")["score"] == first.loc[back["item_id"]]).all()
     line = json.loads(open(files[0]).readline())
-    assert {"doc_id", "doc", "target", "resps", "filtered_resps", "acc"} <= set(line)
+    assert {"doc_id", "doc", "target", "resps", "filtered_resps", "score"} <= set(line)
     assert line["doc"]["question"].startswith("q")
     assert load_history(files).models == ["model-a", "model-b"]
+
+
+def test_metric_names_follow_what_was_judged():
+    """The certified estimate is named after the scorer (lm-eval's acc / acc_norm / exact_match where the scorer is
+    that metric), ``score`` for recorded scores replayed — never ``acc`` for something that is not accuracy."""
+    from certeval.harness_output import metric_name, results_metric, task_block
+
+    assert [metric_name(s) for s in ("mc-loglik", "mc-loglik-norm", "exact", "numeric", None)] == [
+        "acc", "acc_norm", "exact_match", "numeric", "score"]
+    block = task_block("t", mean=0.5, stderr=0.1, lower=0.3, upper=0.7, n_scored=5, n_total=9, metric="acc_norm")
+    assert block["acc_norm,none"] == 0.5 and block["acc_norm_ci_upper,none"] == 0.7
+    assert results_metric({"results": {"t": block}}) == "acc_norm"

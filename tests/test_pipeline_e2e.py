@@ -45,9 +45,10 @@ def test_certify_flow_stores_everything_and_reuses_paid_scores(infra, tmp_path):
     assert res["pipeline"]["items_sent"][MIDDLE] == m["n_scored"]  # fresh run: every score paid once
     assert res["pipeline"]["resumed"] is False
     block = res["results"]["helm_mmlu"]
-    assert {"acc,none", "acc_stderr,none", "acc_ci_lower,none", "acc_ci_upper,none", "items_scored,none"} <= set(block)
+    # recorded scores replayed: the metric's name is "score" (lm-eval's names for the scorers that are lm-eval's)
+    assert {"score,none", "score_stderr,none", "score_ci_lower,none", "score_ci_upper,none", "items_scored,none"} <= set(block)
     assert all(isinstance(v, (int, float)) for k, v in block.items() if k != "alias")  # numbers only (lm-eval)
-    assert block["acc,none"] == pytest.approx(m["mean"]) and block["items_scored,none"] == m["n_scored"]
+    assert block["score,none"] == pytest.approx(m["mean"]) and block["items_scored,none"] == m["n_scored"]
     folder = tmp_path / "runs" / "cert-a"
     stored = json.loads((folder / "results.json").read_text())
     assert stored["models"][0]["mean"] == pytest.approx(m["mean"])

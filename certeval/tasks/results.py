@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..estimators.results import Estimate
-from ..harness_output import lm_eval_block, task_block
+from ..harness_output import lm_eval_block, metric_name, task_block
 from ..looks import last_looks
 
 PAIRS_INLINE_MAX = 5000  # rank runs with more pairs write them to PAIRS_FILE instead of results.json
@@ -30,6 +30,7 @@ def run_results(run: Any) -> dict[str, Any]:
     rounds = run.store.read_rounds()
     by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
     looks = last_looks(rounds)  # every number below is the one recorded at the model's last look
+    metric = metric_name(plan.scorer)  # lm-eval's name for what was judged ("score": recorded scores replayed)
     claim = run.engine.group.interval_claim() if plan.paired else None
     for label, spec in zip(run.labels, plan.models):
         live: Estimate = run.methods[label].result()
@@ -59,11 +60,11 @@ def run_results(run: Any) -> dict[str, Any]:
             entry["history"] = run.history[label].describe()
         # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
         block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
-                           n_scored=n, n_total=total)
+                           n_scored=n, n_total=total, metric=metric)
         entry["results"] = {plan.task_name: block}
         lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
         lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
-                                             limit=plan.max_items, seed=plan.seed,
+                                             limit=plan.max_items, seed=plan.seed, metric=metric,
                                              date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
         models.append(entry)
     group = run.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
