@@ -100,6 +100,7 @@ def epsilon_case(dataset: str, epsilon: float, reps: int, seed: int, looks_every
         s = rank_backtest(_backtest(dataset, request, reps, seed, looks_every))["summary"]
         row.update({"models": s["models"], "items": s["n_items"], f"{name}_fraction_cells": s["fraction_used"],
                     f"{name}_tie_groups_mean": s["tie_groups_mean"], f"{name}_fwer": s["family_wise_error_rate"],
+                    f"{name}_kendall_tau": s["kendall_tau_mean"],
                     f"{name}_wall_s": round(time.perf_counter() - start, 1)})
     row["cells_ratio_epsilon_to_strict"] = row["epsilon_fraction_cells"] / row["strict_fraction_cells"]
     return row

@@ -139,3 +139,17 @@ def test_epsilon_outside_a_ranking_backtest_is_refused_not_ignored(capsys):
         code = main(["backtest", "--scores", "bundled:helm_mmlu", "--goal", goal, "--epsilon", "0.05", "--reps", "1"])
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and "--epsilon" in err, (goal, err)
+
+
+def test_kendall_tau_of_a_ranking_against_the_exact_order():
+    from types import SimpleNamespace
+
+    from certeval.backtest.comparative import kendall_tau
+
+    exact = np.array([0.9, 0.5, 0.1])
+    right = SimpleNamespace(tie_groups=(("a",), ("b",), ("c",)))
+    reversed_ = SimpleNamespace(tie_groups=(("c",), ("b",), ("a",)))
+    all_tied = SimpleNamespace(tie_groups=(("a", "b", "c"),))
+    assert kendall_tau(right, ["a", "b", "c"], exact) == pytest.approx(1.0)
+    assert kendall_tau(reversed_, ["a", "b", "c"], exact) == pytest.approx(-1.0)
+    assert kendall_tau(all_tied, ["a", "b", "c"], exact) == 0.0  # no order stated: no agreement either

@@ -192,7 +192,7 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
     m, n = bt.matrix.shape
     rng = np.random.default_rng(bt.seed)
     exact = bt.exact
-    rankings, fwe, fractions, groups, walls, early = [], [], [], [], [], []
+    rankings, fwe, fractions, groups, walls, early, taus = [], [], [], [], [], [], []
     guarantee = ""
     for r in range(bt.reps):
         start = time.perf_counter()
@@ -207,9 +207,11 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         fractions.append(res.fraction_used)
         groups.append(len(res.tie_groups))
         early.append(float(np.mean(np.asarray(res.items_used) < n)))
+        taus.append(kendall_tau(res, bt.models, exact))
         guarantee = res.guarantee
         entry = {"rep": r, "fraction_used": res.fraction_used, "errors": errors, "n_tie_groups": len(res.tie_groups),
-                 "models_leaving_early": early[-1], "tie_groups": [list(g) for g in res.tie_groups]}
+                 "models_leaving_early": early[-1], "tie_groups": [list(g) for g in res.tie_groups],
+                 "kendall_tau": taus[-1]}
         if r == 0:
             entry.update(models=list(res.models), means=list(res.means), items_used=list(res.items_used))
             if len(table) <= 5000:
@@ -220,6 +222,7 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         "looks": _looks(bt), "margin": bt.request.margin, "fraction_used": float(np.mean(fractions)),
         "tie_groups_mean": float(np.mean(groups)), "models_leaving_early": float(np.mean(early)),
         "family_wise_error_rate": float(np.mean(fwe)), "wall_s_per_rep": float(np.mean(walls)),
+        "kendall_tau_mean": float(np.mean(taus)),
         "guarantee": guarantee, "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
         "statement": "strict" if bt.request.epsilon is None else "epsilon", "epsilon": bt.request.epsilon,
     }
@@ -256,6 +259,15 @@ def select_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         **({"top": top, "epsilon": epsilon} if request.target == "bank" else {"halfwidth": epsilon}),
     }
     return {"runs": runs, "summary": summary}
+
+
+def kendall_tau(ranking: Any, models: Sequence[str], exact: np.ndarray) -> float:
+    """Kendall's tau-b between the ranking's tie groups (models of one group tied) and the exact bank means."""
+    from scipy.stats import kendalltau
+
+    group = {name: g for g, members in enumerate(ranking.tie_groups) for name in members}
+    tau = kendalltau([-group[name] for name in models], exact).statistic
+    return float(tau) if np.isfinite(tau) else 0.0
 
 
 def epsilon_errors(ranking: Any, models: Sequence[str], exact: np.ndarray) -> int:
