@@ -5,9 +5,10 @@ A paired run scores every model still in play on the same items, the next slice 
 difference, a ranking's pairs, a selection's arms — and there are several: the bank target's exact
 without-replacement CSs (:mod:`.bank_ranking`, :mod:`.bank_selection`), the same with history as control variates
 (:mod:`.paired_history`), and the distribution target's group-sequential tests (:mod:`.comparison`,
-:mod:`.ranking`, :mod:`.selection`). Each is wrapped here in a :class:`GroupEstimator` (the shape of
-inspect_ai's four-method ``EarlyStopping``), so the round engine (:class:`certeval.engine.PairedRounds`) drives
-any of them the same way and never probes them::
+:mod:`.ranking`, :mod:`.selection`). Each is wrapped here in a :class:`GroupEstimator` — start / update / result /
+active, the shape of inspect_ai's four-method ``EarlyStopping``, plus the per-model intervals it reports and what
+they claim — so the round engine (:class:`certeval.engine.PairedRounds`) drives any of them the same way and
+never probes them::
 
     group = make_group(request).start(spec, order)   # order: the shared order's bank positions
     group.update(start, stop, block)                 # look: shared columns start..stop, (M, stop-start) scores
