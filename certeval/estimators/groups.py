@@ -270,10 +270,10 @@ class DistributionGroup(_Group):
         return self
 
     def _absorb(self, start: int, stop: int, block: np.ndarray) -> None:
-        block = np.where(np.isnan(block), 0.0, block)  # rows of models that left: never read
         if self.request.kind == "compare":  # positions in the shared order, where its sub-dataset codes are
-            self.estimator_.update(np.arange(start, stop), block[0], block[1])
-        else:
+            pair = np.where(np.isnan(block), 0.0, block)
+            self.estimator_.update(np.arange(start, stop), pair[0], pair[1])
+        else:  # the ranking and the selection leave the rows of models that left unread themselves
             self.estimator_.update(block)
 
     def _result(self) -> Any:
