@@ -104,13 +104,14 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
     out_dir = tempfile.mkdtemp(prefix="certeval-scale-")
     t0 = time.perf_counter()
     extra = dict(top=1, halfwidth=SYNTHETIC_EPSILON) if synthetic else {}
-    plan, bank = make_plan(PlanRequest(
+    plan, prepared = make_plan(PlanRequest(
         "select" if synthetic else "rank", models=specs, output=out_dir, run_id=f"scale-{m}", batch_size=batch,
         seed=seed, max_items=max_items, ray_address=ray_address, replicas=replicas, **extra))
     plan_s = time.perf_counter() - t0
-    claim_run(plan)
+    prepared = prepared.claimed(claim_run(plan))
+    bank = prepared.bank
     t1 = time.perf_counter()
-    results = (select_flow if synthetic else rank_flow)(plan)
+    results = (select_flow if synthetic else rank_flow)(plan, prepared=prepared)
     wall = time.perf_counter() - t1
     entries = results.get("models", [{}])
     rounds = max(1, int(np.ceil(max((e.get("n_scored") or 0) for e in entries) / batch)))

@@ -170,7 +170,7 @@ def _plan(config: dict, *, scorer: str, output: str, run_id: str):
 
 def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str | None = None) -> tuple[dict, int]:
     """Re-judge run folder ``run`` with ``scorer`` into a new run folder; return (results, exit code)."""
-    from .tasks.plan import load_run_bank
+    from .tasks.inputs import load_run_bank
 
     src_store, config, _, rounds = _source(run)
     config = _anchored_config(config)

@@ -57,6 +57,33 @@ def test_certify_with_history_uses_the_other_models_and_costs_no_more_items(infr
     assert json.loads((folder / "config.json").read_text())["history"] == [SCORES]
 
 
+def test_the_flow_takes_the_validated_bank_and_priors_and_loads_fits_and_claims_nothing_again(infra, tmp_path,
+                                                                                          monkeypatch):
+    import certeval.tasks.plan as plan_module
+    import certeval.tasks.run as run_module
+    from prefect.client.orchestration import get_client
+
+    from certeval.flows.pipeline import run_plan
+
+    plan, prepared = make_plan(PlanRequest("certify", models=[replay(MIDDLE)], goal="halfwidth:0.1", batch_size=50,
+                                           seed=1, history=[SCORES], output=str(tmp_path / "runs"), run_id="once"))
+    assert set(prepared.history) == {MIDDLE} and prepared.bank.n_items == 567
+    prepared = prepared.claimed(plan_module.claim_run(plan))  # what the CLI does before the flow
+
+    def refuse(*_args, **_kw):
+        raise AssertionError("the flow loaded, fitted or claimed again")
+
+    monkeypatch.setattr(run_module, "prepare_run", refuse)
+    monkeypatch.setattr(plan_module, "claim_run", refuse)
+    res = run_plan(plan, prepared=prepared)
+    assert res["reached"] and res["models"][0]["method"] == "history"
+    # Prefect records the plan, and only a placeholder for the bank and priors
+    with get_client(sync_client=True) as client:
+        runs = [r for r in client.read_flow_runs(limit=50)
+                if isinstance(r.parameters.get("plan"), dict) and r.parameters["plan"].get("run_id") == "once"]
+    assert len(runs) == 1 and runs[0].parameters["prepared"] == "<PreparedRun>"
+
+
 def test_history_from_earlier_run_folders(infra, tmp_path):
     scores = small_scores(tmp_path, n_items=150)
     out = tmp_path / "runs"

@@ -50,7 +50,7 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 def _items(bank: str) -> dict[str, dict]:
-    from certeval.tasks.plan import load_run_bank
+    from certeval.tasks.inputs import load_run_bank
     from certeval.tasks.run import _item_record
 
     loaded = load_run_bank(bank, ("hf:bundled:smollm2",))
@@ -125,7 +125,7 @@ def test_rescore_rejudges_without_calling_the_model_into_a_new_run(lm_run, capsy
     assert list(rows["score"]) == expected
     # the interval is the method's, fed the recorded items in the recorded order with the new scores
     from certeval.estimators import method_for_goal, parse_goal
-    from certeval.tasks.plan import load_run_bank
+    from certeval.tasks.inputs import load_run_bank
 
     bank = load_run_bank(TRIVIA, ("hf:bundled:smollm2",))
     # built as the run built it: bets tuned to its goal (halfwidth:0.1)
@@ -242,7 +242,7 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
     assert stops == {m["model"]: int(new["round"].max()) + 1}
     # the rescored interval is a fresh adaptive fed those rounds with the new scores (same seed, same draws)
     from certeval.estimators import method_for_goal, parse_goal
-    from certeval.tasks.plan import load_run_bank
+    from certeval.tasks.inputs import load_run_bank
 
     bank = load_run_bank(TWO, ("hf:bundled:smollm2",))
     method = method_for_goal("adaptive", parse_goal("halfwidth:0.05"), 32, confidence=0.95).start(bank.spec())

@@ -52,8 +52,9 @@ def test_replay_host_answers_the_generated_row():
 
 
 def test_plan_builds_the_bank_and_refuses_unknown_models(tmp_path):
-    plan, bank = make_plan(PlanRequest("select", models=[f"replay:synthetic:50x700:3#m{k:02d}" for k in range(50)], top=1,
-                                       halfwidth=0.05, output=str(tmp_path), run_id="syn"))
+    plan, prepared = make_plan(PlanRequest("select", models=[f"replay:synthetic:50x700:3#m{k:02d}" for k in range(50)],
+                                           top=1, halfwidth=0.05, output=str(tmp_path), run_id="syn"))
+    bank = prepared.bank
     assert bank.n_items == 700 and bank.item_ids[0] == "i000"
     with pytest.raises(InputError, match="unknown model 'm99'"):
         make_plan(PlanRequest("select", models=["replay:synthetic:50x700:3#m00", "replay:synthetic:50x700:3#m99"],

@@ -95,7 +95,7 @@ def test_multiple_choice_version():
 def test_a_run_bank_takes_every_option_the_spec_reader_takes():
     """``--bank bundled:trivia?mc=4`` (docs/backends.md) is the spec reader's multiple-choice bank in a run too;
     the run used to refuse ``mc`` with its own, shorter list of options."""
-    from certeval.tasks.plan import load_run_bank
+    from certeval.tasks.inputs import load_run_bank
 
     spec = "bundled:trivia?categories=uscapitals&mc=4&seed=1"
     bank = load_run_bank(spec, ("hf:bundled:smollm2",))

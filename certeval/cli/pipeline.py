@@ -257,7 +257,7 @@ def run(args) -> int:
     use_services(args)
     user_prefect = user_prefect_configured()  # before prepare_env sets the project-local PREFECT_HOME
     prepare_env()
-    plan, bank = plan_from_args(args)  # every InputError happens here, before Ray/Prefect
+    plan, prepared = plan_from_args(args)  # every InputError happens here, before Ray/Prefect
     mark("plan_ready")
     from ..fast_start import enabled, prestart
     from ..tasks.plan import claim_run
@@ -271,7 +271,8 @@ def run(args) -> int:
     store.acquire_lock()  # a run id in use stops here; held until this command ends (the flow reuses it)
     warm = None
     try:
-        claim_run(plan)  # a changed config of an existing run id stops here; nothing overwritten
+        # a changed config of an existing run id stops here; nothing overwritten
+        prepared = prepared.claimed(claim_run(plan))
         set_run_folder(store)  # a runtime failure from here on leaves its traceback in <run>/logs/
         mode = progress_mode(args.json, args.quiet)
         if mode == BARS:  # a terminal's first seconds can be silent otherwise (Prefect's server, Ray, models)
@@ -282,9 +283,9 @@ def run(args) -> int:
 
         warm.ready()
         mark("flow_calling")
-        results = run_plan(plan, progress=mode)
+        results = run_plan(plan, progress=mode, prepared=prepared)
         if getattr(args, "log_samples", False):
-            results["samples_files"] = log_samples(plan, bank, results)
+            results["samples_files"] = log_samples(plan, prepared.bank, results)
         from ..report import write_report
 
         # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
@@ -358,18 +359,20 @@ def run_demo(args) -> int:
     prepare_env()
     from ..flows.demo import demo_flow, demo_plans
 
-    plans = demo_plans(output=args.output, lm_items=args.lm_items, skip_lm=args.skip_lm,
-                       ray_address=args.ray_address, seed=args.seed)
+    prepared = demo_plans(output=args.output, lm_items=args.lm_items, skip_lm=args.skip_lm,
+                          ray_address=args.ray_address, seed=args.seed)
+    plans = [plan for plan, _ in prepared]
     from ..tasks.plan import claim_run
     from ._failure import set_run_folder
 
     start_watchdog()
     try:
-        for plan in plans:
+        claimed = []
+        for plan, inputs in prepared:
             plan.store().acquire_lock()
-            claim_run(plan)
+            claimed.append(inputs.claimed(claim_run(plan)))
             set_run_folder(plan.store())
-        out = demo_flow(plans)
+        out = demo_flow(plans, claimed)
     finally:
         for plan in plans:
             plan.store().release_lock()

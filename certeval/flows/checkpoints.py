@@ -75,12 +75,11 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
     """Select the best checkpoint of a folder; return (and store) the report. ``num_cpus`` caps a local Ray (models
     beyond it share actors, queued); ``num_gpus`` is each model actor's share of a GPU."""
     specs = find_checkpoints(checkpoints)
-    plan, _ = make_plan(PlanRequest(
+    plan, prepared = make_plan(PlanRequest(
         "select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
         batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer, threshold=threshold, halfwidth=halfwidth,
         mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus))
-    claim_run(plan)
-    results = select_flow(plan)
+    results = select_flow(plan, prepared=prepared.claimed(claim_run(plan)))
     selected = results["selection"]["selected"]
     by_label = dict(zip(plan.labels, plan.models))
     best = selected[0] if selected else None
@@ -144,12 +143,11 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
         if store.read_results() is not None:
             continue  # certified on an earlier tick: never scored again
         sources = list(history or []) + ([output] if _has_history(output) else [])
-        plan, _ = make_plan(PlanRequest("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
+        plan, prepared = make_plan(PlanRequest("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
                                         confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
                                         scorer=scorer, ray_address=ray_address, history=sources or None,
                                         num_cpus=num_cpus, num_gpus=num_gpus))
-        claim_run(plan)
-        certify_flow(plan)
+        certify_flow(plan, prepared=prepared.claimed(claim_run(plan)))
     rows = []
     for spec in specs:
         res = RunStore(output, f"ckpt-{safe_name(parse_model_spec(spec).label)}").read_results() or {}
@@ -172,9 +170,8 @@ def rank_models_flow(models: list[str], bank: str | None = None, output: str | N
     """A scheduled ranking run over fixed model specs (``epsilon``: an epsilon-correct ranking instead of strict
     verdicts at ``margin``)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    plan, _ = make_plan(PlanRequest(
+    plan, prepared = make_plan(PlanRequest(
         "rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
         confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address, num_cpus=num_cpus,
         num_gpus=num_gpus, epsilon=epsilon))
-    claim_run(plan)
-    return rank_flow(plan)
+    return rank_flow(plan, prepared=prepared.claimed(claim_run(plan)))

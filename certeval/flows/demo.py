@@ -17,6 +17,7 @@ from typing import Any
 
 from prefect import flow
 
+from ..tasks.inputs import PreparedRun
 from ..tasks.plan import PlanRequest, RunPlan, make_plan
 from .pipeline import certify_flow, rank_flow
 
@@ -27,15 +28,16 @@ LM_BANK = "bundled:trivia?categories=worldcapitals,uscapitals,elements"
 
 
 def demo_plans(output: str | None = None, lm_items: int = 60, skip_lm: bool = False,
-               ray_address: str | None = None, seed: int = 0) -> list[RunPlan]:
-    """Validated plans of the two demo runs (fresh run ids, so the demo can be re-run)."""
+               ray_address: str | None = None, seed: int = 0) -> list[tuple[RunPlan, PreparedRun]]:
+    """Validated plans of the two demo runs, each with what its validation loaded (fresh run ids, so the demo can
+    be re-run)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    rank, _ = make_plan(PlanRequest("rank", models=[f"replay:bundled:helm_mmlu#{m}" for m in RANK_MODELS],
+    rank = make_plan(PlanRequest("rank", models=[f"replay:bundled:helm_mmlu#{m}" for m in RANK_MODELS],
                                     output=output, run_id=f"demo-rank-{stamp}", margin=0.05, batch_size=50, seed=seed,
                                     ray_address=ray_address))
     plans = [rank]
     if not skip_lm:
-        lm, _ = make_plan(PlanRequest(
+        lm = make_plan(PlanRequest(
             "certify", models=[LM_SPEC], bank=LM_BANK, output=output, run_id=f"demo-smollm2-{stamp}",
             goal="halfwidth:0.1", method="adaptive", batch_size=20, max_items=lm_items, seed=seed,
             ray_address=ray_address))
@@ -44,12 +46,13 @@ def demo_plans(output: str | None = None, lm_items: int = 60, skip_lm: bool = Fa
 
 
 @flow(name="demo", validate_parameters=False, persist_result=False)
-def demo_flow(plans: list[RunPlan]) -> list[dict[str, Any]]:
-    """Run the demo plans one after another as subflows (rank first: it needs no model download or load)."""
+def demo_flow(plans: list[RunPlan], prepared: list[PreparedRun] | None = None) -> list[dict[str, Any]]:
+    """Run the demo plans one after another as subflows (rank first: it needs no model download or load);
+    ``prepared``: what their validation loaded, in this process (None: each flow loads its own)."""
     out = []
-    for plan in plans:
+    for plan, inputs in zip(plans, prepared or [None] * len(plans)):
         sub = rank_flow if plan.kind == "rank" else certify_flow
-        results = sub(plan)
+        results = sub(plan, prepared=inputs)
         report = _write_report(results["run_folder"])
         if report is not None:
             results["report"] = report

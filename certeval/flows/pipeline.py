@@ -16,13 +16,15 @@ from prefect.utilities.annotations import quote
 from ..engine import play
 from ..startup import mark
 from ..tasks import steps
+from ..tasks.inputs import PreparedRun
 from ..tasks.plan import RunPlan
 
 
-def run_rounds(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
-    """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met."""
+def run_rounds(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
+    """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met.
+    ``prepared``: what validation loaded and fitted in this process (None: loaded from the plan)."""
     mark("flow_started")  # Prefect's API answered and the flow run exists
-    run = steps.load_bank(plan)
+    run = steps.load_bank(plan, quote(prepared))
     mark("bank_loaded")
     pool = None
     try:
@@ -45,32 +47,32 @@ _FLOW = dict(validate_parameters=False, log_prints=False, persist_result=False)
 
 
 @flow(name="certify", **_FLOW)
-def certify_flow(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
+def certify_flow(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
     """Certify each model's bank mean to a goal (half-width, or above / below a threshold)."""
-    return run_rounds(plan, progress)
+    return run_rounds(plan, progress, prepared)
 
 
 @flow(name="compare", **_FLOW)
-def compare_flow(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
+def compare_flow(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
     """Sequentially compare two models on the same items (group-sequential repeated CIs)."""
-    return run_rounds(plan, progress)
+    return run_rounds(plan, progress, prepared)
 
 
 @flow(name="rank", **_FLOW)
-def rank_flow(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
+def rank_flow(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
     """Rank models by sequential pairwise comparisons on shared items, with tie groups."""
-    return run_rounds(plan, progress)
+    return run_rounds(plan, progress, prepared)
 
 
 @flow(name="select", **_FLOW)
-def select_flow(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
+def select_flow(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
     """Select models (discard the weak early; keep the best or those precise enough)."""
-    return run_rounds(plan, progress)
+    return run_rounds(plan, progress, prepared)
 
 
 FLOWS = {"certify": certify_flow, "compare": compare_flow, "rank": rank_flow, "select": select_flow}
 
 
-def run_plan(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
-    """Run the flow for a plan's kind."""
-    return FLOWS[plan.kind](plan, progress)
+def run_plan(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
+    """Run the flow for a plan's kind (``prepared``: from :func:`~certeval.tasks.plan.make_plan`, same process)."""
+    return FLOWS[plan.kind](plan, progress, prepared)

@@ -10,27 +10,23 @@ Nothing here imports Ray or Prefect, so bad input fails in about a second.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import os
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 
 from .. import __version__
-from ..banks import Bank, bank_from_frame, bank_from_scores, load_bank, load_scores
 from ..estimators import make_method, parse_goal
+from ..estimators.paired_history import HistoryRanking
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
 from ..backends.base import ModelSpec, parse_model_spec
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
-from ..synthetic import is_synthetic, synthetic_scores
+from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
 from .plan_checks import check_epsilon, leaderboard_goal
 
 KINDS = ("certify", "compare", "rank", "select")
-TRIVIA = "bundled:trivia"
 # keys of config.json a resumed run must match exactly
 COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
             "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top", "epsilon")
@@ -144,25 +140,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=16)
-def _scores(location: str) -> pd.DataFrame:
-    return load_scores(location)
-
-
-@functools.lru_cache(maxsize=32)
-def _model_items(location: str, scored_only: bool = False) -> dict[str, np.ndarray]:
-    """Each model's item ids in a scores file (``scored_only``: those with a score), found in one pass: a
-    ``frame["model"] == name`` scan (or a pandas take) per model cost ~25 s per plan at openllm_tiny's 1,989
-    models."""
-    if is_synthetic(location):  # every model scores every item: one shared array, no table is built
-        table = synthetic_scores(location)
-        return dict.fromkeys(table.model_names, table.item_ids)
-    frame = _scores(location)
-    ids = frame["item_id"].astype(str).to_numpy(dtype=object)
-    keep = frame["score"].notna().to_numpy() if scored_only else np.ones(len(frame), dtype=bool)
-    return {str(k): ids[v[keep[v]]] for k, v in frame.groupby("model", sort=False).indices.items()}
-
-
 def check_model(spec: ModelSpec) -> None:
     """Cheap existence checks per backend kind (no model is loaded here)."""
     if spec.kind == "replay":
@@ -205,58 +182,6 @@ def check_model(spec: ModelSpec) -> None:
         parse_openai_options(spec)
 
 
-def check_replay_coverage(specs: list[ModelSpec], bank: Bank) -> None:
-    """Every replay model has a recorded score for every bank item (else its actor fails mid-run)."""
-    ids = pd.Index(bank.item_ids).astype(str)
-    seen: dict[int, pd.Index] = {}  # models of a synthetic table share one item array: checked once
-    for spec in specs:
-        if spec.kind != "replay":
-            continue
-        mine = _model_items(spec.location, True).get(spec.name)
-        if mine is None:
-            missing = ids
-        else:  # the arrays live in _model_items' cache, so their ids are stable here
-            if id(mine) not in seen:
-                seen[id(mine)] = ids.difference(pd.Index(mine, dtype=object))
-            missing = seen[id(mine)]
-        if len(missing):
-            raise InputError(f"replay model {spec.text!r} has no recorded score for {len(missing)} of the bank's "
-                             f"{len(ids)} items (e.g. {missing[0]!r}); pass a bank it covers, or no --bank")
-
-
-def load_run_bank(bank: str | None, models: tuple[str, ...]) -> Bank:
-    """The bank of a run: a file / URL, ``bundled:trivia[?categories=..&limit=..&seed=..]``, or
-    (replay models only, ``bank`` None) the items every model has a recorded score for."""
-    if bank is None:
-        specs = [parse_model_spec(m) for m in models]
-        if any(s.kind != "replay" for s in specs):
-            raise InputError("--bank is required unless every --model is a replay:<scores file>#<model> spec")
-        common: list[str] | None = None
-        last = None
-        for s in specs:
-            mine = _model_items(s.location).get(s.name)
-            if mine is not None and mine is last:  # the same item array (a synthetic table): nothing to intersect
-                continue
-            last = mine
-            mine = [] if mine is None else mine.tolist()
-            ids = set(mine)
-            common = [i for i in (common if common is not None else mine) if i in ids]
-        if not common:
-            raise InputError("the replay models share no scored item; pass --bank")
-        if is_synthetic(specs[0].location):
-            table = synthetic_scores(specs[0].location)
-            return bank_from_frame(table.items_frame()[table.items_frame()["item_id"].isin(set(common))],
-                                   f"synthetic scores {specs[0].location!r}")
-        first = _scores(specs[0].location)
-        first = first[first["model"] == specs[0].name]
-        return bank_from_scores(first[first["item_id"].astype(str).isin(set(common))])
-    if bank == TRIVIA or bank.startswith(TRIVIA + "?"):
-        from ..trivia import load_trivia_spec  # the one reader of the spec (categories, limit, seed, mc)
-
-        return bank_from_frame(load_trivia_spec(bank), f"bank {bank!r}")
-    return load_bank(bank)
-
-
 def default_run_id(kind: str) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{kind}-{stamp}-{uuid.uuid4().hex[:4]}"
@@ -297,8 +222,9 @@ class PlanRequest:
     epsilon: float | None = None
 
 
-def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
-    """Validate a request; return the plan and its loaded bank. Raises InputError on any bad input."""
+def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
+    """Validate a request; return the plan and what validation loaded (the bank, the history priors), so the
+    flow loads and fits nothing again. Raises InputError on any bad input."""
     if not isinstance(request, PlanRequest):
         raise TypeError(f"make_plan takes a PlanRequest, got {type(request).__name__}")
     r = request
@@ -344,8 +270,9 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
                              "the bank's items (a scores file, bundled:<name>, or earlier run folders)")
         method_obj = make_method(method, confidence=confidence)
     else:
-        if history and kind == "rank" and len(specs) > 30:
-            raise InputError(f"rank --history runs one exact confidence sequence per pair: at most 30 models, got "
+        if history and kind == "rank" and len(specs) > HistoryRanking.MAX_MODELS:
+            raise InputError(f"rank --history runs one exact confidence sequence per pair: at most "
+                             f"{HistoryRanking.MAX_MODELS} models, got "
                              f"{len(specs)} (drop --history: the bank ranking without it scales to thousands)")
         if method not in (None, PAIRED_METHOD):
             raise InputError(f"{kind} samples the same uniform item order for every model; --method must be "
@@ -395,8 +322,8 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
-    if history:
-        run_history_priors(history, loaded, labels)  # sources readable, items matched: checked before any write
+    # fitted here, so unreadable sources or unmatched items are found before any write, and once
+    priors = run_history_priors(history, loaded, labels) if history else {}
     if method_obj is not None and getattr(method_obj, "needs_features", False):
         if loaded.features is None and loaded.texts() is None:
             raise InputError(f"method {method!r} needs item features, but the bank has neither an 'embedding' "
@@ -435,15 +362,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, Bank]:
             from ..backends.openai_host import build_host
 
             build_host(spec).close()  # options parsed and GET {base_url}/models answered, or InputError
-    return plan, loaded
-
-
-def run_history_priors(sources: tuple[str, ...], bank: Bank, labels: tuple[str, ...]) -> dict[str, Any]:
-    """Per model label, the history prior fitted on every other history model (the model is left out)."""
-    from ..history import history_prior, load_history
-
-    loaded = load_history(sources)
-    return {label: history_prior(loaded, bank, label) for label in labels}
+    return plan, PreparedRun(loaded, priors)
 
 
 def local_gpu_count(timeout_s: float = 10.0) -> int:

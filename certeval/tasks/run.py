@@ -29,7 +29,8 @@ from ..estimators.results import Decision
 from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord
 from ..progress import run_progress
 from ..storage import RunStore, item_key, prompt_hash, safe_name
-from .plan import RunPlan, load_run_bank
+from .inputs import PreparedRun, prepare_run
+from .plan import RunPlan
 
 
 @dataclass
@@ -72,24 +73,23 @@ class Run:
 
     # -- load -----------------------------------------------------------------
     @classmethod
-    def open(cls, plan: RunPlan) -> "Run":
-        """Load and validate the bank, claim the run folder (config check on resume), read the score cache."""
+    def open(cls, plan: RunPlan, prepared: PreparedRun | None = None) -> "Run":
+        """Take the bank and history priors validation prepared (or prepare them: a flow started elsewhere),
+        claim the run folder unless the command around the flow did (config check on resume), read the score
+        cache."""
         from .plan import claim_run
 
-        bank = load_run_bank(plan.bank, plan.models)
+        prepared = prepared if prepared is not None else prepare_run(plan)
         store = plan.store()
-        run = cls(plan, bank, store)
-        if plan.history:
-            from .plan import run_history_priors
-
-            run.history = run_history_priors(plan.history, bank, tuple(plan.labels))
+        run = cls(plan, prepared.bank, store)
+        run.history = prepared.history
         # False when a CLI around the flow already holds it; a flow retried after its worker died waits out
         # the dead worker's object-store lease (bounded) instead of failing on it
         from ..storage import STALE_LEASE_WAIT_S
 
         run.owns_lock = run.store.acquire_lock(wait_s=STALE_LEASE_WAIT_S)
         try:
-            run.resumed = claim_run(plan)
+            run.resumed = prepared.resumed if prepared.resumed is not None else claim_run(plan)
             specs = dict(zip(plan.labels, plan.models))
 
             def describe(label: str) -> None:

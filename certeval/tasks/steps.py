@@ -19,6 +19,7 @@ from prefect.utilities.annotations import quote
 
 from ..estimators.results import Decision
 from ..startup import mark
+from .inputs import PreparedRun
 from .plan import RunPlan
 from .round_steps import RunSteps
 from .run import RoundScores, Run
@@ -27,9 +28,10 @@ _OPTS = dict(cache_policy=NONE, retries=0, persist_result=False, log_prints=Fals
 
 
 @task(name="load-bank", **_OPTS)
-def load_bank(plan: RunPlan) -> Run:
-    """Load and validate the bank, claim the run folder (config checked on resume), read the score cache."""
-    return Run.open(plan)
+def load_bank(plan: RunPlan, prepared: PreparedRun | None = None) -> Run:
+    """The bank and priors validation prepared (loaded here when none was), the claimed run folder, the score
+    cache."""
+    return Run.open(plan, prepared)
 
 
 @task(name="embed", **_OPTS)
