@@ -89,6 +89,11 @@ def add_parser(subparsers) -> None:
             p.add_argument("--mode", choices=("best", "precision"), default="best",
                            help="best: keep the best model(s) (default); precision: every model to --halfwidth "
                                 "(distribution target)")
+        if name in ("rank", "select"):
+            p.add_argument("--dry-run", action="store_true",
+                           help="cost preview: call no model and write nothing; play the request on the --history "
+                                "models (recorded scores, never your own models) and print the predicted fraction "
+                                "of the model x item cells it will score, with its range")
         _add_run_options(p)
         p.set_defaults(func=run, command=name)
     demo = subparsers.add_parser("demo", help="the main job: rank recorded models and certify a real small LM",
@@ -250,9 +255,40 @@ def plan_from_args(args) -> tuple[Any, Any]:
     ))
 
 
+def dry_run(args) -> int:
+    """``rank|select --dry-run``: validated like the run (without its history), then previewed on the history."""
+    from ..estimators._validation import InputError
+    from ..history import load_history
+    from ..preview import describe, history_matrix, preview_cost
+
+    sources = list(args.history or [])
+    if not sources:
+        raise InputError(f"{args.command} --dry-run predicts the cells from recorded models: give --history SOURCE "
+                         "(a scores file, bundled:<name>, run folders)")
+    args.history = None  # the preview plays the statement on the history models; it does not learn from them
+    plan, prepared = plan_from_args(args)
+    history = load_history(sources)
+    matrix, _ = history_matrix(history.frame, prepared.bank.item_ids, set(plan.labels) | _model_names(plan))
+    preview = preview_cost(plan.group_request(), prepared.bank.spec(), matrix, len(plan.labels), seed=plan.seed)
+    if args.json:
+        print_json({"preview": preview.to_dict(), "history": sources})
+    else:
+        print(describe(preview))
+    return 0
+
+
+def _model_names(plan) -> set[str]:
+    """The recorded names of the plan's replay models (a model never stands in for itself)."""
+    from ..backends.base import parse_model_spec
+
+    return {spec.name for spec in map(parse_model_spec, plan.models) if spec.kind == "replay" and spec.name}
+
+
 def run(args) -> int:
     from ..startup import mark
 
+    if getattr(args, "dry_run", False):
+        return dry_run(args)
     mark("cli_parsed")
     use_services(args)
     user_prefect = user_prefect_configured()  # before prepare_env sets the project-local PREFECT_HOME

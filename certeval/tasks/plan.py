@@ -23,6 +23,7 @@ from ..estimators.paired_history import HistoryRanking
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
 from ..backends.base import ModelSpec, parse_model_spec
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
+from ..estimators.groups import GroupRequest
 from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
 from .plan_checks import check_epsilon, leaderboard_goal
 
@@ -115,6 +116,16 @@ class RunPlan:
 
     def store(self) -> RunStore:
         return RunStore(self.output, self.run_id)
+
+    def group_request(self, labels: tuple[str, ...] | None = None, history: dict[str, Any] | None = None) -> GroupRequest:
+        """What a paired run's group estimator is asked (:mod:`certeval.estimators.groups`): for this plan's models
+        (or ``labels``: the recorded models a cost preview plays them with), with ``history`` priors per label."""
+        return GroupRequest(kind=self.kind, labels=tuple(self.labels if labels is None else labels),
+                            target=self.target or "bank", confidence=self.confidence, margin=self.margin,
+                            threshold=self.threshold, halfwidth=self.halfwidth, top=self.top, mode=self.mode,
+                            look_size=self.batch_size, max_items=self.max_items, history=history or {},
+                            epsilon=self.epsilon,
+                            precision=parse_goal(self.goal).value if self.paired and self.goal else None)
 
 
 # options that change how a model is run, not what it answers (kept out of the cache key)

@@ -189,13 +189,8 @@ class Run:
         self.round = min(self.model_round.values()) if self.active else max(self.model_round.values())
 
     def group_request(self) -> GroupRequest:
-        """What the paired run's group estimator is asked (:mod:`certeval.estimators.groups`)."""
-        plan = self.plan
-        return GroupRequest(kind=plan.kind, labels=tuple(self.labels), target=plan.target or "bank",
-                            confidence=plan.confidence, margin=plan.margin, threshold=plan.threshold,
-                            halfwidth=plan.halfwidth, top=plan.top, mode=plan.mode, look_size=plan.batch_size,
-                            max_items=plan.max_items, history=self.history, epsilon=plan.epsilon,
-                            precision=parse_goal(plan.goal).value if plan.paired and plan.goal else None)
+        """What the paired run's group estimator is asked (:meth:`RunPlan.group_request`, with its priors)."""
+        return self.plan.group_request(tuple(self.labels), self.history)
 
     def _open_paired(self) -> None:
         target = self.plan.target or "bank"  # every per-model interval answers the run's target too
