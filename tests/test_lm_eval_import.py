@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+import pandas as pd
 import pytest
 
 from certeval.banks import load_scores
@@ -96,6 +97,24 @@ def test_an_output_path_with_two_real_runs_gives_two_named_models(lm_runs, tmp_p
     assert all(s["results"].endswith(".json") and s["settings"]["--model"] == "dummy" for s in summary["sources"])
     scores = load_scores(str(out))
     assert scores.groupby("model").size().to_dict() == {"m (seed=1)": 10, "m (seed=2)": 10}
+
+
+def test_a_folder_on_an_fsspec_url_reads_alike(lm_runs, tmp_path, capsys):
+    """The tree copied to an fsspec memory:// URL: the same names, scores and items as on disk."""
+    import fsspec
+
+    fs, root = fsspec.filesystem("memory"), f"/lm-eval-{tmp_path.name}"
+    for path in (lm_runs / "cli").rglob("*.json*"):
+        fs.pipe_file(f"{root}/{path.relative_to(lm_runs / 'cli')}", path.read_bytes())
+    try:
+        here = _import(capsys, lm_runs / "cli", "-o", tmp_path / "a.parquet", "--items", tmp_path / "ia.parquet")
+        there = _import(capsys, f"memory://{root}", "-o", tmp_path / "b.parquet", "--items", tmp_path / "ib.parquet")
+    finally:
+        fs.rm(root, recursive=True)
+    assert here["models"] == there["models"] and there["sources"][0]["results"].startswith("memory://")
+    assert load_scores(str(tmp_path / "a.parquet")).equals(load_scores(str(tmp_path / "b.parquet")))
+    items = [pd.read_parquet(tmp_path / f"i{x}.parquet") for x in "ab"]
+    assert len(items[0]) == 10 and items[0].equals(items[1])
 
 
 def test_the_folder_gives_the_scores_of_its_samples_files(lm_runs, tmp_path, capsys):

@@ -16,8 +16,8 @@ HARNESSES = ("lm-eval", "inspect")
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("import", help="convert lm-eval samples files or Inspect logs to certeval's scores",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("harness", choices=HARNESSES, help="lm-eval (samples_<task>_<timestamp>.jsonl) or inspect "
-                                                      "(.eval / .json logs)")
+    p.add_argument("harness", choices=HARNESSES, help="lm-eval (its --output_path folder, or "
+                   "samples_<task>_<timestamp>.jsonl files) or inspect (.eval / .json logs)")
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="files to read (one model per file), or lm-eval's --output_path folders (repeatable)")
     p.add_argument("-o", "--output", required=True, help="scores file to write (.parquet, .csv or .jsonl)")
