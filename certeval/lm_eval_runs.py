@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 
 from .estimators._validation import InputError
 from .readers import SAMPLES_NAME
@@ -47,7 +46,7 @@ class Run:
 
     @property
     def tasks(self) -> set[str]:
-        return {SAMPLES_NAME.match(PurePosixPath(p).name).group("task") for p in self.samples}
+        return {SAMPLES_NAME.match(p.rpartition("/")[2]).group("task") for p in self.samples}
 
     def describe(self) -> dict:
         return {"model": self.name, "named_from": self.source, "results": self.results, "samples": self.samples,
@@ -95,7 +94,7 @@ def read_settings(path: str) -> dict[str, str]:
 
 def base_name(run: Run) -> str:
     if run.settings is None:
-        return PurePosixPath(run.folder).name or "model"
+        return run.folder.rpartition("/")[2] or "model"
     args = {k: v for k, v in run.settings.items() if k not in ("--model", "gen_kwargs", *SETTING_FIELDS)}
     for key in NAME_KEYS:
         if args.get(key):
@@ -107,6 +106,12 @@ def base_name(run: Run) -> str:
 def _differing(runs: list[Run]) -> list[str]:
     keys = sorted({k for r in runs for k in r.settings})
     return [k for k in keys if len({r.settings.get(k) for r in runs}) > 1]
+
+
+def _suffix(run: Run, keys: list[str]) -> str:
+    if run.settings is None or not keys:
+        return ""
+    return " (" + ", ".join(f"{k}={run.settings[k]}" if k in run.settings else f"no {k}" for k in keys) + ")"
 
 
 def _merge_is_safe(runs: list[Run]) -> bool:
@@ -126,13 +131,9 @@ def _group(runs: list[Run], key) -> list[list[Run]]:
 def name_runs(runs: list[Run]) -> None:
     """Apply the naming rule (module docstring); InputError when two runs still cannot be told apart."""
     for group in _group(runs, base_name):
-        known = [r for r in group if r.settings is not None]
-        keys = _differing(known) if len({json.dumps(r.settings, sort_keys=True) for r in known}) > 1 else []
+        keys = _differing([r for r in group if r.settings is not None])
         for run in group:
-            run.name = base_name(run)
-            if run.settings is not None and keys:
-                run.name += " (" + ", ".join(f"{k}={run.settings[k]}" if k in run.settings else f"no {k}"
-                                             for k in keys) + ")"
+            run.name = base_name(run) + _suffix(run, keys)
     for group in _group(runs, lambda r: r.name):
         if len(group) > 1 and not _merge_is_safe(group):
             for run in group:
@@ -157,7 +158,7 @@ def walk(folder: str) -> list[Run]:
     runs: dict[tuple[str, str], Run] = {}
     results: dict[tuple[str, str], list[str]] = {}
     for path in files:
-        parent, name = str(PurePosixPath(path).parent), PurePosixPath(path).name
+        parent, _, name = path.rpartition("/")  # not PurePosixPath: it folds a URL's "//"
         samples, result = SAMPLES_NAME.match(name), RESULTS_NAME.match(name)
         if samples:
             key = (parent, samples.group("stamp"))
@@ -191,9 +192,9 @@ def collect_runs(paths: list[str], name: str | None = None) -> list[Run]:
     for path in map(str, paths):
         if is_folder(path):
             runs.extend(walk(path))
-        elif SAMPLES_NAME.match(PurePosixPath(path).name):
-            stamp = SAMPLES_NAME.match(PurePosixPath(path).name).group("stamp")
-            runs.append(Run(folder=str(PurePosixPath(path).parent), stamp=stamp, samples=[path], source=FROM_FILE))
+        elif SAMPLES_NAME.match(path.rpartition("/")[2]):
+            stamp = SAMPLES_NAME.match(path.rpartition("/")[2]).group("stamp")
+            runs.append(Run(folder=path.rpartition("/")[0], stamp=stamp, samples=[path], source=FROM_FILE))
         else:
             raise InputError(f"{path!r} is neither an lm-eval folder nor an lm-eval samples file "
                              "(samples_<task>_<timestamp>.jsonl)")

@@ -218,3 +218,11 @@ def test_names_differ_in_what_differs_and_are_deterministic():
     again = [_run("2026-01-01T00-00-00.1", dtype="float16"), _run("2026-01-02T00-00-00.1", dtype="float16")]
     name_runs(again)
     assert [r.name for r in again] == ["org/m @2026-01-01T00-00-00.1", "org/m @2026-01-02T00-00-00.1"]
+
+
+def test_a_file_read_twice_is_refused(lm_runs, tmp_path, capsys):
+    """A folder and a samples file inside it would import the file twice under two names: refused in one line."""
+    samples = next((lm_runs / "cli").glob("*/samples_*.jsonl"))
+    assert main(["import", "lm-eval", str(lm_runs / "cli"), str(samples), "-o", str(tmp_path / "s.parquet")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is given twice" in err and str(samples) in err
