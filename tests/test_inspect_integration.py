@@ -217,6 +217,19 @@ def test_inspect_log_as_scores_items_history_and_import(stopped_eval, tmp_path, 
     assert load_history([log.location]).models == ["mockllm/model"]
 
 
+def test_import_inspect_name_renames_one_log(stopped_eval, tmp_path, capsys):
+    log, _ = stopped_eval
+    out = tmp_path / "s.parquet"
+    assert main(["import", "inspect", log.location, "-o", str(out), "--name", "mine", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["models"] == ["mine"] and summary["sources"][0]["named_from"] == "--name"
+    assert set(pd.read_parquet(out)["model"]) == {"mine"}
+    assert main(["import", "inspect", log.location, log.location, "-o", str(tmp_path / "t.parquet"),
+                 "--name", "mine"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--name 'mine'" in err and not (tmp_path / "t.parquet").exists()
+
+
 def _rewrite(log, path, edit):
     from inspect_ai.log import write_eval_log
 

@@ -1,6 +1,9 @@
 """``certeval import lm-eval|inspect PATH… -o scores.parquet [--items items.parquet]``: other harnesses' results
 as certeval's recorded scores (``model, item_id, score, subset``) and item bank (``item_id, subset, question,
-answer``), for ``--model replay:…``, ``backtest --scores`` and ``--history``."""
+answer``), for ``--model replay:…``, ``backtest --scores`` and ``--history``.
+
+An lm-eval PATH may be lm-eval's ``--output_path`` folder: its runs are named after their results files' config
+(see ``certeval.lm_eval_runs``); ``--name`` names the one run given."""
 
 from __future__ import annotations
 
@@ -13,12 +16,15 @@ HARNESSES = ("lm-eval", "inspect")
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("import", help="convert lm-eval samples files or Inspect logs to certeval's scores",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("harness", choices=HARNESSES, help="lm-eval (samples_<task>_<timestamp>.jsonl) or inspect "
-                                                      "(.eval / .json logs)")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="files to read (one model per file; repeatable)")
+    p.add_argument("harness", choices=HARNESSES, help="lm-eval (its --output_path folder, or "
+                   "samples_<task>_<timestamp>.jsonl files) or inspect (.eval / .json logs)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="files to read (one model per file), or lm-eval's --output_path folders (repeatable)")
     p.add_argument("-o", "--output", required=True, help="scores file to write (.parquet, .csv or .jsonl)")
     p.add_argument("--items", default=None, help="also write the items (text and target) to this file")
     p.add_argument("--metric", default=None, help="lm-eval metric / Inspect scorer to read (default: the first)")
+    p.add_argument("--name", default=None, help="model name for the one run (lm-eval) or log (inspect) given; "
+                                                "default: lm-eval's results file config, Inspect's model")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     p.set_defaults(func=run, command="import")
 
@@ -124,34 +130,67 @@ def write_all(files: list[tuple[str, bytes]]) -> None:
         os.replace(tmp, target)
 
 
-def run(args) -> int:
-    from ..banks import validate_scores
-    from ..readers import (is_inspect_log, is_lm_eval_samples, read_harness_items, read_inspect_log,
-                           read_lm_eval_samples)
+def _lm_eval(args) -> tuple[list[str], list, list[dict]]:
+    """(files read, score frames, where each model name came from) of lm-eval folders and samples files."""
+    from ..lm_eval_runs import collect_runs
+    from ..readers import read_lm_eval_samples
 
-    outputs = {"-o/--output": args.output, **({"--items": args.items} if args.items else {})}
-    check_outputs(list(args.paths), outputs)
-    is_kind, read = ((is_lm_eval_samples, read_lm_eval_samples) if args.harness == "lm-eval"
-                     else (is_inspect_log, read_inspect_log))
-    for path in args.paths:
-        if not is_kind(path):
-            want = ("an lm-eval samples file (samples_<task>_<timestamp>.jsonl)" if args.harness == "lm-eval"
-                    else "an Inspect log (.eval, or .json written by Inspect)")
-            raise InputError(f"{path!r} is not {want}")
+    runs = collect_runs(args.paths, args.name)
+    samples = [p for r in runs for p in r.samples]
+    check_outputs(samples + [r.results for r in runs if r.results], _outputs(args))
+    # everything is read and checked before anything is written
+    frames = [read_lm_eval_samples(p, args.metric).assign(model=r.name) for r in runs for p in r.samples]
+    return samples, frames, [r.describe() for r in runs]
+
+
+def _inspect(args) -> tuple[list[str], list, list[dict]]:
+    from ..readers import is_inspect_log, read_inspect_log
+
+    paths = [str(p) for p in args.paths]
+    check_outputs(paths, _outputs(args))
+    for path in paths:
+        if not is_inspect_log(path):
+            raise InputError(f"{path!r} is not an Inspect log (.eval, or .json written by Inspect)")
+    if args.name is not None and len(paths) > 1:
+        raise InputError(f"--name {args.name!r} names one model, but {len(paths)} Inspect logs are given; "
+                         "import one log at a time")
+    frames = [read_inspect_log(p, args.metric) for p in paths]
+    if args.name is not None:
+        frames = [f.assign(model=args.name) for f in frames]
+    sources = [{"model": str(f["model"].iloc[0]), "named_from": "--name" if args.name else "Inspect log eval.model",
+                "log": p} for p, f in zip(paths, frames)]
+    return paths, frames, sources
+
+
+def _outputs(args) -> dict[str, str]:
+    return {"-o/--output": args.output, **({"--items": args.items} if args.items else {})}
+
+
+def _print_summary(summary: dict) -> None:
+    print(f"wrote {summary['rows']} scores ({len(summary['models'])} model(s): {', '.join(summary['models'])}; "
+          f"{summary['items_count']} items) to {summary['scores']}"
+          + (f"; items to {summary['items']}" if summary["items"] else ""))
+    for source in summary["sources"]:
+        where = source.get("results") or source.get("log") or ", ".join(source.get("samples", []))
+        print(f"  {source['model']!r} <- {source['named_from']}: {where}")
+
+
+def run(args) -> int:
     import pandas as pd
 
-    # everything is read and checked before anything is written
-    frames = [read(str(p), args.metric) for p in args.paths]
+    from ..banks import validate_scores
+    from ..readers import read_harness_items
+
+    files, frames, sources = (_lm_eval if args.harness == "lm-eval" else _inspect)(args)
     scores = validate_scores(pd.concat(frames, ignore_index=True), f"{args.harness} results")
-    items = read_harness_items(args.paths) if args.items else None
+    items = read_harness_items(files) if args.items else None
     write_all([(args.output, _encode(scores, args.output))]
               + ([(args.items, _encode(items, args.items))] if items is not None else []))
     summary = {"scores": args.output, "items": args.items, "rows": int(len(scores)),
                "models": sorted(scores["model"].unique()), "tasks": sorted(scores["subset"].unique()),
-               "items_count": int(scores["item_id"].nunique())}
+               "items_count": int(scores["item_id"].nunique()), "sources": sources}
     if args.json:
         print_json(summary)
     else:
-        print(f"wrote {summary['rows']} scores ({len(summary['models'])} model(s): {', '.join(summary['models'])}; "
-              f"{summary['items_count']} items) to {args.output}" + (f"; items to {args.items}" if args.items else ""))
+        _print_summary(summary)
     return 0
