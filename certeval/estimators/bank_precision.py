@@ -32,7 +32,7 @@ class BankPrecision(BankSelection):
     ``model_intervals()`` every model's (mean, lower, upper, items)."""
 
     def __init__(self, names: Sequence[str], *, halfwidth: float, alpha: float = 0.05) -> None:
-        super().__init__(names, alpha=alpha)
+        super().__init__(names, alpha=alpha, paired=False)  # per-model intervals are the statement
         if len(self.names) < 2 or len(set(self.names)) != len(self.names):
             raise InputError(f"a leaderboard needs two or more distinct models, got {len(self.names)}")
         self.halfwidth = check_positive(halfwidth, "halfwidth")

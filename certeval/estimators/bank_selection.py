@@ -1,8 +1,10 @@
 """Bank-target best-model selection: top-K within epsilon on the shared item order drawn ∝ weight.
 
 Each model has an exact without-replacement confidence sequence for its bank mean
-(:mod:`~.wor_streams`), simultaneous over the M models at level alpha / M; the rule is LUCB's
-(Kalyanakrishnan et al. 2012), see :class:`BankSelection`.
+(:mod:`~.wor_streams`), simultaneous over the M models; up to :data:`PAIRED_MODELS` models every pair also has one
+for its paired difference, which close arms need (models answer the same items, so a difference varies far less
+than two separate means suggest). The rule is LUCB's (Kalyanakrishnan et al. 2012) on both, see
+:class:`BankSelection`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from ._validation import InputError, check_alpha, check_in_range, check_positive
 from .bank_ranking import look_arrays
 from .results import to_jsonable
 from .wor_streams import absorb_rows, check_weights, make_streams, streams_from_state
+
+PAIRED_MODELS = 400  # beyond, P = M(M-1)/2 pair streams cost more than close arms save: per-model CSs alone
 
 
 @dataclass(frozen=True)
@@ -50,20 +54,23 @@ class BankSelection:
     """Best-arm (top-K) identification within epsilon, bank target, on the shared order drawn ∝ weight.
 
     Each model has a without-replacement CS for its bank mean at level alpha / M (simultaneous over models
-    and looks). At each look, with A the models not yet dropped:
+    and looks). With ``paired`` (default) and 2 to :data:`PAIRED_MODELS` models, each of the P pairs also has one
+    for its paired difference mu_i - mu_j, and alpha is split: alpha / (2M) per model, alpha / (2P) per pair.
+    At each look, with A the models not yet dropped:
 
     * a model with ``upper < threshold`` is dropped ("below");
-    * a model with at least K models of A whose lower bound exceeds its upper bound is surely outside the
-      top K and is dropped ("not-best");
+    * a model with at least K models of A surely better — their lower bound above its upper bound, or the
+      pair's difference surely positive — is outside the top K and is dropped ("not-best");
     * stop when the K models of A with the largest means, S, satisfy ``min_{i in S} lower_i >=
-      max_{j in A \\ S} upper_j - epsilon`` (LUCB's rule, Kalyanakrishnan et al. 2012): on the event that
-      every CS covers, each selected model's bank mean is within epsilon of every unselected one's, i.e.
-      the selection is an epsilon-top-K of the bank, with probability >= 1 - alpha. Models of S keep being
-      scored until then; at exhaustion the exact means decide.
+      max_{j in A \\ S} upper_j - epsilon`` (LUCB's rule, Kalyanakrishnan et al. 2012), or every pair (i in S,
+      j in A \\ S) has its difference's lower bound at least -epsilon: on the event that every CS covers, each
+      selected model's bank mean is at least every unselected one's minus epsilon, i.e. the selection is an
+      epsilon-top-K of the bank, with probability >= 1 - alpha. Models of S keep being scored until then; at
+      exhaustion the exact means decide.
     """
 
     def __init__(self, names: Sequence[str], *, alpha: float = 0.05, top: int = 1, epsilon: float = 0.0,
-                 threshold: float = 0.0) -> None:
+                 threshold: float = 0.0, paired: bool = True) -> None:
         self.names = tuple(str(x) for x in names)
         if len(self.names) < 1:
             raise InputError("selection needs at least one model")
@@ -73,12 +80,19 @@ class BankSelection:
             raise InputError(f"top must be at most the number of models ({len(self.names)}), got {top!r}")
         self.epsilon = check_in_range(epsilon, "epsilon", 0.0, 1.0)
         self.threshold = check_in_range(threshold, "threshold", 0.0, 1.0)
+        self.paired = bool(paired)
 
     def start(self, weights: np.ndarray, bet_horizon: int | None = None) -> "BankSelection":
         """As :meth:`BankRanking.start`: weights in ``update``'s positions, the order drawn ∝ them."""
         self.w = check_weights(weights)
         m = len(self.names)
-        self.streams = make_streams(m, self.w.size, self.alpha / m, bet_horizon)
+        self.paired_ = self.paired and 2 <= m <= PAIRED_MODELS
+        self.streams = make_streams(m, self.w.size, self.alpha / (2 * m if self.paired_ else m), bet_horizon)
+        if self.paired_:
+            self.pair_a, self.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
+            p = self.pair_a.size
+            self.pairs = make_streams(p, self.w.size, self.alpha / (2 * p), bet_horizon)
+            self.pair_lower, self.pair_upper = np.full(p, -1.0), np.ones(p)
         self.status = np.array(["running"] * m, dtype=object)
         self.look_of = np.zeros(m, dtype=np.int32)
         self.used = np.zeros(m, dtype=np.int32)
@@ -119,8 +133,33 @@ class BankSelection:
         self.used[live] = self.n
         mean, lower, upper = self.streams.bounds()
         self.mean[live], self.lower[live], self.upper[live] = mean[live], lower[live], upper[live]
+        if self.paired_:
+            self._absorb_pairs(live, x, items)
         self._decide(live)
         return self
+
+    def _absorb_pairs(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
+        """The differences of the pairs whose models both still run, as scores in [0, 1]; the others are frozen
+        (a model that left is in no later decision)."""
+        running = np.zeros(len(self.names), dtype=bool)
+        running[live] = True
+        rows = np.flatnonzero(running[self.pair_a] & running[self.pair_b])
+        if rows.size == 0:
+            return
+        diff = (x[self.pair_a[rows]] - x[self.pair_b[rows]] + 1.0) / 2.0
+        absorb_rows(self.pairs, rows, diff, self.w[items])
+        _, lower, upper = self.pairs.bounds()
+        self.pair_lower[rows], self.pair_upper[rows] = 2.0 * lower[rows] - 1.0, 2.0 * upper[rows] - 1.0
+
+    def surely_above(self) -> np.ndarray:
+        """``(M, M)`` lower bounds of mu_i - mu_j: the pair's CS where there is one, else the two models' CSs."""
+        low = self.lower[:, None] - self.upper[None, :]
+        if self.paired_:
+            a, b = self.pair_a, self.pair_b
+            low[a, b] = np.maximum(low[a, b], self.pair_lower)
+            low[b, a] = np.maximum(low[b, a], -self.pair_upper)
+        np.fill_diagonal(low, -np.inf)
+        return low
 
     def _decide(self, live: np.ndarray) -> None:
         k = self.top
@@ -130,10 +169,12 @@ class BankSelection:
             if self.upper[j] < self.threshold:
                 self.status[j], self.look_of[j] = "below", self.looks
         alive = alive[self.status[alive] != "below"]
+        diff_low = self.surely_above()
         if len(alive) > k:  # surely outside the top K: K models certainly better
-            kth_low = np.sort(self.lower[alive])[::-1][k - 1]
-            for j in alive:
-                if self.status[j] == "running" and self.upper[j] < kth_low:
+            # 1e-12: an exact tie at exhaustion must not read as 'surely better' both ways after rounding
+            better = (diff_low[np.ix_(alive, alive)] > 1e-12).sum(axis=0)
+            for j, n_better in zip(alive, better):
+                if self.status[j] == "running" and n_better >= k:
                     self.status[j], self.look_of[j] = "not-best", self.looks
             alive = alive[self.status[alive] != "not-best"]
         exact = self.n == self.n_total
@@ -142,7 +183,7 @@ class BankSelection:
         else:
             by_mean = alive[np.argsort(-self.mean[alive], kind="stable")]
             chosen, rest = by_mean[:k], by_mean[k:]
-        if exact or len(rest) == 0 or self.lower[chosen].min() >= self.upper[rest].max() - self.epsilon:
+        if exact or len(rest) == 0 or diff_low[np.ix_(chosen, rest)].min() >= -self.epsilon:
             for j in chosen:
                 if self.status[j] == "running":
                     self.status[j], self.look_of[j] = "selected", self.looks
@@ -160,10 +201,17 @@ class BankSelection:
         models = tuple(ModelStatus(self.names[j], float(self.mean[j]), float(self.lower[j]), float(self.upper[j]),
                                    int(self.used[j]), str(self.status[j]), int(self.look_of[j]) or None)
                        for j in range(m))
+        per_model = 2 * m if self.paired_ else m
         guarantee = (f"bank target, anytime-valid: without-replacement {self.streams.CONSTRUCTION} CS per model, items "
-                     f"drawn in proportion to their weights, at level "
-                     f"{1 - self.alpha / m:.4g} (Bonferroni over {m} models); the selection is an epsilon-top-{self.top} "
-                     f"of the bank means and every drop is correct, jointly with probability >= {1 - self.alpha:g}")
+                     f"drawn in proportion to their weights, at level {1 - self.alpha / per_model:.4g}")
+        if self.paired_:
+            p = self.pair_a.size
+            guarantee += (f", and one per pair on the paired difference at level {1 - self.alpha / (2 * p):.4g} "
+                          f"(Bonferroni over {m} models and {p} pairs)")
+        else:
+            guarantee += f" (Bonferroni over {m} models)"
+        guarantee += (f"; the selection is an epsilon-top-{self.top} of the bank means and every drop is correct, "
+                      f"jointly with probability >= {1 - self.alpha:g}")
         return BestArmResult(tuple(self.names[j] for j in keep),
                              tuple(self.names[j] for j in range(m) if j not in keep), models, self.n_total, self.top,
                              self.epsilon, self.threshold, self.alpha, guarantee, self.finished)
@@ -173,16 +221,25 @@ class BankSelection:
     def state(self) -> dict[str, Any]:
         return {"kind": "bank-selection", "names": list(self.names), "alpha": self.alpha, "top": self.top,
                 "epsilon": self.epsilon, "threshold": self.threshold, "n": self.n, "looks": self.looks,
-                "finished": self.finished, "streams": self.streams.state(),
+                "finished": self.finished, "streams": self.streams.state(), "paired": self.paired_,
+                **({"pairs": self.pairs.state(), "pair_lower": self.pair_lower.copy(),
+                    "pair_upper": self.pair_upper.copy()} if self.paired_ else {}),
                 **{k: (getattr(self, k).astype(str).tolist() if k == "status" else getattr(self, k).copy())
                    for k in self.ARRAYS}}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "BankSelection":
         obj = cls(state["names"], alpha=float(state["alpha"]), top=int(state["top"]),
-                  epsilon=float(state["epsilon"]), threshold=float(state["threshold"]))
+                  epsilon=float(state["epsilon"]), threshold=float(state["threshold"]),
+                  paired=bool(state.get("paired", False)))  # states stored before pairs had none
         obj.n, obj.looks, obj.finished = int(state["n"]), int(state["looks"]), bool(state["finished"])
         obj.streams = streams_from_state(state["streams"])
+        obj.paired_ = obj.paired
+        if obj.paired_:
+            m = len(obj.names)
+            obj.pair_a, obj.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
+            obj.pairs = streams_from_state(state["pairs"])
+            obj.pair_lower, obj.pair_upper = np.asarray(state["pair_lower"]).copy(), np.asarray(state["pair_upper"]).copy()
         for k in cls.ARRAYS:
             v = np.asarray(state[k])
             setattr(obj, k, v.astype(object) if k == "status" else v.copy())

@@ -222,7 +222,7 @@ class HistorySelection:
                  top: int = 1, epsilon: float = 0.0, threshold: float = 0.0) -> None:
         from .bank_selection import BankSelection
 
-        self.rule = BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold)
+        self.rule = BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold, paired=False)
         self.names = self.rule.names
         self.priors = tuple(priors)
         self.spec = spec

@@ -1,0 +1,94 @@
+"""Selection with pair confidence sequences (bank target): the paired differences' CSs and the models' CSs cover
+jointly with peeking at every look (a control without the Bonferroni over pairs fails the same check), and close
+arms stop well before the per-model rule alone."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from certeval.estimators.bank_selection import BankSelection
+from certeval.estimators.wor_streams import make_streams
+
+
+class _UncorrectedPairs(BankSelection):
+    """Broken on purpose: every pair's CS at level alpha (no Bonferroni over the pairs)."""
+
+    def start(self, weights, bet_horizon=None):
+        super().start(weights, bet_horizon)
+        self.pairs = make_streams(self.pair_a.size, self.w.size, self.alpha, bet_horizon)
+        return self
+
+
+def _any_miss(cls, reps: int, alpha: float, seed: int = 3, m: int = 10, n: int = 240, look: int = 20) -> float:
+    """Fraction of runs in which some pair's or model's CS missed its exact bank value at some look."""
+    rng = np.random.default_rng(seed)
+    names = [f"m{k}" for k in range(m)]
+    misses = 0
+    for _ in range(reps):
+        x = (rng.random((m, n)) < np.linspace(0.55, 0.45, m)[:, None]).astype(float)
+        truth = x.mean(axis=1)
+        sel = cls(names, alpha=alpha).start(np.full(n, 1 / n))
+        diff = truth[sel.pair_a] - truth[sel.pair_b]
+        missed = False
+        for start in range(0, n, look):
+            live = np.array([name in sel.active for name in names])
+            sel.update(np.arange(start, start + look), np.where(live[:, None], x[:, start:start + look], np.nan))
+            missed |= bool(((sel.pair_lower > diff + 1e-12) | (sel.pair_upper < diff - 1e-12)).any())
+            missed |= bool(((sel.lower > truth + 1e-12) | (sel.upper < truth - 1e-12)).any())
+            if not sel.active:
+                break
+        misses += missed
+    return misses / reps
+
+
+def test_pair_and_model_confidence_sequences_cover_jointly_with_peeking_and_the_uncorrected_control_fails():
+    alpha, reps = 0.1, 80
+    bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
+    ok = _any_miss(BankSelection, reps, alpha)
+    bad = _any_miss(_UncorrectedPairs, reps, alpha)
+    assert ok <= bound, ok
+    assert bad > bound, f"the control without the Bonferroni over pairs should fail the same check ({bad})"
+
+
+def _close_arms(rng, m: int = 10, n: int = 1000, shared: float = 0.7) -> np.ndarray:
+    """Arms 0.70 ... 0.60 whose items are shared in part (models answer the same questions)."""
+    u, v = rng.random(n), rng.random((m, n))
+    z = np.where(rng.random((m, n)) < shared, u[None, :], v)
+    return (z < np.linspace(0.70, 0.60, m)[:, None]).astype(float)
+
+
+def _fraction(x: np.ndarray, paired: bool, rng, eps: float = 0.02, look: int = 50) -> tuple[float, bool]:
+    m, n = x.shape
+    names = [f"m{k}" for k in range(m)]
+    sel = BankSelection(names, alpha=0.05, epsilon=eps, paired=paired).start(np.full(n, 1 / n))
+    order = rng.permutation(n)
+    for start in range(0, n, look):
+        items = order[start:start + look]
+        live = np.array([name in sel.active for name in names])
+        sel.update(items, np.where(live[:, None], x[:, items], np.nan))
+        if not sel.active:
+            break
+    res = sel.result()
+    truth = x.mean(axis=1)
+    return res.fraction_used, truth[names.index(res.selected[0])] >= truth.max() - eps
+
+
+def test_close_arms_stop_early_with_pairs_where_separate_intervals_cannot():
+    paired, alone = [], []
+    for seed in range(6):
+        x = _close_arms(np.random.default_rng(seed))
+        fraction, right = _fraction(x, True, np.random.default_rng(100 + seed))
+        paired.append(fraction)
+        assert right
+        alone.append(_fraction(x, False, np.random.default_rng(100 + seed))[0])
+    assert np.mean(paired) < 0.8 and np.mean(paired) < np.mean(alone) - 0.1, (paired, alone)
+
+
+def test_guarantee_names_both_families_and_large_boards_keep_the_per_model_rule():
+    sel = BankSelection(["a", "b", "c"], alpha=0.05).start(np.full(10, 0.1))
+    sel.update(np.arange(10), np.ones((3, 10)))
+    assert "3 pairs" in sel.result().guarantee and sel.result().done
+    big = BankSelection([f"m{k}" for k in range(401)], alpha=0.05).start(np.full(5, 0.2))
+    assert not big.paired_ and "Bonferroni over 401 models" in big.result().guarantee
