@@ -126,7 +126,7 @@ class ComparativeBacktest:
     looks_every: int = 100
     max_items: int | None = None
     n_pairs: int = 200  # compare: pairs sampled (each run on its own, at the request's level)
-    name: str = "bank"  # the dataset's name in every rep's seed
+    name: str = "scores"  # the dataset's name in every rep's seed (the CLI's, as in single-model backtests)
     use_ray: bool = False
 
     @property
@@ -370,7 +370,7 @@ def run_comparative_backtest(args) -> int:
                            halfwidth=values[1] if kind == "select" else None, top=top, look_size=looks_every,
                            max_items=max_items, design=design, epsilon=epsilon)
     bt = ComparativeBacktest(matrix, tuple(models), spec, request, reps=reps, seed=seed, looks_every=looks_every,
-                             max_items=max_items, n_pairs=n_pairs, name=str(args.scores).split(":")[-1])
+                             max_items=max_items, n_pairs=n_pairs)
     out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
     out["config"] = {"goal": args.goal, "target": target, "scores": str(args.scores), "confidence": confidence,
                      "reps": reps, "seed": seed, "looks_every": looks_every, "max_items": max_items,

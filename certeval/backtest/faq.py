@@ -175,7 +175,7 @@ def evaluate_new_models(
     batch_size: int = 1,
     chunk_rows: int = 2000,
     models: Sequence[str] | None = None,
-    name: str = "faq",
+    name: str = "scores",
     use_ray: bool = False,
 ) -> dict[int, dict[str, Any]]:
     """FAQ and uniform side by side for every new model (rows of ``truth``) at each budget.
@@ -309,8 +309,7 @@ def run_faq_backtest(args: Any) -> int:
     prior_mean, prior_cov = factor_prior(fm.model_factors_)
     # the history's mask and fit use ``rng``; every (model, rep) run its own seed from ``seed`` (run_cells)
     res = evaluate_new_models(truth, fm.item_factors_, prior_mean, prior_cov, [n_budget], reps, seed,
-                              confidence=confidence, batch_size=batch_size, models=new_models,
-                              name=str(args.scores).split(":")[-1])[n_budget]
+                              confidence=confidence, batch_size=batch_size, models=new_models)[n_budget]
     summary = dict(res["summary"])
     key = "" if ci == "default" else f"{ci}_"
     summary["coverage"], summary["mean_halfwidth"] = summary[f"{key}coverage"], summary[f"{key}mean_halfwidth"]
