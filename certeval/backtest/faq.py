@@ -6,6 +6,7 @@ fraction of entries masked MCAR), then for every new model runs ``reps`` FAQ eva
 side by side with the same reps, uniform sampling without replacement (sample mean, finite-population Wald
 interval). Reported per model and in summary: coverage, mean half-width and the ESS ratio
 = (variance of uniform at the same budget) / (variance of FAQ), variances taken over reps around the truth.
+The (model, rep) runs are one ``faq-budget`` cell of the one backtest driver (:func:`faq_budget_rows`).
 
 Also here: ``.npz`` persistence of fitted factors (``np.savez``, loaded with ``allow_pickle=False``).
 """
