@@ -44,7 +44,6 @@ def openllm_tiny(seed: int, n_new: int, reps: int, missing: float | None, tau: f
     models = list(dict.fromkeys(scores["model"]))
     half = len(models) // 2
     hist_models, new_models = models[:half], models[half:]
-    rng = np.random.default_rng(seed)
     history = score_matrix(scores, hist_models, bank)
     tag = "openllm_tiny_hist" if not missing else f"openllm_tiny_hist_missing{missing:g}"
     history = mask_mcar(history, missing, np.random.default_rng(seed + 1))
@@ -56,7 +55,8 @@ def openllm_tiny(seed: int, n_new: int, reps: int, missing: float | None, tau: f
     mu, cov = arrays["prior_mean"], arrays["prior_cov"]
     budgets = [int(round(f * bank.n_items)) for f in BUDGET_FRACTIONS]
     t0 = time.time()
-    res = evaluate_new_models(truth, arrays["item_factors"], mu, cov, budgets, reps, rng, tau=tau)
+    res = evaluate_new_models(truth, arrays["item_factors"], mu, cov, budgets, reps, seed, tau=tau, models=chosen,
+                              name="openllm_tiny")
     return {
         "dataset": "openllm_tiny", "n_items": bank.n_items, "history_models": len(hist_models),
         "new_models_available": len(new_models), "new_models_evaluated": len(chosen), "reps": reps,
@@ -79,7 +79,8 @@ def mmlu_pro(seed: int, n_new: int, reps: int, tau: float, batch_size: int) -> d
     truth = (rng.random(prob.shape) < prob).astype(float)
     budgets = [int(round(f * v.shape[0])) for f in BUDGET_FRACTIONS]
     t0 = time.time()
-    res = evaluate_new_models(truth, v, mu, cov, budgets, reps, rng, tau=tau, batch_size=batch_size, chunk_rows=500)
+    res = evaluate_new_models(truth, v, mu, cov, budgets, reps, seed, tau=tau, batch_size=batch_size, chunk_rows=500,
+                              name="faq_mmlu_pro")
     return {
         "dataset": "faq_mmlu_pro synthetic bank", "n_items": v.shape[0], "n_factors": v.shape[1],
         "history_models": half, "new_models_evaluated": n_new, "reps": reps, "tau": tau, "batch_size": batch_size,

@@ -1,6 +1,11 @@
 """One backtest rep and the cells it belongs to: :func:`replay_one` (the pure replay loop), the seeds of a rep
 (never from scheduling), :class:`Cell` / :class:`DatasetArrays`, the FAQ and history cells, and
-:func:`run_chunk`, which every backtest path (in-process or on Ray, :mod:`certeval.backtest.ray_fanout`) calls."""
+:func:`run_chunk`, which every backtest path (in-process or on Ray, :mod:`certeval.backtest.ray_fanout`) calls.
+
+A cell has a kind, and :func:`run_chunk` dispatches on it: ``certify`` (one model replayed until its goal decides,
+:func:`replay_one`), ``paired`` (one paired run of a compare / rank / select request,
+:func:`certeval.backtest.comparative.paired_rows`) and ``faq-budget`` (FAQ and uniform sampling at fixed budgets,
+:func:`certeval.backtest.faq.faq_budget_rows`). Every kind seeds rep ``r`` with :func:`rep_seed`."""
 
 from __future__ import annotations
 
@@ -134,12 +139,19 @@ def rep_seed(root_seed: int, dataset: str, model: str, method: str, rep: int) ->
 # --------------------------------------------------------------------------------------
 
 
+CERTIFY = "certify"  # one model replayed until its goal decides (replay_one)
+PAIRED = "paired"  # one paired run (compare / rank / select) of the models in Cell.rows
+FAQ_BUDGET = "faq-budget"  # FAQ beside uniform sampling at fixed budgets (seed 002's experiment)
+CELL_KINDS = (CERTIFY, PAIRED, FAQ_BUDGET)
+
+
 @dataclass(frozen=True)
 class Cell:
     """One table cell of a backtest: a method at a goal on a dataset, over ``reps`` reps.
 
     Rep ``r`` evaluates model ``models[r % len(models)]`` with its own seed, so reps spread
-    evenly over the evaluated models.
+    evenly over the evaluated models; a ``paired`` cell's rep runs the models ``rows`` (every
+    model when None) together under ``request`` (a :class:`~certeval.estimators.groups.GroupRequest`).
     """
 
     dataset: str
@@ -150,6 +162,16 @@ class Cell:
     params: tuple[tuple[str, Any], ...] = ()
     label: str = ""  # display name (defaults to method); lets one method appear with two settings
     max_items: int | None = None  # item budget per rep (faq: its own draw cap)
+    kind: str = CERTIFY
+    rows: tuple[int, ...] | None = None  # paired: the dataset's matrix rows run together (None: all)
+    request: Any = None  # paired: the GroupRequest (its labels are filled in from rows)
+
+    def __post_init__(self) -> None:
+        if self.kind not in CELL_KINDS:
+            raise InputError(f"cell kind must be one of {', '.join(CELL_KINDS)}; got {self.kind!r}")
+        if (self.kind == PAIRED) != (self.request is not None):
+            raise InputError(f"a paired cell needs a request and only a paired cell takes one; got kind "
+                             f"{self.kind!r} with request {self.request!r}")
 
     @property
     def name(self) -> str:
@@ -297,7 +319,25 @@ def _chunks(cell: Cell, chunk_reps: int) -> list[tuple[int, int]]:
 
 def run_chunk(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int,
               record_curve: bool = False, record_errors: bool = False) -> list[dict[str, Any]]:
-    """Replay reps ``rep_lo..rep_hi-1`` of a cell; rows are JSON-able dicts (one per rep).
+    """Run reps ``rep_lo..rep_hi-1`` of a cell of any kind; rows are JSON-able dicts (one per rep).
+
+    Each rep's randomness comes from :func:`rep_seed` alone, so a row does not depend on the chunk it ran in.
+    ``record_curve`` and ``record_errors`` apply to ``certify`` cells (see :func:`certify_rows`).
+    """
+    if cell.kind == PAIRED:
+        from .comparative import paired_rows  # lazily: comparative imports the driver, which imports this module
+
+        return paired_rows(data, cell, rep_lo, rep_hi, root_seed)
+    if cell.kind == FAQ_BUDGET:
+        from .faq import faq_budget_rows
+
+        return faq_budget_rows(data, cell, rep_lo, rep_hi, root_seed)
+    return certify_rows(data, cell, rep_lo, rep_hi, root_seed, record_curve, record_errors)
+
+
+def certify_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int,
+                 record_curve: bool = False, record_errors: bool = False) -> list[dict[str, Any]]:
+    """Replay reps ``rep_lo..rep_hi-1`` of a ``certify`` cell.
 
     With ``record_errors`` an exception inside a method becomes a row with an ``error`` field
     (benchmarks report it) instead of aborting the whole run.

@@ -3,7 +3,9 @@
 ``certeval backtest --goal compare:D | rank:D | select:T,E`` lands here. Every rep is one paired run of the
 live pipeline's engine (:class:`certeval.engine.PairedRounds`, the same group estimators, scores looked up in the
 recorded matrix): a ranking or selection of every model, or one run per sampled pair for ``compare``; items are
-revealed in looks of ``looks_every``. The decisions are checked against the whole bank:
+revealed in looks of ``looks_every``. The reps fan out as ``paired`` cells through the one backtest driver
+(:func:`certeval.backtest.ray_fanout.run_cells`), each seeded by what it is (dataset, models, kind, rep). The
+decisions are checked against the whole bank:
 
 * an ordering statement is wrong when the exact bank difference contradicts it — "a>b" claims a difference above
   the margin, "b>a" below minus the margin, "equivalent" one inside it (one rule for both targets);
@@ -29,6 +31,7 @@ from ..estimators._validation import InputError, check_confidence, check_positiv
 from ..estimators.comparison import A_GT_B, B_GT_A, EQUIVALENT, VERDICTS, ComparisonDesign, pair_verdicts
 from ..estimators.groups import GroupRequest
 from ..estimators.protocol import BankSpec
+from .cells import PAIRED, Cell, DatasetArrays, rep_seed
 
 
 def parse_comparative_goal(text: str) -> tuple[str, tuple[float, ...]]:
@@ -108,7 +111,11 @@ def _statement_errors(verdict: np.ndarray, true_diff: np.ndarray, margin: float)
 @dataclass(frozen=True)
 class ComparativeBacktest:
     """What every rep replays: the recorded matrix (models x shared items), the bank spec of those items, the
-    group request (kind, target, level, margin, threshold, epsilon, top, design), the reps and the looks."""
+    group request (kind, target, level, margin, threshold, epsilon, top, design), the reps and the looks.
+
+    Reps fan out through the one backtest driver (:func:`certeval.backtest.ray_fanout.run_cells`) as ``paired``
+    cells: rep ``r`` of a group of models draws its order from ``rep_seed(seed, name, group, kind, r)``, so it
+    does not depend on chunking, on Ray (``use_ray``) or on which other pairs run."""
 
     matrix: np.ndarray
     models: tuple[str, ...]
@@ -119,6 +126,8 @@ class ComparativeBacktest:
     looks_every: int = 100
     max_items: int | None = None
     n_pairs: int = 200  # compare: pairs sampled (each run on its own, at the request's level)
+    name: str = "scores"  # the dataset's name in every rep's seed (the CLI's, as in single-model backtests)
+    use_ray: bool = False
 
     @property
     def exact(self) -> np.ndarray:
@@ -127,32 +136,118 @@ class ComparativeBacktest:
 
     def run(self, rows: np.ndarray, rng: np.random.Generator) -> PairedRounds:
         """One paired run of the models ``rows`` on an order drawn from ``rng``."""
-        labels = tuple(self.models[k] for k in rows)
-        rounds = PairedRounds(replace(self.request, labels=labels), n_items=self.spec.n_items,
-                              batch_size=self.looks_every, max_items=self.max_items)
-        return run_paired(rounds.start(self.spec, rng), self.matrix[rows])
+        return play_paired(self.data(), self.cell(rows), rng)
+
+    def data(self) -> DatasetArrays:
+        return DatasetArrays(self.name, self.spec, tuple(self.models), self.matrix)
+
+    def cell(self, rows: Sequence[int] | None = None) -> Cell:
+        """The ``paired`` cell of ``reps`` runs of the models ``rows`` (every model when None)."""
+        kind = self.request.kind
+        return Cell(self.name, kind, kind, self.reps, self.looks_every, max_items=self.max_items, kind=PAIRED,
+                    rows=None if rows is None else tuple(int(k) for k in rows), request=self.request)
+
+    def fan_out(self, cells: Sequence[Cell]) -> list[dict[str, Any]]:
+        """Every rep of ``cells`` through the one driver; rows in (cell, rep) order."""
+        from .ray_fanout import run_cells
+
+        return run_cells({self.name: self.data()}, cells, self.seed, use_ray=self.use_ray)
+
+
+def play_paired(data: DatasetArrays, cell: Cell, rng: np.random.Generator) -> PairedRounds:
+    """One paired run of the cell's models on an order drawn from ``rng``, scores looked up in ``data``."""
+    rows = np.arange(len(data.models)) if cell.rows is None else np.asarray(cell.rows)
+    labels = tuple(data.models[k] for k in rows)
+    rounds = PairedRounds(replace(cell.request, labels=labels), n_items=data.spec.n_items,
+                          batch_size=cell.batch_size, max_items=cell.max_items)
+    return run_paired(rounds.start(data.spec, rng), data.matrix[rows])
+
+
+# what a rep row carries beside the entry a summary lists per rep
+_ROW_ONLY = ("dataset", "method", "goal", "wall_s", "guarantee")
+
+
+def paired_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int) -> list[dict[str, Any]]:
+    """Reps ``rep_lo..rep_hi-1`` of a ``paired`` cell (the driver's ``run_chunk`` calls this): one paired run
+    each, checked against the exact bank means; rep 0 of rank and select also records the run in detail."""
+    rows = np.arange(len(data.models)) if cell.rows is None else np.asarray(cell.rows)
+    # the run's own models, whose exact bank means its statements are checked against
+    run = DatasetArrays(data.name, data.spec, tuple(data.models[k] for k in rows), data.matrix[rows])
+    group = "|".join(run.models)  # the seed is keyed by the models run, never by the chunk
+    exact = run.matrix @ run.spec.weights()
+    check = {"compare": _compare_rep, "rank": _rank_rep, "select": _select_rep}[cell.request.kind]
+    out = []
+    for rep in range(rep_lo, rep_hi):
+        rng = np.random.default_rng(rep_seed(root_seed, data.name, group, cell.name, rep))
+        start = time.perf_counter()
+        res = play_paired(data, cell, rng).outcome
+        wall = time.perf_counter() - start
+        out.append({"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep,
+                    **check(res, rep, rows, run, exact, cell.request),
+                    "wall_s": wall, "guarantee": res.guarantee})
+    return out
+
+
+def _entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k not in _ROW_ONLY} for row in rows]
+
+
+def _compare_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact: np.ndarray,
+                 request: GroupRequest) -> dict[str, Any]:
+    diff = exact[0] - exact[1]
+    return {"pair": [int(rows[0]), int(rows[1])], "verdict": res.verdict, "n_items": int(res.n_items),
+            "covered": bool(res.lower <= diff + 1e-12 and diff <= res.upper + 1e-12)}
+
+
+def _rank_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact: np.ndarray,
+              request: GroupRequest) -> dict[str, Any]:
+    table = res.pairs
+    if res.epsilon is None:
+        errors = int(_statement_errors(table.verdict, exact[table.a] - exact[table.b], request.margin).sum())
+    else:
+        errors = epsilon_errors(res, data.models, exact)
+    entry = {"rep": rep, "fraction_used": res.fraction_used, "errors": errors, "n_tie_groups": len(res.tie_groups),
+             "models_leaving_early": float(np.mean(np.asarray(res.items_used) < data.spec.n_items)),
+             "tie_groups": [list(g) for g in res.tie_groups], "kendall_tau": kendall_tau(res, data.models, exact)}
+    if rep == 0:
+        entry.update(models=list(res.models), means=list(res.means), items_used=list(res.items_used))
+        if len(table) <= 5000:
+            entry["comparisons"] = [c.to_dict() for c in res.comparisons]
+    return entry
+
+
+def _select_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact: np.ndarray,
+                request: GroupRequest) -> dict[str, Any]:
+    row = {name: k for k, name in enumerate(data.models)}
+    top, epsilon, threshold = request.top or 1, request.halfwidth or 0.0, request.threshold or 0.0
+    kth = np.sort(exact)[::-1][min(top, len(data.models)) - 1]
+    bad = [s.model for s in res.models if s.status == "below" and exact[row[s.model]] >= threshold]
+    if request.target == "bank":
+        bad += [name for name in res.selected if exact[row[name]] < kth - epsilon]
+    covered = all(s.lower <= exact[row[s.model]] + 1e-12 and exact[row[s.model]] <= s.upper + 1e-12
+                  for s in res.models)
+    return {"rep": rep, "fraction_used": res.fraction_used, "selected": list(res.selected),
+            "discarded": list(res.discarded), "wrong": bad, "all_intervals_cover": covered,
+            **({"models": [vars(s) for s in res.models]} if rep == 0 else {})}
 
 
 def compare_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
-    """Each sampled pair run on its own (level alpha per pair), ``reps`` orders each."""
+    """Each sampled pair run on its own (level alpha per pair), ``reps`` orders each: one paired cell a pair."""
     m, n = bt.matrix.shape
-    rng = np.random.default_rng(bt.seed)
     ii, jj = np.triu_indices(m, k=1)
     if len(ii) > bt.n_pairs:
-        pick = rng.choice(len(ii), size=bt.n_pairs, replace=False)
+        # which pairs is not a rep's randomness: drawn once from the root seed
+        pick = np.random.default_rng(bt.seed).choice(len(ii), size=bt.n_pairs, replace=False)
         ii, jj = ii[pick], jj[pick]
     exact = bt.exact
     true_diff = exact[ii] - exact[jj]
     code = {v: k for k, v in enumerate(VERDICTS)}
-    verdicts = np.zeros((bt.reps, len(ii)), dtype=np.int64)
-    used = np.zeros((bt.reps, len(ii)))
-    covered = np.ones((bt.reps, len(ii)), dtype=bool)
-    guarantee = ""
-    for r in range(bt.reps):
-        for p, (i, j) in enumerate(zip(ii, jj)):
-            outcome = bt.run(np.array([i, j]), rng).outcome
-            verdicts[r, p], used[r, p], guarantee = code[outcome.verdict], outcome.n_items, outcome.guarantee
-            covered[r, p] = outcome.lower <= true_diff[p] + 1e-12 and true_diff[p] <= outcome.upper + 1e-12
+    rows = bt.fan_out([bt.cell((i, j)) for i, j in zip(ii, jj)])  # pair-major, rep-minor
+    shape = (len(ii), bt.reps)
+    verdicts = np.array([code[r["verdict"]] for r in rows], dtype=np.int64).reshape(shape).T
+    used = np.array([r["n_items"] for r in rows], dtype=float).reshape(shape).T
+    covered = np.array([r["covered"] for r in rows], dtype=bool).reshape(shape).T
+    guarantee = rows[-1]["guarantee"] if rows else ""
     request = bt.request
     if request.target == "bank":
         truth = pair_verdicts(true_diff, None, None, request.margin, True)
@@ -190,40 +285,17 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
     """Rankings of every model over ``reps`` orders; a family-wise error is any wrong ordering statement against
     the exact bank differences."""
     m, n = bt.matrix.shape
-    rng = np.random.default_rng(bt.seed)
     exact = bt.exact
-    rankings, fwe, fractions, groups, walls, early, taus = [], [], [], [], [], [], []
-    guarantee = ""
-    for r in range(bt.reps):
-        start = time.perf_counter()
-        res = bt.run(np.arange(m), rng).outcome
-        walls.append(time.perf_counter() - start)
-        table = res.pairs
-        if res.epsilon is None:
-            errors = int(_statement_errors(table.verdict, exact[table.a] - exact[table.b], bt.request.margin).sum())
-        else:
-            errors = epsilon_errors(res, bt.models, exact)
-        fwe.append(errors > 0)
-        fractions.append(res.fraction_used)
-        groups.append(len(res.tie_groups))
-        early.append(float(np.mean(np.asarray(res.items_used) < n)))
-        taus.append(kendall_tau(res, bt.models, exact))
-        guarantee = res.guarantee
-        entry = {"rep": r, "fraction_used": res.fraction_used, "errors": errors, "n_tie_groups": len(res.tie_groups),
-                 "models_leaving_early": early[-1], "tie_groups": [list(g) for g in res.tie_groups],
-                 "kendall_tau": taus[-1]}
-        if r == 0:
-            entry.update(models=list(res.models), means=list(res.means), items_used=list(res.items_used))
-            if len(table) <= 5000:
-                entry["comparisons"] = [c.to_dict() for c in res.comparisons]
-        rankings.append(entry)
+    rows = bt.fan_out([bt.cell()])
+    rankings = _entries(rows)
+    mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731
     summary = {
         "target": bt.request.target, "models": m, "pairs": m * (m - 1) // 2, "reps": bt.reps, "n_items": n,
-        "looks": _looks(bt), "margin": bt.request.margin, "fraction_used": float(np.mean(fractions)),
-        "tie_groups_mean": float(np.mean(groups)), "models_leaving_early": float(np.mean(early)),
-        "family_wise_error_rate": float(np.mean(fwe)), "wall_s_per_rep": float(np.mean(walls)),
-        "kendall_tau_mean": float(np.mean(taus)),
-        "guarantee": guarantee, "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
+        "looks": _looks(bt), "margin": bt.request.margin, "fraction_used": mean("fraction_used"),
+        "tie_groups_mean": mean("n_tie_groups"), "models_leaving_early": mean("models_leaving_early"),
+        "family_wise_error_rate": float(np.mean([r["errors"] > 0 for r in rows])), "wall_s_per_rep": mean("wall_s"),
+        "kendall_tau_mean": mean("kendall_tau"),
+        "guarantee": rows[-1]["guarantee"], "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
         "statement": "strict" if bt.request.epsilon is None else "epsilon", "epsilon": bt.request.epsilon,
     }
     return {"rankings": rankings, "summary": summary}
@@ -233,29 +305,17 @@ def select_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
     """Selections over ``reps`` orders: top-K within epsilon (bank target) or the models precise enough above
     the threshold (distribution target); errors against the exact bank means."""
     m, n = bt.matrix.shape
-    rng = np.random.default_rng(bt.seed)
     exact, request = bt.exact, bt.request
     top, epsilon, threshold = request.top or 1, request.halfwidth or 0.0, request.threshold or 0.0
-    kth = np.sort(exact)[::-1][min(top, m) - 1]
-    row = {name: k for k, name in enumerate(bt.models)}
-    runs, errors, fractions, covered = [], [], [], []
-    for r in range(bt.reps):
-        res = bt.run(np.arange(m), rng).outcome
-        bad = [s.model for s in res.models if s.status == "below" and exact[row[s.model]] >= threshold]
-        if request.target == "bank":
-            bad += [name for name in res.selected if exact[row[name]] < kth - epsilon]
-        covered.append(all(s.lower <= exact[row[s.model]] + 1e-12 and exact[row[s.model]] <= s.upper + 1e-12
-                           for s in res.models))
-        errors.append(bool(bad))
-        fractions.append(res.fraction_used)
-        runs.append({"rep": r, "fraction_used": res.fraction_used, "selected": list(res.selected),
-                     "discarded": list(res.discarded), "wrong": bad, "all_intervals_cover": covered[-1],
-                     **({"models": [vars(s) for s in res.models]} if r == 0 else {})})
+    runs = _entries(bt.fan_out([bt.cell()]))
+    errors = [bool(x["wrong"]) for x in runs]
     summary = {
         "target": request.target, "models": m, "reps": bt.reps, "n_items": n, "threshold": threshold,
-        "fraction_used": float(np.mean(fractions)), "discarded_mean": float(np.mean([len(x["discarded"]) for x in runs])),
+        "fraction_used": float(np.mean([x["fraction_used"] for x in runs])),
+        "discarded_mean": float(np.mean([len(x["discarded"]) for x in runs])),
         "truly_below": int((exact < threshold).sum()), "error_rate": float(np.mean(errors)),
-        "wrong_discard_rate": float(np.mean(errors)), "simultaneous_coverage": float(np.mean(covered)),
+        "wrong_discard_rate": float(np.mean(errors)),
+        "simultaneous_coverage": float(np.mean([x["all_intervals_cover"] for x in runs])),
         **({"top": top, "epsilon": epsilon} if request.target == "bank" else {"halfwidth": epsilon}),
     }
     return {"runs": runs, "summary": summary}

@@ -6,6 +6,7 @@ fraction of entries masked MCAR), then for every new model runs ``reps`` FAQ eva
 side by side with the same reps, uniform sampling without replacement (sample mean, finite-population Wald
 interval). Reported per model and in summary: coverage, mean half-width and the ESS ratio
 = (variance of uniform at the same budget) / (variance of FAQ), variances taken over reps around the truth.
+The (model, rep) runs are one ``faq-budget`` cell of the one backtest driver (:func:`faq_budget_rows`).
 
 Also here: ``.npz`` persistence of fitted factors (``np.savez``, loaded with ``allow_pickle=False``).
 """
@@ -25,6 +26,8 @@ from ..estimators._validation import InputError, check_confidence, check_positiv
 from ..estimators.factor_model import FactorModel, factor_prior
 from ..estimators.faq import CI_KINDS, pai_interval
 from ..estimators.faq_simulation import simulate_faq, terms_from_simulation
+from ..estimators.protocol import BankSpec
+from .cells import FAQ_BUDGET, Cell, DatasetArrays, rep_seed
 
 DEFAULT_TAU = 0.1
 
@@ -108,26 +111,55 @@ def mask_mcar(history: np.ndarray, missing: float | None, rng: np.random.Generat
     return out
 
 
-def uniform_runs(truth: np.ndarray, n_draws: int, reps: int, confidence: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Uniform sampling without replacement: (estimates, half-widths) of shape (M, reps).
+def uniform_runs(truth: np.ndarray, budgets: Sequence[int], confidence: float,
+                 rngs: Sequence[np.random.Generator]) -> tuple[np.ndarray, np.ndarray]:
+    """Uniform sampling without replacement, one run per row of ``truth`` from its own generator:
+    (estimates, half-widths) of shape (rows, budgets); each budget's sample is a prefix of the row's one order.
 
     Sample mean with the finite-population Wald interval t_{n−1} s/√n √(1 − n/N).
     """
-    m, n = truth.shape
-    est = np.empty((m, reps))
-    half = np.empty((m, reps))
-    tq = stats.t.ppf(0.5 + confidence / 2.0, max(n_draws - 1, 1))
-    fpc = math.sqrt(max(1.0 - n_draws / n, 0.0))
-    for i in range(m):
-        picks = np.argsort(rng.random((reps, n)), axis=1)[:, :n_draws]
-        x = truth[i][picks]
-        est[i] = x.mean(axis=1)
-        half[i] = tq * x.std(axis=1, ddof=1) / math.sqrt(n_draws) * fpc
+    r, n = truth.shape
+    picks = np.argsort(np.stack([g.random(n) for g in rngs]), axis=1) if r else np.zeros((0, n), dtype=np.int64)
+    est = np.empty((r, len(budgets)))
+    half = np.empty((r, len(budgets)))
+    for k, b in enumerate(budgets):
+        x = np.take_along_axis(truth, picks[:, :b], axis=1)
+        tq = stats.t.ppf(0.5 + confidence / 2.0, max(b - 1, 1))
+        est[:, k] = x.mean(axis=1)
+        half[:, k] = tq * x.std(axis=1, ddof=1) / math.sqrt(b) * math.sqrt(max(1.0 - b / n, 0.0))
     return est, half
 
 
-def _summary(cover: np.ndarray, half: np.ndarray, sq_err: np.ndarray) -> dict[str, float]:
-    return {"coverage": float(cover.mean()), "mean_halfwidth": float(half.mean()), "mse": float(sq_err.mean())}
+def faq_budget_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int) -> list[dict[str, Any]]:
+    """Reps ``rep_lo..rep_hi-1`` of a ``faq-budget`` cell (the driver's ``run_chunk`` calls this).
+
+    Rep ``r`` evaluates ``data.models[r % M]``: FAQ up to the largest budget (smaller budgets are its prefixes)
+    and uniform sampling beside it, from two children of the rep's seed. The chunk's FAQ runs go through
+    :func:`simulate_faq` at once, each with its own generator, so a rep's numbers do not depend on the chunk.
+    """
+    params = dict(cell.params)
+    budgets = [int(b) for b in params["budgets"]]
+    confidence, tau = float(params.get("confidence", 0.95)), float(params.get("tau", DEFAULT_TAU))
+    reps = list(range(rep_lo, rep_hi))
+    idx = [rep % len(data.models) for rep in reps]
+    seeds = [rep_seed(root_seed, data.name, data.models[i], cell.name, rep).spawn(2) for rep, i in zip(reps, idx)]
+    truth = data.matrix[idx]
+    arrays = data.faq or {}
+    sim = simulate_faq(truth, arrays["item_factors"], arrays["prior_mean"], arrays["prior_cov"], max(budgets),
+                       [np.random.default_rng(s[0]) for s in seeds], tau=tau, batch_size=cell.batch_size)
+    terms = terms_from_simulation(sim)
+    u_est, u_half = uniform_runs(truth, budgets, confidence, [np.random.default_rng(s[1]) for s in seeds])
+    at = []
+    for k, b in enumerate(budgets):
+        prefix = {key: terms[key][:, :b] for key in ("phi", "corr", "ipw", "plug_in")}
+        kinds = {kind: np.column_stack(pai_interval(prefix, confidence, kind, planned_n=b)[:3]) for kind in CI_KINDS}
+        distinct = [len(np.unique(items[:b])) for items in sim["item"]]
+        at.append((b, kinds, distinct))
+    return [{"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep, "model": data.models[i],
+             "budgets": [{"budget": b, **{kind: [float(v) for v in kinds[kind][j]] for kind in CI_KINDS},
+                          "uniform": [float(u_est[j, k]), float(u_half[j, k])], "distinct": int(distinct[j])}
+                         for k, (b, kinds, distinct) in enumerate(at)]}
+            for j, (rep, i) in enumerate(zip(reps, idx))]
 
 
 def evaluate_new_models(
@@ -137,76 +169,86 @@ def evaluate_new_models(
     prior_cov: np.ndarray,
     budgets: Sequence[int],
     reps: int,
-    rng: np.random.Generator,
+    seed: int,
     *,
     confidence: float = 0.95,
     tau: float = DEFAULT_TAU,
     batch_size: int = 1,
     chunk_rows: int = 2000,
+    models: Sequence[str] | None = None,
+    name: str = "scores",
+    use_ray: bool = False,
 ) -> dict[int, dict[str, Any]]:
     """FAQ and uniform side by side for every new model (rows of ``truth``) at each budget.
 
     With the default policy (ρ = γ = 0) the policy does not depend on the planned budget, so one run of the
     largest budget serves every smaller budget as its prefix (same distribution as a separate run).
-    Runs are vectorised over (model, rep) rows in chunks of ``chunk_rows``.
+    The (model, rep) runs are one ``faq-budget`` cell of the one backtest driver
+    (:func:`certeval.backtest.ray_fanout.run_cells`), ``chunk_rows`` reps a chunk (vectorised within it), each
+    seeded by ``(seed, name, model, rep)``; ``models`` names the rows (default ``model0``, ``model1``, ...).
     """
+    from .ray_fanout import run_cells
+
+    truth = np.asarray(truth, dtype=float)
     m, n = truth.shape
-    n_max = max(budgets)
+    names = tuple(str(x) for x in models) if models is not None else tuple(f"model{i}" for i in range(m))
+    if len(names) != m or len(set(names)) != m:
+        raise InputError(f"models must name each of the {m} rows of truth once; got {len(names)} names")
+    reps = check_positive_int(reps, "reps")
+    data = DatasetArrays(name, BankSpec(n_items=n), names, truth, faq={
+        "item_factors": np.asarray(item_factors, dtype=float), "prior_mean": np.asarray(prior_mean, dtype=float),
+        "prior_cov": np.asarray(prior_cov, dtype=float)})
+    params = (("budgets", tuple(int(b) for b in budgets)), ("confidence", float(confidence)), ("tau", float(tau)))
+    cell = Cell(name, "faq", "budget", m * reps, batch_size, params, label="faq-budget", kind=FAQ_BUDGET)
+    rows = run_cells({name: data}, [cell], seed, use_ray=use_ray, chunk_reps=chunk_rows)
+    return {int(b): _budget_summary(truth, rows, k, reps) for k, b in enumerate(budgets)}
+
+
+def _budget_summary(truth: np.ndarray, rows: list[dict[str, Any]], k: int, reps: int) -> dict[str, Any]:
+    """Coverage, half-widths and ESS ratio at the ``k``-th budget from the cell's rows (rep r: model r % M)."""
+    m, n = truth.shape
+    b = rows[0]["budgets"][k]["budget"]
     theta = truth.mean(axis=1)
-    rows = np.repeat(np.arange(m), reps)
-    out_terms: dict[str, list[np.ndarray]] = {}
-    for start in range(0, rows.size, chunk_rows):
-        sel = rows[start:start + chunk_rows]
-        sim = simulate_faq(truth[sel], item_factors, prior_mean, prior_cov, n_max, rng, tau=tau, batch_size=batch_size)
-        for key, val in terms_from_simulation(sim).items():
-            out_terms.setdefault(key, []).append(val)
-        out_terms.setdefault("distinct", []).append(np.array([[len(np.unique(r[:b])) for b in budgets] for r in sim["item"]]))
-    terms = {k: np.concatenate(v, axis=0) for k, v in out_terms.items()}
-    results: dict[int, dict[str, Any]] = {}
-    for b in budgets:
-        prefix = {k: terms[k][:, :b] for k in ("phi", "corr", "ipw", "plug_in")}
-        per_kind = {}
+
+    def grid(key: str) -> np.ndarray:  # (M, reps, values): rows come in rep order, rep r is model r % M
+        return np.array([r["budgets"][k][key] for r in rows], dtype=float).reshape(reps, m, -1).transpose(1, 0, 2)
+
+    per_kind = {kind: grid(kind) for kind in CI_KINDS}  # [..., 0] mean, [..., 1] lower, [..., 2] upper
+    uniform = grid("uniform")
+    u_est, u_half = uniform[..., 0], uniform[..., 1]
+    mean = per_kind["default"][..., 0]
+    sq_faq = (mean - theta[:, None]) ** 2
+    sq_uni = (u_est - theta[:, None]) ** 2
+    u_cover = (np.clip(u_est - u_half, 0, 1) <= theta[:, None]) & (theta[:, None] <= np.clip(u_est + u_half, 0, 1))
+    per_model = []
+    for i in range(m):
+        row = {"ess_ratio": float(sq_uni[i].mean() / max(sq_faq[i].mean(), 1e-300)), "truth": float(theta[i])}
         for kind in CI_KINDS:
-            mean, lo, hi, _ = pai_interval(prefix, confidence, kind, planned_n=b)
-            per_kind[kind] = (mean.reshape(m, reps), lo.reshape(m, reps), hi.reshape(m, reps))
-        u_est, u_half = uniform_runs(truth, b, reps, confidence, rng)
-        mean = per_kind["default"][0]
-        sq_faq = (mean - theta[:, None]) ** 2
-        sq_uni = (u_est - theta[:, None]) ** 2
-        u_cover = (np.clip(u_est - u_half, 0, 1) <= theta[:, None]) & (theta[:, None] <= np.clip(u_est + u_half, 0, 1))
-        per_model = []
-        for i in range(m):
-            row = {"ess_ratio": float(sq_uni[i].mean() / max(sq_faq[i].mean(), 1e-300)), "truth": float(theta[i])}
-            for kind in CI_KINDS:
-                _, lo, hi = per_kind[kind]
-                cov_i = (lo[i] <= theta[i]) & (theta[i] <= hi[i])
-                key = "" if kind == "default" else f"{kind}_"
-                row[f"{key}coverage"] = float(cov_i.mean())
-                row[f"{key}mean_halfwidth"] = float(((hi[i] - lo[i]) / 2).mean())
-            row["uniform_coverage"] = float(u_cover[i].mean())
-            row["uniform_mean_halfwidth"] = float(u_half[i].mean())
-            per_model.append(row)
-        summary: dict[str, Any] = {"budget": int(b), "budget_fraction": b / n}
-        for kind in CI_KINDS:
-            _, lo, hi = per_kind[kind]
-            cover = (lo <= theta[:, None]) & (theta[:, None] <= hi)
+            lo, hi = per_kind[kind][i, :, 1], per_kind[kind][i, :, 2]
             key = "" if kind == "default" else f"{kind}_"
-            summary[f"{key}coverage"] = float(cover.mean())
-            summary[f"{key}mean_halfwidth"] = float(((hi - lo) / 2).mean())
-            summary[f"{key}zero_width"] = float((hi - lo <= 1e-12).mean())
-        summary["ess_ratio"] = float(sq_uni.mean() / sq_faq.mean())
-        n_rep_se = math.sqrt(2.0 / (m * reps))  # rough relative MC error of a variance from m·reps squares
-        summary["ess_ratio_rel_mc_se"] = n_rep_se
-        summary["mse"] = float(sq_faq.mean())
-        summary["bias"] = float((mean - theta[:, None]).mean())
-        summary["uniform_coverage"] = float(u_cover.mean())
-        summary["uniform_mean_halfwidth"] = float(u_half.mean())
-        summary["uniform_mse"] = float(sq_uni.mean())
-        # exact variance of uniform sampling WITH replacement at this budget, for a like-for-like reference
-        summary["ess_ratio_vs_uniform_with_replacement"] = float((truth.var(axis=1) / b).mean() / sq_faq.mean())
-        summary["mean_distinct_items"] = float(terms["distinct"][:, list(budgets).index(b)].mean())
-        results[b] = {"summary": summary, "per_model": per_model}
-    return results
+            row[f"{key}coverage"] = float(((lo <= theta[i]) & (theta[i] <= hi)).mean())
+            row[f"{key}mean_halfwidth"] = float(((hi - lo) / 2).mean())
+        row["uniform_coverage"] = float(u_cover[i].mean())
+        row["uniform_mean_halfwidth"] = float(u_half[i].mean())
+        per_model.append(row)
+    summary: dict[str, Any] = {"budget": int(b), "budget_fraction": b / n}
+    for kind in CI_KINDS:
+        lo, hi = per_kind[kind][..., 1], per_kind[kind][..., 2]
+        key = "" if kind == "default" else f"{kind}_"
+        summary[f"{key}coverage"] = float(((lo <= theta[:, None]) & (theta[:, None] <= hi)).mean())
+        summary[f"{key}mean_halfwidth"] = float(((hi - lo) / 2).mean())
+        summary[f"{key}zero_width"] = float((hi - lo <= 1e-12).mean())
+    summary["ess_ratio"] = float(sq_uni.mean() / sq_faq.mean())
+    summary["ess_ratio_rel_mc_se"] = math.sqrt(2.0 / (m * reps))  # rough relative MC error of a variance from m·reps squares
+    summary["mse"] = float(sq_faq.mean())
+    summary["bias"] = float((mean - theta[:, None]).mean())
+    summary["uniform_coverage"] = float(u_cover.mean())
+    summary["uniform_mean_halfwidth"] = float(u_half.mean())
+    summary["uniform_mse"] = float(sq_uni.mean())
+    # exact variance of uniform sampling WITH replacement at this budget, for a like-for-like reference
+    summary["ess_ratio_vs_uniform_with_replacement"] = float((truth.var(axis=1) / b).mean() / sq_faq.mean())
+    summary["mean_distinct_items"] = float(np.mean([r["budgets"][k]["distinct"] for r in rows]))
+    return {"summary": summary, "per_model": per_model}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,7 +308,9 @@ def run_faq_backtest(args: Any) -> int:
         raise InputError(f"new model {new_models[i]!r} has no score for item {item_ids[j]!r}; a backtest needs complete new-model rows")
     fm = FactorModel().fit(history, rng=rng)
     prior_mean, prior_cov = factor_prior(fm.model_factors_)
-    res = evaluate_new_models(truth, fm.item_factors_, prior_mean, prior_cov, [n_budget], reps, rng, confidence=confidence, batch_size=batch_size)[n_budget]
+    # the history's mask and fit use ``rng``; every (model, rep) run its own seed from ``seed`` (run_cells)
+    res = evaluate_new_models(truth, fm.item_factors_, prior_mean, prior_cov, [n_budget], reps, seed,
+                              confidence=confidence, batch_size=batch_size, models=new_models)[n_budget]
     summary = dict(res["summary"])
     key = "" if ci == "default" else f"{ci}_"
     summary["coverage"], summary["mean_halfwidth"] = summary[f"{key}coverage"], summary[f"{key}mean_halfwidth"]

@@ -1,6 +1,10 @@
 """Backtests at cluster scale: reps × models × methods fanned out over Ray (issue 6, item 1); one rep and its
 cells live in :mod:`certeval.backtest.cells`, summaries in :mod:`certeval.backtest.summary`.
 
+:func:`run_cells` is the one backtest driver: single-model replays (``certify`` cells), the comparative
+backtests' paired runs (``paired`` cells, :mod:`certeval.backtest.comparative`) and FAQ's fixed-budget
+experiment (``faq-budget`` cells, :mod:`certeval.backtest.faq`) all fan their reps out through it.
+
 A backtest replays recorded scores: for each (model, method, rep) a method is run on one
 model's score vector with the round protocol (``propose → update → result → goal.decide``)
 until its goal is met or the bank is exhausted, and the stopping point is compared with the
@@ -38,10 +42,11 @@ from ..estimators._validation import InputError, check_positive_int
 
 
 # one rep and its cells, summaries: their own modules; the names stay importable from here
-from .cells import (FAQ_FACTORS, FAQ_FACTORS_KEY, FAQ_LABELS, FAQ_MAX_DRAWS_PER_ITEM, FAQ_METHOD,  # noqa: F401
-                    HISTORY_METHOD, HISTORY_PERMUTE_KEY, MEAN_FACTOR_PRIOR_VAR, Cell, DatasetArrays, RepResult,
-                    _chunks, bank_truth, faq_cell, faq_params, faq_planned_draws, history_cell, history_spec,
-                    rep_seed, replay_one, run_chunk, uninformative_factors)
+from .cells import (CELL_KINDS, CERTIFY, FAQ_BUDGET, FAQ_FACTORS, FAQ_FACTORS_KEY, FAQ_LABELS,  # noqa: F401
+                    FAQ_MAX_DRAWS_PER_ITEM, FAQ_METHOD, HISTORY_METHOD, HISTORY_PERMUTE_KEY, MEAN_FACTOR_PRIOR_VAR,
+                    PAIRED, Cell, DatasetArrays, RepResult, _chunks, bank_truth, certify_rows, faq_cell, faq_params,
+                    faq_planned_draws, history_cell, history_spec, rep_seed, replay_one, run_chunk,
+                    uninformative_factors)
 from .summary import SAME_GUARANTEE_BASELINE, store_backtest, summarise  # noqa: F401
 
 
@@ -126,8 +131,8 @@ def run_cells(
     progress: ProgressFn | None = None,
     on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every cell's reps in-process or on Ray; rows come back sorted by (cell order, rep). ``on_rows``
-    sees each finished chunk's rows as they come (progress lines)."""
+    """Run every cell's reps, of any kind, in-process or on Ray; rows come back sorted by (cell order, rep).
+    ``on_rows`` sees each finished chunk's rows as they come (progress lines)."""
     chunk_reps = check_positive_int(chunk_reps, "chunk_reps")
     jobs = [(ci, lo, hi) for ci, cell in enumerate(cells) for lo, hi in _chunks(cell, chunk_reps)]
     total = len(jobs)

@@ -3,6 +3,8 @@ Draw for draw the same as the ``faq`` method (:mod:`certeval.estimators.faq`) dr
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ._validation import InputError
@@ -15,7 +17,7 @@ def simulate_faq(
     prior_mean: np.ndarray,
     prior_cov: np.ndarray,
     n_draws: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator | Sequence[np.random.Generator],
     *,
     tau: float = 0.1,
     beta0: float = 1.0,
@@ -30,6 +32,8 @@ def simulate_faq(
     Returns per-draw arrays of shape (R, n_draws): ``item``, ``z``, ``p_item``, ``q_item``, ``w_item``,
     ``plug_in``. Identical, draw for draw, to the ``faq`` method driven with the same ``rng`` and batch
     size when R = 1. Rounds of ``batch_size`` draws share one policy; the posterior absorbs each score in turn.
+    ``rng`` may also be one generator per run: run ``i`` then draws from ``rng[i]`` alone, exactly as the ``faq``
+    method driven with that generator, whichever other runs share the call (backtest reps seeded one by one).
     """
     truth = np.atleast_2d(np.asarray(truth, dtype=float))
     r, n = truth.shape
@@ -42,12 +46,22 @@ def simulate_faq(
     out = {key: np.zeros((r, n_draws)) for key in ("z", "p_item", "q_item", "w_item", "plug_in", "model_m2")}
     out["item"] = np.zeros((r, n_draws), dtype=np.int64)
     rows = np.arange(r)
+    if isinstance(rng, np.random.Generator):
+        def uniforms(k: int) -> np.ndarray:
+            return rng.random((r, k))
+    else:
+        gens = list(rng)
+        if len(gens) != r:
+            raise InputError(f"rng must be one generator or one per run ({r}); got {len(gens)} generators")
+
+        def uniforms(k: int) -> np.ndarray:  # each run's k next draws from its own stream
+            return np.stack([g.random(k) for g in gens]) if r else np.zeros((0, k))
     step = 0
     while step < n_draws:
         k = min(batch_size, n_draws - step)
         p = predict_probs(mean, v)
         q = hybrid_policy(p, cov, v, w, step=step, n_budget=n_budget, tau=tau, beta0=beta0, rho=rho, gamma=gamma)
-        items = draw_items(q, rng.random((r, k)))
+        items = draw_items(q, uniforms(k))
         plug = p @ w
         m2 = model_second_moment(p, q, w)
         for j in range(k):
