@@ -76,8 +76,10 @@ def history_matrix(frame: Any, item_ids: Sequence[str], exclude: set[str]) -> tu
 def preview_cost(request: Any, spec: Any, matrix: np.ndarray, n_models: int, *, reps: int = 10,
                  seed: int = 0) -> CostPreview:
     """Play ``request`` (a :class:`~certeval.estimators.groups.GroupRequest` for the user's ``n_models`` models)
-    ``reps`` times on recorded models (``matrix``: history models × the bank's items)."""
-    from .engine import PairedRounds, run_paired
+    ``reps`` times on recorded models (``matrix``: history models × the bank's items), through the one backtest
+    driver: simulated run ``r`` is a paired cell of the models drawn for it, seeded by ``(seed, r)``."""
+    from .backtest.cells import PAIRED, Cell, DatasetArrays
+    from .backtest.ray_fanout import run_cells
 
     reps = check_positive_int(reps, "reps")
     h, n = matrix.shape
@@ -87,16 +89,19 @@ def preview_cost(request: Any, spec: Any, matrix: np.ndarray, n_models: int, *, 
         raise InputError(f"a cost preview needs at least 2 recorded models with a score for every one of the "
                          f"bank's {n} items (not your own models); the history has {h}")
     k = min(int(n_models), h)
-    fractions = []
-    for rep in range(reps):
-        rng = np.random.default_rng(np.random.SeedSequence([int(seed), rep]))
-        rows = np.sort(rng.choice(h, size=k, replace=False))
-        labels = tuple(f"m{r}" for r in rows)
-        rounds = PairedRounds(replace(request, labels=labels, history={}), n_items=n, batch_size=request.look_size,
-                              max_items=request.max_items)
-        fractions.append(float(run_paired(rounds.start(spec, rng), matrix[rows]).outcome.fraction_used))
+    pick = np.random.default_rng(np.random.SeedSequence([int(seed), h, k]))
+    models = tuple(f"history-{r}" for r in range(h))
+    asked = replace(request, history={})
+    datasets, cells = {}, []
+    for rep in range(reps):  # each simulated run its own dataset name, so its own seed, whatever models it draws
+        name = f"preview-{rep}"
+        datasets[name] = DatasetArrays(name, spec, models, matrix)
+        rows = tuple(int(r) for r in np.sort(pick.choice(h, size=k, replace=False)))
+        cells.append(Cell(name, request.kind, request.kind, 1, request.look_size, max_items=request.max_items,
+                          kind=PAIRED, rows=rows, request=asked))
+    fractions = tuple(float(row["fraction_used"]) for row in run_cells(datasets, cells, int(seed)))
     return CostPreview(kind=request.kind, statement=_statement(request), n_models=int(n_models), n_items=n,
-                       history_models=h, simulated_models=k, fractions=tuple(fractions), seed=int(seed))
+                       history_models=h, simulated_models=k, fractions=fractions, seed=int(seed))
 
 
 def _statement(request: Any) -> str:
