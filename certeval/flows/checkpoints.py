@@ -17,6 +17,10 @@ later checkpoints cost fewer items, and every interval stays exact (method ``his
 itself is never its own history). ``checkpoints.json`` lists every certified checkpoint, best mean first.
 
 ``rank-models``: a ranking run over a fixed list of model specs.
+
+Each flow's ``options`` parameter is how its runs go (:class:`~certeval.runtime_options.RuntimeOptions`: actor
+start and batch timeouts, call log, start-up timeline, cache folder), given in a deployment as a mapping, e.g.
+``options: {batch_timeout_s: 3600}``; it is never part of a run's identity.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from prefect.cache_policies import NONE
 from certeval.backends.base import parse_model_spec
 from certeval.estimators._validation import InputError
 from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
+from certeval.runtime_options import RuntimeOptions
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
 from certeval.tasks.plan import PlanRequest, claim_run, make_plan
 
@@ -71,14 +76,14 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
                             bank: str | None = None, output: str | None = None, confidence: float = 0.95,
                             batch_size: int = 50, max_items: int | None = None, seed: int = 0,
                             scorer: str | None = None, ray_address: str | None = None, num_cpus: int | None = None,
-                            num_gpus: float = 0.0) -> dict[str, Any]:
+                            num_gpus: float = 0.0, options: RuntimeOptions | None = None) -> dict[str, Any]:
     """Select the best checkpoint of a folder; return (and store) the report. ``num_cpus`` caps a local Ray (models
     beyond it share actors, queued); ``num_gpus`` is each model actor's share of a GPU."""
     specs = find_checkpoints(checkpoints)
     plan, _ = make_plan(PlanRequest(
         "select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
         batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer, threshold=threshold, halfwidth=halfwidth,
-        mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus))
+        mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus, options=options))
     claim_run(plan)
     results = select_flow(plan)
     selected = results["selection"]["selected"]
@@ -135,7 +140,7 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
                              history: list[str] | None = None, confidence: float = 0.95, batch_size: int = 50,
                              max_items: int | None = None, seed: int = 0, scorer: str | None = None,
                              ray_address: str | None = None, num_cpus: int | None = None,
-                             num_gpus: float = 0.0) -> dict[str, Any]:
+                             num_gpus: float = 0.0, options: RuntimeOptions | None = None) -> dict[str, Any]:
     """Certify every new checkpoint of a folder, learning from the checkpoints already certified in ``output``."""
     specs = find_checkpoints(checkpoints)
     for spec in specs:
@@ -147,7 +152,7 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
         plan, _ = make_plan(PlanRequest("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
                                         confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
                                         scorer=scorer, ray_address=ray_address, history=sources or None,
-                                        num_cpus=num_cpus, num_gpus=num_gpus))
+                                        num_cpus=num_cpus, num_gpus=num_gpus, options=options))
         claim_run(plan)
         certify_flow(plan)
     rows = []
@@ -168,13 +173,13 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
 def rank_models_flow(models: list[str], bank: str | None = None, output: str | None = None, margin: float = 0.0,
                      confidence: float = 0.95, batch_size: int = 50, seed: int = 0,
                      ray_address: str | None = None, num_cpus: int | None = None, num_gpus: float = 0.0,
-                     epsilon: float | None = None) -> dict[str, Any]:
+                     epsilon: float | None = None, options: RuntimeOptions | None = None) -> dict[str, Any]:
     """A scheduled ranking run over fixed model specs (``epsilon``: an epsilon-correct ranking instead of strict
     verdicts at ``margin``)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     plan, _ = make_plan(PlanRequest(
         "rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
         confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address, num_cpus=num_cpus,
-        num_gpus=num_gpus, epsilon=epsilon))
+        num_gpus=num_gpus, epsilon=epsilon, options=options))
     claim_run(plan)
     return rank_flow(plan)

@@ -14,13 +14,15 @@ from prefect import flow
 from prefect.utilities.annotations import quote
 
 from ..engine import play
-from ..startup import mark
+from ..startup import configure, mark
 from ..tasks import steps
 from ..tasks.plan import RunPlan
 
 
 def run_rounds(plan: RunPlan, progress: str | None = None) -> dict[str, Any]:
     """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met."""
+    if plan.options.startup_log:  # a flow run without the CLI (a deployment): its process names the timeline here
+        configure(plan.options.startup_log)
     mark("flow_started")  # Prefect's API answered and the flow run exists
     run = steps.load_bank(plan)
     mark("bank_loaded")
