@@ -144,4 +144,3 @@ def test_certeval_variables_no_longer_travel_to_the_actors(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     env = _forwarded_env()
     assert "CERTEVAL_BATCH_TIMEOUT_S" not in env and env.get("HF_HUB_OFFLINE") == "1"
-    assert os.environ["CERTEVAL_BATCH_TIMEOUT_S"] == "2"

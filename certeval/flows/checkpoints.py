@@ -18,9 +18,10 @@ itself is never its own history). ``checkpoints.json`` lists every certified che
 
 ``rank-models``: a ranking run over a fixed list of model specs.
 
-Each flow's ``options`` parameter is how its runs go (:class:`~certeval.runtime_options.RuntimeOptions`: actor
-start and batch timeouts, call log, start-up timeline, cache folder), given in a deployment as a mapping, e.g.
-``options: {batch_timeout_s: 3600}``; it is never part of a run's identity.
+Each flow's ``options`` parameter is how its runs go: a mapping of the fields of
+:class:`~certeval.runtime_options.RuntimeOptions` (actor start and batch timeouts, call log, start-up timeline,
+cache folder), e.g. ``options: {batch_timeout_s: 3600}`` in a deployment; it is never part of a run's identity.
+(A mapping, not the dataclass: a served flow's run unpickles the function without the names its annotations use.)
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from prefect.cache_policies import NONE
 from certeval.backends.base import parse_model_spec
 from certeval.estimators._validation import InputError
 from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
-from certeval.runtime_options import RuntimeOptions
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
 from certeval.tasks.plan import PlanRequest, claim_run, make_plan
 
@@ -76,7 +76,7 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
                             bank: str | None = None, output: str | None = None, confidence: float = 0.95,
                             batch_size: int = 50, max_items: int | None = None, seed: int = 0,
                             scorer: str | None = None, ray_address: str | None = None, num_cpus: int | None = None,
-                            num_gpus: float = 0.0, options: RuntimeOptions | None = None) -> dict[str, Any]:
+                            num_gpus: float = 0.0, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Select the best checkpoint of a folder; return (and store) the report. ``num_cpus`` caps a local Ray (models
     beyond it share actors, queued); ``num_gpus`` is each model actor's share of a GPU."""
     specs = find_checkpoints(checkpoints)
@@ -140,7 +140,7 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
                              history: list[str] | None = None, confidence: float = 0.95, batch_size: int = 50,
                              max_items: int | None = None, seed: int = 0, scorer: str | None = None,
                              ray_address: str | None = None, num_cpus: int | None = None,
-                             num_gpus: float = 0.0, options: RuntimeOptions | None = None) -> dict[str, Any]:
+                             num_gpus: float = 0.0, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Certify every new checkpoint of a folder, learning from the checkpoints already certified in ``output``."""
     specs = find_checkpoints(checkpoints)
     for spec in specs:
@@ -173,7 +173,7 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
 def rank_models_flow(models: list[str], bank: str | None = None, output: str | None = None, margin: float = 0.0,
                      confidence: float = 0.95, batch_size: int = 50, seed: int = 0,
                      ray_address: str | None = None, num_cpus: int | None = None, num_gpus: float = 0.0,
-                     epsilon: float | None = None, options: RuntimeOptions | None = None) -> dict[str, Any]:
+                     epsilon: float | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """A scheduled ranking run over fixed model specs (``epsilon``: an epsilon-correct ranking instead of strict
     verdicts at ``margin``)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
