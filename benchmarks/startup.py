@@ -3,12 +3,12 @@
 Each run launches ``python -m certeval certify --model replay:bundled:helm_mmlu#openai_davinci --goal
 halfwidth:0.1`` as a subprocess, zero-config (a temporary working folder and HOME, no ``PREFECT_*`` or
 ``RAY_ADDRESS``: the embedded Prefect server and a local Ray, as a first-time user gets them) with a fresh
-output folder (no score cache, so the actor really is called). ``CERTEVAL_STARTUP_LOG`` makes the
+output folder (no score cache, so the actor really is called). ``--startup-log FILE`` makes the
 command write a timeline (:mod:`certeval.startup`): imports done, plan and bank ready, Prefect's server
 up, Ray up, the actors up, and ``first_call``, written by the model actor when the first scoring call
 reaches it. Times are seconds from the subprocess launch.
 
-* **before**: ``CERTEVAL_SLOW_START=1``, the sequential start-up (import Prefect, the flow's client starts
+* **before**: ``--sequential-start``, the sequential start-up (import Prefect, the flow's client starts
   Prefect's ephemeral server, then the bank, then Ray and the actors inside the ``start-models`` task);
 * **after**: the default (:mod:`certeval.fast_start`): Prefect's server, Prefect's import, Ray and the
   actors start side by side once the input is checked;
@@ -48,7 +48,7 @@ from benchmarks._meta import ROOT, write_result
 
 MODEL = "replay:bundled:helm_mmlu#openai_davinci"
 COMMAND = ["certify", "--model", MODEL, "--goal", "halfwidth:0.1", "--json"]
-MODES = {"before": {"CERTEVAL_SLOW_START": "1"}, "after": {}, "reused": {}}
+MODES = {"before": ["--sequential-start"], "after": [], "reused": []}  # flags added to COMMAND
 UP_FOLDER = "up"  # the working folder of the "reused" runs, where certeval up was run
 # phases as (start mark, end mark) of the timeline; None = the subprocess launch. First mark of a name counts.
 PHASES = {
@@ -83,7 +83,7 @@ PHASES = {
     },
 }
 ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH", "RAY_ADDRESS",
-            "CERTEVAL_SLOW_START", "CERTEVAL_STARTUP_LOG", "CERTEVAL_BACKEND_LOG", "PREFECT_LOGGING_LEVEL")
+            "PREFECT_LOGGING_LEVEL")
 FIRST_CALL_TIMEOUT_S = 300.0
 
 
@@ -146,15 +146,14 @@ def run_once(mode: str, work: Path, n: int) -> dict[str, Any]:
     """One CLI run in ``mode``; timeline offsets from the launch, phases, tree CPU at the first call."""
     timeline = work / f"timeline-{mode}-{n}.tsv"
     env = {k: v for k, v in os.environ.items() if k not in ENV_DROP}
-    env.update({"HOME": str(work / "home"), "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
-                "CERTEVAL_STARTUP_LOG": str(timeline), "CERTEVAL_BACKEND_LOG": str(work / f"calls-{mode}-{n}.log"),
-                **MODES[mode]})
+    env.update({"HOME": str(work / "home"), "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")})
+    flags = ["--startup-log", str(timeline), "--call-log", str(work / f"calls-{mode}-{n}.log"), *MODES[mode]]
     (work / "home").mkdir(exist_ok=True)
     out_dir = work / f"runs-{mode}-{n}"  # fresh: no score cache, the model is really called
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     t0 = time.time()
     cwd = work / UP_FOLDER if mode == "reused" else work
-    proc = subprocess.Popen([sys.executable, "-m", "certeval", *COMMAND, "--output", str(out_dir)], cwd=cwd,
+    proc = subprocess.Popen([sys.executable, "-m", "certeval", *COMMAND, *flags, "--output", str(out_dir)], cwd=cwd,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     cpu = None
     deadline = time.monotonic() + FIRST_CALL_TIMEOUT_S
@@ -283,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m certeval " + " ".join(COMMAND) + " --output <fresh folder>",
         "setup": "zero-config: temporary cwd and HOME, no PREFECT_*/RAY_ADDRESS; embedded Prefect server and local "
                  "Ray on 127.0.0.1; fresh output folder per run (no score cache)",
-        "modes": {"before": "CERTEVAL_SLOW_START=1 (sequential start-up)", "after": "default (certeval.fast_start)",
+        "modes": {"before": "--sequential-start (sequential start-up)", "after": "default (certeval.fast_start)",
                   "reused": "default, from a folder where certeval up runs a Ray head and a Prefect server"},
         "repeats": repeats,
         "cpus": os.cpu_count(),

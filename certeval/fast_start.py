@@ -22,8 +22,8 @@ finds Ray initialised, ``start-models`` adopts the actors (:func:`take_pool`).
 
 What a user configured is used as it is and never replaced: a Prefect profile or
 ``PREFECT_API_URL`` (no embedded server is launched), ``--ray-address`` / ``RAY_ADDRESS``
-(``init_ray`` connects to it). ``CERTEVAL_SLOW_START=1`` turns all of this off (the
-sequential start-up, kept for ``benchmarks/startup.py``'s before/after comparison).
+(``init_ray`` connects to it). ``--sequential-start`` (``RuntimeOptions.parallel_start`` false) turns all of
+this off (the sequential start-up, kept for ``benchmarks/startup.py``'s before/after comparison).
 The embedded server is a child of the command: stopped at exit (``atexit``, after
 Prefect's own exit hooks have flushed the run's logs to it) and, after a SIGKILL, by
 the watchdog (``certeval.watchdog``) like Ray's processes.
@@ -46,15 +46,9 @@ from typing import Any
 
 from .startup import mark
 
-SLOW_ENV = "CERTEVAL_SLOW_START"
 FLOWS_MODULE = "certeval.flows.pipeline"
 _FALSE = ("0", "false", "no", "off")
 _PREPARED: dict[str, Any] = {}  # run id -> ModelPool whose actors are starting (taken by start-models)
-
-
-def enabled() -> bool:
-    """False when ``CERTEVAL_SLOW_START`` asks for the sequential start-up."""
-    return os.environ.get(SLOW_ENV, "").strip().lower() in ("", *_FALSE)
 
 
 class EmbeddedPrefect:
@@ -169,7 +163,7 @@ def prestart(plan: Any, user_prefect: bool) -> Prestart:
     """Start Prefect's server, Prefect's import, Ray and the actors of ``plan`` together (see the module doc).
     ``user_prefect``: the user configured Prefect (their server is used; none is launched)."""
     out = Prestart()
-    if not enabled():
+    if not plan.options.parallel_start:
         return out
     launch = (not user_prefect and "prefect" not in sys.modules and not _settings_files()
               and os.environ.get("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "").strip().lower() not in _FALSE[1:])
@@ -207,12 +201,12 @@ def prestart(plan: Any, user_prefect: bool) -> Prestart:
 
 def _launch_pool(plan: Any) -> Any:
     """The run's actor pool with its actors created (not waited for): what ``start-models`` builds."""
-    from .backends.pool import CALL_LOG_ENV, ModelPool
+    from .backends.pool import ModelPool
 
     store = plan.store()
     cache_urls = {label: store.cache(key).folder.url() for label, key in plan.cache_keys().items()}
     pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
-                     in_flight=plan.in_flight, cache_urls=cache_urls, call_log=os.environ.get(CALL_LOG_ENV),
+                     in_flight=plan.in_flight, cache_urls=cache_urls, options=plan.options,
                      run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None)
     return pool.launch()
 

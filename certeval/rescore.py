@@ -158,7 +158,8 @@ def _plan(config: dict, *, scorer: str, output: str, run_id: str):
     from .tasks.plan import RunPlan
 
     fields = {f.name for f in dataclasses.fields(RunPlan)}
-    kw = {k: v for k, v in config.items() if k in fields and k != "invocation"}  # the rescore is a new command
+    # the rescore is a new command (invocation) and starts no model (options)
+    kw = {k: v for k, v in config.items() if k in fields and k not in ("invocation", "options")}
     kw.update(models=tuple(config["models"]), labels=tuple(config["labels"]), history=tuple(config.get("history") or ()),
               output=output, run_id=run_id, scorer=scorer, ray_address=None, replicas=1, num_gpus=0.0,
               num_cpus=None, in_flight=1, chunk_size=None)

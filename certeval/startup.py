@@ -1,10 +1,11 @@
-"""Start-up timeline: ``CERTEVAL_STARTUP_LOG=<file>`` makes a command append one line per start-up phase.
+"""Start-up timeline: ``--startup-log FILE`` makes a command append one line per start-up phase.
 
 Each line is ``phase<TAB>unix time<TAB>pid``, written with one ``O_APPEND`` write, by the CLI
 process (imports done, plan and bank ready, Prefect's API up, Ray up, model actors up) and by
-the model actor itself (``first_call``: the first scoring call reached the actor). The
-variable starts with ``CERTEVAL_``, so the actors receive it through their ``runtime_env``.
-``benchmarks/startup.py`` reads it; unset (the default), :func:`mark` does nothing.
+the model actor itself (``first_call``: the first scoring call reached the actor). Each process
+names the file once, by an explicit :func:`configure` call: the CLI from its ``--startup-log``,
+an actor from its constructor argument (``RuntimeOptions.startup_log``).
+``benchmarks/startup.py`` reads it; not configured (the default), :func:`mark` writes nothing.
 
 Standard library only and cheap to import: it is imported before anything else.
 """
@@ -14,15 +15,33 @@ from __future__ import annotations
 import os
 import time
 
-ENV = "CERTEVAL_STARTUP_LOG"
+_MAX_EARLY = 16  # marks kept before configure() (e.g. "interpreter", before the flags are parsed)
+_state: dict = {"path": None, "configured": False, "early": []}
+
+
+def configure(path: str | os.PathLike | None) -> None:
+    """Name this process's timeline file (None: none); marks made before the first call are written then."""
+    early, _state["early"] = _state["early"], []
+    _state["path"] = os.fspath(path) if path else None
+    _state["configured"] = True
+    for line in early:
+        _append(line)
 
 
 def mark(phase: str) -> None:
-    """Record that ``phase`` was reached now (no-op unless ``$CERTEVAL_STARTUP_LOG`` is set)."""
-    path = os.environ.get(ENV)
+    """Record that ``phase`` was reached now (written only once a timeline file is configured)."""
+    line = f"{phase}\t{time.time():.6f}\t{os.getpid()}\n".encode()
+    if not _state["configured"]:
+        if len(_state["early"]) < _MAX_EARLY:
+            _state["early"].append(line)
+        return
+    _append(line)
+
+
+def _append(line: bytes) -> None:
+    path = _state["path"]
     if not path:
         return
-    line = f"{phase}\t{time.time():.6f}\t{os.getpid()}\n".encode()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

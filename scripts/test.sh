@@ -68,7 +68,9 @@ else
     export CERTEVAL_LLAMA_BUILD_LOG="$PWD/$LLAMA_WHEELS.log"
   fi
 fi
-export CERTEVAL_CACHE="${CERTEVAL_CACHE:-$PWD/.cache/certeval}"
+# the converted SmolLM2 stays in the checkout (.cache/certeval): certeval's default cache folder follows
+# XDG_CACHE_HOME (other tools' caches move there too, all ignored by git)
+export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$PWD/.cache}"
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
 rc=$?

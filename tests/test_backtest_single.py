@@ -82,16 +82,15 @@ def test_cer_eval_with_embeddings_and_clear_error_without(tmp_path, capsys):
     assert "needs item features" in err and len(err.strip().splitlines()) == 1
 
 
-def test_embedding_cache_is_reused(tmp_path, monkeypatch):
-    monkeypatch.setenv("CERTEVAL_CACHE_DIR", str(tmp_path))
+def test_embedding_cache_is_reused(tmp_path):
     calls = []
 
     def fake_embed(texts):
         calls.append(len(texts))
         return np.arange(len(texts) * 3, dtype=float).reshape(len(texts), 3)
 
-    first = cached_embeddings(["a", "b"], embed=fake_embed)
-    second = cached_embeddings(["a", "b"], embed=fake_embed)
+    first = cached_embeddings(["a", "b"], embed=fake_embed, cache_dir=str(tmp_path))
+    second = cached_embeddings(["a", "b"], embed=fake_embed, cache_dir=str(tmp_path))
     assert calls == [2] and np.array_equal(first, second)
     assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 1
 

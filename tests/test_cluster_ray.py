@@ -35,11 +35,11 @@ def cluster(tmp_path_factory):
 
 
 def _rank(cluster, tmp_path, scores, output, log, run_id):
-    env = cluster.env(cli_env(tmp_path, CERTEVAL_BACKEND_LOG=str(log)))
+    env = cluster.env(cli_env(tmp_path))
     models = [replay(m, scores, latency=0.02) for m in (STRONG, MIDDLE, CLOSE, WEAK)]
     argv = [PYTHON, "-m", "certeval", "rank", *[a for m in models for a in ("--model", m)],
             "--output", str(output), "--run-id", run_id, "--batch-size", "60", "--seed", "3",
-            "--replicas", "3", "--ray-address", cluster.address, "--json"]
+            "--replicas", "3", "--ray-address", cluster.address, "--call-log", str(log), "--json"]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -11,22 +11,22 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from certeval import fast_start, startup
+from certeval.cli import build_parser
+from certeval.cli._runtime import runtime_options
+from certeval.runtime_options import RuntimeOptions
 
 ROOT = Path(__file__).resolve().parents[1]
+CERTIFY = ["certify", "--model", "replay:bundled:helm_mmlu#openai_ada", "--goal", "halfwidth:0.1"]
 
 
-@pytest.mark.parametrize("value, fast", [(None, True), ("", True), ("0", True), ("false", True), ("1", False),
-                                         ("yes", False)])
-def test_slow_start_switch(value, fast, monkeypatch):
-    if value is None:
-        monkeypatch.delenv(fast_start.SLOW_ENV, raising=False)
-    else:
-        monkeypatch.setenv(fast_start.SLOW_ENV, value)
-    assert fast_start.enabled() is fast
+@pytest.mark.parametrize("flags, parallel", [([], True), (["--sequential-start"], False)])
+def test_sequential_start_flag(flags, parallel):
+    assert runtime_options(build_parser().parse_args(CERTIFY + flags)).parallel_start is parallel
 
 
 def test_prefect_settings_files_in_the_working_folder_leave_the_server_to_prefect(tmp_path, monkeypatch):
@@ -45,9 +45,9 @@ def test_prefect_settings_files_in_the_working_folder_leave_the_server_to_prefec
     assert fast_start._settings_files()
 
 
-def test_slow_start_starts_nothing_early(monkeypatch):
-    monkeypatch.setenv(fast_start.SLOW_ENV, "1")
-    warm = fast_start.prestart(object(), user_prefect=False)  # the plan is not even looked at
+def test_sequential_start_starts_nothing_early():
+    plan = SimpleNamespace(options=RuntimeOptions(parallel_start=False))  # nothing but the switch is looked at
+    warm = fast_start.prestart(plan, user_prefect=False)
     assert warm.prefect is None and warm.run_id is None
     warm.ready()
     warm.close()
@@ -55,14 +55,19 @@ def test_slow_start_starts_nothing_early(monkeypatch):
 
 def test_timeline_marks_are_appended_only_when_asked(tmp_path, monkeypatch):
     log = tmp_path / "timeline.tsv"
-    monkeypatch.delenv(startup.ENV, raising=False)
+    monkeypatch.setattr(startup, "_state", {"path": None, "configured": False, "early": []})
+    startup.mark("early")  # before the flags are parsed: kept until the process names its timeline (or none)
+    startup.configure(None)
     startup.mark("nothing")
-    assert not log.exists()
-    monkeypatch.setenv(startup.ENV, str(log))
+    assert not log.exists() and startup._state["early"] == []
+    monkeypatch.setattr(startup, "_state", {"path": None, "configured": False, "early": []})
+    startup.mark("interpreter")
+    startup.configure(log)
     startup.mark("a")
     startup.mark("b")
     marks = startup.read(log)
-    assert [m[0] for m in marks] == ["a", "b"] and marks[0][1] <= marks[1][1] and marks[0][2] == os.getpid()
+    assert [m[0] for m in marks] == ["interpreter", "a", "b"] and marks[0][1] <= marks[1][1] <= marks[2][1]
+    assert marks[0][2] == os.getpid()
 
 
 def _processes_mentioning(text: str) -> list[int]:

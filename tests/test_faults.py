@@ -419,7 +419,8 @@ def test_sigterm_while_the_model_actors_start_ends_the_run_and_leaves_it_resumab
     argv = [PYTHON, "-m", "certeval", "certify", "--model", "hf:bundled:smollm2", "--bank",
             "bundled:trivia?categories=uscapitals", "--goal", "halfwidth:0.1", "--max-items", "4", "--batch-size", "4",
             "--output", str(tmp_path / "runs"), "--run-id", "starting", "--ray-address", infra, "--json"]
-    proc = subprocess.Popen(argv, env=cli_env(tmp_path, CERTEVAL_STARTUP_LOG=str(timeline)), stdout=subprocess.PIPE,
+    # the resume below runs without --startup-log: a runtime flag is not part of the run's identity
+    proc = subprocess.Popen(argv + ["--startup-log", str(timeline)], env=cli_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
     def phases() -> list[str]:

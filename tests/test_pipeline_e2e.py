@@ -132,11 +132,12 @@ def test_select_flow_keeps_the_best_and_discards_the_weak(infra, tmp_path):
     assert res["target"] == "bank" and sel["top"] == 1 and sel["fraction_used"] < 1
 
 
-def test_killed_actor_mid_batch_every_item_scored_exactly_once(infra, tmp_path, monkeypatch):
+def test_killed_actor_mid_batch_every_item_scored_exactly_once(infra, tmp_path):
     import ray
 
+    from certeval.runtime_options import RuntimeOptions
+
     log = tmp_path / "calls.log"
-    monkeypatch.setenv("CERTEVAL_BACKEND_LOG", str(log))
     killed = []
 
     def killer():  # kill the model actor while it sleeps inside a batch
@@ -152,7 +153,8 @@ def test_killed_actor_mid_batch_every_item_scored_exactly_once(infra, tmp_path, 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
     _, res = _run("certify", tmp_path, models=[replay(MIDDLE, latency=0.03)], goal="halfwidth:0.01",
-                  method="uniform", batch_size=40, max_items=160, seed=5, run_id="kill-me", in_flight=2)
+                  method="uniform", batch_size=40, max_items=160, seed=5, run_id="kill-me", in_flight=2,
+                  options=RuntimeOptions(call_log=str(log)))
     thread.join(timeout=5)
     assert killed, "the actor was never killed"
     assert res["pipeline"]["actors_replaced"] >= 1 and res["pipeline"]["batches_resubmitted"] >= 1
@@ -309,15 +311,16 @@ def test_a_users_prefect_profile_is_used(infra, tmp_path):
     assert len(asyncio.run(certify_runs()) - before) >= 1, "the flow run did not reach the profile's server"
 
 
-def test_a_hung_model_fails_the_run_in_bounded_time_exit_3_one_line(infra, tmp_path, capsys, monkeypatch):
+def test_a_hung_model_fails_the_run_in_bounded_time_exit_3_one_line(infra, tmp_path, capsys):
     """Every wait is bounded: a model whose batches never come back (here: 3 s per item, with the stall bound set
-    to 2 s) ends the run with exit 3 and one line, instead of waiting for ever; the folder stays resumable."""
-    monkeypatch.setenv("CERTEVAL_BATCH_TIMEOUT_S", "2")
+    to 2 s by --batch-timeout) ends the run with exit 3 and one line naming the flag, instead of waiting for ever;
+    the folder stays resumable."""
     t0 = time.perf_counter()
     code = main(["certify", "--model", replay(MIDDLE, latency=3), "--goal", "halfwidth:0.1", "--batch-size", "5",
-                 "--ray-address", infra, "--output", str(tmp_path / "runs"), "--run-id", "hung"])
+                 "--ray-address", infra, "--output", str(tmp_path / "runs"), "--run-id", "hung",
+                 "--batch-timeout", "2"])
     err = capsys.readouterr().err.strip()
     assert code == 3, err
-    assert "within 2 s" in err and "CERTEVAL_BATCH_TIMEOUT_S" in err and len(err.splitlines()) == 1
+    assert "within 2 s" in err and "--batch-timeout" in err and len(err.splitlines()) == 1
     assert time.perf_counter() - t0 < 300  # the 2 s stall bound, not the 3 s x items the batches would take
     assert (tmp_path / "runs" / "hung" / "config.json").exists()  # resumable: the request is recorded

@@ -124,7 +124,6 @@ def test_cron_deployment_on_a_prefect_server_survives_a_killed_worker_and_picks_
         "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "3",
         "AWS_ENDPOINT_URL": moto, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1",
-        "CERTEVAL_BACKEND_LOG": str(log),
     })
     env.pop("PREFECT_PROFILE", None)
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
@@ -170,7 +169,8 @@ def test_cron_deployment_on_a_prefect_server_survives_a_killed_worker_and_picks_
         subprocess.run([PREFECT, "work-pool", "create", "certeval", "--type", "process"], env=env, cwd=ROOT,
                        check=True, capture_output=True, timeout=120)
         params = {"checkpoints": f"s3://{BUCKET}/checkpoints/", "bank": None, "output": f"s3://{BUCKET}/runs",
-                  "threshold": 0.3, "halfwidth": 0.05, "batch_size": 50, "seed": 1, "ray_address": ray_addr}
+                  "threshold": 0.3, "halfwidth": 0.05, "batch_size": 50, "seed": 1, "ray_address": ray_addr,
+                  "options": {"call_log": str(log)}}  # the flow's RuntimeOptions, as a deployment gives them
         deploy = subprocess.run(
             [PREFECT, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--name",
              "nightly-checkpoints", "--cron", "* * * * *", "--timezone", "UTC", "--params", json.dumps(params)],

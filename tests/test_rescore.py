@@ -63,11 +63,10 @@ def lm_run(infra, tmp_path_factory):
     _lm_available()
     root = tmp_path_factory.mktemp("rescore")
     log = root / "calls.log"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CERTEVAL_BACKEND_LOG", str(log))
-        code = main(["certify", "--model", "hf:bundled:smollm2", "--bank", TRIVIA, "--goal", "halfwidth:0.1",
-                     "--method", "uniform", "--batch-size", "4", "--max-items", "8", "--seed", "0",
-                     "--output", str(root / "runs"), "--run-id", "lm", "--ray-address", infra, "--log_samples"])
+    code = main(["certify", "--model", "hf:bundled:smollm2", "--bank", TRIVIA, "--goal", "halfwidth:0.1",
+                 "--method", "uniform", "--batch-size", "4", "--max-items", "8", "--seed", "0",
+                 "--output", str(root / "runs"), "--run-id", "lm", "--ray-address", infra, "--log_samples",
+                 "--call-log", str(log)])
     assert code == 1  # the budget (8 items) runs out before a half-width of 0.1
     return root, log
 
@@ -218,11 +217,9 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
     rule 'recorded' (anytime-valid at that stopping time); every absorbed round is a recorded round."""
     root, log = lm_run
     runs = root / "runs"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CERTEVAL_BACKEND_LOG", str(log))
-        assert main(["certify", "--model", "hf:bundled:smollm2", "--bank", TWO, "--goal", "halfwidth:0.05",
-                     "--method", "adaptive", "--batch-size", "4", "--max-items", "32", "--seed", "1",
-                     "--output", str(runs), "--run-id", "ad", "--ray-address", infra]) == 1
+    assert main(["certify", "--model", "hf:bundled:smollm2", "--bank", TWO, "--goal", "halfwidth:0.05",
+                 "--method", "adaptive", "--batch-size", "4", "--max-items", "32", "--seed", "1",
+                 "--output", str(runs), "--run-id", "ad", "--ray-address", infra, "--call-log", str(log)]) == 1
     capsys.readouterr()
     calls = read_log(log)
     scorer = f"{__name__}:uneven"
@@ -258,11 +255,9 @@ def test_a_paired_run_is_rescored_on_its_shared_uniform_order(infra, tmp_path, c
     """compare: both models' outputs judged again; every round holds the same shared items as the source's."""
     _lm_available()
     runs, log = tmp_path / "runs", tmp_path / "calls.log"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CERTEVAL_BACKEND_LOG", str(log))
-        main(["compare", "--model", "hf:bundled:smollm2", "--model", "hf:bundled:smollm2?max_new_tokens=3",
-              "--bank", TRIVIA, "--batch-size", "4", "--max-items", "8", "--seed", "2", "--output", str(runs),
-              "--run-id", "cmp", "--ray-address", infra, "--json"])
+    main(["compare", "--model", "hf:bundled:smollm2", "--model", "hf:bundled:smollm2?max_new_tokens=3",
+          "--bank", TRIVIA, "--batch-size", "4", "--max-items", "8", "--seed", "2", "--output", str(runs),
+          "--run-id", "cmp", "--ray-address", infra, "--json", "--call-log", str(log)])
     capsys.readouterr()
     calls = read_log(log)
     assert len(calls) == 16
@@ -285,11 +280,9 @@ def test_outputs_answered_from_the_score_cache_are_kept_too(lm_run, infra, capsy
     root, log = lm_run
     runs = root / "runs"
     calls = read_log(log)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CERTEVAL_BACKEND_LOG", str(log))
-        assert main(["certify", "--model", "hf:bundled:smollm2", "--bank", TRIVIA, "--goal", "halfwidth:0.1",
-                     "--method", "uniform", "--batch-size", "4", "--max-items", "12", "--seed", "0",
-                     "--output", str(runs), "--run-id", "lm-more", "--ray-address", infra, "--json"]) == 1
+    assert main(["certify", "--model", "hf:bundled:smollm2", "--bank", TRIVIA, "--goal", "halfwidth:0.1",
+                 "--method", "uniform", "--batch-size", "4", "--max-items", "12", "--seed", "0",
+                 "--output", str(runs), "--run-id", "lm-more", "--ray-address", infra, "--json", "--call-log", str(log)]) == 1
     res = json.loads(capsys.readouterr().out)
     sent = res["models"][0]["items_sent_to_model"]  # at most the 4 new items (other tests may have paid for some)
     assert sent <= 4 and len(read_log(log)) == len(calls) + sent

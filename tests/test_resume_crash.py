@@ -3,7 +3,7 @@
 The final results must equal an uninterrupted run with the same seed, and the
 backend must never have been asked for the same (model, item) twice. Calls are
 counted at the backend: every model actor appends ``model<TAB>item`` for each item
-it scored to ``$CERTEVAL_BACKEND_LOG``.
+it scored to its ``--call-log``.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ def test_sigkill_mid_run_then_rerun_equals_uninterrupted(infra, tmp_path):
     out = tmp_path / "crash"
     argv = [PYTHON, "-m", "certeval", "certify", "--goal", args["goal"], "--method", args["method"],
             "--batch-size", "20", "--max-items", "160", "--seed", "7", "--output", str(out), "--run-id", "run",
-            "--ray-address", infra, "--json"]
+            "--ray-address", infra, "--call-log", str(log), "--json"]
     for m in models:
         argv += ["--model", m]
-    env = cli_env(tmp_path, CERTEVAL_BACKEND_LOG=str(log))
+    env = cli_env(tmp_path)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and len(read_log(log)) < 90 and proc.poll() is None:

@@ -110,11 +110,15 @@ class ModelHost(ABC):
 
 
 _HOST_MODULES = {"replay": "replay", "hf": "hf", "vllm": "vllm_host", "openai": "openai_host"}
+_CACHING_KINDS = ("hf", "vllm")  # hosts that may convert a bundled model into the cache folder
 
 
-def make_host(spec: ModelSpec | str, **kwargs: Any) -> ModelHost:
-    """Build the in-process host for a spec (the pipeline wraps it in a Ray actor)."""
+def make_host(spec: ModelSpec | str, *, cache_dir: str | None = None, **kwargs: Any) -> ModelHost:
+    """Build the in-process host for a spec (the pipeline wraps it in a Ray actor). ``cache_dir``: where a
+    bundled model's converted copy is kept (``RuntimeOptions.cache_dir``; None: the default folder)."""
     if isinstance(spec, str):
         spec = parse_model_spec(spec)
     module = importlib.import_module(f"{__package__}.{_HOST_MODULES[spec.kind]}")
+    if spec.kind in _CACHING_KINDS:
+        kwargs["cache_dir"] = cache_dir
     return module.build_host(spec, **kwargs)

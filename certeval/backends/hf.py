@@ -217,13 +217,13 @@ def load_model(model_dir: str, device: str = "cpu", dtype: str = "float32") -> t
     return model, tokenizer
 
 
-def build_host(spec: ModelSpec, **kwargs: Any) -> HFHost:
+def build_host(spec: ModelSpec, *, cache_dir: str | None = None, **kwargs: Any) -> HFHost:
     from .smollm import resolve_model_dir
 
     options = parse_options(spec, **kwargs)
     if options.scorer is not None:
         sc.get_scorer(options.scorer)
-    model_dir = resolve_model_dir(spec.location)
+    model_dir = resolve_model_dir(spec.location, cache_dir)
     if options.threads is not None:
         import torch
 

@@ -21,14 +21,14 @@ Exactly-once scoring:
   it, so scores survive even when the driver is killed while the result is in
   flight, and a rerun reads them instead of asking the model again.
 
-``CERTEVAL_BACKEND_LOG`` (or ``call_log=``) names a file to which every actor
-appends ``model<TAB>item_id`` per item it scored: the call counter the
-crash and actor-failure tests read.
+``options`` (:class:`~certeval.runtime_options.RuntimeOptions`) bounds the waits (actor start,
+batches) and goes to every actor as a constructor argument: its ``call_log`` names a file to
+which the actor appends ``model<TAB>item_id`` per item it scored (the call counter the crash
+and actor-failure tests read), ``startup_log`` the start-up timeline, ``cache_dir`` the cache.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import uuid
@@ -39,16 +39,12 @@ from typing import Any, Callable
 import ray
 
 from ..estimators._validation import InputError
+from ..runtime_options import FLAGS, RuntimeOptions, runtime_options
 
-from .ray_setup import (CALL_LOG_ENV, NAMESPACE, _forwarded_env, _secret_env, init_ray,  # noqa: F401
-                        key_variables)
+from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, init_ray, key_variables  # noqa: F401
 from .worker import ModelWorker, _ping_answer  # noqa: F401
 
 MAX_ATTEMPTS = 3
-START_TIMEOUT_ENV = "CERTEVAL_ACTOR_START_TIMEOUT_S"
-DEFAULT_START_TIMEOUT_S = 900.0
-BATCH_TIMEOUT_ENV = "CERTEVAL_BATCH_TIMEOUT_S"
-DEFAULT_BATCH_TIMEOUT_S = 1800.0
 
 
 @dataclass
@@ -95,7 +91,7 @@ class ModelPool:
 
     def __init__(self, models: dict[str, str], *, replicas: int = 1, num_gpus: float = 0.0,
                  num_cpus: float | None = None, in_flight: int = 2, cache_urls: dict[str, str] | None = None,
-                 call_log: str | None = None, run_id: str | None = None,
+                 options: RuntimeOptions | None = None, run_id: str | None = None,
                  host_kwargs: dict[str, Any] | None = None) -> None:
         if replicas < 1:
             raise InputError(f"--replicas must be at least 1, got {replicas!r}")
@@ -107,7 +103,7 @@ class ModelPool:
         self.num_cpus = num_cpus
         self.in_flight = in_flight
         self.cache_urls = dict(cache_urls or {})
-        self.call_log = call_log
+        self.options = runtime_options(options)
         self.host_kwargs = dict(host_kwargs or {})
         self.key_variables = key_variables(self.models.values())
         self.prefix = f"{run_id or 'pool'}-{uuid.uuid4().hex[:6]}"
@@ -131,7 +127,7 @@ class ModelPool:
             max_task_retries=0, runtime_env={"env_vars": _forwarded_env(self.key_variables)},
             scheduling_strategy=self._spread(replica, cpus, avoid),
         ).remote({label: self.models[label] for label in labels},
-                 {label: self.cache_urls.get(label) for label in labels}, self.call_log, self.host_kwargs,
+                 {label: self.cache_urls.get(label) for label in labels}, self.options, self.host_kwargs,
                  _secret_env(self.key_variables))
         self._pings.append((name, group, replica, generation, handle.ping.remote()))
         return _Slot(group, replica, handle, name, generation)
@@ -193,15 +189,15 @@ class ModelPool:
 
     def wait_started(self) -> "ModelPool":
         """Wait until every host :meth:`launch` created is built (errors surface here, once)."""
-        timeout = start_timeout_s()
+        timeout = self.options.actor_start_timeout_s
         try:
             ray.get([p[-1] for p in self._pings], timeout=timeout)
             self.placement()
         except ray.exceptions.GetTimeoutError:
             self.shutdown()
             raise RuntimeError(f"the model actors did not start within {timeout:g} s (each asks for "
-                               f"{self.num_gpus:g} GPU(s); the cluster has {_cluster_summary()}); set "
-                               f"{START_TIMEOUT_ENV} for slow model loads") from None
+                               f"{self.num_gpus:g} GPU(s); the cluster has {_cluster_summary()}); raise "
+                               f"{FLAGS['actor_start_timeout_s']} for slow model loads") from None
         except ray.exceptions.RayActorError as exc:
             cause = getattr(exc, "cause", None) or exc
             self.shutdown()
@@ -301,14 +297,14 @@ class ModelPool:
                         self.stats.batches += 1
 
         fill()
-        stall_s = batch_timeout_s()
+        stall_s = self.options.batch_timeout_s
         while running:
             self.stats.max_in_flight = max(self.stats.max_in_flight, len(running))
             # bounded: a hung actor (deadlocked model, lost GPU) fails the round instead of waiting for ever
             done, _ = ray.wait(list(running), num_returns=1, timeout=stall_s)
             if not done:
                 raise RuntimeError(f"no batch came back from the model actors within {stall_s:g} s "
-                                   f"({len(running)} in flight); set {BATCH_TIMEOUT_ENV} for slower models")
+                                   f"({len(running)} in flight); raise {FLAGS['batch_timeout_s']} for slower models")
             ref = done[0]
             batch, slot, generation = running.pop(ref)
             if slot.generation == generation:
@@ -377,28 +373,6 @@ class ModelPool:
                 except Exception:  # already dead or its node gone: nothing left to release
                     pass
         self.slots = {}
-
-
-def batch_timeout_s() -> float:
-    """How long scoring may go without any batch coming back: ``$CERTEVAL_BATCH_TIMEOUT_S``, default 1800 s."""
-    return _seconds_from_env(BATCH_TIMEOUT_ENV, DEFAULT_BATCH_TIMEOUT_S)
-
-
-def start_timeout_s() -> float:
-    """How long the actors may take to start (place on resources, load the model): ``$CERTEVAL_ACTOR_START_TIMEOUT_S``,
-    default 900 s (a large model from a slow disk); never unbounded."""
-    return _seconds_from_env(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT_S)
-
-
-def _seconds_from_env(name: str, default: float) -> float:
-    """A bound in seconds from ``$name``: the default when unset or not positive (a wait is never unbounded);
-    not a number -> InputError naming the variable and the value."""
-    raw = os.environ.get(name, "")
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        raise InputError(f"{name} must be a number of seconds, got {raw!r}") from None
-    return value if value > 0 else default
 
 
 def _cluster_summary() -> str:

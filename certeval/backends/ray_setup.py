@@ -16,9 +16,9 @@ from ..redact import is_secret_name
 from ..estimators._validation import InputError
 
 NAMESPACE = "certeval"
-CALL_LOG_ENV = "CERTEVAL_BACKEND_LOG"
-# variables an actor needs from the driver even when Ray was started earlier (e.g. a test session)
-_FORWARDED_ENV_PREFIXES = ("RAY_AUTH_", "AWS_", "CERTEVAL_", "HF_", "TRANSFORMERS_", "OPENAI_", "TOKENIZERS_", "CUDA_VISIBLE")
+# the user's infrastructure an actor needs from the driver even when Ray was started earlier (e.g. a test
+# session); certeval's own settings reach the actors as constructor arguments (RuntimeOptions)
+_FORWARDED_ENV_PREFIXES = ("RAY_AUTH_", "AWS_", "HF_", "TRANSFORMERS_", "OPENAI_", "TOKENIZERS_", "CUDA_VISIBLE")
 _PRIVATE_ENV_PREFIXES = ("OPENAI_",)
 
 

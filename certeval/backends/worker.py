@@ -1,5 +1,5 @@
 """The body of one model actor (:class:`ModelWorker`): its hosts, score caches and call log; it ends with its
-raylet."""
+raylet. What it logs and where it caches come from its ``options`` argument, never from its environment."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any
 
 import ray
 
-
-from .ray_setup import CALL_LOG_ENV
+from ..runtime_options import RuntimeOptions, runtime_options
 
 
 def _ping_answer(ref: Any) -> dict[str, Any]:
@@ -26,20 +25,23 @@ class ModelWorker:
     """The body of one actor: a host per model it serves (one, or every replay model of a file),
     their score caches and the call log."""
 
-    def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], call_log: str | None,
+    def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], options: RuntimeOptions | None,
                  host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None) -> None:
         from .base import make_host
+        from ..startup import configure
 
         os.environ.update(secret_env or {})  # before any host or filesystem reads its credentials
-
-        self.hosts = {label: make_host(text, **(host_kwargs or {})) for label, text in specs.items()}
+        options = runtime_options(options)
+        configure(options.startup_log)  # this actor's process: its first_call mark goes to the command's timeline
+        self.hosts = {label: make_host(text, cache_dir=options.cache_dir, **(host_kwargs or {}))
+                      for label, text in specs.items()}
         self.caches: dict[str, Any] = {}
         for label, url in cache_urls.items():
             if url:
                 from ..storage import ScoreCache, filesystem
 
                 self.caches[label] = ScoreCache(*filesystem(url))
-        self.call_log = call_log or os.environ.get(CALL_LOG_ENV)
+        self.call_log = options.call_log
         self._first_call = True
         _exit_with_raylet()
 

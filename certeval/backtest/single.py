@@ -37,15 +37,13 @@ FEATURE_MODES = ("auto", "text", "factors", "none")
 FACTOR_DIM, FACTOR_PENALTY = 4, 1.0  # fixed, no cross-validation: the factors only shape strata
 
 
-def cache_dir() -> Path:
-    """Where embeddings are cached (``$CERTEVAL_CACHE_DIR`` or ``~/.cache/certeval``)."""
-    return Path(os.environ.get("CERTEVAL_CACHE_DIR", Path.home() / ".cache" / "certeval"))
+def cached_embeddings(texts: list[str], embed=embed_texts, cache_dir: str | os.PathLike | None = None) -> np.ndarray:
+    """Embed ``texts`` once; the result is cached under a hash of the texts (written atomically) in
+    ``<cache_dir>/embeddings`` (``--cache-dir``; None: the default cache folder)."""
+    from ..runtime_options import default_cache_dir
 
-
-def cached_embeddings(texts: list[str], embed=embed_texts) -> np.ndarray:
-    """Embed ``texts`` once; the result is cached under a hash of the texts (written atomically)."""
     digest = hashlib.sha256("\x1f".join(texts).encode("utf-8")).hexdigest()[:32]
-    path = cache_dir() / "embeddings" / f"minilm-{digest}.npy"
+    path = Path(cache_dir or default_cache_dir()) / "embeddings" / f"minilm-{digest}.npy"
     if path.is_file():
         arr = np.load(path)
         if arr.shape[0] == len(texts):
@@ -59,7 +57,8 @@ def cached_embeddings(texts: list[str], embed=embed_texts) -> np.ndarray:
     return arr
 
 
-def features_for(bank: Bank, method: str, mode: str = "auto") -> np.ndarray | None:
+def features_for(bank: Bank, method: str, mode: str = "auto",
+                 cache_dir: str | os.PathLike | None = None) -> np.ndarray | None:
     """Item features for ``method`` under ``--features`` ``mode`` (``factors`` is per model: see below).
 
     ``auto``: the bank's embeddings, else embedded item text, else None; ``text``: the same but an error
@@ -81,7 +80,7 @@ def features_for(bank: Bank, method: str, mode: str = "auto") -> np.ndarray | No
                 "nor item text ('question'); pass --items with text or embeddings, or --features factors"
             )
         return None
-    return cached_embeddings(texts)
+    return cached_embeddings(texts, cache_dir=cache_dir)
 
 
 def factor_features(scores: pd.DataFrame, bank: Bank, all_models: list[str], seed: int = 0) -> dict[str, np.ndarray]:
@@ -150,6 +149,7 @@ def run_single_backtest(
     history_fraction: float | None = None,
     history_permute: bool = False,
     baseline: str | None = None,
+    cache_dir: str | None = None,
 ) -> dict:
     """Replay ``method`` on every model's recorded scores ``reps`` times; per-model and summary numbers.
 
@@ -157,7 +157,8 @@ def run_single_backtest(
     ``history_fraction`` F makes a random fraction F of the scores file's *other* models the history of
     each rep (drawn per model and rep); ``history_permute`` shuffles the history's items per rep (useless
     history). ``baseline`` (e.g. ``uniform``) is replayed on the same reps with the same seeds, and each
-    model gets ``ratio_to_uniform`` = items / the baseline's items.
+    model gets ``ratio_to_uniform`` = items / the baseline's items. ``cache_dir``: where embedded item texts
+    are cached (``--cache-dir``).
     """
     confidence = check_confidence(confidence)
     reps = check_positive_int(reps, "reps")
@@ -178,7 +179,7 @@ def run_single_backtest(
         per_model = factor_features(scores, bank, all_models or sorted(scores["model"].unique()), seed)
         specs = {m: bank.spec(features=per_model[m]) for m in models}
     else:
-        feats = features_for(bank, method, features)
+        feats = features_for(bank, method, features, cache_dir)
         shared = replace(bank.spec(), features=feats)  # None really means none (bank.spec falls back)
         specs = {m: shared for m in models}
     spec = specs[models[0]]

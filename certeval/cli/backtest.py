@@ -15,6 +15,7 @@ from ..estimators._validation import InputError, check_confidence, check_positiv
 from ..estimators.goals import parse_goal
 from ..progress import BacktestProgress, progress_mode
 from ._common import add_common, print_json
+from ._runtime import add_runtime_options, runtime_options
 
 COMPARATIVE_PREFIXES = ("compare:", "rank:", "select:")
 
@@ -62,6 +63,7 @@ def add_parser(subparsers) -> None:
                    help="rank:0 (bank target): epsilon-correct ranking, as certeval rank --epsilon E")
     p.add_argument("--ci", choices=("default", "paper", "anytime"), default=None, help="FAQ: interval type")
     add_common(p)
+    add_runtime_options(p, only=("cache_dir",))  # embedded item texts; backtests start no model
     p.set_defaults(func=run)
 
 
@@ -76,6 +78,7 @@ def _delegate(module: str, function: str, args) -> int:
 
 
 def run(args) -> int:
+    args.cache_dir = runtime_options(args).cache_dir  # checked first: a bad --cache-dir exits 2
     check_positive_int(args.looks_every, "looks-every")  # every mode: a look of 0 items would never end
     if args.method is None:
         with_history = bool(args.history) or args.history_fraction is not None
@@ -136,6 +139,7 @@ def run_single(args) -> int:
             features=getattr(args, "features", "auto"), method_params=_method_params(args),
             history=history, history_fraction=args.history_fraction, history_permute=args.history_permute,
             baseline="uniform" if args.method == "history" else None, progress=progress.update, on_rows=progress.rows,
+            cache_dir=args.cache_dir,
         )
     if args.json:
         print_json(out)

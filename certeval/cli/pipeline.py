@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import add_common, print_json
+from ._runtime import ALL, add_runtime_options, runtime_options
 
 PIPELINE_COMMANDS = ("certify", "compare", "rank", "select")
 
@@ -105,6 +106,7 @@ def add_parser(subparsers) -> None:
     demo.add_argument("--ray-address", default=None, help="connect to a running Ray cluster instead of starting one")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--json", action="store_true")
+    add_runtime_options(demo, only=tuple(n for n in ALL if n != "parallel_start"))  # demo_flow has no prestart
     demo.set_defaults(func=run_demo, command="demo")
 
 
@@ -125,6 +127,7 @@ def _add_run_options(p) -> None:
     p.add_argument("--replicas", type=int, default=1, help="actors per model (default 1)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per actor (vLLM / CUDA hosts)")
     p.add_argument("--in-flight", type=int, default=2, help="batches queued per actor (default 2)")
+    add_runtime_options(p)
 
 
 def prepare_env() -> None:
@@ -153,8 +156,11 @@ def use_services(args) -> None:
         args.ray_address = services.ray_address
 
 
-def start_watchdog() -> None:
-    """Ray and Prefect processes this command starts end with it, even after a SIGKILL (certeval.watchdog)."""
+def start_watchdog(options) -> None:
+    """Ray and Prefect processes this command starts end with it, even after a SIGKILL (certeval.watchdog),
+    unless ``--no-watchdog``."""
+    if not options.watchdog:
+        return
     from ..watchdog import watch_parent
 
     watch_parent()
@@ -233,7 +239,7 @@ def earlier_checkpoint_runs(args, models: list[str]) -> list[str]:
     return runs
 
 
-def plan_from_args(args) -> tuple[Any, Any]:
+def plan_from_args(args, options=None) -> tuple[Any, Any]:
     from ..estimators._validation import InputError
     from ..tasks.plan import PlanRequest, make_plan
 
@@ -251,11 +257,11 @@ def plan_from_args(args) -> tuple[Any, Any]:
         halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
         ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
         history=history, num_cpus=args.num_cpus, target=getattr(args, "target", None),
-        top=getattr(args, "top", None), epsilon=getattr(args, "epsilon", None),
+        top=getattr(args, "top", None), epsilon=getattr(args, "epsilon", None), options=options,
     ))
 
 
-def dry_run(args) -> int:
+def dry_run(args, options=None) -> int:
     """``rank|select --dry-run``: validated like the run (without its history), then previewed on the history."""
     from ..estimators._validation import InputError
     from ..history import load_history
@@ -266,7 +272,7 @@ def dry_run(args) -> int:
         raise InputError(f"{args.command} --dry-run predicts the cells from recorded models: give --history SOURCE "
                          "(a scores file, bundled:<name>, run folders)")
     args.history = None  # the preview plays the statement on the history models; it does not learn from them
-    plan, prepared = plan_from_args(args)
+    plan, prepared = plan_from_args(args, options)
     history = load_history(sources)
     matrix, _ = history_matrix(history.frame, prepared.bank.item_ids, set(plan.labels) | _model_names(plan))
     preview = preview_cost(plan.group_request(), prepared.bank.spec(), matrix, len(plan.labels), seed=plan.seed)
@@ -285,24 +291,26 @@ def _model_names(plan) -> set[str]:
 
 
 def run(args) -> int:
-    from ..startup import mark
+    from ..startup import configure, mark
 
+    options = runtime_options(args)  # a bad flag stops here: exit 2, nothing written
     if getattr(args, "dry_run", False):
-        return dry_run(args)
+        return dry_run(args, options)
+    configure(options.startup_log)
     mark("cli_parsed")
     use_services(args)
     user_prefect = user_prefect_configured()  # before prepare_env sets the project-local PREFECT_HOME
     prepare_env()
-    plan, prepared = plan_from_args(args)  # every InputError happens here, before Ray/Prefect
+    plan, prepared = plan_from_args(args, options)  # every InputError happens here, before Ray/Prefect
     mark("plan_ready")
-    from ..fast_start import enabled, prestart
+    from ..fast_start import prestart
     from ..tasks.plan import claim_run
     from ..progress import BARS, progress_mode, say
     from ._failure import set_run_folder
 
-    if not enabled():  # CERTEVAL_SLOW_START: the sequential start-up (benchmarks/startup.py's "before")
+    if not options.parallel_start:  # --sequential-start (benchmarks/startup.py's "before")
         import certeval.flows.pipeline  # noqa: F401
-    start_watchdog()
+    start_watchdog(options)
     store = plan.store()
     store.acquire_lock()  # a run id in use stops here; held until this command ends (the flow reuses it)
     warm = None
@@ -392,16 +400,20 @@ def run_demo(args) -> int:
 
     if isinstance(args.lm_items, bool) or args.lm_items < 1:
         raise InputError(f"--lm-items must be a positive integer, got {args.lm_items!r}")
+    options = runtime_options(args)
+    from ..startup import configure
+
+    configure(options.startup_log)
     prepare_env()
     from ..flows.demo import demo_flow, demo_plans
 
     prepared = demo_plans(output=args.output, lm_items=args.lm_items, skip_lm=args.skip_lm,
-                          ray_address=args.ray_address, seed=args.seed)
+                          ray_address=args.ray_address, seed=args.seed, options=options)
     plans = [plan for plan, _ in prepared]
     from ..tasks.plan import claim_run
     from ._failure import set_run_folder
 
-    start_watchdog()
+    start_watchdog(options)
     try:
         claimed = []
         for plan, inputs in prepared:

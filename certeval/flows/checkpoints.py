@@ -17,6 +17,11 @@ later checkpoints cost fewer items, and every interval stays exact (method ``his
 itself is never its own history). ``checkpoints.json`` lists every certified checkpoint, best mean first.
 
 ``rank-models``: a ranking run over a fixed list of model specs.
+
+Each flow's ``options`` parameter is how its runs go: a mapping of the fields of
+:class:`~certeval.runtime_options.RuntimeOptions` (actor start and batch timeouts, call log, start-up timeline,
+cache folder), e.g. ``options: {batch_timeout_s: 3600}`` in a deployment; it is never part of a run's identity.
+(A mapping, not the dataclass: a served flow's run unpickles the function without the names its annotations use.)
 """
 
 from __future__ import annotations
@@ -71,14 +76,14 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
                             bank: str | None = None, output: str | None = None, confidence: float = 0.95,
                             batch_size: int = 50, max_items: int | None = None, seed: int = 0,
                             scorer: str | None = None, ray_address: str | None = None, num_cpus: int | None = None,
-                            num_gpus: float = 0.0) -> dict[str, Any]:
+                            num_gpus: float = 0.0, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Select the best checkpoint of a folder; return (and store) the report. ``num_cpus`` caps a local Ray (models
     beyond it share actors, queued); ``num_gpus`` is each model actor's share of a GPU."""
     specs = find_checkpoints(checkpoints)
     plan, prepared = make_plan(PlanRequest(
         "select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
         batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer, threshold=threshold, halfwidth=halfwidth,
-        mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus))
+        mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus, options=options))
     results = select_flow(plan, prepared=prepared.claimed(claim_run(plan)))
     selected = results["selection"]["selected"]
     by_label = dict(zip(plan.labels, plan.models))
@@ -134,7 +139,7 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
                              history: list[str] | None = None, confidence: float = 0.95, batch_size: int = 50,
                              max_items: int | None = None, seed: int = 0, scorer: str | None = None,
                              ray_address: str | None = None, num_cpus: int | None = None,
-                             num_gpus: float = 0.0) -> dict[str, Any]:
+                             num_gpus: float = 0.0, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Certify every new checkpoint of a folder, learning from the checkpoints already certified in ``output``."""
     specs = find_checkpoints(checkpoints)
     for spec in specs:
@@ -146,7 +151,7 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
         plan, prepared = make_plan(PlanRequest("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
                                         confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
                                         scorer=scorer, ray_address=ray_address, history=sources or None,
-                                        num_cpus=num_cpus, num_gpus=num_gpus))
+                                        num_cpus=num_cpus, num_gpus=num_gpus, options=options))
         certify_flow(plan, prepared=prepared.claimed(claim_run(plan)))
     rows = []
     for spec in specs:
@@ -166,12 +171,12 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
 def rank_models_flow(models: list[str], bank: str | None = None, output: str | None = None, margin: float = 0.0,
                      confidence: float = 0.95, batch_size: int = 50, seed: int = 0,
                      ray_address: str | None = None, num_cpus: int | None = None, num_gpus: float = 0.0,
-                     epsilon: float | None = None) -> dict[str, Any]:
+                     epsilon: float | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """A scheduled ranking run over fixed model specs (``epsilon``: an epsilon-correct ranking instead of strict
     verdicts at ``margin``)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     plan, prepared = make_plan(PlanRequest(
         "rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
         confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address, num_cpus=num_cpus,
-        num_gpus=num_gpus, epsilon=epsilon))
+        num_gpus=num_gpus, epsilon=epsilon, options=options))
     return rank_flow(plan, prepared=prepared.claimed(claim_run(plan)))

@@ -18,6 +18,7 @@ from typing import Any
 from prefect import flow
 
 from ..tasks.inputs import PreparedRun
+from ..runtime_options import RuntimeOptions
 from ..tasks.plan import PlanRequest, RunPlan, make_plan
 from .pipeline import certify_flow, rank_flow
 
@@ -28,19 +29,20 @@ LM_BANK = "bundled:trivia?categories=worldcapitals,uscapitals,elements"
 
 
 def demo_plans(output: str | None = None, lm_items: int = 60, skip_lm: bool = False,
-               ray_address: str | None = None, seed: int = 0) -> list[tuple[RunPlan, PreparedRun]]:
+               ray_address: str | None = None, seed: int = 0,
+               options: RuntimeOptions | None = None) -> list[tuple[RunPlan, PreparedRun]]:
     """Validated plans of the two demo runs, each with what its validation loaded (fresh run ids, so the demo can
-    be re-run)."""
+    be re-run); ``options``: how they run (timeouts, logs, cache folder)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     rank = make_plan(PlanRequest("rank", models=[f"replay:bundled:helm_mmlu#{m}" for m in RANK_MODELS],
                                     output=output, run_id=f"demo-rank-{stamp}", margin=0.05, batch_size=50, seed=seed,
-                                    ray_address=ray_address))
+                                    ray_address=ray_address, options=options))
     plans = [rank]
     if not skip_lm:
         lm = make_plan(PlanRequest(
             "certify", models=[LM_SPEC], bank=LM_BANK, output=output, run_id=f"demo-smollm2-{stamp}",
             goal="halfwidth:0.1", method="adaptive", batch_size=20, max_items=lm_items, seed=seed,
-            ray_address=ray_address))
+            ray_address=ray_address, options=options))
         plans.append(lm)
     return plans
 

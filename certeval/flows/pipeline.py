@@ -14,7 +14,7 @@ from prefect import flow
 from prefect.utilities.annotations import quote
 
 from ..engine import play
-from ..startup import mark
+from ..startup import configure, mark
 from ..tasks import steps
 from ..tasks.inputs import PreparedRun
 from ..tasks.plan import RunPlan
@@ -23,6 +23,8 @@ from ..tasks.plan import RunPlan
 def run_rounds(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
     """bank → embed → restore → [select → infer → update → decide → store] per round until every goal is met.
     ``prepared``: what validation loaded and fitted in this process (None: loaded from the plan)."""
+    if plan.options.startup_log:  # a flow run without the CLI (a deployment): its process names the timeline here
+        configure(plan.options.startup_log)
     mark("flow_started")  # Prefect's API answered and the flow run exists
     run = steps.load_bank(plan, quote(prepared))
     mark("bank_loaded")

@@ -22,6 +22,7 @@ from ..estimators import make_method, parse_goal
 from ..estimators.paired_history import HistoryRanking
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
 from ..backends.base import ModelSpec, parse_model_spec
+from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from ..estimators.groups import GroupRequest
 from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
@@ -75,6 +76,8 @@ class RunPlan:
     # which command made this plan: config.json keeps the first one's, so a later claim by another command is a
     # resume and the same command claiming twice (CLI, then the flow) is not; never compared on resume
     invocation: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # how this command runs (timeouts, logs, start-up, cache): not the run's identity, not in config.json
+    options: RuntimeOptions = field(default_factory=RuntimeOptions)
 
     @property
     def paired(self) -> bool:
@@ -96,6 +99,7 @@ class RunPlan:
 
     def config(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["options"]
         out["versions"] = _versions()
         out["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         out["models"] = list(self.models)
@@ -231,6 +235,7 @@ class PlanRequest:
     chunk_size: int | None = None
     check_output: bool = True
     epsilon: float | None = None
+    options: RuntimeOptions | dict | None = None  # RuntimeOptions or its fields; None: the defaults
 
 
 def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
@@ -246,6 +251,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     ray_address, num_cpus, num_gpus, replicas = r.ray_address, r.num_cpus, r.num_gpus, r.replicas
     in_flight, chunk_size, check_output, history = r.in_flight, r.chunk_size, r.check_output, r.history
     epsilon = check_epsilon(r)
+    options = runtime_options(r.options)
     if kind not in KINDS:
         raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
     if not models:
@@ -347,7 +353,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         replicas=_positive_int(replicas, "--replicas"), num_gpus=float(num_gpus),
         in_flight=_positive_int(in_flight, "--in-flight"),
         chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"), history=history,
-        target=target, top=top, epsilon=epsilon,
+        target=target, top=top, epsilon=epsilon, options=options,
     )
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
         raise InputError(f"--num-gpus must be a number >= 0, got {num_gpus!r}")

@@ -49,7 +49,7 @@ def restore(run: Run, progress: bool = False) -> None:
 @task(name="start-models", **_OPTS)
 def start_models(plan: RunPlan, run: Run) -> Any:
     """Start (or connect to) Ray and one named actor pool per model."""
-    from ..backends.pool import CALL_LOG_ENV, ModelPool, init_ray
+    from ..backends.pool import ModelPool, init_ray
 
     mark("models_starting")
     if run.progress is not None:
@@ -62,7 +62,7 @@ def start_models(plan: RunPlan, run: Run) -> Any:
     pool = take_pool(plan, cache_urls)  # actors the CLI already set off (certeval.fast_start)
     if pool is None:
         pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
-                         in_flight=plan.in_flight, cache_urls=cache_urls, call_log=os.environ.get(CALL_LOG_ENV),
+                         in_flight=plan.in_flight, cache_urls=cache_urls, options=plan.options,
                          run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None)
     started = pool.start()
     mark("actors_ready")
