@@ -56,7 +56,7 @@ class CostPreview:
                 "keeps its own statistical guarantee whatever it costs")
         if self.kind == "select":
             text += ("; a selection's cost hinges on the gap between your best models, which recorded models only "
-                     "hint at (on four leaderboards the preview missed by up to 0.10, benchmarks/results/preview.json)")
+                     "hint at (on four leaderboards the preview missed by up to 0.07, benchmarks/results/preview.json)")
         if self.simulated_models < self.n_models:
             text += (f"; only {self.history_models} recorded models were usable, so the runs were simulated with "
                      f"{self.simulated_models} models (a denser board of {self.n_models} usually needs more cells)")
