@@ -70,6 +70,14 @@ class Run:
         self.pool_stats: Any = None
         self.started = time.time()
         self.history: dict[str, Any] = {}  # label -> HistoryPrior (method 'history')
+        self.cached_outputs: dict[str, Any] = {}  # label -> the score cache's stored outputs
+        # built once and reused round after round (a ranking sends and stores each item for every model)
+        self._records: dict[int, dict[str, Any]] = {}
+        self._prompt_hashes: dict[int, str] = {}
+        self._prompt_hash_by_pos = np.full(bank.n_items, None, dtype=object)
+        self._prompt_hash_known = np.zeros(bank.n_items, dtype=bool)
+        self._item_id_array = np.asarray(bank.item_ids, dtype=object)
+        self._look_records: tuple[int, dict[str, LookRecord]] | None = None  # the round's, made by decide
 
     # -- load -----------------------------------------------------------------
     @classmethod
@@ -273,7 +281,7 @@ class Run:
     def _record(self, pos: int) -> dict[str, Any]:
         """The item sent to a model actor, built once per bank position (a ranking sends each item to
         every model)."""
-        records = self.__dict__.setdefault("_records", {})
+        records = self._records
         if pos not in records:
             frame = self.bank.frame
             records[pos] = _item_record(frame, pos) if frame is not None else {"item_id": self.bank.item_ids[pos]}
@@ -281,17 +289,14 @@ class Run:
 
     def _prompt_hash(self, pos: int) -> str:
         """The prompt hash of a bank position, computed once (a ranking stores each item for every model)."""
-        hashes = self.__dict__.setdefault("_prompt_hashes", {})
+        hashes = self._prompt_hashes
         if pos not in hashes:
             hashes[pos] = prompt_hash(self._record(pos))
         return hashes[pos]
 
     def _prompt_hash_array(self, needed: np.ndarray) -> np.ndarray:
         """Prompt hashes by bank position (object array; filled for ``needed`` positions, once each)."""
-        hashes = self.__dict__.get("_prompt_hash_by_pos")
-        if hashes is None:
-            hashes = self._prompt_hash_by_pos = np.full(self.bank.n_items, None, dtype=object)
-            self._prompt_hash_known = np.zeros(self.bank.n_items, dtype=bool)
+        hashes = self._prompt_hash_by_pos
         for p in needed[~self._prompt_hash_known[needed]]:
             hashes[p] = self._prompt_hash(int(p))
             self._prompt_hash_known[p] = True
@@ -308,7 +313,7 @@ class Run:
         todo = {label: reqs for label, reqs in requests.items() if reqs}
         got = pool.score(todo, chunk, on_result=absorb) if todo else {}
         self.pool_stats = pool.stats
-        outputs_known = self.__dict__.setdefault("cached_outputs", {})
+        outputs_known = self.cached_outputs
         for label, pos in batch.items.items():
             by_id = {r["item_id"]: r for r in got.get(label, [])}
             scores, outputs = np.empty(len(pos)), []
@@ -372,12 +377,10 @@ class Run:
         if labels:
             counts = np.asarray([len(batch.items[label]) for label in labels], dtype=np.int64)
             pos = np.concatenate([np.asarray(batch.items[label], dtype=np.int64) for label in labels])
-            ids = self.__dict__.get("_item_id_array")
-            if ids is None:
-                ids = self._item_id_array = np.asarray(self.bank.item_ids, dtype=object)
+            ids = self._item_id_array
             outputs = list(itertools.chain.from_iterable(
                 batch.outputs.get(label) or [None] * len(batch.items[label]) for label in labels))
-            known = self.__dict__.get("_look_records")
+            known = self._look_records
             records = [(known[1].get(label) if known is not None and known[0] == self.round else None)
                        or self.look_record(label) for label in labels]
             columns = {
