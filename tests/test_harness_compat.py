@@ -52,6 +52,22 @@ def test_model_args_map_to_lm_eval_config():
                                                             "model_args": "location=s.parquet,name=m,latency=0"}
 
 
+def test_lm_evals_model_form_maps_to_a_spec(tmp_path, capsys):
+    from certeval.cli.pipeline import with_model_args
+
+    assert with_model_args(["hf"], "pretrained=/m/dir,dtype=float32") == ["hf:/m/dir?dtype=float32"]
+    assert with_model_args(["vllm", "hf:/a"], "pretrained=/b") == ["vllm:/b", "hf:/a?pretrained=/b"]
+    # the mapped spec reaches the hf backend's own check (a folder without a model config)
+    assert main(["certify", "--model", "hf", "--model_args", f"pretrained={tmp_path}", "--goal", "halfwidth:0.1",
+                 "--bank", "bundled:trivia", "--output_path", str(tmp_path / "runs")]) == 2
+    assert f"hf model {str(tmp_path)!r} is not a local transformers model directory" in capsys.readouterr().err
+    assert main(["certify", "--model", "hf", "--goal", "halfwidth:0.1", "--bank", "bundled:trivia",
+                 "--output_path", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--model hf is lm-eval's form: it needs --model_args pretrained=DIR" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
 def test_version_flag(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--version"])

@@ -176,18 +176,32 @@ def user_prefect_configured() -> bool:
     return (Path.home() / ".prefect" / "profiles.toml").is_file()
 
 
+LM_EVAL_MODELS = ("hf", "vllm")  # lm-eval's --model names that certeval hosts under the same kind
+
+
 def with_model_args(specs: list[str], model_args: str | None) -> list[str]:
-    """lm-eval's ``--model_args k=v,k2=v2`` as spec options (``?k=v&k2=v2``) of every model."""
-    if not model_args:
-        return list(specs)
-    parts = [p.strip() for p in model_args.split(",") if p.strip()]
+    """lm-eval's ``--model_args k=v,k2=v2`` as spec options (``?k=v&k2=v2``) of every model; lm-eval's own form
+    ``--model hf --model_args pretrained=DIR,...`` becomes ``hf:DIR?...``."""
+    from ..estimators._validation import InputError
+
+    parts = [p.strip() for p in (model_args or "").split(",") if p.strip()]
     for part in parts:
         if "=" not in part or not part.partition("=")[0]:
-            from ..estimators._validation import InputError
-
             raise InputError(f"--model_args must look like key=value,key=value; got {part!r} in {model_args!r}")
-    query = "&".join(parts)
-    return [f"{spec}{'&' if '?' in spec else '?'}{query}" for spec in specs]
+    out = []
+    for spec in specs:
+        if spec in LM_EVAL_MODELS:
+            pretrained = [p.partition("=")[2] for p in parts if p.partition("=")[0] == "pretrained"]
+            if not pretrained or not pretrained[0]:
+                raise InputError(f"--model {spec} is lm-eval's form: it needs --model_args pretrained=DIR (or write "
+                                 f"--model {spec}:DIR); got --model_args {model_args!r}")
+            rest = [p for p in parts if p.partition("=")[0] != "pretrained"]
+            out.append(f"{spec}:{pretrained[0]}" + (f"?{'&'.join(rest)}" if rest else ""))
+        elif parts:
+            out.append(f"{spec}{'&' if '?' in spec else '?'}{'&'.join(parts)}")
+        else:
+            out.append(spec)
+    return out
 
 
 def checkpoint_specs(patterns: list[str] | None) -> list[str]:
