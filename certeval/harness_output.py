@@ -70,13 +70,16 @@ def task_block(task: str, *, mean: float, stderr: float, lower: float, upper: fl
 
 
 def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], *, batch_size: int,
-                  limit: int | None, seed: int, date: str | None = None, metric: str = "score") -> dict[str, Any]:
-    """The whole lm-eval results file of one model (see the module docstring)."""
+                  limit: int | None, seed: int, date: str | None = None, metric: str = "score",
+                  aggregation: str = "mean") -> dict[str, Any]:
+    """The whole lm-eval results file of one model (see the module docstring); ``aggregation`` names how the
+    items were summed up, as lm-eval's ``metric_list`` does (``mean``, or ``mean_of_subset_means``)."""
     return {
         "results": {task: block},
         "group_subtasks": {task: []},
         "configs": {task: {"task": task, "num_fewshot": 0, "output_type": "certeval",
-                           "metric_list": [{"metric": metric, "higher_is_better": True}]}},
+                           "metric_list": [{"metric": metric, "aggregation": aggregation,
+                                            "higher_is_better": True}]}},
         "versions": {task: None},  # a certeval bank has no task version
         "n-shot": {task: 0},
         "higher_is_better": {task: {metric: True, f"{metric}_ci_lower": True, f"{metric}_ci_upper": True}},

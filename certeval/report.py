@@ -263,6 +263,9 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
     for key in ("kind", "command", "target", "goal", "method", "confidence", "bank", "scores", "seed", "margin", "top"):
         if cfg.get(key) is not None:
             facts.append(f"**{key}** `{cfg[key]}`")
+    aggregate = (run.results or {}).get("aggregate")
+    if aggregate:  # runs stored before it was named have none
+        facts.append(f"**estimand** {aggregate['text']}")
     if facts:
         lines += [" · ".join(facts), ""]
     rows = model_rows(run)

@@ -43,6 +43,10 @@ def add_parser(subparsers) -> None:
                        help="item bank (Parquet/JSONL/CSV, an lm-eval samples file or Inspect log, any fsspec URL, "
                             "bundled:<name>, bundled:trivia); optional with replay models only. --tasks: lm-eval's "
                             "name for it")
+        p.add_argument("--aggregate", choices=("subset-mean", "mean"), default=None,
+                       help="a bank with sub-datasets (a 'subset' column): subset-mean (default) makes each "
+                            "sub-dataset count once (the mean of their means), mean each item once (the plain "
+                            "accuracy); named in every output")
         if name == "certify":
             p.add_argument("--goal", required=True,
                            help="halfwidth:E, above:T or below:T; add +diminishing:G to also stop a model whose "
@@ -271,7 +275,8 @@ def plan_from_args(args, options=None) -> tuple[Any, Any]:
         halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
         ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
         history=history, num_cpus=args.num_cpus, target=getattr(args, "target", None),
-        top=getattr(args, "top", None), epsilon=getattr(args, "epsilon", None), options=options,
+        top=getattr(args, "top", None), epsilon=getattr(args, "epsilon", None),
+        aggregate=getattr(args, "aggregate", None), options=options,
     ))
 
 
@@ -289,7 +294,8 @@ def dry_run(args, options=None) -> int:
     plan, prepared = plan_from_args(args, options)
     history = load_history(sources)
     matrix, _ = history_matrix(history.frame, prepared.bank.item_ids, set(plan.labels) | _model_names(plan))
-    preview = preview_cost(plan.group_request(), prepared.bank.spec(), matrix, len(plan.labels), seed=plan.seed)
+    preview = preview_cost(plan.group_request(), prepared.bank.spec(mean_of_means=plan.mean_of_means), matrix,
+                           len(plan.labels), seed=plan.seed)
     if args.json:
         print_json({"preview": preview.to_dict(), "history": sources})
     else:
@@ -373,8 +379,9 @@ def log_samples(plan, bank, results: dict[str, Any]) -> list[str]:
 def summary(results: dict[str, Any]) -> str:
     """A short human summary of a results.json."""
     target = f", {results['target']} target" if results.get("target") else ""
+    aggregate = (results.get("aggregate") or {}).get("text")
     lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}{target}), "
-             f"{results['rounds']} round(s)"]
+             f"{results['rounds']} round(s)" + (f"; estimand: {aggregate}" if aggregate else "")]
     from ..report import VERDICT_TEXT, rank_numbers, spell_verdict
 
     rank_of = {}  # the report's numbering: ties share a rank, the next group skips places (1, 2, 2, 4)

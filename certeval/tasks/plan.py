@@ -31,7 +31,10 @@ from .plan_checks import check_epsilon, leaderboard_goal
 KINDS = ("certify", "compare", "rank", "select")
 # keys of config.json a resumed run must match exactly
 COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
-            "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top", "epsilon")
+            "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top", "epsilon", "aggregate")
+# how a bank with sub-datasets is summed up (lm-eval's groups offer both): each sub-dataset counts once (the
+# default, seed 004's estimand), or each item counts once (the plain accuracy)
+AGGREGATES = ("subset-mean", "mean")
 HISTORY_METHOD = "history"
 BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on history and runs in backtests only "
                                 "(certeval backtest --method faq); for a live run that learns from history use "
@@ -73,6 +76,7 @@ class RunPlan:
     target: str | None = None  # compare/rank/select: "bank" (default) or "distribution"; None for certify
     top: int | None = None  # select, bank target: how many best models to identify (default 1)
     epsilon: float | None = None  # rank, bank target: ε-statements instead of the margin's strict verdicts
+    aggregate: str | None = None  # "mean": every item counts once; None / "subset-mean": each sub-dataset once
     # which command made this plan: config.json keeps the first one's, so a later claim by another command is a
     # resume and the same command claiming twice (CLI, then the flow) is not; never compared on resume
     invocation: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -82,6 +86,11 @@ class RunPlan:
     @property
     def paired(self) -> bool:
         return self.kind != "certify"
+
+    @property
+    def mean_of_means(self) -> bool:
+        """Whether the estimand is the mean of sub-dataset means (``--aggregate subset-mean``, the default)."""
+        return self.aggregate != "mean"
 
     @property
     def task_name(self) -> str:
@@ -235,6 +244,7 @@ class PlanRequest:
     chunk_size: int | None = None
     check_output: bool = True
     epsilon: float | None = None
+    aggregate: str | None = None
     options: RuntimeOptions | dict | None = None  # RuntimeOptions or its fields; None: the defaults
 
 
@@ -251,6 +261,9 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     ray_address, num_cpus, num_gpus, replicas = r.ray_address, r.num_cpus, r.num_gpus, r.replicas
     in_flight, chunk_size, check_output, history = r.in_flight, r.chunk_size, r.check_output, r.history
     epsilon = check_epsilon(r)
+    if r.aggregate is not None and r.aggregate not in AGGREGATES:
+        raise InputError(f"--aggregate must be one of {', '.join(AGGREGATES)}; got {r.aggregate!r}")
+    aggregate = None if r.aggregate in (None, AGGREGATES[0]) else r.aggregate  # stored runs without it: default
     options = runtime_options(r.options)
     if kind not in KINDS:
         raise InputError(f"unknown pipeline kind {kind!r}; kinds: {', '.join(KINDS)}")
@@ -353,7 +366,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         replicas=_positive_int(replicas, "--replicas"), num_gpus=float(num_gpus),
         in_flight=_positive_int(in_flight, "--in-flight"),
         chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"), history=history,
-        target=target, top=top, epsilon=epsilon, options=options,
+        target=target, top=top, epsilon=epsilon, aggregate=aggregate, options=options,
     )
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
         raise InputError(f"--num-gpus must be a number >= 0, got {num_gpus!r}")

@@ -65,6 +65,7 @@ def run_results(run: Any) -> dict[str, Any]:
         lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
         lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
                                              limit=plan.max_items, seed=plan.seed, metric=metric,
+                                             aggregation=AGGREGATION[aggregate_of(run.spec)["name"]],
                                              date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
         models.append(entry)
     group = run.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
@@ -83,6 +84,7 @@ def run_results(run: Any) -> dict[str, Any]:
         "confidence": plan.confidence, "seed": plan.seed, "rounds": run.round,
         "done": all(d.done for d in run.decisions.values()) if run.decisions else False,
         "reached": all(d.reached for d in run.decisions.values()) if run.decisions else False,
+        "aggregate": aggregate_of(run.spec),
         "models": models, "results": lm_eval, "lm_eval": lm_eval_files,
         "history": None if not plan.history else {
             "sources": list(plan.history),
@@ -118,3 +120,17 @@ def run_results(run: Any) -> dict[str, Any]:
         out["selection"] = group.to_dict()
     return out
 
+
+AGGREGATION = {"mean": "mean", "subset-mean": "mean_of_subset_means"}  # in lm-eval's metric_list
+
+
+def aggregate_of(spec: Any) -> dict[str, Any]:
+    """What the run's numbers are a mean of (``--aggregate``), named in results.json, the report and the console."""
+    k = int(spec.n_subsets) if spec.subsets is not None else 1
+    if k <= 1:
+        return {"name": "mean", "subsets": k, "text": "the mean over the bank's items"}
+    if spec.mean_of_means:
+        return {"name": "subset-mean", "subsets": k,
+                "text": f"the mean of the {k} sub-datasets' means (each sub-dataset counts once)"}
+    return {"name": "mean", "subsets": k, "text": f"the mean over the items of all {k} sub-datasets (each item "
+                                                  "counts once)"}

@@ -52,7 +52,7 @@ class Run:
         self.bank = bank
         self.store = store
         self.labels = list(plan.labels)
-        self.spec = bank.spec()
+        self.spec = bank.spec(mean_of_means=plan.mean_of_means)
         self.codes = self.spec.subset_codes() if bank.subsets is not None else None
         self.keys = self._item_keys()
         self.caches = {label: store.cache(key) for label, key in plan.cache_keys().items()}
@@ -130,7 +130,7 @@ class Run:
             return
         feats = bank_features(self.bank, needs, self.plan.method)
         if feats is not None:
-            self.spec = self.bank.spec(features=feats)
+            self.spec = self.bank.spec(features=feats, mean_of_means=self.plan.mean_of_means)
 
     def restore(self, progress: str | None = None) -> None:
         """Methods from their stored state (resume) or fresh; the run's position and decisions."""
