@@ -101,7 +101,8 @@ class RunPlan:
 
         if SAMPLES_NAME.match(name):  # an lm-eval samples file names its task
             return SAMPLES_NAME.match(name).group("task")
-        for suffix in (".scores.parquet", ".items.parquet", ".parquet", ".jsonl", ".json", ".csv", ".items", ".scores"):
+        for suffix in (".scores.parquet", ".items.parquet", ".parquet", ".jsonl", ".json", ".csv", ".items", ".scores",
+                       ".yaml", ".yml"):
             if name.endswith(suffix):
                 return name[: -len(suffix)]
         return name

@@ -1,0 +1,157 @@
+"""``--tasks task.yaml``: an lm-eval task built by lm-eval's own machinery is a bank whose items are exactly the
+requests lm-eval sends (checked against the samples file of a real lm-eval run of the same task, few-shot
+included); bad task files exit 2 in one line before anything is written. Offline: a local task over local JSONL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from certeval.cli import main
+from certeval.estimators import InputError
+from certeval.lm_eval_tasks import load_task_items
+from certeval.readers import read_lm_eval_items
+
+pytest.importorskip("lm_eval")
+
+OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+# lm-eval's CLI path (simple_evaluate, then its tracker writes the samples file) with the dummy model
+RUNNER = textwrap.dedent("""
+    import sys
+    import lm_eval
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    tasks, output_path = sys.argv[1], sys.argv[2]
+    tracker = EvaluationTracker(output_path=output_path)
+    results = lm_eval.simple_evaluate(model="dummy", tasks=["tiny_mc"], log_samples=True,
+                                      task_manager=TaskManager(include_path=tasks, include_defaults=False),
+                                      evaluation_tracker=tracker)
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)
+    tracker.save_results_samples(task_name="tiny_mc", samples=samples["tiny_mc"])
+""")
+
+
+def _task(folder, num_fewshot: int = 2) -> str:
+    """A 12-doc multiple-choice task over a local JSONL file, with few-shot examples from its own split."""
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = folder / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "choices": [str(i + 1), str(i + 2), str(i)],
+                                        "label": i % 3}) + "\n" for i in range(12)))
+    path = folder / "tiny_mc.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        task: tiny_mc
+        dataset_path: json
+        dataset_kwargs:
+          data_files:
+            test: {docs}
+        test_split: test
+        fewshot_split: test
+        num_fewshot: {num_fewshot}
+        output_type: multiple_choice
+        doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+        doc_to_choice: "{{{{choices}}}}"
+        doc_to_target: label
+        metric_list:
+          - metric: acc
+          - metric: acc_norm
+        """))
+    return str(path)
+
+
+@pytest.fixture()
+def offline(tmp_path, monkeypatch):
+    for key, value in {**OFFLINE, "HF_DATASETS_CACHE": str(tmp_path / "hf")}.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_the_task_bank_holds_the_requests_lm_eval_itself_sends(tmp_path, offline):
+    yaml = _task(tmp_path / "tasks")
+    out = tmp_path / "lm"
+    subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path / "tasks"), str(out)], check=True, timeout=600,
+                   env={**os.environ}, capture_output=True)
+    samples = sorted(out.rglob("samples_tiny_mc_*.jsonl"))
+    assert len(samples) == 1
+    recorded = read_lm_eval_items(str(samples[0])).set_index("item_id")
+    built = load_task_items(yaml).set_index("item_id")
+    assert list(built.index) == [f"tiny_mc/{i}" for i in range(12)] and set(built.index) == set(recorded.index)
+    for item_id, row in built.iterrows():  # the exact context (few-shot examples and all), choices and gold
+        other = recorded.loc[item_id]
+        assert row["prompt"] == other["prompt"] and list(row["choices"]) == list(other["choices"])
+        assert row["answer"] == other["answer"]
+    assert built["prompt"].str.count("Question:").eq(3).all()  # two few-shot examples, then the question
+
+
+def test_a_task_yaml_is_a_bank_for_a_run_and_bad_ones_exit_2_in_one_line(tmp_path, offline, capsys):
+    from certeval.tasks.plan import PlanRequest, make_plan
+
+    yaml = _task(tmp_path / "tasks", num_fewshot=0)
+    plan, prepared = make_plan(PlanRequest("certify", models=["hf:bundled:smollm2"], bank=yaml, goal="halfwidth:0.2",
+                                           output=str(tmp_path / "runs")))
+    assert prepared.bank.n_items == 12 and plan.scorer == "mc-loglik" and plan.task_name == "tiny_mc"
+    assert "Generating" not in capsys.readouterr().err  # lm-eval's and datasets' progress kept off stderr
+    (tmp_path / "tasks" / "group.yaml").write_text("group: both\ntask:\n  - tiny_mc\n")
+    (tmp_path / "tasks" / "broken.yaml").write_text("task: broken\ndataset_path: json\noutput_type: nothing\n")
+    cases = [(str(tmp_path / "tasks" / "missing.yaml"), "does not exist"),
+             (str(tmp_path / "tasks" / "group.yaml"), "must define exactly one task"),
+             (str(tmp_path / "tasks" / "broken.yaml"), "lm-eval could not build task 'broken'")]
+    for path, message in cases:
+        rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", path, "--goal", "halfwidth:0.1",
+                   "--output", str(tmp_path / "out")])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(InputError, match="does not exist"):
+        load_task_items(str(tmp_path / "nowhere.yaml"))
+
+
+HF_RUNNER = textwrap.dedent("""
+    import json, sys
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    tasks, model_dir = sys.argv[1], sys.argv[2]
+    results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32", device="cpu",
+                                      batch_size=4, tasks=["tiny_mc"], log_samples=True,
+                                      task_manager=TaskManager(include_path=tasks, include_defaults=False))
+    print(json.dumps({f"tiny_mc/{s['doc_id']}": [s["acc"], s["acc_norm"]] for s in results["samples"]["tiny_mc"]}))
+""")
+
+
+def _scores(folder) -> dict[str, float]:
+    import pandas as pd
+
+    frame = pd.concat(pd.read_parquet(p) for p in sorted((folder / "rounds").glob("*.parquet")))
+    return dict(zip(frame["item_id"], frame["score"]))
+
+
+@pytest.mark.slow
+def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when_the_goal_allows(
+        infra, tmp_path, offline, capsys):
+    from certeval.backends.smollm import ensure_converted
+
+    yaml = _task(tmp_path / "tasks")
+    done = subprocess.run([sys.executable, "-c", HF_RUNNER, str(tmp_path / "tasks"), str(ensure_converted())],
+                          check=True, timeout=600, env={**os.environ}, capture_output=True, text=True)
+    lm_eval_scores = json.loads(done.stdout.strip().splitlines()[-1])
+    runs = tmp_path / "runs"
+    for scorer, column in (("mc-loglik", 0), ("mc-loglik-norm", 1)):  # lm-eval's acc and acc_norm
+        rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--scorer", scorer,
+                   "--goal", "halfwidth:0.0001", "--batch-size", "12", "--output", str(runs), "--run-id", scorer])
+        out = capsys.readouterr()
+        assert rc in (0, 1), out.err
+        ours = _scores(runs / scorer)
+        assert ours == {item: pair[column] for item, pair in lm_eval_scores.items()}, (scorer, ours, lm_eval_scores)
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
+               "--batch-size", "3", "--output", str(runs), "--run-id", "early", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    res = json.loads(out.out)
+    assert res["reached"] and res["models"][0]["n_scored"] < 12 and res["task"] == "tiny_mc"
