@@ -211,18 +211,19 @@ class HistorySelection:
     """Best-arm (top-K) selection on the bank target whose per-model intervals learn from history.
 
     The rule is :class:`~.bank_selection.BankSelection`'s (drops below the threshold, drops of models with K
-    models surely better, LUCB's epsilon stop); only the per-model intervals differ: each model's bank mean
-    gets :class:`HistoryMethod`'s exact without-replacement betting CS with its own history prediction as
-    control variate, at level ``1 - alpha / M`` (Bonferroni over the M models), on the run's shared
-    order (drawn ∝ weight). On the event that every model's CS covers (probability >= 1 - alpha, whatever the history), every
-    drop is correct and the selection is an epsilon-top-K of the bank means.
+    models surely better, LUCB's epsilon stop, its pair CSs on the paired differences); only the per-model
+    intervals differ: each model's bank mean gets :class:`HistoryMethod`'s exact without-replacement betting CS
+    with its own history prediction as control variate, at level ``1 - alpha / (2M)`` (``1 - alpha / M`` beyond
+    the rule's pair limit), on the run's shared order (drawn ∝ weight). On the event that every model's and every
+    pair's CS covers (probability >= 1 - alpha, whatever the history), every drop is correct and the selection is
+    an epsilon-top-K of the bank means.
     """
 
     def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
                  top: int = 1, epsilon: float = 0.0, threshold: float = 0.0) -> None:
         from .bank_selection import BankSelection
 
-        self.rule = BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold, paired=False)
+        self.rule = BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold)
         self.names = self.rule.names
         self.priors = tuple(priors)
         self.spec = spec
@@ -231,7 +232,8 @@ class HistorySelection:
 
     def start(self) -> "HistorySelection":
         rule = self.rule.start(self.spec.weights())
-        confidence = 1.0 - rule.alpha / len(self.names)
+        # with the rule's pair CSs (2 to PAIRED_MODELS models) alpha is split: half for the models, half for the pairs
+        confidence = 1.0 - rule.alpha / (len(self.names) * (2 if rule.paired_ else 1))
         self.methods_ = [HistoryMethod(confidence=confidence, subset_intervals=False).start(
             replace(self.spec, history=prior)) for prior in self.priors]
         return self
@@ -259,15 +261,24 @@ class HistorySelection:
             est = method.result()
             rule.used[j] = est.n_scored
             rule.mean[j], rule.lower[j], rule.upper[j] = est.mean, est.lower, est.upper
+        if rule.paired_:  # the paired differences need no history: models answer the same items
+            rule._absorb_pairs(live, x, items)
         rule._decide(live)
         return self
 
     def result(self):
-        res = self.rule.result()
+        rule = self.rule
+        res = rule.result()
         m = len(self.names)
-        guarantee = (f"{MODEL_GUARANTEE}, one per model at level {1 - self.rule.alpha / m:.4g} (Bonferroni over {m} "
-                     f"models); the selection is an epsilon-top-{self.rule.top} of the bank means and every drop "
-                     f"is correct, jointly with probability >= {1 - self.rule.alpha:g}, whatever the history")
+        if rule.paired_:
+            p = rule.pair_a.size
+            level = (f"one per model at level {1 - rule.alpha / (2 * m):.4g}, and the pairs' without-replacement "
+                     f"{rule.pairs.CONSTRUCTION} CSs on their paired differences at level {1 - rule.alpha / (2 * p):.4g} "
+                     f"(Bonferroni over {m} models and {p} pairs)")
+        else:
+            level = f"one per model at level {1 - rule.alpha / m:.4g} (Bonferroni over {m} models)"
+        guarantee = (f"{MODEL_GUARANTEE}, {level}; the selection is an epsilon-top-{rule.top} of the bank means and "
+                     f"every drop is correct, jointly with probability >= {1 - rule.alpha:g}, whatever the history")
         return replace(res, guarantee=guarantee)
 
     def describe_history(self) -> dict[str, Any]:
