@@ -26,9 +26,11 @@ FILTER = "none"
 
 
 def model_config(spec_text: str) -> dict[str, Any]:
-    """lm-eval's ``config.model`` / ``config.model_args`` for a certeval model spec."""
+    """lm-eval's ``config.model`` / ``config.model_args`` for a certeval model spec (an ``hf`` / ``vllm`` model's
+    folder as lm-eval's ``pretrained=``, so lm-eval's tooling and ``certeval import lm-eval`` name it alike)."""
     spec = parse_model_spec(spec_text)
-    args = [f"location={spec.location}"] + ([f"name={spec.name}"] if spec.name else [])
+    where = "pretrained" if spec.kind in ("hf", "vllm") else "location"
+    args = [f"{where}={spec.location}"] + ([f"name={spec.name}"] if spec.name else [])
     args += [f"{k}={v}" for k, v in spec.options]
     return {"model": spec.kind, "model_args": ",".join(args)}
 
@@ -91,13 +93,27 @@ def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], 
     }
 
 
+def _arguments(doc: dict) -> list[list[Any]]:
+    """The requests an item stands for, as lm-eval records them: one (context, " " + choice) per choice of a
+    multiple-choice item, else (context, generation arguments)."""
+    context = doc.get("prompt") or doc.get("question")
+    if not isinstance(context, str):
+        return []
+    choices = doc.get("choices")
+    if isinstance(choices, list) and choices:
+        return [[context, f" {choice}"] for choice in choices]
+    return [[context, {}]]
+
+
 def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame, bank_frame: pd.DataFrame | None,
                   stamp: str) -> list[str]:
     """``--log_samples``: ``samples/<model>/samples_<task>_<stamp>.jsonl`` in the run folder, one line per
     scored item in scoring order, lm-eval's field names where they apply (``doc_id`` = position in the bank,
-    ``doc``, ``target``, ``resps``, ``filtered_resps``, the metric by its name); certeval adds ``item_id``,
-    ``round`` and ``prob`` (selection probability).
-    The files read back as scores and history (lm-eval's layout: the folder names the model)."""
+    ``doc``, ``target``, ``arguments``, ``resps``, ``filtered_resps``, the metric by its name); certeval adds
+    ``item_id``, ``round`` and ``prob`` (selection probability). Beside them ``results_<stamp>.json``, the model's
+    lm-eval results file (the certified interval as ``<metric>_ci_lower`` / ``_ci_upper``), so each folder is
+    what ``lm_eval --output_path … --log_samples`` writes. The files read back as scores and history (lm-eval's
+    layout: the folder names the model)."""
     task = str(results["task"])
     metric = results_metric(results)
     docs: dict[str, dict] = {}
@@ -115,10 +131,13 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
             resps = [] if output is None or (isinstance(output, float) and math.isnan(output)) else [[str(output)]]
             lines.append(dumps({
                 "doc_id": position.get(str(row.item_id), str(row.item_id)), "item_id": str(row.item_id), "doc": doc, "target": doc.get("answer", doc.get("answers")),
-                "arguments": [], "resps": resps, "filtered_resps": [r[0] for r in resps], "filter": FILTER,
+                "arguments": _arguments(doc), "resps": resps, "filtered_resps": [r[0] for r in resps], "filter": FILTER,
                 metric: float(row.score), "round": int(row.round),
                 "prob": None if getattr(row, "prob", None) is None else float(row.prob)}, indent=None).decode())
         rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"
         folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
         written.append(folder.url(rel))
+        block = (results.get("lm_eval") or {}).get(str(model))
+        if block is not None:
+            folder.write_bytes(f"samples/{safe_name(str(model))}/results_{stamp}.json", dumps(block))
     return written

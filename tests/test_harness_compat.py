@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,7 +126,21 @@ def test_harness_flags_lm_eval_blocks_and_log_samples(infra, tmp_path, capsys):
     line = json.loads(open(files[0]).readline())
     assert {"doc_id", "doc", "target", "resps", "filtered_resps", "score"} <= set(line)
     assert line["doc"]["question"].startswith("q")
+    assert line["arguments"][0][0] == (line["doc"].get("prompt") or line["doc"]["question"])  # the context sent
     assert load_history(files).models == ["model-a", "model-b"]
+    # beside each samples file the model's results_<stamp>.json: the folder is an lm-eval output tree
+    for path in files:
+        folder = Path(path).parent
+        results_files = list(folder.glob("results_*.json"))
+        assert len(results_files) == 1
+        assert results_files[0].name.split("_", 1)[1] == Path(path).name.rsplit("_", 1)[1].replace(".jsonl", ".json")
+        block = json.loads(results_files[0].read_text())
+        assert block == stored["lm_eval"][folder.name]
+        if make_table is not None:
+            assert "score_ci_upper" in make_table(block)
+    assert main(["import", "lm-eval", str(Path(files[0]).parent.parent), "-o", str(tmp_path / "back.parquet"),
+                 "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["models"]) == 2  # named from each results file's config
 
 
 def test_metric_names_follow_what_was_judged():
