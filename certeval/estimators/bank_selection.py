@@ -17,7 +17,7 @@ import numpy as np
 from ._validation import InputError, check_alpha, check_in_range, check_positive_int
 from .bank_ranking import look_arrays
 from .results import to_jsonable
-from .wor_streams import absorb_rows, check_weights, make_streams, streams_from_state
+from .wor_streams import absorb_rows, check_weights, fresh_like, make_streams, streams_from_state
 
 PAIRED_MODELS = 400  # beyond, P = M(M-1)/2 pair streams cost more than close arms save: per-model CSs alone
 
@@ -93,6 +93,8 @@ class BankSelection:
             p = self.pair_a.size
             self.pairs = make_streams(p, self.w.size, self.alpha / (2 * p), bet_horizon)
             self.pair_lower, self.pair_upper = np.full(p, -1.0), np.ones(p)
+            self.pair_open = np.zeros(p, dtype=bool)
+            self.seen_items, self.seen_x = np.zeros(0, dtype=np.int64), np.zeros((m, 0))
         self.status = np.array(["running"] * m, dtype=object)
         self.look_of = np.zeros(m, dtype=np.int32)
         self.used = np.zeros(m, dtype=np.int32)
@@ -139,17 +141,46 @@ class BankSelection:
         return self
 
     def _absorb_pairs(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
-        """The differences of the pairs whose models both still run, as scores in [0, 1]; the others are frozen
-        (a model that left is in no later decision)."""
-        running = np.zeros(len(self.names), dtype=bool)
+        """The look's paired differences (as scores in [0, 1]) for the open pairs whose models both still run;
+        then the pairs the rule needs now — each of the K leading models with every other running model — are
+        opened by replaying the order so far. A pair's CS is a function of the order alone, so opening it late
+        gives exactly the CS it would have had from the start (the Bonferroni covers all P pairs): the cost is
+        the pairs the rule reads, not all P. Pairs whose model left stay frozen."""
+        m = len(self.names)
+        self.seen_items = np.concatenate([self.seen_items, items])
+        self.seen_x = np.concatenate([self.seen_x, x], axis=1)
+        running = np.zeros(m, dtype=bool)
         running[live] = True
-        rows = np.flatnonzero(running[self.pair_a] & running[self.pair_b])
-        if rows.size == 0:
-            return
-        diff = (x[self.pair_a[rows]] - x[self.pair_b[rows]] + 1.0) / 2.0
-        absorb_rows(self.pairs, rows, diff, self.w[items])
-        _, lower, upper = self.pairs.bounds()
-        self.pair_lower[rows], self.pair_upper[rows] = 2.0 * lower[rows] - 1.0, 2.0 * upper[rows] - 1.0
+        rows = np.flatnonzero(self.pair_open & running[self.pair_a] & running[self.pair_b])
+        if rows.size:
+            diff = (x[self.pair_a[rows]] - x[self.pair_b[rows]] + 1.0) / 2.0
+            absorb_rows(self.pairs, rows, diff, self.w[items])
+        new = self._pairs_needed(live)
+        if new.size:  # running models were scored at every look: their whole order so far is in seen_x
+            diff = (self.seen_x[self.pair_a[new]] - self.seen_x[self.pair_b[new]] + 1.0) / 2.0
+            fresh = fresh_like(self.pairs, new.size)
+            fresh.absorb(diff, self.w[self.seen_items])
+            self.pairs.put_rows(new, fresh)
+            self.pair_open[new] = True
+            rows = np.concatenate([rows, new])
+        if rows.size:
+            _, lower, upper = self.pairs.bounds()
+            self.pair_lower[rows], self.pair_upper[rows] = 2.0 * lower[rows] - 1.0, 2.0 * upper[rows] - 1.0
+
+    def _pairs_needed(self, live: np.ndarray) -> np.ndarray:
+        """Rows of the unopened pairs between one of the K running models with the largest means and another
+        running model (what LUCB's stop and the drops read)."""
+        if live.size <= self.top:
+            return np.zeros(0, dtype=np.int64)
+        leaders = live[np.argsort(-self.mean[live], kind="stable")[:self.top]]
+        m = len(self.names)
+        lead = np.zeros(m, dtype=bool)
+        lead[leaders] = True
+        running = np.zeros(m, dtype=bool)
+        running[live] = True
+        a, b = self.pair_a, self.pair_b
+        want = running[a] & running[b] & (lead[a] | lead[b]) & ~self.pair_open
+        return np.flatnonzero(want)
 
     def surely_above(self) -> np.ndarray:
         """``(M, M)`` lower bounds of mu_i - mu_j: the pair's CS where there is one, else the two models' CSs."""
@@ -223,7 +254,8 @@ class BankSelection:
                 "epsilon": self.epsilon, "threshold": self.threshold, "n": self.n, "looks": self.looks,
                 "finished": self.finished, "streams": self.streams.state(), "paired": self.paired_,
                 **({"pairs": self.pairs.state(), "pair_lower": self.pair_lower.copy(),
-                    "pair_upper": self.pair_upper.copy()} if self.paired_ else {}),
+                    "pair_upper": self.pair_upper.copy(), "pair_open": self.pair_open.copy(),
+                    "seen_items": self.seen_items.copy(), "seen_x": self.seen_x.copy()} if self.paired_ else {}),
                 **{k: (getattr(self, k).astype(str).tolist() if k == "status" else getattr(self, k).copy())
                    for k in self.ARRAYS}}
 
@@ -240,6 +272,9 @@ class BankSelection:
             obj.pair_a, obj.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
             obj.pairs = streams_from_state(state["pairs"])
             obj.pair_lower, obj.pair_upper = np.asarray(state["pair_lower"]).copy(), np.asarray(state["pair_upper"]).copy()
+            obj.pair_open = np.asarray(state["pair_open"], dtype=bool).copy()
+            obj.seen_items = np.asarray(state["seen_items"], dtype=np.int64).copy()
+            obj.seen_x = np.asarray(state["seen_x"], dtype=float).reshape(m, -1).copy()
         for k in cls.ARRAYS:
             v = np.asarray(state[k])
             setattr(obj, k, v.astype(object) if k == "status" else v.copy())

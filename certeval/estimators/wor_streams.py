@@ -330,6 +330,14 @@ def make_streams(k: int, n_total: int, delta: float, bet_horizon: int | None = N
     return WorStreams(k, n_total, delta)
 
 
+def fresh_like(streams: _Streams, k: int) -> _Streams:
+    """``k`` new streams of the same construction, level and bank as ``streams``, at the order's start."""
+    if isinstance(streams, BettingStreams):
+        return BettingStreams(k, streams.n_total, streams.delta, grid_size=streams.grid_size,
+                              bet_horizon=streams.bet_horizon)
+    return WorStreams(k, streams.n_total, streams.delta)
+
+
 def streams_from_state(state: dict[str, Any]) -> _Streams:
     kind = state.get("construction")
     if kind == BettingStreams.CONSTRUCTION:
