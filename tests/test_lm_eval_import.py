@@ -17,6 +17,8 @@ from certeval.banks import load_scores
 from certeval.cli import main
 from certeval.lm_eval_runs import Run, name_runs
 
+from lm_eval_support import write_mc_task
+
 pytest.importorskip("lm_eval")
 
 # Writes each run as lm-eval's CLI does (run.py: simple_evaluate, then the EvaluationTracker saves the results and
@@ -45,24 +47,7 @@ RUNNER = textwrap.dedent("""
 
 def _task(folder) -> None:
     """A 10-doc multiple-choice task over a local JSONL file."""
-    folder.mkdir()
-    docs = folder / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"question": f"What is {i}+1?", "choices": [str(i + 1), str(i + 2), str(i)],
-                                        "label": 0}) + "\n" for i in range(10)))
-    (folder / "tiny_mc.yaml").write_text(textwrap.dedent(f"""\
-        task: tiny_mc
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {docs}
-        test_split: test
-        output_type: multiple_choice
-        doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-        doc_to_choice: "{{{{choices}}}}"
-        doc_to_target: label
-        metric_list:
-          - metric: acc
-        """))
+    write_mc_task(folder)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from certeval.estimators import InputError
 from certeval.lm_eval_tasks import load_task_items
 from certeval.readers import read_lm_eval_items
 
+from lm_eval_support import write_mc_task
+
 pytest.importorskip("lm_eval")
 
 OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -41,29 +43,7 @@ RUNNER = textwrap.dedent("""
 
 def _task(folder, num_fewshot: int = 2) -> str:
     """A 12-doc multiple-choice task over a local JSONL file, with few-shot examples from its own split."""
-    folder.mkdir(parents=True, exist_ok=True)
-    docs = folder / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "choices": [str(i + 1), str(i + 2), str(i)],
-                                        "label": i % 3}) + "\n" for i in range(12)))
-    path = folder / "tiny_mc.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        task: tiny_mc
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {docs}
-        test_split: test
-        fewshot_split: test
-        num_fewshot: {num_fewshot}
-        output_type: multiple_choice
-        doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-        doc_to_choice: "{{{{choices}}}}"
-        doc_to_target: label
-        metric_list:
-          - metric: acc
-          - metric: acc_norm
-        """))
-    return str(path)
+    return write_mc_task(folder, n_docs=12, num_fewshot=num_fewshot, gold_cycles=True, metrics=("acc", "acc_norm"))
 
 
 @pytest.fixture()
