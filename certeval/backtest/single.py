@@ -19,7 +19,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
@@ -27,9 +27,11 @@ import pandas as pd
 from ..banks import Bank, embed_texts, score_matrix
 from ..estimators import REGISTRY, make_method
 from ..estimators._validation import InputError, check_confidence, check_positive_int
-from ..engine import replay_once  # noqa: F401 (where backtests and tests have imported it from)
 from .ray_fanout import Cell, DatasetArrays, run_cells
 from ..estimators.goals import Goal
+
+if TYPE_CHECKING:  # annotations only
+    from ..history import HistoryScores
 
 METHODS_NEEDING_FEATURES = ("cer-eval",)
 METHODS_USING_FEATURES = ("cer-eval", "adaptive")  # adaptive stratifies on features when it has them
