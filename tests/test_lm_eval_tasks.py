@@ -135,3 +135,7 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
     assert rc == 0, out.err
     res = json.loads(out.out)
     assert res["reached"] and res["models"][0]["n_scored"] < 12 and res["task"] == "tiny_mc"
+    # a task YAML named by a run folder is never built (its hooks are code): rescore refuses in one line
+    assert main(["rescore", str(runs / "early"), "--scorer", "exact", "--output", str(tmp_path / "re")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "was built from the lm-eval task" in err and len(err.splitlines()) == 1 and not (tmp_path / "re").exists()
