@@ -4,6 +4,7 @@ tie groups, round time by look, and one run of all 1,989 openllm_tiny models thr
     python -m benchmarks ranking                 # the full set (about an hour on 2 busy cores)
     python -m benchmarks ranking --quick         # seconds: helm_mmlu, few reps, no pipeline
     python -m benchmarks ranking --skip-pipeline # everything but the pipeline run
+    python -m benchmarks ranking --select-only   # only the selection cases, into the stored result
 
 Writes ``benchmarks/results/ranking.json``:
 
@@ -219,9 +220,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="take the pipeline measurement from a --pipeline-only FILE instead of running it")
     p.add_argument("--merge", action="store_true", help="with --pipeline-from: only add it to the stored result")
     p.add_argument("--round-time-only", action="store_true", help="only re-measure round_time, into the stored result")
+    p.add_argument("--select-only", action="store_true",
+                   help="only the selection cases, into the stored result")
     p.add_argument("--epsilon-only", action="store_true",
                    help="only the epsilon-ranking cases (rank --epsilon beside strict verdicts), into the stored result")
     args = p.parse_args(argv)
+    if args.select_only:
+        from benchmarks._meta import read_result
+
+        stored = read_result("ranking", args.quick) or {}
+        stored.pop("meta", None)
+        stored["select"] = [select_case(d, top, eps, reps, args.seed)
+                            for d, top, eps, reps in (QUICK_SELECT if args.quick else SELECT_CASES)]
+        print(f"wrote {write_result('ranking', stored, args.quick, seed=args.seed)}")
+        return 0
     if args.epsilon_only:
         from benchmarks._meta import read_result
 
