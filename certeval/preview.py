@@ -105,13 +105,18 @@ def preview_cost(request: Any, spec: Any, matrix: np.ndarray, n_models: int, *, 
 
 
 def _statement(request: Any) -> str:
-    if request.kind == "select":
-        return f"top-{request.top or 1} within {request.halfwidth or 0:g}"
-    if request.epsilon is not None:
-        return f"epsilon-correct order (epsilon {request.epsilon:g})"
-    if request.precision is not None:
-        return f"every model within ±{request.precision:g}"
-    return f"strict verdicts at margin {request.margin:g}"
+    if request.kind == "select" and request.target == "distribution":
+        who = "every model" if request.mode == "precision" else "the best model"
+        what = f"{who} above {request.threshold or 0:g}, to ±{request.halfwidth or 0:g}"
+    elif request.kind == "select":
+        what = f"top-{request.top or 1} within {request.halfwidth or 0:g}"
+    elif request.epsilon is not None:
+        what = f"epsilon-correct order (epsilon {request.epsilon:g})"
+    elif request.precision is not None:
+        what = f"every model within ±{request.precision:g}"
+    else:
+        what = f"strict verdicts at margin {request.margin:g}"
+    return f"{what}, {request.target} target"
 
 
 def describe(preview: CostPreview) -> str:
