@@ -134,10 +134,6 @@ class ComparativeBacktest:
         """Each model's exact bank mean (the estimand's weights)."""
         return self.matrix @ self.spec.weights()
 
-    def run(self, rows: np.ndarray, rng: np.random.Generator) -> PairedRounds:
-        """One paired run of the models ``rows`` on an order drawn from ``rng``."""
-        return play_paired(self.data(), self.cell(rows), rng)
-
     def data(self) -> DatasetArrays:
         return DatasetArrays(self.name, self.spec, tuple(self.models), self.matrix)
 
@@ -154,9 +150,14 @@ class ComparativeBacktest:
         return run_cells({self.name: self.data()}, cells, self.seed, use_ray=self.use_ray)
 
 
+def _cell_rows(data: DatasetArrays, cell: Cell) -> np.ndarray:
+    """The matrix rows a paired cell runs together (every model when the cell names none)."""
+    return np.arange(len(data.models)) if cell.rows is None else np.asarray(cell.rows)
+
+
 def play_paired(data: DatasetArrays, cell: Cell, rng: np.random.Generator) -> PairedRounds:
     """One paired run of the cell's models on an order drawn from ``rng``, scores looked up in ``data``."""
-    rows = np.arange(len(data.models)) if cell.rows is None else np.asarray(cell.rows)
+    rows = _cell_rows(data, cell)
     labels = tuple(data.models[k] for k in rows)
     rounds = PairedRounds(replace(cell.request, labels=labels), n_items=data.spec.n_items,
                           batch_size=cell.batch_size, max_items=cell.max_items)
@@ -170,7 +171,7 @@ _ROW_ONLY = ("dataset", "method", "goal", "wall_s", "guarantee")
 def paired_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int) -> list[dict[str, Any]]:
     """Reps ``rep_lo..rep_hi-1`` of a ``paired`` cell (the driver's ``run_chunk`` calls this): one paired run
     each, checked against the exact bank means; rep 0 of rank and select also records the run in detail."""
-    rows = np.arange(len(data.models)) if cell.rows is None else np.asarray(cell.rows)
+    rows = _cell_rows(data, cell)
     # the run's own models, whose exact bank means its statements are checked against
     run = DatasetArrays(data.name, data.spec, tuple(data.models[k] for k in rows), data.matrix[rows])
     group = "|".join(run.models)  # the seed is keyed by the models run, never by the chunk
