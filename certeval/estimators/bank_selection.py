@@ -94,7 +94,9 @@ class BankSelection:
             self.pairs = make_streams(p, self.w.size, self.alpha / (2 * p), bet_horizon)
             self.pair_lower, self.pair_upper = np.full(p, -1.0), np.ones(p)
             self.pair_open = np.zeros(p, dtype=bool)
-            self.seen_items, self.seen_x = np.zeros(0, dtype=np.int64), np.zeros((m, 0))
+            # the order so far, for pairs opened late: filled look by look (self.n items), never regrown
+            self.seen_items = np.zeros(self.w.size, dtype=np.int64)
+            self.seen_x = np.full((m, self.w.size), np.nan)
         self.status = np.array(["running"] * m, dtype=object)
         self.look_of = np.zeros(m, dtype=np.int32)
         self.used = np.zeros(m, dtype=np.int32)
@@ -147,19 +149,20 @@ class BankSelection:
         gives exactly the CS it would have had from the start (the Bonferroni covers all P pairs): the cost is
         the pairs the rule reads, not all P. Pairs whose model left stay frozen."""
         m = len(self.names)
-        self.seen_items = np.concatenate([self.seen_items, items])
-        self.seen_x = np.concatenate([self.seen_x, x], axis=1)
+        seen = slice(self.n - items.size, self.n)  # open_look has counted the look's items
+        self.seen_items[seen], self.seen_x[:, seen] = items, x
         running = np.zeros(m, dtype=bool)
         running[live] = True
         rows = np.flatnonzero(self.pair_open & running[self.pair_a] & running[self.pair_b])
         if rows.size:
             diff = (x[self.pair_a[rows]] - x[self.pair_b[rows]] + 1.0) / 2.0
             absorb_rows(self.pairs, rows, diff, self.w[items])
-        new = self._pairs_needed(live)
+        new = self._pairs_needed(live, running)
         if new.size:  # running models were scored at every look: their whole order so far is in seen_x
-            diff = (self.seen_x[self.pair_a[new]] - self.seen_x[self.pair_b[new]] + 1.0) / 2.0
+            past_x, past_items = self.seen_x[:, :self.n], self.seen_items[:self.n]
+            diff = (past_x[self.pair_a[new]] - past_x[self.pair_b[new]] + 1.0) / 2.0
             fresh = fresh_like(self.pairs, new.size)
-            fresh.absorb(diff, self.w[self.seen_items])
+            fresh.absorb(diff, self.w[past_items])
             self.pairs.put_rows(new, fresh)
             self.pair_open[new] = True
             rows = np.concatenate([rows, new])
@@ -167,17 +170,14 @@ class BankSelection:
             _, lower, upper = self.pairs.bounds()
             self.pair_lower[rows], self.pair_upper[rows] = 2.0 * lower[rows] - 1.0, 2.0 * upper[rows] - 1.0
 
-    def _pairs_needed(self, live: np.ndarray) -> np.ndarray:
+    def _pairs_needed(self, live: np.ndarray, running: np.ndarray) -> np.ndarray:
         """Rows of the unopened pairs between one of the K running models with the largest means and another
-        running model (what LUCB's stop and the drops read)."""
+        running model (what LUCB's stop and the drops read); ``running`` is ``live`` as a mask."""
         if live.size <= self.top:
             return np.zeros(0, dtype=np.int64)
         leaders = live[np.argsort(-self.mean[live], kind="stable")[:self.top]]
-        m = len(self.names)
-        lead = np.zeros(m, dtype=bool)
+        lead = np.zeros(len(self.names), dtype=bool)
         lead[leaders] = True
-        running = np.zeros(m, dtype=bool)
-        running[live] = True
         a, b = self.pair_a, self.pair_b
         want = running[a] & running[b] & (lead[a] | lead[b]) & ~self.pair_open
         return np.flatnonzero(want)
@@ -274,7 +274,7 @@ class BankSelection:
             obj.pair_lower, obj.pair_upper = np.asarray(state["pair_lower"]).copy(), np.asarray(state["pair_upper"]).copy()
             obj.pair_open = np.asarray(state["pair_open"], dtype=bool).copy()
             obj.seen_items = np.asarray(state["seen_items"], dtype=np.int64).copy()
-            obj.seen_x = np.asarray(state["seen_x"], dtype=float).reshape(m, -1).copy()
+            obj.seen_x = np.asarray(state["seen_x"], dtype=float).reshape(m, -1).copy()  # (M, bank size)
         for k in cls.ARRAYS:
             v = np.asarray(state[k])
             setattr(obj, k, v.astype(object) if k == "status" else v.copy())
