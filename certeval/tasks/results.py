@@ -31,6 +31,7 @@ def run_results(run: Any) -> dict[str, Any]:
     by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
     looks = last_looks(rounds)  # every number below is the one recorded at the model's last look
     metric = metric_name(plan.scorer)  # lm-eval's name for what was judged ("score": recorded scores replayed)
+    aggregate = aggregate_of(run.spec)
     claim = run.engine.group.interval_claim() if plan.paired else None
     for label, spec in zip(run.labels, plan.models):
         live: Estimate = run.methods[label].result()
@@ -65,7 +66,7 @@ def run_results(run: Any) -> dict[str, Any]:
         lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
         lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
                                              limit=plan.max_items, seed=plan.seed, metric=metric,
-                                             aggregation=AGGREGATION[aggregate_of(run.spec)["name"]],
+                                             aggregation=AGGREGATION[aggregate["name"]],
                                              date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
         models.append(entry)
     group = run.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
@@ -84,7 +85,7 @@ def run_results(run: Any) -> dict[str, Any]:
         "confidence": plan.confidence, "seed": plan.seed, "rounds": run.round,
         "done": all(d.done for d in run.decisions.values()) if run.decisions else False,
         "reached": all(d.reached for d in run.decisions.values()) if run.decisions else False,
-        "aggregate": aggregate_of(run.spec),
+        "aggregate": aggregate,
         "models": models, "results": lm_eval, "lm_eval": lm_eval_files,
         "history": None if not plan.history else {
             "sources": list(plan.history),
