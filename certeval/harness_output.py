@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from .backends.base import parse_model_spec
+from .lm_eval_scoring import GENERATION, SCORING, is_lm_eval_scorer, parse_choice
 from .storage import Folder, dumps, safe_name
 
 FILTER = "none"
@@ -39,21 +40,40 @@ SCORER_METRICS = {"mc-loglik": "acc", "mc-loglik-norm": "acc_norm", "exact": "ex
 
 
 def metric_name(scorer: str | None) -> str:
-    """lm-eval's name for what a scorer judges; ``score`` for a replay of recorded scores (scorer unknown)."""
+    """lm-eval's name for what a scorer judges (an lm-eval task's own metric for ``lm-eval:METRIC,FILTER``);
+    ``score`` for a replay of recorded scores (scorer unknown)."""
     if not scorer or scorer == "auto":
         return "score"
+    if is_lm_eval_scorer(scorer) and parse_choice(scorer):
+        return parse_choice(scorer)[0]
     return SCORER_METRICS.get(scorer, scorer.replace("-", "_"))
+
+
+def filter_name(scorer: str | None) -> str:
+    """lm-eval's filter the metric was taken after: an lm-eval task's own for ``lm-eval:METRIC,FILTER``, else
+    ``none`` (no filter)."""
+    if is_lm_eval_scorer(scorer) and parse_choice(scorer):
+        return parse_choice(scorer)[1]
+    return FILTER
+
+
+def _metric_key(results: dict[str, Any]) -> tuple[str, str]:
+    for block in (results.get("results") or {}).values():
+        for key in block:
+            name, _, filt = key.partition(",")
+            if filt and not name.startswith("items_") and not name.endswith(("_stderr", "_ci_lower", "_ci_upper")):
+                return name, filt
+    return "acc", FILTER
 
 
 def results_metric(results: dict[str, Any]) -> str:
     """The metric name of a results.json's lm-eval blocks (``acc`` for those written before metrics had names)."""
-    for block in (results.get("results") or {}).values():
-        for key in block:
-            name, _, filt = key.partition(",")
-            if filt == FILTER and not name.startswith("items_") and not name.endswith(("_stderr", "_ci_lower",
-                                                                                           "_ci_upper")):
-                return name
-    return "acc"
+    return _metric_key(results)[0]
+
+
+def results_filter(results: dict[str, Any]) -> str:
+    """The filter of a results.json's lm-eval blocks (``none`` unless an lm-eval task's filter was used)."""
+    return _metric_key(results)[1]
 
 
 def _number(value: Any) -> float | None:
@@ -61,14 +81,14 @@ def _number(value: Any) -> float | None:
 
 
 def task_block(task: str, *, mean: float, stderr: float, lower: float, upper: float, n_scored: int,
-               n_total: int, metric: str = "score") -> dict[str, Any]:
+               n_total: int, metric: str = "score", filter_key: str = FILTER) -> dict[str, Any]:
     """One task's metrics in lm-eval's ``<metric>,<filter>`` form (numbers; stderr ``"N/A"`` when unknown,
     as lm-eval writes it)."""
-    se = _number(stderr)
-    return {"alias": task, f"{metric},{FILTER}": _number(mean) if n_scored else None,
-            f"{metric}_stderr,{FILTER}": "N/A" if se is None else se,
-            f"{metric}_ci_lower,{FILTER}": _number(lower), f"{metric}_ci_upper,{FILTER}": _number(upper),
-            f"items_scored,{FILTER}": int(n_scored), f"items_total,{FILTER}": int(n_total)}
+    se, f = _number(stderr), filter_key
+    return {"alias": task, f"{metric},{f}": _number(mean) if n_scored else None,
+            f"{metric}_stderr,{f}": "N/A" if se is None else se,
+            f"{metric}_ci_lower,{f}": _number(lower), f"{metric}_ci_upper,{f}": _number(upper),
+            f"items_scored,{f}": int(n_scored), f"items_total,{f}": int(n_total)}
 
 
 def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], *, batch_size: int,
@@ -76,6 +96,7 @@ def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], 
                   aggregation: str = "mean") -> dict[str, Any]:
     """The whole lm-eval results file of one model (see the module docstring); ``aggregation`` names how the
     items were summed up, as lm-eval's ``metric_list`` does (``mean``, or ``mean_of_subset_means``)."""
+    filt = next(key.partition(",")[2] for key in block if key.startswith("items_total,"))
     return {
         "results": {task: block},
         "group_subtasks": {task: []},
@@ -85,8 +106,8 @@ def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], 
         "versions": {task: None},  # a certeval bank has no task version
         "n-shot": {task: 0},
         "higher_is_better": {task: {metric: True, f"{metric}_ci_lower": True, f"{metric}_ci_upper": True}},
-        "n-samples": {task: {"original": block[f"items_total,{FILTER}"],
-                             "effective": block[f"items_scored,{FILTER}"]}},
+        "n-samples": {task: {"original": block[f"items_total,{filt}"],
+                             "effective": block[f"items_scored,{filt}"]}},
         "config": {**model_config(spec_text), "batch_size": batch_size, "limit": limit, "random_seed": seed},
         "model_name": label,
         "date": date,
@@ -102,7 +123,18 @@ def _arguments(doc: dict) -> list[list[Any]]:
     choices = doc.get("choices")
     if isinstance(choices, list) and choices:
         return [[context, f" {choice}"] for choice in choices]
-    return [[context, {}]]
+    settings = doc.get(GENERATION)  # an lm-eval task's generation request: its own settings
+    return [[context, json.loads(settings) if isinstance(settings, str) and settings else {}]]
+
+
+def _doc_and_target(row: dict) -> tuple[dict, Any]:
+    """What lm-eval records as ``doc`` and ``target``: an lm-eval task item's own doc and gold, else the bank row
+    and its answer."""
+    scoring = row.get(SCORING)
+    if isinstance(scoring, str) and scoring:
+        parsed = json.loads(scoring)
+        return parsed["doc"], parsed["gold"]
+    return row, row.get("answer", row.get("answers"))
 
 
 def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame, bank_frame: pd.DataFrame | None,
@@ -115,7 +147,7 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
     what ``lm_eval --output_path … --log_samples`` writes. The files read back as scores and history (lm-eval's
     layout: the folder names the model)."""
     task = str(results["task"])
-    metric = results_metric(results)
+    metric, filt = results_metric(results), results_filter(results)
     docs: dict[str, dict] = {}
     position: dict[str, int] = {}
     if bank_frame is not None:
@@ -126,12 +158,13 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
     for model, group in rounds.groupby("model", sort=False) if len(rounds) else []:
         lines = []
         for row in group.sort_values("round", kind="stable").itertuples(index=False):
-            doc = docs.get(str(row.item_id), {"item_id": str(row.item_id)})
+            bank_row = docs.get(str(row.item_id), {"item_id": str(row.item_id)})
+            doc, target = _doc_and_target(bank_row)
             output = getattr(row, "output", None)
             resps = [] if output is None or (isinstance(output, float) and math.isnan(output)) else [[str(output)]]
             lines.append(dumps({
-                "doc_id": position.get(str(row.item_id), str(row.item_id)), "item_id": str(row.item_id), "doc": doc, "target": doc.get("answer", doc.get("answers")),
-                "arguments": _arguments(doc), "resps": resps, "filtered_resps": [r[0] for r in resps], "filter": FILTER,
+                "doc_id": position.get(str(row.item_id), str(row.item_id)), "item_id": str(row.item_id), "doc": doc, "target": target,
+                "arguments": _arguments(bank_row), "resps": resps, "filtered_resps": [r[0] for r in resps], "filter": filt,
                 metric: float(row.score), "round": int(row.round),
                 "prob": None if getattr(row, "prob", None) is None else float(row.prob)}, indent=None).decode())
         rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"

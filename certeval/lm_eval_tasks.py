@@ -5,8 +5,9 @@ with its default few-shot seed) and builds its requests exactly as ``lm_eval`` w
 read by the same rule as a ``--log_samples`` file (:func:`certeval.readers.read_lm_eval_items`): a multiple-choice
 doc keeps lm-eval's exact context as ``prompt``, its choices and the gold, so ``mc-loglik`` / ``mc-loglik-norm``
 are lm-eval's ``acc`` / ``acc_norm`` on the same requests; item ids are ``<task>/<doc_id>``, as in lm-eval's
-samples. A ``generate_until`` doc keeps its context and target and needs a scorer the user names (lm-eval's
-filters and metric do not run here yet); any other request type is refused in one line.
+samples. A ``generate_until`` doc keeps its context, its request's generation settings and the task's filters,
+metrics and gold as data (:mod:`certeval.lm_eval_scoring`), so the ``lm-eval`` scorer generates and judges it as
+lm-eval does; any other request type is refused in one line.
 
 The YAML is the user's own task: loading it runs what it names (``!function`` hooks), as ``lm_eval`` itself does.
 """
@@ -74,7 +75,8 @@ def _quiet():
 
 def load_task_items(location: str) -> pd.DataFrame:
     """The items of one lm-eval task YAML (see the module docstring)."""
-    from .readers import _lm_eval_item
+    from .lm_eval_scoring import item_fields, task_scoring
+    from .readers import GENERATE_UNTIL, _lm_eval_item
 
     path = Path(location).expanduser()
     if not path.is_file():
@@ -100,4 +102,10 @@ def load_task_items(location: str) -> pd.DataFrame:
         raise InputError(f"lm-eval could not build task {name!r} from {location!r}: {type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
     where = f"lm-eval task {location}"
-    return pd.DataFrame([_lm_eval_item(where, name, rec) for rec in _records(task, name)])
+    records = _records(task, name)
+    items = [_lm_eval_item(where, name, rec) for rec in records]
+    if any(GENERATE_UNTIL in item for item in items):
+        scoring = task_scoring(task, name)
+        for item, rec in zip(items, records):
+            item.update(item_fields(task, name, scoring, rec["doc"], rec["arguments"][0][1]))
+    return pd.DataFrame(items)

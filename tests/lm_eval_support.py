@@ -33,3 +33,54 @@ def write_mc_task(folder: Path, *, n_docs: int = 10, num_fewshot: int = 0, gold_
         metric_list:
         """) + metric_list)
     return str(path)
+
+
+def write_gen_task(folder: Path, *, n_docs: int = 12, num_fewshot: int = 2, filters: bool = True) -> str:
+    """``tiny_gen``: "What is a + b?" answered by generation until a newline (at most 12 tokens); few-shot examples
+    from its own split; two filter pipelines as in lm-eval's arithmetic tasks — ``strict-match`` (the answer must
+    be exactly a two-digit number) and ``flexible-extract`` (the first number anywhere) — and ``exact_match``. Sums grow
+    with the doc so a small model gets some right and some wrong. Returns the YAML's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = folder / "gen_docs.jsonl"
+    docs.write_text("".join(json.dumps({"a": 3 + 7 * i, "b": 5 + 11 * i, "answer": str(8 + 18 * i)}) + "\n"
+                            for i in range(n_docs)))
+    filter_list = textwrap.dedent("""\
+        filter_list:
+          - name: strict-match
+            filter:
+              - function: regex
+                regex_pattern: "^ ([0-9][0-9])$"
+              - function: take_first
+          - name: flexible-extract
+            filter:
+              - function: regex
+                regex_pattern: "(-?[0-9]+)"
+                group_select: 0
+              - function: take_first
+        """) if filters else ""
+    path = folder / "tiny_gen.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        task: tiny_gen
+        dataset_path: json
+        dataset_kwargs:
+          data_files:
+            test: {docs}
+        test_split: test
+        fewshot_split: test
+        num_fewshot: {num_fewshot}
+        output_type: generate_until
+        doc_to_text: "Question: What is {{{{a}}}} + {{{{b}}}}?\\nAnswer:"
+        doc_to_target: "{{{{answer}}}}"
+        target_delimiter: " "
+        generation_kwargs:
+          until: ["\\n", "Question:"]
+          max_gen_toks: 12
+          do_sample: false
+        metric_list:
+          - metric: exact_match
+            aggregation: mean
+            higher_is_better: true
+            ignore_case: true
+            ignore_punctuation: false
+        """) + filter_list)
+    return str(path)

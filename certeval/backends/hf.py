@@ -10,8 +10,8 @@ batches of ``batch`` pairs, one forward pass each; the score of a choice is the 
 log-probabilities of its continuation tokens (lm-eval-harness ``loglikelihood``, Gao et al.
 2021). Pairs are left-padded so the continuation sits at the end of every row and only the
 last ``max continuation + 1`` positions' logits are materialised (``logits_to_keep``), which
-keeps the vocabulary-sized log-softmax small. Open questions: batched greedy generation,
-stopped at the first newline.
+keeps the vocabulary-sized log-softmax small. Open questions: batched greedy generation, stopped at the
+first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..estimators._validation import InputError
+from ..lm_eval_scoring import GenerationRequest, cut_at_stop
 from . import scorers as sc
 from .base import ModelHost, ModelSpec
 
@@ -124,36 +125,42 @@ class HFHost(ModelHost):
                     sums[i] = float(token_lp[row, keep - 1 - n_cont:].sum())
         return sums, [len(tokens) for tokens, _ in encoded]
 
-    def generate(self, prompts: list[str]) -> tuple[list[str], list[int]]:
-        """Greedy completions (stopped at a newline) and tokens used (prompt + generated) per prompt."""
+    def generate(self, requests: list[GenerationRequest]) -> tuple[list[str], list[int]]:
+        """Greedy completions, each stopped at its request's stop strings or budget (lm-eval's ``generate_until``:
+        the context left-truncated to ``max_length - budget``, the text cut at the first stop string), and tokens
+        used (prompt + generated) per request. Requests with the same stops and budget share batches."""
         import torch
 
-        texts: list[str] = [""] * len(prompts)
-        used: list[int] = [0] * len(prompts)
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        texts: list[str] = [""] * len(requests)
+        used: list[int] = [0] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault((request.until, request.max_tokens), []).append(i)
         pad_id = self._pad_id()
         eos = self.tokenizer.eos_token_id
-        keep_prompt = self.options.max_length - self.options.max_new_tokens
         with torch.inference_mode():
-            for start in range(0, len(order), self.options.batch_size):
-                chunk = order[start:start + self.options.batch_size]
-                encoded = [self._encode(prompts[i])[-keep_prompt:] for i in chunk]
-                width = max(len(e) for e in encoded)
-                ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, tokens in enumerate(encoded):
-                    ids[row, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
-                    mask[row, width - len(tokens):] = 1
-                out = self.model.generate(
-                    input_ids=ids.to(self.options.device), attention_mask=mask.to(self.options.device),
-                    max_new_tokens=self.options.max_new_tokens, do_sample=False, num_beams=1,
-                    temperature=None, top_p=None, top_k=None,
-                    pad_token_id=pad_id, eos_token_id=eos, stop_strings=["\n"], tokenizer=self.tokenizer,
-                ).cpu()
-                for row, i in enumerate(chunk):
-                    new = [t for t in out[row, width:].tolist() if t != pad_id]
-                    texts[i] = self.tokenizer.decode(new, skip_special_tokens=True)
-                    used[i] = len(encoded[row]) + len(new)
+            for (until, budget), members in groups.items():
+                keep_prompt = max(1, self.options.max_length - budget)
+                order = sorted(members, key=lambda i: -len(requests[i].prompt))
+                for start in range(0, len(order), self.options.batch_size):
+                    chunk = order[start:start + self.options.batch_size]
+                    encoded = [self._encode(requests[i].prompt)[-keep_prompt:] for i in chunk]
+                    width = max(len(e) for e in encoded)
+                    ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+                    mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                    for row, tokens in enumerate(encoded):
+                        ids[row, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
+                        mask[row, width - len(tokens):] = 1
+                    out = self.model.generate(
+                        input_ids=ids.to(self.options.device), attention_mask=mask.to(self.options.device),
+                        max_new_tokens=budget, do_sample=False, num_beams=1, temperature=None, top_p=None,
+                        top_k=None, pad_token_id=pad_id, eos_token_id=eos,
+                        stop_strings=[u for u in until if u] or None, tokenizer=self.tokenizer,
+                    ).cpu()
+                    for row, i in enumerate(chunk):
+                        new = [t for t in out[row, width:].tolist() if t != pad_id]
+                        texts[i] = cut_at_stop(self.tokenizer.decode(new, skip_special_tokens=True), requests[i])
+                        used[i] = len(encoded[row]) + len(new)
         return texts, used
 
     def _pad_id(self) -> int:
@@ -184,7 +191,7 @@ class HFHost(ModelHost):
                 used.append(sum(tokens[pos:pos + len(conts)]))
                 pos += len(conts)
         else:
-            outputs, used = self.generate([sc.generation_prompt(item) for item in items])
+            outputs, used = self.generate(sc.generation_requests(items, self.options.max_new_tokens))
         scores = [sc.judge(scorer, out, item) for out, item in zip(outputs, items)]
         share = (time.perf_counter() - t0) / len(items)  # per-item share of this call's wall time
         return [{"item_id": str(item["item_id"]), "score": s, "tokens": int(n), "latency_s": share,

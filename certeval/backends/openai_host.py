@@ -30,6 +30,7 @@ import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from ..estimators._validation import InputError
+from ..lm_eval_scoring import GenerationRequest, cut_at_stop
 from . import scorers as sc
 from .base import ModelHost, ModelSpec
 
@@ -103,10 +104,15 @@ class OpenAIHost(ModelHost):
         except httpx.TransportError as exc:  # any HTTP answer will do: some servers have no /models route
             raise InputError(f"openai endpoint {self.base_url!r} is unreachable: {type(exc).__name__}: {exc}") from None
 
-    def complete(self, prompt: str) -> tuple[str, int]:
-        out = self._post("/completions", {"model": self.model, "prompt": prompt, "max_tokens": self.max_new_tokens,
-                                          "temperature": 0.0, "stop": ["\n"]})
-        text = out["choices"][0].get("text", "")
+    def complete(self, prompt: str, request: GenerationRequest | None = None) -> tuple[str, int]:
+        """A greedy completion: at a newline within ``max_new_tokens``, or at the request's own stop strings and
+        budget (an lm-eval item; the text cut at the first stop string as lm-eval does)."""
+        request = request or GenerationRequest(prompt, ("\n",), self.max_new_tokens, False)
+        stops = [u for u in request.until if u]
+        out = self._post("/completions", {"model": self.model, "prompt": request.prompt,
+                                          "max_tokens": request.max_tokens, "temperature": 0.0,
+                                          **({"stop": stops} if stops else {})})
+        text = cut_at_stop(out["choices"][0].get("text", ""), request)
         usage = out.get("usage") or {}
         return text, int(usage.get("total_tokens", 0))
 
@@ -170,8 +176,9 @@ class OpenAIHost(ModelHost):
         if scorer.kind == sc.LOGLIK:
             score, tokens, output = self._score_mc(item, scorer)
         else:
-            text, tokens = self.complete(sc.generation_prompt(item))
-            score, output = sc.judge(scorer, text, item), sc.extract_answer(text)
+            request = sc.generation_requests([item], self.max_new_tokens)[0]
+            text, tokens = self.complete(request.prompt, request)
+            score, output = sc.judge(scorer, text, item), sc.output_text(text, item)
         return {"item_id": str(item["item_id"]), "score": score, "tokens": tokens,
                 "latency_s": time.perf_counter() - t0, "output": output}
 

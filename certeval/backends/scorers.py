@@ -13,6 +13,9 @@ Two kinds, chosen by name (``--scorer`` / the model spec option ``?scorer=``):
                     (the SQuAD v1.1 ``normalize_answer``, Rajpurkar et al. 2016).
 ``numeric``         greedy generation; 1 when the last number in the answer equals a number in
                     an alias within a relative tolerance (GSM8K-style answer extraction).
+``lm-eval``         an lm-eval task's generated answer judged by the task's own filters and metric, run by
+                    lm-eval (items built from a task YAML; ``lm-eval:METRIC,FILTER`` picks one of its
+                    metric/filter pairs, else the first): :mod:`certeval.lm_eval_scoring`.
 ``pkg.module:func`` a custom generation scorer ``func(prediction: str, item: dict) -> float``; a
                     function with attribute ``certeval_kind = "loglik"`` instead receives
                     ``(logliks: list[float], item)`` for the item's ``choices``.
@@ -33,6 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .. import lm_eval_scoring
 from ..estimators._validation import InputError
 
 LOGLIK = "loglik"
@@ -202,6 +206,12 @@ def generation_prompt(item: dict[str, Any], fewshot: str = FEWSHOT_QA) -> str:
     return f"{fewshot}Q: {question}\nA:"
 
 
+def generation_requests(items: Sequence[dict[str, Any]], max_new_tokens: int) -> list[lm_eval_scoring.GenerationRequest]:
+    """Each item's greedy generation: an lm-eval item's own stop strings and budget, else a newline and
+    ``max_new_tokens``."""
+    return [lm_eval_scoring.generation_request(item, generation_prompt(item), max_new_tokens) for item in items]
+
+
 def mc_request(item: dict[str, Any]) -> tuple[str, list[str]]:
     """(context, continuations) for log-likelihood multiple choice (lm-eval's `Question: … Answer:` format)."""
     choices = [str(c) for c in as_list(item.get("choices"))]
@@ -261,6 +271,9 @@ def get_scorer(name: str, *, allow_import: bool = True) -> Scorer:
         raise InputError(f"scorer must be a name ({', '.join(BUILTIN)}) or package.module:function, got {name!r}")
     if name in BUILTIN:
         return BUILTIN[name]
+    if lm_eval_scoring.is_lm_eval_scorer(name):
+        judge_fn, required = lm_eval_scoring.scorer_parts(name)
+        return Scorer(name, GENERATE, judge_fn, required)
     if ":" not in name:
         raise InputError(f"unknown scorer {name!r}; scorers: {', '.join(BUILTIN)}, or package.module:function")
     if not allow_import:
@@ -284,8 +297,12 @@ def get_scorer(name: str, *, allow_import: bool = True) -> Scorer:
 
 
 def default_scorer_name(columns: Iterable[str]) -> str:
-    """``mc-loglik`` for banks with ``choices``, else ``normalized``."""
-    return "mc-loglik" if "choices" in set(columns) else "normalized"
+    """``lm-eval`` for generation items of an lm-eval task (its filters and metric), ``mc-loglik`` for banks with
+    ``choices``, else ``normalized``."""
+    columns = set(columns)
+    if lm_eval_scoring.SCORING in columns:
+        return lm_eval_scoring.SCORER
+    return "mc-loglik" if "choices" in columns else "normalized"
 
 
 def resolve_scorer(name: str | None, columns: Iterable[str], source: str = "bank") -> Scorer:
@@ -293,7 +310,7 @@ def resolve_scorer(name: str | None, columns: Iterable[str], source: str = "bank
     imported from lm-eval ``generate_until`` requests need a named scorer: lm-eval's filters and metric are not
     in its samples file, and certeval never judges silently in another way."""
     columns = list(columns)
-    if name in (None, "", "auto") and "lm_eval_generate_until" in columns:
+    if name in (None, "", "auto") and "lm_eval_generate_until" in columns and lm_eval_scoring.SCORING not in columns:
         raise InputError(f"{source} holds lm-eval generate_until items, whose filters and metric are not in lm-eval's "
                          "samples file: pass --scorer NAME (e.g. exact, contains, numeric) to choose certeval's "
                          "judge explicitly")
@@ -304,8 +321,8 @@ def resolve_scorer(name: str | None, columns: Iterable[str], source: str = "bank
 
 def output_text(output: Any, item: dict[str, Any]) -> str:
     """What the model answered, as text: the generated answer, or the top choice for log-likelihood."""
-    if isinstance(output, str):
-        return extract_answer(output)
+    if isinstance(output, str):  # an lm-eval item's answer is kept whole, as lm-eval records it
+        return output if lm_eval_scoring.GENERATION in item else extract_answer(output)
     choices = as_list(item.get("choices"))
     try:
         return str(choices[int(np.argmax(np.asarray(output, dtype=float)))])

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..estimators._validation import InputError
+from ..lm_eval_scoring import GenerationRequest, cut_at_stop
 from . import scorers as sc
 from .base import ModelHost, ModelSpec
 
@@ -114,10 +115,13 @@ class VLLMHost(ModelHost):
             sums.append(total)
         return sums, [len(p["prompt_token_ids"]) for p in prompts]
 
-    def generate(self, prompts: list[str]) -> tuple[list[str], list[int]]:
-        params = self.SamplingParams(max_tokens=self.options.max_new_tokens, temperature=0.0, stop=["\n"])
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        texts = [out.outputs[0].text for out in outputs]
+    def generate(self, requests: list[GenerationRequest]) -> tuple[list[str], list[int]]:
+        """Greedy completions at each request's stop strings and budget (vLLM leaves the stop string out; the text
+        is cut at the first stop string as lm-eval does for an lm-eval item)."""
+        params = [self.SamplingParams(max_tokens=r.max_tokens, temperature=0.0, stop=[u for u in r.until if u] or None)
+                  for r in requests]
+        outputs = self.llm.generate([r.prompt for r in requests], params, use_tqdm=False)
+        texts = [cut_at_stop(out.outputs[0].text, r) for out, r in zip(outputs, requests)]
         used = [len(out.prompt_token_ids) + len(out.outputs[0].token_ids) for out in outputs]
         return texts, used
 
@@ -139,7 +143,7 @@ class VLLMHost(ModelHost):
                 used.append(sum(tokens[pos:pos + len(conts)]))
                 pos += len(conts)
         else:
-            outputs, used = self.generate([sc.generation_prompt(item) for item in items])
+            outputs, used = self.generate(sc.generation_requests(items, self.options.max_new_tokens))
         share = (time.perf_counter() - t0) / len(items)
         return [{"item_id": str(item["item_id"]), "score": sc.judge(scorer, out, item), "tokens": int(n),
                  "latency_s": share, "output": sc.output_text(out, item)}

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..estimators.results import Estimate
-from ..harness_output import lm_eval_block, metric_name, task_block
+from ..harness_output import filter_name, lm_eval_block, metric_name, task_block
 from ..looks import last_looks
 
 PAIRS_INLINE_MAX = 5000  # rank runs with more pairs write them to PAIRS_FILE instead of results.json
@@ -61,7 +61,7 @@ def run_results(run: Any) -> dict[str, Any]:
             entry["history"] = run.history[label].describe()
         # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
         block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
-                           n_scored=n, n_total=total, metric=metric)
+                           n_scored=n, n_total=total, metric=metric, filter_key=filter_name(plan.scorer))
         entry["results"] = {plan.task_name: block}
         lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
         lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
