@@ -97,11 +97,17 @@ HF_RUNNER = textwrap.dedent("""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    tasks, model_dir = sys.argv[1], sys.argv[2]
+    from lm_eval.loggers import EvaluationTracker
+
+    tasks, model_dir, output_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    tracker = EvaluationTracker(output_path=output_path)
     results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32", device="cpu",
-                                      batch_size=4, tasks=["tiny_mc"], log_samples=True,
+                                      batch_size=4, tasks=["tiny_mc"], log_samples=True, evaluation_tracker=tracker,
                                       task_manager=TaskManager(include_path=tasks, include_defaults=False))
-    print(json.dumps({f"tiny_mc/{s['doc_id']}": [s["acc"], s["acc_norm"]] for s in results["samples"]["tiny_mc"]}))
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)
+    tracker.save_results_samples(task_name="tiny_mc", samples=samples["tiny_mc"])
+    print(json.dumps({f"tiny_mc/{s['doc_id']}": [s["acc"], s["acc_norm"]] for s in samples["tiny_mc"]}))
 """)
 
 
@@ -118,17 +124,24 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
     from certeval.backends.smollm import ensure_converted
 
     yaml = _task(tmp_path / "tasks")
-    done = subprocess.run([sys.executable, "-c", HF_RUNNER, str(tmp_path / "tasks"), str(ensure_converted())],
-                          check=True, timeout=600, env={**os.environ}, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", HF_RUNNER, str(tmp_path / "tasks"), str(ensure_converted()),
+                           str(tmp_path / "lm")], check=True, timeout=600, env={**os.environ}, capture_output=True,
+                          text=True)
     lm_eval_scores = json.loads(done.stdout.strip().splitlines()[-1])
+    samples = next((tmp_path / "lm").rglob("samples_tiny_mc_*.jsonl"))
     runs = tmp_path / "runs"
-    for scorer, column in (("mc-loglik", 0), ("mc-loglik-norm", 1)):  # lm-eval's acc and acc_norm
-        rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--scorer", scorer,
-                   "--goal", "halfwidth:0.0001", "--batch-size", "12", "--output", str(runs), "--run-id", scorer])
+    # the task YAML, and lm-eval's own samples file of that run as a bank (an import once scored SmolLM2 0 of 10
+    # on such a file by free generation), both give lm-eval's per-item acc / acc_norm
+    for source, scorer, column in (("--tasks", "mc-loglik", 0), ("--tasks", "mc-loglik-norm", 1),
+                                   ("--bank", "mc-loglik", 0)):
+        run_id = f"{source[2:]}-{scorer}"
+        rc = main(["certify", "--model", "hf:bundled:smollm2", source, yaml if source == "--tasks" else str(samples),
+                   "--scorer", scorer, "--goal", "halfwidth:0.0001", "--batch-size", "12", "--output", str(runs),
+                   "--run-id", run_id])
         out = capsys.readouterr()
         assert rc in (0, 1), out.err
-        ours = _scores(runs / scorer)
-        assert ours == {item: pair[column] for item, pair in lm_eval_scores.items()}, (scorer, ours, lm_eval_scores)
+        ours = _scores(runs / run_id)
+        assert ours == {item: pair[column] for item, pair in lm_eval_scores.items()}, (run_id, ours, lm_eval_scores)
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
                "--batch-size", "3", "--output", str(runs), "--run-id", "early", "--json"])
     out = capsys.readouterr()
