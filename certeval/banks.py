@@ -191,10 +191,10 @@ def load_items(path: str | Path) -> pd.DataFrame:
 def load_bank(path: str | Path) -> Bank:
     """A bank file, the items of an lm-eval samples file / Inspect log (their text and targets), or an lm-eval
     task YAML built by lm-eval itself (:mod:`certeval.lm_eval_tasks`)."""
-    from .lm_eval_tasks import is_task_yaml, load_task_items
+    from .lm_eval_tasks import is_lm_eval_task, load_task_items
     from .readers import is_inspect_log, is_lm_eval_samples, read_harness_items
 
-    if is_task_yaml(str(path)):
+    if is_lm_eval_task(str(path)):
         return bank_from_frame(load_task_items(str(path)), f"lm-eval task {str(path)!r}")
 
     if is_lm_eval_samples(str(path)) or is_inspect_log(str(path)):

@@ -1,4 +1,8 @@
-"""An lm-eval task YAML as a bank, built by lm-eval's own task machinery: ``--tasks path/to/task.yaml``.
+"""An lm-eval task as a bank, built by lm-eval's own task machinery: ``--tasks path/to/task.yaml`` (one task or
+one group), or ``--tasks NAME[,NAME…] [--include_path DIR]`` (tasks or groups lm-eval's index knows, as ``lm_eval``
+takes them; stored as ``lm-eval:NAME[,…][?include_path=DIR]``). A group's leaf tasks are the bank's sub-datasets;
+when the group tells lm-eval how to aggregate them (``aggregate_metric_list``: ``weight_by_size``), the run's
+``--aggregate`` defaults to the same estimand (column ``lm_eval_aggregate``).
 
 lm-eval loads the task (its dataset, ``doc_to_text`` / ``doc_to_choice`` / ``doc_to_target``, few-shot examples
 with its default few-shot seed) and builds its requests exactly as ``lm_eval`` would; each doc becomes one item
@@ -17,32 +21,118 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 import pandas as pd
 
 from .estimators._validation import InputError
 
 TASK_SUFFIXES = (".yaml", ".yml")
+NAMES_PREFIX = "lm-eval:"  # a bank named by lm-eval task names: lm-eval:NAME[,NAME...][?include_path=DIR]
+AGGREGATE = "lm_eval_aggregate"  # bank column: the estimand of the group lm-eval would report (mean / subset-mean)
 FEWSHOT_SEED = 1234  # lm-eval's default (simple_evaluate's fewshot_random_seed): its few-shot examples, not others
+_NAME = re.compile(r"^[A-Za-z0-9_\-]+(,[A-Za-z0-9_\-]+)*$")
 
 
 def is_task_yaml(location: str | None) -> bool:
     return bool(location) and str(location).lower().endswith(TASK_SUFFIXES)
 
 
-def _task_name(manager, path: Path) -> str:
-    """The one task the YAML defines, as lm-eval's index of its folder records it."""
+def is_lm_eval_task(location: str | None) -> bool:
+    """A bank lm-eval builds (a task YAML, or task names): building it runs the tasks' own code."""
+    return is_task_yaml(location) or (bool(location) and str(location).startswith(NAMES_PREFIX))
+
+
+def tasks_bank(tasks: str, include_path: str | None) -> str:
+    """The bank ``--tasks`` names: a YAML file as it is, lm-eval task names as ``lm-eval:NAMES[?include_path=…]``;
+    InputError for a value that is neither."""
+    if is_task_yaml(tasks) or (include_path is None and (not _NAME.match(tasks) or Path(tasks).exists())):
+        return tasks  # a YAML, or a bank file given as --tasks (lm-eval's flag for what certeval calls --bank)
+    if not _NAME.match(tasks):
+        raise InputError(f"--include_path applies to lm-eval task names (--tasks NAME[,NAME...]); --tasks {tasks!r} "
+                         "is not one")
+    if include_path is None:
+        return NAMES_PREFIX + tasks
+    folder = Path(include_path).expanduser()
+    if not folder.is_dir():
+        raise InputError(f"--include_path {include_path!r} is not a folder of lm-eval task YAMLs")
+    return f"{NAMES_PREFIX}{tasks}?{urlencode({'include_path': str(folder.resolve())})}"
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _manager_with_defaults(include_path: str):
+    from lm_eval.tasks import TaskManager
+
+    try:
+        with _quiet():
+            return TaskManager(include_path=include_path, include_defaults=True)
+    except Exception as exc:
+        raise InputError(f"lm-eval could not read the tasks in {include_path!r}: {_first_line(exc)}") from None
+
+
+def _manager(include_path: str | None):
+    try:
+        from lm_eval.tasks import TaskManager
+    except ImportError:
+        raise InputError("--tasks names an lm-eval task; it needs the package lm-eval") from None
+    try:  # a folder only when given one: indexing lm-eval's ~14,000 built-in tasks takes half a minute
+        with _quiet():
+            return TaskManager(include_path=include_path, include_defaults=include_path is None)
+    except Exception as exc:
+        raise InputError(f"lm-eval could not read the tasks in {include_path or 'its own index'!r}: "
+                         f"{_first_line(exc)}") from None
+
+
+def _yaml_name(manager, path: Path) -> str:
+    """The one task or group the YAML defines, as lm-eval's index of its folder records it."""
     resolved = path.resolve()
     names = [name for name, entry in manager.task_index.items()
              if Path(str(getattr(entry, "yaml_path", "") or "")).resolve() == resolved]
     kinds = {name: str(getattr(manager.task_index[name], "kind", "")).lower() for name in names}
-    tasks = [name for name in names if "group" not in kinds[name] and "tag" not in kinds[name]]
-    if len(tasks) != 1:
+    chosen = [name for name in names if "tag" not in kinds[name]]
+    if len(chosen) != 1:
         found = ", ".join(f"{n} ({kinds[n] or 'task'})" for n in names) or "nothing lm-eval could index"
-        raise InputError(f"lm-eval task {str(path)!r} must define exactly one task ('task: NAME'); it defines "
-                         f"{found}; a group of tasks is not a bank yet, give one task's YAML")
-    return tasks[0]
+        raise InputError(f"lm-eval task {str(path)!r} must define exactly one task or group ('task: NAME' or "
+                         f"'group: NAME'); it defines {found}")
+    return chosen[0]
+
+
+def _resolve(location: str) -> tuple[Any, list[str], str]:
+    """lm-eval's task manager, the names to load and how to name the source in messages."""
+    if is_task_yaml(location):
+        path = Path(location).expanduser()
+        if not path.is_file():
+            raise InputError(f"lm-eval task {location!r} does not exist (give the task's YAML file)")
+        manager = _manager(str(path.parent))
+        return manager, [_yaml_name(manager, path)], f"lm-eval task {location}"
+    names_text, _, query = location[len(NAMES_PREFIX):].partition("?")
+    include_path = dict(parse_qsl(query)).get("include_path")
+    names = names_text.split(",")
+    manager = _manager(include_path)
+    missing = [n for n in names if n not in manager.task_index]
+    if missing and include_path:  # as lm_eval --include_path: the folder's tasks beside lm-eval's own
+        manager = _manager_with_defaults(include_path)
+        missing = [n for n in names if n not in manager.task_index]
+    if missing:
+        where = f"in {include_path!r}" if include_path else "in lm-eval's own tasks (add --include_path DIR for yours)"
+        raise InputError(f"--tasks {names_text!r} is no file, and lm-eval knows no task or group {missing[0]!r} "
+                         f"{where}")
+    return manager, names, f"lm-eval tasks {names_text}"
+
+
+def _group_aggregate(groups: dict) -> str | None:
+    """The estimand lm-eval reports for the one group loaded: size-weighted (the plain mean) or each leaf once."""
+    weights = {bool(getattr(agg, "weight_by_size", True)) for group in groups.values()
+               for agg in (getattr(group, "aggregate_metric_list", None) or [])}
+    if len(groups) != 1 or len(weights) != 1:
+        return None
+    return "mean" if weights.pop() else "subset-mean"
 
 
 def _records(task, name: str) -> list[dict]:
@@ -74,38 +164,36 @@ def _quiet():
 
 
 def load_task_items(location: str) -> pd.DataFrame:
-    """The items of one lm-eval task YAML (see the module docstring)."""
+    """The items of an lm-eval task or group (see the module docstring): ``<task>/<doc_id>``, sub-dataset the task."""
     from .lm_eval_scoring import item_fields, task_scoring
     from .readers import GENERATE_UNTIL, _lm_eval_item
 
-    path = Path(location).expanduser()
-    if not path.is_file():
-        raise InputError(f"lm-eval task {location!r} does not exist (give the task's YAML file)")
-    try:
-        from lm_eval.tasks import TaskManager
-    except ImportError:
-        raise InputError(f"--tasks {location!r} is an lm-eval task; it needs the package lm-eval") from None
-    try:  # the YAML's folder only: indexing lm-eval's ~14,000 built-in tasks takes half a minute
-        manager = TaskManager(include_path=str(path.parent), include_defaults=False)
-    except Exception as exc:
-        raise InputError(f"lm-eval could not read the tasks in {str(path.parent)!r}: {type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
-    name = _task_name(manager, path)
+    manager, names, where = _resolve(location)
     try:
         with _quiet():
-            task = manager.load([name])["tasks"][name]
-            task.set_fewshot_seed(seed=FEWSHOT_SEED)
-            task.build_all_requests(limit=None, rank=0, world_size=1)
+            loaded = manager.load(names)
+            tasks = loaded["tasks"]
+            for task in tasks.values():
+                task.set_fewshot_seed(seed=FEWSHOT_SEED)
+                task.build_all_requests(limit=None, rank=0, world_size=1)
     except InputError:
         raise
     except Exception as exc:
-        raise InputError(f"lm-eval could not build task {name!r} from {location!r}: {type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
-    where = f"lm-eval task {location}"
-    records = _records(task, name)
-    items = [_lm_eval_item(where, name, rec) for rec in records]
-    if any(GENERATE_UNTIL in item for item in items):
-        scoring = task_scoring(task, name)
-        for item, rec in zip(items, records):
-            item.update(item_fields(task, name, scoring, rec["doc"], rec["arguments"][0][1]))
-    return pd.DataFrame(items)
+        raise InputError(f"lm-eval could not build {', '.join(names)!r} ({where}): {_first_line(exc)}") from None
+    items = []
+    for name, task in tasks.items():
+        records = _records(task, name)
+        mine = [_lm_eval_item(where, name, rec) for rec in records]
+        if any(GENERATE_UNTIL in item for item in mine):
+            scoring = task_scoring(task, name)
+            for item, rec in zip(mine, records):
+                item.update(item_fields(task, name, scoring, rec["doc"], rec["arguments"][0][1]))
+        items += mine
+    if len({GENERATE_UNTIL in item for item in items}) > 1:
+        raise InputError(f"{where} mixes multiple-choice and generation tasks; one bank is scored one way: run them "
+                         "separately")
+    frame = pd.DataFrame(items)
+    aggregate = _group_aggregate(loaded.get("groups") or {})
+    if aggregate is not None:
+        frame[AGGREGATE] = aggregate
+    return frame

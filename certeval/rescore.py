@@ -180,9 +180,9 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
         raise InputError(f"rescore: run {run!r} names its bank by the relative path {bank_text!r} and does not "
                          "record the folder it was started in (stored by an older certeval): rescore it from that "
                          "folder")
-    from .lm_eval_tasks import is_task_yaml
+    from .lm_eval_tasks import is_lm_eval_task
 
-    if is_task_yaml(bank_text):  # what a run folder names is never run: an lm-eval YAML's hooks are code
+    if is_lm_eval_task(bank_text):  # what a run folder names is never run: an lm-eval YAML's hooks are code
         raise InputError(f"rescore: run {run!r} was built from the lm-eval task {bank_text!r}; building that bank "
                          "runs the task's own code, which certeval does not do for a name read from a run folder — "
                          "run the task again with --tasks and the scorer you want")

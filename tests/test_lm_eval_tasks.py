@@ -4,6 +4,7 @@ included); bad task files exit 2 in one line before anything is written. Offline
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -77,11 +78,11 @@ def test_a_task_yaml_is_a_bank_for_a_run_and_bad_ones_exit_2_in_one_line(tmp_pat
                                            output=str(tmp_path / "runs")))
     assert prepared.bank.n_items == 12 and plan.scorer == "mc-loglik" and plan.task_name == "tiny_mc"
     assert "Generating" not in capsys.readouterr().err  # lm-eval's and datasets' progress kept off stderr
-    (tmp_path / "tasks" / "group.yaml").write_text("group: both\ntask:\n  - tiny_mc\n")
+    (tmp_path / "tasks" / "nothing.yaml").write_text("description: no task here\n")
     (tmp_path / "tasks" / "broken.yaml").write_text("task: broken\ndataset_path: json\noutput_type: nothing\n")
     cases = [(str(tmp_path / "tasks" / "missing.yaml"), "does not exist"),
-             (str(tmp_path / "tasks" / "group.yaml"), "must define exactly one task"),
-             (str(tmp_path / "tasks" / "broken.yaml"), "lm-eval could not build task 'broken'")]
+             (str(tmp_path / "tasks" / "nothing.yaml"), "must define exactly one task or group"),
+             (str(tmp_path / "tasks" / "broken.yaml"), "lm-eval could not build 'broken'")]
     for path, message in cases:
         rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", path, "--goal", "halfwidth:0.1",
                    "--output", str(tmp_path / "out")])
@@ -90,6 +91,66 @@ def test_a_task_yaml_is_a_bank_for_a_run_and_bad_ones_exit_2_in_one_line(tmp_pat
     assert not (tmp_path / "out").exists()
     with pytest.raises(InputError, match="does not exist"):
         load_task_items(str(tmp_path / "nowhere.yaml"))
+
+
+def _group(folder, weight_by_size: bool) -> str:
+    """Two multiple-choice tasks (12 and 6 docs) and a group over them with lm-eval's aggregation of acc."""
+    write_mc_task(folder, n_docs=12, gold_cycles=True)
+    write_mc_task(folder, n_docs=6, name="tiny_mc_b")
+    path = folder / "tiny_group.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        group: tiny_group
+        task:
+          - tiny_mc
+          - tiny_mc_b
+        aggregate_metric_list:
+          - metric: acc
+            weight_by_size: {str(weight_by_size).lower()}
+        """))
+    return str(path)
+
+
+@pytest.mark.parametrize("weight_by_size, aggregate", [(True, "mean"), (False, None)])
+def test_task_names_include_path_and_groups_are_banks_with_lm_evals_aggregation(tmp_path, offline, weight_by_size,
+                                                                                 aggregate):
+    """``--tasks NAME --include_path DIR`` (lm-eval's own form) and a group YAML: the group's leaf tasks are the
+    sub-datasets, and the estimand follows the group's weight_by_size unless --aggregate names another."""
+    from certeval.cli.pipeline import plan_from_args
+    from certeval.tasks.plan import PlanRequest, make_plan
+
+    folder = tmp_path / "tasks"
+    group_yaml = _group(folder, weight_by_size)
+    for source in (group_yaml, "tiny_group"):
+        args = argparse.Namespace(command="certify", model=["hf:bundled:smollm2"], bank=source,
+                                  include_path=None if source.endswith(".yaml") else str(folder),
+                                  output=str(tmp_path / "runs"), run_id=None, goal="halfwidth:0.2", method=None,
+                                  confidence=0.95, batch_size=8, max_items=None, seed=0, scorer=None, ray_address=None,
+                                  replicas=1, num_gpus=0, in_flight=1, num_cpus=None, aggregate=None)
+        plan, prepared = plan_from_args(args)
+        bank = prepared.bank
+        assert bank.n_items == 18 and set(bank.subset_names) == {"tiny_mc", "tiny_mc_b"}
+        assert bank.item_ids[0] == "tiny_mc/0" and "tiny_mc_b/5" in bank.item_ids
+        assert plan.aggregate == aggregate and plan.scorer == "mc-loglik"
+    assert plan.bank.startswith("lm-eval:tiny_group?include_path=") and plan.task_name == "tiny_group"
+    chosen, _ = make_plan(PlanRequest("certify", models=["hf:bundled:smollm2"], bank=group_yaml,
+                                      goal="halfwidth:0.2", aggregate="subset-mean" if aggregate else "mean",
+                                      output=str(tmp_path / "runs")))
+    assert chosen.aggregate == (None if aggregate else "mean")  # the user's choice stands
+
+
+def test_unknown_task_names_and_a_stray_include_path_exit_2_in_one_line(tmp_path, offline, capsys):
+    folder = tmp_path / "tasks"
+    write_mc_task(folder)
+    cases = [(["--tasks", "tiny_nope", "--include_path", str(folder)], "lm-eval knows no task or group 'tiny_nope'"),
+             (["--tasks", "tiny_mc", "--include_path", str(tmp_path / "nowhere")], "is not a folder"),
+             (["--bank", "bundled:trivia", "--include_path", str(folder)], "applies to lm-eval task names"),
+             (["--include_path", str(folder)], "needs --tasks NAME")]
+    for extra, message in cases:
+        rc = main(["certify", "--model", "hf:bundled:smollm2", "--goal", "halfwidth:0.1",
+                   "--output", str(tmp_path / "out"), *extra])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and message in err and len(err.splitlines()) == 1, (extra, err)
+    assert not (tmp_path / "out").exists()
 
 
 HF_RUNNER = textwrap.dedent("""

@@ -1,7 +1,9 @@
 """transformers host (``hf:<model dir>`` or ``hf:bundled:smollm2``), CPU or CUDA.
 
 Options in the spec query: ``?device=cpu|cuda[:i]&dtype=float32|bfloat16|float16&batch=16
-&max_new_tokens=16&scorer=NAME&max_length=2048&threads=N``. ``threads`` sets torch's CPU thread
+&max_new_tokens=16&scorer=NAME&max_length=N&threads=N``. ``max_length`` (tokens a request may hold; longer
+contexts lose their start) defaults to the model's own limit, found as lm-eval's hf model finds it (the config's
+``n_positions`` / ``max_position_embeddings`` / ``n_ctx``, else the tokenizer's, else 2048). ``threads`` sets torch's CPU thread
 count for the hosting process (on a shared, oversubscribed CPU, OpenMP threads spin-waiting for
 each other made one 2-thread forward pass 11x slower than a 1-thread one, measured here).
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..estimators._validation import InputError
@@ -35,7 +37,7 @@ class HFOptions:
     dtype: str = "float32"
     batch_size: int = 16
     max_new_tokens: int = 16
-    max_length: int = 2048
+    max_length: int | None = None  # None: the model's own limit (model_max_length below)
     scorer: str | None = None  # None: mc-loglik when items have choices, else normalized
     threads: int | None = None  # torch CPU threads; None leaves torch's default
 
@@ -57,7 +59,7 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
         dtype=dtype,
         batch_size=spec.number_option("batch", kwargs.get("batch_size", 16)),
         max_new_tokens=spec.number_option("max_new_tokens", kwargs.get("max_new_tokens", 16)),
-        max_length=spec.number_option("max_length", kwargs.get("max_length", 2048), low=8),
+        max_length=spec.number_option("max_length", kwargs.get("max_length"), low=8),
         scorer=spec.option("scorer", kwargs.get("scorer")),
         threads=spec.number_option("threads", kwargs.get("threads")),
     )
@@ -236,4 +238,22 @@ def build_host(spec: ModelSpec, *, cache_dir: str | None = None, **kwargs: Any) 
 
         torch.set_num_threads(options.threads)
     model, tokenizer = load_model(str(model_dir), options.device, options.dtype)
+    if options.max_length is None:
+        options = replace(options, max_length=model_max_length(model, tokenizer))
     return HFHost(spec, model, tokenizer, options)
+
+
+def model_max_length(model: Any, tokenizer: Any) -> int:
+    """The tokens a request may hold, by lm-eval's hf rule: the first of n_positions / max_position_embeddings /
+    n_ctx in the config's text_config, then in the config, else the tokenizer's model_max_length unless it is a
+    placeholder, else 2048."""
+    config = getattr(model, "config", None)
+    for source in (getattr(config, "text_config", None), config):
+        for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+            value = getattr(source, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and 0 < value < 1_000_000_000:
+        return value
+    return 2048

@@ -42,7 +42,10 @@ def add_parser(subparsers) -> None:
         p.add_argument("--bank", "--tasks", dest="bank", default=None,
                        help="item bank (Parquet/JSONL/CSV, an lm-eval samples file or Inspect log, any fsspec URL, "
                             "bundled:<name>, bundled:trivia); optional with replay models only. --tasks: lm-eval's "
-                            "name for it")
+                            "name for it, which also takes an lm-eval task or group: a YAML file, or NAME[,NAME...] "
+                            "from lm-eval's index (or --include_path)")
+        p.add_argument("--include_path", "--include-path", dest="include_path", default=None, metavar="DIR",
+                       help="a folder of your lm-eval task YAMLs, for --tasks NAME (as lm_eval --include_path)")
         p.add_argument("--aggregate", choices=("subset-mean", "mean"), default=None,
                        help="a bank with sub-datasets (a 'subset' column): subset-mean (default) makes each "
                             "sub-dataset count once (the mean of their means), mean each item once (the plain "
@@ -261,6 +264,13 @@ def plan_from_args(args, options=None) -> tuple[Any, Any]:
     from ..estimators._validation import InputError
     from ..tasks.plan import PlanRequest, make_plan
 
+    from ..lm_eval_tasks import tasks_bank
+
+    include_path = getattr(args, "include_path", None)
+    if args.bank is not None:  # lm-eval task names become the bank lm-eval builds from them
+        args.bank = tasks_bank(args.bank, include_path)
+    elif include_path is not None:
+        raise InputError(f"--include_path {include_path!r} needs --tasks NAME (the lm-eval tasks it holds)")
     models = list(args.model or []) + checkpoint_specs(getattr(args, "checkpoints", None))
     if not models:
         raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")

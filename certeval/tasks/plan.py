@@ -27,6 +27,7 @@ from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from ..estimators.groups import GroupRequest
 from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
 from .plan_checks import check_epsilon, leaderboard_goal
+from ..lm_eval_tasks import AGGREGATE as LM_EVAL_AGGREGATE, NAMES_PREFIX as LM_EVAL_NAMES
 
 KINDS = ("certify", "compare", "rank", "select")
 # keys of config.json a resumed run must match exactly
@@ -96,7 +97,7 @@ class RunPlan:
     def task_name(self) -> str:
         """The lm-eval-style task name: the bank's (or scores file's) short name."""
         source = self.bank or self.models[0].split(":", 1)[1].split("#")[0]
-        name = source.split("?")[0].replace("bundled:", "").rstrip("/").split("/")[-1]
+        name = source.split("?")[0].replace("bundled:", "").replace(LM_EVAL_NAMES, "").rstrip("/").split("/")[-1]
         from ..readers import SAMPLES_NAME
 
         if SAMPLES_NAME.match(name):  # an lm-eval samples file names its task
@@ -346,6 +347,9 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     for spec in specs:
         check_model(spec)
     loaded = load_run_bank(bank, tuple(s.text for s in specs))
+    if r.aggregate is None and loaded.frame is not None and LM_EVAL_AGGREGATE in loaded.frame.columns:
+        # an lm-eval group's own aggregation (weight_by_size) is the estimand unless the user names another
+        aggregate = None if loaded.frame[LM_EVAL_AGGREGATE].iloc[0] == AGGREGATES[0] else "mean"
     if bank is not None:
         check_replay_coverage(specs, loaded)
     if any(s.kind != "replay" for s in specs):
