@@ -1,10 +1,26 @@
-"""A local lm-eval task for the tests that run lm-eval itself: offline, a multiple-choice task over a JSONL file."""
+"""Local lm-eval tasks for the tests that run lm-eval itself: offline, a multiple-choice and a generation task over
+JSONL files."""
 
 from __future__ import annotations
 
 import json
 import textwrap
 from pathlib import Path
+
+
+def _header(name: str, docs: Path, num_fewshot: int, output_type: str) -> str:
+    """A task over a local JSONL file whose few-shot examples come from its own (only) split."""
+    return textwrap.dedent(f"""\
+        task: {name}
+        dataset_path: json
+        dataset_kwargs:
+          data_files:
+            test: {docs}
+        test_split: test
+        fewshot_split: test
+        num_fewshot: {num_fewshot}
+        output_type: {output_type}
+        """)
 
 
 def write_mc_task(folder: Path, *, n_docs: int = 10, num_fewshot: int = 0, gold_cycles: bool = False,
@@ -17,18 +33,9 @@ def write_mc_task(folder: Path, *, n_docs: int = 10, num_fewshot: int = 0, gold_
                                         "label": i % 3 if gold_cycles else 0}) + "\n" for i in range(n_docs)))
     metric_list = "".join(f"  - metric: {m}\n" for m in metrics)
     path = folder / f"{name}.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        task: {name}
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {docs}
-        test_split: test
-        fewshot_split: test
-        num_fewshot: {num_fewshot}
-        output_type: multiple_choice
-        doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-        doc_to_choice: "{{{{choices}}}}"
+    path.write_text(_header(name, docs, num_fewshot, "multiple_choice") + textwrap.dedent("""\
+        doc_to_text: "Question: {{question}}\\nAnswer:"
+        doc_to_choice: "{{choices}}"
         doc_to_target: label
         metric_list:
         """) + metric_list)
@@ -59,18 +66,9 @@ def write_gen_task(folder: Path, *, n_docs: int = 12, num_fewshot: int = 2, filt
               - function: take_first
         """) if filters else ""
     path = folder / "tiny_gen.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        task: tiny_gen
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {docs}
-        test_split: test
-        fewshot_split: test
-        num_fewshot: {num_fewshot}
-        output_type: generate_until
-        doc_to_text: "Question: What is {{{{a}}}} + {{{{b}}}}?\\nAnswer:"
-        doc_to_target: "{{{{answer}}}}"
+    path.write_text(_header("tiny_gen", docs, num_fewshot, "generate_until") + textwrap.dedent("""\
+        doc_to_text: "Question: What is {{a}} + {{b}}?\\nAnswer:"
+        doc_to_target: "{{answer}}"
         target_delimiter: " "
         generation_kwargs:
           until: ["\\n", "Question:"]
