@@ -85,9 +85,9 @@ def make_group(request: GroupRequest) -> GroupEstimator:
     if request.kind not in KINDS:
         raise InputError(f"a paired run is one of {', '.join(KINDS)}, got {request.kind!r}")
     special = request.epsilon is not None or request.precision is not None
-    if special and (request.kind != "rank" or request.target != "bank" or request.history):
-        raise InputError("epsilon-statements and leaderboard precision are bank-target rankings without history, "
-                         f"got kind {request.kind!r}, target {request.target!r}"
+    if special and (request.kind != "rank" or request.target != "bank" or (request.history and request.precision)):
+        raise InputError("epsilon-statements and leaderboard precision are bank-target rankings (precision without "
+                         f"history), got kind {request.kind!r}, target {request.target!r}"
                          + (" with history" if request.history else ""))
     if request.target == "bank":
         if request.kind == "compare" and request.history:
@@ -169,8 +169,9 @@ class BankGroup(_Group):
         r = self.request
         self.order_ = np.asarray(order, dtype=np.int64)
         priors = [r.history[label] for label in r.labels] if r.history else None
-        if r.kind == "rank" and priors:  # each pair: compare --history's exact CS, at alpha / P
-            self.estimator_ = HistoryRanking(r.labels, priors, spec, alpha=r.alpha, margin=r.margin)
+        if r.kind == "rank" and priors:  # each pair: the bank ranking's CS on difference − prediction, at alpha / P
+            self.estimator_ = HistoryRanking(r.labels, priors, spec, alpha=r.alpha, margin=r.margin, epsilon=r.epsilon,
+                                             bet_horizon=r.max_items)
         elif r.kind == "select" and priors:  # each model: certify --history's exact CS, at alpha / M
             self.estimator_ = HistorySelection(r.labels, priors, spec, alpha=r.alpha, top=r.top or 1,
                                                epsilon=r.halfwidth or 0.0, threshold=r.threshold or 0.0).start()

@@ -23,8 +23,8 @@ import numpy as np
 from ._validation import InputError, check_item_indices, check_scores, check_same_length
 from .comparison import EQUIVALENT, UNDECIDED, VERDICTS, Comparison, pair_verdicts
 from .history import HistoryPrior
-from .bank_ranking import look_arrays
 from .single.history import HistoryMethod
+from .history_ranking import HistoryRanking  # noqa: F401  (rank --history, vectorised over the pairs)
 
 GUARANTEE = ("anytime-valid and exact for the bank's difference: without-replacement betting confidence "
              "sequence (Waudby-Smith & Ramdas 2020) on the paired difference minus its history prediction")
@@ -111,100 +111,6 @@ def bank_comparison(method: PairDifferenceMethod, model_a: str, model_b: str, ma
     return Comparison(model_a, model_b, int(est.n_scored), n_total, float(diff), float(lower), float(upper),
                       verdict, rule, look if rule else None, GUARANTEE, est.confidence, "paired-history",
                       "difference", float(margin), exact=bool(est.exhausted))
-
-
-class HistoryRanking:
-    """A bank-target ranking whose pair intervals are :class:`PairDifferenceMethod`'s (the predicted paired
-    difference as control variate), each at level ``alpha / P`` (Bonferroni over the P pairs, as the
-    plain bank ranking): every ordering statement holds jointly with probability >= 1 - alpha, whatever the
-    history. One exact CS per pair: meant for tens of models (``MAX_MODELS``), not thousands.
-
-    ``update(items, scores)`` takes a look of the shared order (drawn ∝ weight) (bank positions, ``(M, b)`` scores;
-    rows of models that left are ignored); ``result()`` a :class:`~.ranking.Ranking`.
-    """
-
-    MAX_MODELS = 30
-
-    def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
-                 margin: float = 0.0) -> None:
-        self.names = tuple(str(x) for x in names)
-        m = len(self.names)
-        if not 2 <= m <= self.MAX_MODELS:
-            raise InputError(f"rank --history runs one exact confidence sequence per pair: 2 to {self.MAX_MODELS} "
-                             f"models, got {m} (without --history the bank ranking scales to thousands)")
-        if len(priors) != m:
-            raise InputError(f"one history prior per model: {m} models, {len(priors)} priors")
-        self.alpha, self.margin = float(alpha), float(margin)
-        self.pa, self.pb = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
-        p = len(self.pa)
-        confidence = 1.0 - self.alpha / p
-        self.methods = [PairDifferenceMethod(confidence=confidence, subset_intervals=False).start(
-            replace(spec, history=PairPrior(priors[a], priors[b]))) for a, b in zip(self.pa, self.pb)]
-        self.n_items_ = int(spec.n_items)
-        self.comparisons: list[Comparison | None] = [None] * p
-        self.open = np.ones(p, dtype=bool)
-        self.model_open = np.ones(m, dtype=bool)
-        self.sums = np.zeros(m)
-        self.model_used = np.zeros(m, dtype=np.int64)
-        self.n = 0
-        self.looks = 0
-
-    @property
-    def n_total(self) -> int:
-        return self.n_items_
-
-    @property
-    def active(self) -> list[str]:
-        return [self.names[k] for k in np.flatnonzero(self.model_open)]
-
-    def update(self, items: Any, scores: Any) -> "HistoryRanking":
-        items, x = look_arrays(self.names, items, scores)
-        if items.size == 0:
-            return self
-        live = np.flatnonzero(self.model_open)
-        self.n += items.size
-        self.looks += 1
-        self.sums[live] += x[live].sum(axis=1)  # draws ∝ weight: the plain mean estimates the weighted one
-        self.model_used[live] = self.n
-        for p in np.flatnonzero(self.open):
-            method, a, b = self.methods[p], self.pa[p], self.pb[p]
-            fresh = ~method.in_log_[items]
-            if fresh.any():  # the shared order's draws (probability w_j / undrawn weight), predictions fixed first
-                method.propose_shared_order(items[fresh])
-            method.update_pair(items, x[a], x[b])
-            comp = bank_comparison(method, self.names[a], self.names[b], self.margin, self.looks)
-            self.comparisons[p] = comp
-            if comp.done:
-                self.open[p] = False
-        still = np.zeros(len(self.names), dtype=bool)
-        still[self.pa[self.open]] = True
-        still[self.pb[self.open]] = True
-        self.model_open &= still
-        return self
-
-    def result(self):
-        from .bank_ranking import BankPairTable, assemble_ranking
-        from .comparison import VERDICTS
-
-        p = len(self.pa)
-        code = {v: k for k, v in enumerate(VERDICTS)}
-        verdict = np.zeros(p, dtype=np.int64)
-        look, used = np.zeros(p, dtype=np.int64), np.zeros(p, dtype=np.int64)
-        diff, lower, upper = np.full(p, np.nan), np.full(p, -1.0), np.full(p, 1.0)
-        for k, c in enumerate(self.comparisons):
-            if c is None:
-                continue
-            verdict[k], look[k], used[k] = code[c.verdict], c.look or 0, c.n_items
-            diff[k], lower[k], upper[k] = c.diff, c.lower, c.upper
-        guarantee = (f"{GUARANTEE}; each pair at level 1 - alpha/{p}: family-wise over every ordering statement "
-                     "by Bonferroni over the pairs")
-        table = BankPairTable(self.names, self.pa, self.pb, verdict, look, used, diff, lower, upper, self.n_total,
-                              1.0 - self.alpha, self.margin, guarantee)
-        mean = np.where(self.model_used > 0, self.sums / np.maximum(self.model_used, 1), np.nan)
-        return assemble_ranking(table, mean, self.model_used, alpha=self.alpha)
-
-    def describe_history(self) -> dict[str, Any]:
-        return self.methods[0].prior_.describe() if self.methods else {}
 
 
 class HistorySelection:

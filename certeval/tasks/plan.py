@@ -19,7 +19,6 @@ from typing import Any
 
 from .. import __version__
 from ..estimators import make_method, parse_goal
-from ..estimators.paired_history import HistoryRanking
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
 from ..backends.base import ModelSpec, parse_model_spec
 from ..runtime_options import RuntimeOptions, runtime_options
@@ -302,10 +301,6 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
                              "the bank's items (a scores file, bundled:<name>, or earlier run folders)")
         method_obj = make_method(method, confidence=confidence)
     else:
-        if history and kind == "rank" and len(specs) > HistoryRanking.MAX_MODELS:
-            raise InputError(f"rank --history runs one exact confidence sequence per pair: at most "
-                             f"{HistoryRanking.MAX_MODELS} models, got "
-                             f"{len(specs)} (drop --history: the bank ranking without it scales to thousands)")
         if method not in (None, PAIRED_METHOD):
             raise InputError(f"{kind} samples the same uniform item order for every model; --method must be "
                              f"{PAIRED_METHOD!r}, got {method!r}")

@@ -27,7 +27,7 @@ def leaderboard_goal(r: Any) -> str | None:
 
 
 def check_epsilon(r: Any) -> float | None:
-    """``--epsilon``: a rank of the bank target without history or margin, E in (0, 1)."""
+    """``--epsilon``: a rank of the bank target without margin, E in (0, 1)."""
     if r.epsilon is None:
         return None
     if r.kind != "rank":
@@ -39,7 +39,4 @@ def check_epsilon(r: Any) -> float | None:
     if r.margin:
         raise InputError(f"--epsilon replaces the strict verdicts of --margin; pass one of them, got --margin "
                          f"{r.margin!r}")
-    if r.history:
-        raise InputError("--epsilon with --history is not built yet: rank --epsilon without --history, or "
-                         "rank --history with strict verdicts")
     return float(r.epsilon)

@@ -1,0 +1,171 @@
+"""``rank --history`` vectorised over the pairs: cells with and without history, and one run at 188 models.
+
+* ``cells``: per bank (helm_mmlu, vlm_ocrbench) the models are split at random in half; the history half fits
+  one factor model (:func:`~certeval.estimators.history.fit_history_prior`), the other half is ranked with
+  ε-statements (ε = 0.05, alpha = 0.05) on random item orders drawn ∝ weight, looks of 50 items, three ways on
+  the same orders: :class:`~certeval.estimators.history_ranking.HistoryRanking`, the plain
+  :class:`~certeval.estimators.bank_ranking.BankRanking` as ``rank`` builds it (betting CSs up to tens of models,
+  empirical-Bernstein beyond), and the plain ranking with betting CSs forced (the history ranking's
+  construction, so the difference is the history alone). Fraction of model × item cells scored, wall time,
+  and whether every decided pair's interval covered its exact bank difference.
+* ``scale``: ``HistoryRanking`` on all 188 vlm_ocrbench models, each model's prior fitted on the 187 others (what
+  ``rank --history bundled:vlm_ocrbench`` of every model fits: the model itself left out), in a subprocess:
+  peak resident memory (``ru_maxrss``), wall time, cells; and the plain ranking on the same order.
+
+    python -m benchmarks pair_history           # 3 reps per bank, and the 188-model run (about 15 minutes)
+    python -m benchmarks pair_history --quick   # helm_mmlu, 1 rep, no scale run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from benchmarks._meta import write_result  # noqa: E402
+
+EPSILON, ALPHA, LOOK = 0.05, 0.05, 50
+DATASETS = ("helm_mmlu", "vlm_ocrbench")
+
+
+def _bank(name: str):
+    from certeval.banks import bank_from_scores, load_scores, score_matrix
+
+    frame = load_scores(f"bundled:{name}")
+    models = sorted(frame["model"].unique())
+    bank = bank_from_scores(frame)
+    return models, score_matrix(frame, models, bank), bank.spec()
+
+
+def _replay(rank, x: np.ndarray, order: np.ndarray, w: np.ndarray) -> dict:
+    t0 = time.perf_counter()
+    for s in range(0, order.size, LOOK):
+        rank.update(order[s:s + LOOK], x[:, order[s:s + LOOK]])
+        if not rank.model_open.any():
+            break
+    seconds = time.perf_counter() - t0
+    mu = x @ w
+    delta = mu[rank.pa] - mu[rank.pb]
+    decided = rank.verdict != 0
+    covered = bool(np.all((rank.lower[decided] <= delta[decided] + 1e-9)
+                          & (delta[decided] <= rank.upper[decided] + 1e-9)))
+    return {"fraction_cells": float(rank.model_used.sum() / (x.shape[0] * x.shape[1])), "seconds": seconds,
+            "all_decided_intervals_cover": covered}
+
+
+def cells_case(name: str, reps: int, seed: int) -> dict:
+    import certeval.estimators.wor_streams as ws
+    from certeval.estimators.bank_ranking import BankRanking
+    from certeval.estimators.history import fit_history_prior
+    from certeval.estimators.history_ranking import HistoryRanking
+
+    models, x, spec = _bank(name)
+    w = spec.weights()
+    rng = np.random.default_rng(seed)
+    rows = []
+    for rep in range(reps):
+        perm = rng.permutation(len(models))
+        hist, ranked = np.sort(perm[: len(models) // 2]), np.sort(perm[len(models) // 2:])
+        prior = fit_history_prior(x[hist])
+        names = [models[k] for k in ranked]
+        xr = x[ranked]
+        order = ws.weighted_order(w, rng)
+        row = {"rep": rep, "ranked_models": len(names), "history_models": int(hist.size)}
+        row["history"] = _replay(HistoryRanking(names, [prior] * len(names), spec, alpha=ALPHA, epsilon=EPSILON),
+                                 xr, order, w)
+        row["plain"] = _replay(BankRanking(names, alpha=ALPHA, epsilon=EPSILON).start(w), xr, order, w)
+        saved = ws.BETTING_CELLS
+        ws.BETTING_CELLS = ws.CONTROLLED_BETTING_CELLS  # the history ranking's construction, without history
+        try:
+            row["plain_betting"] = _replay(BankRanking(names, alpha=ALPHA, epsilon=EPSILON).start(w), xr, order, w)
+        finally:
+            ws.BETTING_CELLS = saved
+        rows.append(row)
+        print(f"[pair_history] {name} rep {rep}: " + ", ".join(
+            f"{k} {row[k]['fraction_cells']:.3f} ({row[k]['seconds']:.1f}s)" for k in ("history", "plain", "plain_betting")),
+            file=sys.stderr, flush=True)
+    mean = {k: float(np.mean([r[k]["fraction_cells"] for r in rows])) for k in ("history", "plain", "plain_betting")}
+    return {"dataset": name, "models": len(models), "items": int(x.shape[1]), "epsilon": EPSILON, "alpha": ALPHA,
+            "look_items": LOOK, "reps": reps, "mean_fraction_cells": mean,
+            "saving_vs_plain": 1.0 - mean["history"] / mean["plain"],
+            "saving_vs_plain_betting": 1.0 - mean["history"] / mean["plain_betting"],
+            "all_covered": all(r[k]["all_decided_intervals_cover"] for r in rows for k in mean), "rows": rows}
+
+
+def scale_child(seed: int, plain: bool) -> dict:
+    """One run on every vlm_ocrbench model (in its own process, for its peak memory)."""
+    from certeval.estimators.bank_ranking import BankRanking
+    from certeval.estimators.history import fit_history_prior
+    from certeval.estimators.history_ranking import HistoryRanking
+    from certeval.estimators.wor_streams import weighted_order
+
+    models, x, spec = _bank("vlm_ocrbench")
+    w = spec.weights()
+    order = weighted_order(w, np.random.default_rng(seed))
+    t0 = time.perf_counter()
+    if plain:
+        rank = BankRanking(models, alpha=ALPHA, epsilon=EPSILON).start(w)
+        fit_s = 0.0
+    else:
+        keep = np.ones(len(models), dtype=bool)
+        priors = []
+        for k in range(len(models)):  # leave the model out of its own history
+            keep[k] = False
+            priors.append(fit_history_prior(x[keep]))
+            keep[k] = True
+        fit_s = time.perf_counter() - t0
+        rank = HistoryRanking(models, priors, spec, alpha=ALPHA, epsilon=EPSILON)
+    out = _replay(rank, x, order, w)
+    out.update({"models": len(models), "pairs": len(rank.pa), "items": int(x.shape[1]),
+                "construction": rank.pairs.CONSTRUCTION, "prior_fit_seconds": fit_s,
+                "wall_seconds": time.perf_counter() - t0,
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    return out
+
+
+def scale_case(seed: int) -> dict:
+    out = {"history_source": "each model's prior fitted on the other 187 vlm_ocrbench models (leave-one-out, as "
+                             "rank --history bundled:vlm_ocrbench fits it); NOT held-out models",
+           "epsilon": EPSILON, "alpha": ALPHA, "look_items": LOOK, "seed": seed}
+    for label, flag in (("history", []), ("plain", ["--plain"])):
+        cmd = [sys.executable, "-m", "benchmarks.pair_history", "--scale-child", "--seed", str(seed), *flag]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+        out[label] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"[pair_history] 188 models {label}: {out[label]}", file=sys.stderr, flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks pair_history", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--skip-scale", action="store_true")
+    p.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.scale_child:
+        print(json.dumps(scale_child(args.seed, args.plain)))
+        return 0
+    cases = [cells_case(name, 1 if args.quick else args.reps, args.seed)
+             for name in (("helm_mmlu",) if args.quick else DATASETS)]
+    result = {"cells": cases}
+    if not (args.quick or args.skip_scale):
+        result["scale"] = scale_case(args.seed)
+    path = write_result("pair_history", result, args.quick)
+    print(f"pair_history -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

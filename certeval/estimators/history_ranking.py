@@ -1,0 +1,133 @@
+"""``rank --history`` at any scale: the bank ranking's pair confidence sequences with each pair's predicted
+difference as control variate, vectorised over the pairs.
+
+Every ranked model k has a :class:`~.history.HistoryPrior` (a factor model fitted on other models' recorded
+scores). Before each look, each model's prediction ``p_kj`` of every item is refitted on its own scores of the
+earlier looks (the posterior mean of :meth:`HistoryPrior.predict`, one small solve per prior and the models
+sharing it): an ``M × N`` matrix. The shared order means every model has scored the same items, so nothing
+per pair is fitted: pair (a, b)'s prediction of ``z_j = (x_aj − x_bj + 1)/2`` is ``(p_aj − p_bj + 1)/2``,
+formed for the look's items only, and the predicted rest ``Σ_{undrawn} w_j (p_aj − p_bj + 1)/2`` comes from
+the per-model sums. Memory O(M·N + P) (P = M(M−1)/2 pair streams), never P × N.
+
+Each pair's stream is :class:`~.wor_streams.ControlledStreams` (the plain bank ranking's without-replacement
+betting CS, or its empirical-Bernstein CS beyond tens of models, on ``(z − a + 1)/2``): exact (width 0 once the
+bank is scored) and anytime-valid whatever the history is, since the predictions of a look are fixed before its
+scores are seen. Each pair runs at level ``alpha / P`` (Bonferroni, as :class:`~.bank_ranking.BankRanking`,
+whose verdicts, ε-statements, tie groups and per-model intervals this class keeps).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._validation import InputError
+from .bank_ranking import PAIR_BLOCK_CELLS, BankRanking, look_arrays
+from .wor_streams import make_controlled_streams
+
+GUARANTEE = ("bank target, anytime-valid and exact: without-replacement betting confidence sequences (Waudby-Smith "
+             "& Ramdas 2020; empirical-Bernstein beyond tens of models) on each pair's paired difference minus its "
+             "history prediction (each model's factor-model prediction refitted before every look on its own "
+             "earlier scores), items drawn in proportion to their weights; valid whatever the history")
+
+
+class HistoryPredictions:
+    """Every model's current prediction of every item (``pred``, ``M × N``), refitted on the scored items."""
+
+    def __init__(self, priors: Sequence[Any], n_items: int) -> None:
+        groups: dict[int, list[int]] = {}
+        self.priors: list[Any] = []
+        for k, prior in enumerate(priors):
+            if prior.n_items != n_items:
+                raise InputError(f"history prior of model {k} describes {prior.n_items} items, the bank {n_items}")
+            groups.setdefault(id(prior), []).append(k)
+        self.groups = [(priors[ks[0]], np.asarray(ks, dtype=np.int64)) for ks in groups.values()]
+        self.pred = np.empty((len(priors), n_items))
+        for prior, ks in self.groups:
+            self.pred[ks] = np.clip(prior.item_mean, 0.0, 1.0)
+
+    def refit(self, models: np.ndarray, seen: np.ndarray, scores: np.ndarray) -> None:
+        """Refit ``models`` (rows of ``scores``, ``M × N``) on the bank positions ``seen`` (sorted)."""
+        want = np.zeros(self.pred.shape[0], dtype=bool)
+        want[models] = True
+        for prior, ks in self.groups:
+            ks = ks[want[ks]]
+            if ks.size == 0 or seen.size == 0:
+                continue
+            phi = np.column_stack([np.ones(prior.n_items), prior.factors])
+            phi_s = phi[seen]
+            prec = phi_s.T @ phi_s / prior.noise_var + np.diag(
+                1.0 / np.concatenate([[prior.offset_var], prior.loading_var]))
+            resid = scores[np.ix_(ks, seen)] - prior.item_mean[seen][None, :]
+            theta = np.linalg.solve(prec, phi_s.T @ resid.T / prior.noise_var)  # (factors + 1, models)
+            self.pred[ks] = np.clip(prior.item_mean[None, :] + (phi @ theta).T, 0.0, 1.0)
+
+
+class HistoryRanking(BankRanking):
+    """A bank-target ranking whose pair CSs use each pair's predicted difference as control variate (see the
+    module docstring). Ready to ``update(items, scores)`` once built (a look of the shared order drawn ∝ weight:
+    bank positions and ``(M, b)`` scores; rows of models that left are ignored); ``result()`` a
+    :class:`~.ranking.Ranking`. Any number of models: O(M·N) for the predictions and the scores seen."""
+
+    MAX_MODELS = None  # no cap: the pairs are vectorised (rank --history used to stop at 30 models)
+
+    def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
+                 margin: float = 0.0, epsilon: float | None = None, bet_horizon: int | None = None) -> None:
+        super().__init__(names, alpha=alpha, margin=margin, epsilon=epsilon)
+        if len(priors) != len(self.names):
+            raise InputError(f"one history prior per model: {len(self.names)} models, {len(priors)} priors")
+        self.priors = tuple(priors)
+        self.start(spec.weights(), bet_horizon=bet_horizon)
+        p = len(self.pa)
+        self.pairs = make_controlled_streams(p, self.n_total, self.alpha / p, bet_horizon)
+        self.predictions = HistoryPredictions(self.priors, self.n_total)
+        self.drawn = np.zeros(self.n_total, dtype=bool)
+        self.seen_scores = np.full((len(self.names), self.n_total), np.nan)
+
+    def update(self, items: Any, scores: Any) -> "HistoryRanking":
+        items, x = look_arrays(self.names, items, scores)
+        if items.size == 0:
+            return self
+        if items.min() < 0 or items.max() >= self.n_total:
+            raise InputError(f"items must be bank positions in [0, {self.n_total}), got {int(items.max())}")
+        if self.drawn[items].any() or np.unique(items).size != items.size:
+            raise InputError("a look of the shared order names an item twice or one of an earlier look")
+        live = np.flatnonzero(self.model_open)
+        if np.isnan(x[live]).any() or (x[live] < 0).any() or (x[live] > 1).any():
+            raise InputError("every model still in play needs a score in [0, 1] for every item of the look")
+        w = self.w[items]
+        self.n += items.size
+        self.looks += 1
+        y = np.where(np.isnan(x), 0.0, x)
+        self._absorb_models(live, y, w)
+        if len(self.open_idx):
+            pred = self.predictions.pred  # fixed before this look's scores: refitted on the earlier looks only
+            undrawn_w = np.where(self.drawn, 0.0, self.w)
+            s, u = pred @ undrawn_w, float(undrawn_w.sum())
+            oa, ob = self.open_a, self.open_b
+            self.pairs.rest = (s[oa] - s[ob] + u) / 2.0  # Σ_undrawn w (p_a − p_b + 1)/2 per pair
+            step = max(1, PAIR_BLOCK_CELLS // len(self.open_idx))
+            for lo in range(0, items.size, step):
+                yc, pc = y[:, lo:lo + step], pred[:, items[lo:lo + step]]
+                self.pairs.absorb((yc[oa] - yc[ob] + 1.0) / 2.0, w[lo:lo + step], (pc[oa] - pc[ob] + 1.0) / 2.0)
+            self._decide_pairs()
+        self.drawn[items] = True
+        self.seen_scores[live[:, None], items[None, :]] = y[live]
+        still = np.flatnonzero(self.model_open)
+        if still.size and self.n < self.n_total:  # the next look's predictions, from the scores seen so far
+            self.predictions.refit(still, np.flatnonzero(self.drawn), self.seen_scores)
+        return self
+
+    def guarantee(self) -> str:
+        p = len(self.pa)
+        what = "every ordering statement" if self.epsilon is None else (
+            f"the epsilon-statements: every model listed in a higher tie group has a bank mean at least that of "
+            f"every model in a lower group minus {self.epsilon:g},")
+        return f"{GUARANTEE}; family-wise over {what} by Bonferroni over the {p} pairs (each at alpha/{p})"
+
+    def state(self) -> dict[str, Any]:
+        raise InputError("rank --history keeps no resumable state (its predictions are refitted from the scores)")
+
+    def describe_history(self) -> dict[str, Any]:
+        return self.priors[0].describe() if self.priors else {}

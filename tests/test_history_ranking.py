@@ -1,0 +1,148 @@
+"""rank --history vectorised over the pairs (estimators/history_ranking.py, wor_streams.ControlledStreams):
+coverage with peeking at every look, family-wise over the pairs, and a broken control the same check catches;
+exact at exhaustion; no model cap; ε-statements with history through the group estimator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from certeval.estimators._validation import InputError
+from certeval.estimators.bank_ranking import BankRanking
+from certeval.estimators.history import fit_history_prior
+from certeval.estimators.history_ranking import HistoryRanking
+from certeval.estimators.protocol import BankSpec
+from certeval.estimators.wor_streams import ControlledBettingStreams, ControlledWorStreams, weighted_order
+
+
+def _factor_bank(rng, models: int, items: int, factors: int = 3) -> np.ndarray:
+    """Binary scores from a logistic factor model: history that really predicts."""
+    u, v = rng.normal(size=(models, factors)), rng.normal(size=(items, factors))
+    ability, ease = rng.normal(0.0, 0.7, size=models), rng.normal(0.0, 1.0, size=items)
+    p = 1.0 / (1.0 + np.exp(-(ability[:, None] + ease[None, :] + u @ v.T)))
+    return (rng.random(p.shape) < p).astype(float)
+
+
+def _stream_misses(cls, rng, *, peek: bool, streams: int = 300, items: int = 60, delta: float = 0.2,
+                   orders: int = 4) -> float:
+    """Fraction of (stream, order) runs whose interval misses its exact weighted mean at some look."""
+    misses = runs = 0
+    w = np.full(items, 1.0 / items)
+    for _ in range(orders):
+        x = (rng.random((streams, items)) < rng.random((streams, 1))).astype(float) * 0.5 + 0.5 * (
+            rng.random((streams, items)) < 0.5)  # values in {0, 0.5, 1}, as a pair's (x_a - x_b + 1)/2
+        a = np.clip(0.5 + rng.normal(0, 0.2, size=x.shape), 0, 1)  # fixed before the run: predictable
+        truth = x @ w
+        s = cls(streams, items, delta)
+        order = rng.permutation(items)
+        missed = np.zeros(streams, dtype=bool)
+        for lo in range(0, items - 1, 5):
+            it = order[lo:lo + 5]
+            s.rest = (a * np.where(np.isin(np.arange(items), order[:lo]), 0.0, w)).sum(axis=1)
+            pred = x[:, it] if peek else a[:, it]  # broken: the 'prediction' is the item's own score
+            s.absorb(x[:, it], w[it], pred)
+            _, lower, upper = s.bounds()
+            missed |= (truth < lower - 1e-9) | (truth > upper + 1e-9)
+        misses += int(missed.sum())
+        runs += streams
+    return misses / runs
+
+
+@pytest.mark.parametrize("cls", [ControlledBettingStreams, ControlledWorStreams])
+def test_controlled_streams_cover_at_every_look_and_a_peeking_prediction_is_caught(cls):
+    rng = np.random.default_rng(11)
+    delta = 0.2
+    ok = _stream_misses(cls, rng, peek=False, delta=delta)
+    broken = _stream_misses(cls, rng, peek=True, delta=delta)
+    runs = 1200
+    assert ok <= delta + 3 * np.sqrt(delta * (1 - delta) / runs), ok
+    assert broken > delta + 3 * np.sqrt(delta * (1 - delta) / runs), broken  # the same check catches it
+
+
+def _ranking_misses(rng, reps: int, alpha: float, *, models: int = 5, items: int = 120, looks: int = 10,
+                    peek: bool = False) -> float:
+    """Family-wise: fraction of reps in which some pair's interval missed its exact difference at some look
+    (``peek``: broken on purpose, each look's predictions are its own scores)."""
+    bad = 0
+    for _ in range(reps):
+        x = _factor_bank(rng, 20 + models, items)
+        prior = fit_history_prior(x[:20])
+        ranked = x[20:]
+        spec = BankSpec(n_items=items)
+        rank = HistoryRanking([f"m{k}" for k in range(models)], [prior] * models, spec, alpha=alpha)
+        rank.model_open[:] = True
+        delta = (ranked @ spec.weights())[rank.pa] - (ranked @ spec.weights())[rank.pb]
+        order = weighted_order(spec.weights(), rng)
+        missed = False
+        for lo in range(0, items, looks):
+            it = order[lo:lo + looks]
+            if peek:  # the look's own scores, no difference predicted elsewhere
+                rank.predictions.pred[:] = 0.5
+                rank.predictions.pred[:, it] = ranked[:, it]
+            rank.update(it, ranked[:, it])
+            missed |= bool(((rank.lower > delta + 1e-9) | (rank.upper < delta - 1e-9)).any())
+            if not rank.model_open.any():
+                break
+        bad += missed
+    return bad / reps
+
+
+def test_history_ranking_family_wise_coverage_with_peeking():
+    rng = np.random.default_rng(5)
+    alpha, reps = 0.1, 60
+    rate = _ranking_misses(rng, reps, alpha)
+    broken = _ranking_misses(rng, reps, alpha, peek=True)
+    limit = alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps)
+    assert rate <= limit < broken, (rate, broken)  # the same check catches predictions that peek
+
+
+def test_history_ranking_is_exact_at_exhaustion_and_has_no_model_cap():
+    rng = np.random.default_rng(2)
+    items, models = 80, 40  # above the former 30-model cap
+    x = _factor_bank(rng, 10 + models, items)
+    prior = fit_history_prior(x[:10])
+    spec = BankSpec(n_items=items)
+    rank = HistoryRanking([f"m{k}" for k in range(models)], [prior] * models, spec, alpha=0.05, margin=0.0)
+    rank.update(np.arange(items), x[10:])
+    mu = x[10:].mean(axis=1)
+    np.testing.assert_allclose(rank.diff, mu[rank.pa] - mu[rank.pb], atol=1e-9)
+    np.testing.assert_allclose(rank.lower, rank.upper, atol=1e-9)
+    res = rank.result()
+    assert len(res.models) == models and "history prediction" in res.guarantee
+    with pytest.raises(InputError):
+        rank.update(np.arange(1), x[10:, :1])  # the shared order never repeats an item
+
+
+def test_history_ranking_epsilon_statements_and_the_same_order_as_without_history():
+    rng = np.random.default_rng(3)
+    items, models = 150, 6
+    x = _factor_bank(rng, 20 + models, items)
+    spec = BankSpec(n_items=items)
+    names = [f"m{k}" for k in range(models)]
+    hist = HistoryRanking(names, [fit_history_prior(x[:20])] * models, spec, alpha=0.05, epsilon=0.1)
+    plain = BankRanking(names, alpha=0.05, epsilon=0.1).start(spec.weights())
+    order = weighted_order(spec.weights(), rng)
+    for lo in range(0, items, 25):
+        for r in (hist, plain):
+            if r.model_open.any():
+                r.update(order[lo:lo + 25], x[20:, order[lo:lo + 25]])
+    res = hist.result()
+    assert res.epsilon == 0.1 and "epsilon-statements" in res.guarantee
+    mu = x[20:].mean(axis=1)
+    # every listing certified: a higher group's models are at least the lower groups' minus epsilon
+    for g, group in enumerate(res.tie_groups):
+        for lower_group in res.tie_groups[g + 1:]:
+            for a in group:
+                for b in lower_group:
+                    assert mu[names.index(a)] >= mu[names.index(b)] - 0.1 - 1e-9
+
+
+def test_group_estimator_builds_rank_history_with_epsilon():
+    from certeval.estimators.groups import GroupRequest, make_group
+
+    rng = np.random.default_rng(4)
+    x = _factor_bank(rng, 12, 40)
+    prior = fit_history_prior(x[:10])
+    req = GroupRequest(kind="rank", labels=("a", "b"), target="bank", epsilon=0.1, history={"a": prior, "b": prior})
+    group = make_group(req).start(BankSpec(n_items=40), np.arange(40))
+    assert isinstance(group.estimator_, HistoryRanking) and group.estimator_.epsilon == 0.1
