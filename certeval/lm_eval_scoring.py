@@ -109,13 +109,15 @@ def task_scoring(task, name: str) -> dict[str, Any]:
 def item_fields(task, name: str, scoring: dict[str, Any], doc: dict, gen_kwargs: Any) -> dict[str, str]:
     """One doc's columns: its generation settings and its scoring (the gold as ``process_results`` computes it)."""
     where = f"lm-eval task {name!r}"
-    gold = task.doc_to_target(doc)
+    gold, cast = task.doc_to_target(doc), False
     if task.config.doc_to_choice is not None:
         gold = task.doc_to_choice(doc)[gold]
     elif scoring["multiple_target"]:
         gold = list(gold) if isinstance(gold, (list, tuple)) else gold
+    else:  # process_results casts only this gold to the answer's type
+        cast = True
     try:
-        text = json.dumps({**scoring, "task": name, "doc": doc, "gold": gold}, sort_keys=True)
+        text = json.dumps({**scoring, "task": name, "doc": doc, "gold": gold, "cast_gold": cast}, sort_keys=True)
     except (TypeError, ValueError):
         raise InputError(f"{where}: a doc or gold is not plain data (JSON); certeval could not keep it to score "
                          "the item as lm-eval does") from None
@@ -179,7 +181,7 @@ def judge(output: str, item: dict[str, Any], choice: tuple[str, str] | None = No
             return 1.0 if value > 0.0 else 0.0
         return 1.0 if any(_value(fn(references=[g], predictions=[result], **kwargs), metric["name"])
                           for g in golds) else 0.0
-    if type(gold) is not type(result) and not isinstance(result, list):
+    if scoring.get("cast_gold") and type(gold) is not type(result) and not isinstance(result, list):
         gold = type(result)(gold)
     return _value(fn(references=[gold], predictions=[result], **kwargs), metric["name"])
 

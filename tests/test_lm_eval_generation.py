@@ -49,6 +49,52 @@ def test_generation_items_carry_the_request_and_lm_evals_own_filters_judge_them(
         judge(" 8", item, ("exact_match", "other"))
 
 
+def _lm_eval_scores(yaml: str, name: str, answers: list[str]) -> dict:
+    """lm-eval's own path for each answer to every doc: its filters (``apply_filters``), then ``process_results``."""
+    from pathlib import Path
+
+    from lm_eval.tasks import TaskManager
+
+    task = TaskManager(include_path=str(Path(yaml).parent), include_defaults=False).load([name])["tasks"][name]
+    task.set_fewshot_seed(seed=1234)
+    task.build_all_requests(limit=None, rank=0, world_size=1)
+    out = {}
+    for answer in answers:
+        for instance in task.instances:
+            instance.resps, instance.filtered_resps = [answer], {}
+        task.apply_filters()
+        for instance in task.instances:
+            for ensemble in task._filters:
+                result = task.process_results(instance.doc, [instance.filtered_resps[ensemble.name]])
+                out[(answer, f"{name}/{instance.doc_id}", ensemble.name)] = float(result["exact_match"])
+    return out
+
+
+ANSWERS = [" 8", "8", " 26", "26\n", " It is 26.", "The answer: 44", " 62 or 63", "", " A", " a", "Paris", " paris!"]
+
+
+@pytest.mark.parametrize("variant", ["filters", "several golds", "choices"])
+def test_the_lm_eval_scorer_agrees_with_lm_evals_own_process_results(tmp_path, offline, variant):
+    """A second method: for a dozen answers to every doc, the scorer equals lm-eval's apply_filters +
+    process_results on the task itself — two filter pipelines; a task with several golds (multiple_target: any
+    gold counts); a generation task with doc_to_choice (the gold is a choice's text) and no filter_list."""
+    folder = tmp_path / "tasks"
+    yaml = write_gen_task(folder, n_docs=4, num_fewshot=0, filters=variant != "choices")  # else lm-eval's take_first
+    name = "tiny_gen"
+    if variant == "several golds":
+        name, yaml = "tiny_golds", _variant(folder, "tiny_golds", ('doc_to_target: "{{answer}}"',
+                                                                   'doc_to_target: "{{[answer, \'Paris\']}}"'))
+    elif variant == "choices":
+        name, yaml = "tiny_choice", _variant(folder, "tiny_choice", ('doc_to_target: "{{answer}}"',
+                                                                    "doc_to_target: 1\ndoc_to_choice: ['a', 'paris']"))
+    items = {row["item_id"]: row for row in load_task_items(yaml).to_dict("records")}
+    theirs = _lm_eval_scores(yaml, name, ANSWERS)
+    ours = {(answer, item_id, filt): judge(answer, items[item_id], ("exact_match", filt))
+            for answer, item_id, filt in theirs}
+    assert ours == theirs
+    assert 0 < sum(theirs.values()) < len(theirs)  # some answers right and some wrong: the check can fail
+
+
 def _variant(folder, name: str, replace: tuple[str, str], extra: str = "") -> str:
     text = (folder / "tiny_gen.yaml").read_text().replace("task: tiny_gen", f"task: {name}")
     assert replace[0] in text
