@@ -39,8 +39,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._validation import InputError, check_alpha, check_in_range
-from .comparison import (A_GT_B, A_OVER_B, B_GT_A, B_OVER_A, RULES, UNDECIDED, VERDICTS, Comparison, epsilon_verdicts,
-                         pair_verdicts)
+from .comparison import (A_GT_B, A_OVER_B, B_GT_A, B_OVER_A, EITHER_ORDER, RULES, UNDECIDED, VERDICTS, Comparison,
+                         epsilon_verdicts, pair_verdicts)
 from .epsilon_tests import EpsilonTests, test_verdicts
 from .wor_streams import WorStreams, absorb_rows, check_weights, make_streams, streams_from_state
 
@@ -339,8 +339,11 @@ class BankRanking:
         self.diff[idx], self.used[idx] = diff, self.n
         self.lower[idx], self.upper[idx] = np.maximum(lower, -1.0), np.minimum(upper, 1.0)
         done = codes != UNDECIDED
+        self.look[idx[done & (self.verdict[idx] == UNDECIDED)]] = self.looks
         self.verdict[idx[done]] = codes[done]
-        self.look[idx[done]] = self.looks
+        if self.tests is not None and not exact:
+            self._keep_tracking(done, codes)
+            return
         if done.any():
             keep = ~done
             ps.keep(keep)
@@ -351,6 +354,23 @@ class BankRanking:
             still[self.open_a] = True
             still[self.open_b] = True
             self.model_open &= still
+
+    def _keep_tracking(self, done: np.ndarray, codes: np.ndarray) -> None:
+        """ε-tests: a model leaves once every pair of it has a certified listing, but a settled pair whose two
+        models are both still sampled (for other pairs) keeps testing at no cost in cells, so that its other
+        listing may be certified too (both listings: no constraint on the order, fewer merged tie groups).
+        Rejections only accumulate; the union bound covers every rejection at any time."""
+        idx = self.open_idx
+        undecided = ~done
+        still = np.zeros(len(self.names), dtype=bool)
+        still[self.open_a[undecided]] = True
+        still[self.open_b[undecided]] = True
+        self.model_open &= still
+        keep = self.model_open[self.open_a] & self.model_open[self.open_b] & (codes != EITHER_ORDER)
+        if not keep.all():
+            self.pairs.keep(keep)
+            self.tests.keep(keep)
+            self.open_idx, self.open_a, self.open_b = idx[keep], self.open_a[keep], self.open_b[keep]
 
     # -- result -----------------------------------------------------------------------------------------
     def guarantee(self) -> str:
