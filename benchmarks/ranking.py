@@ -5,6 +5,8 @@ tie groups, round time by look, and one run of all 1,989 openllm_tiny models thr
     python -m benchmarks ranking --quick         # seconds: helm_mmlu, few reps, no pipeline
     python -m benchmarks ranking --skip-pipeline # everything but the pipeline run
     python -m benchmarks ranking --select-only   # only the selection cases, into the stored result
+    python -m benchmarks ranking --epsilon-only --epsilons 0.05,0.1 --no-strict --epsilon-reps helm_mmlu=200
+                                                 # only the epsilon cases (reps per bank), into the stored result
 
 Writes ``benchmarks/results/ranking.json``:
 
@@ -233,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="only the epsilon-ranking cases (rank --epsilon beside strict verdicts), into the stored result")
     p.add_argument("--epsilon-reps", metavar="DATASET=N", action="append", default=[],
                    help="with --epsilon-only: reps for DATASET (repeatable; default: EPSILON_CASES)")
-    p.add_argument("--epsilons", default=None, help="with --epsilon-only: comma-separated epsilons (default 0.025,0.05,0.1)")
+    p.add_argument("--epsilons", default=None,
+                   help="with --epsilon-only: comma-separated epsilons (default 0.025,0.05,0.1)")
     p.add_argument("--no-strict", action="store_true", help="with --epsilon-only: skip the strict-verdict baseline")
     p.add_argument("--output-name", default="ranking", help="with --epsilon-only: the result's name (default ranking)")
     args = p.parse_args(argv)

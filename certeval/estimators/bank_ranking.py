@@ -26,9 +26,9 @@ the two one-sided betting tests of :mod:`.epsilon_tests` (H_A: ``Δ <= -ε``, H_
 ``alpha / P``. The two nulls of a pair are disjoint, so at most one is true and the pair certifies a false
 listing with probability <= alpha/P at any stopping time; by the union bound over the P pairs every certified
 listing is true with probability >= 1 - alpha. The pair intervals are still computed and reported (each a CS at
-``alpha / P``; the O(1) empirical-Bernstein construction whatever M, since they do not decide). ``epsilon_method="intervals"`` certifies from those intervals instead
-(:func:`~.comparison.epsilon_verdicts`; the method before the tests, kept for comparison and for runs stored with
-it).
+``alpha / P``; the O(1) empirical-Bernstein construction whatever M, since they do not decide).
+``epsilon_method="intervals"`` certifies from those intervals instead (:func:`~.comparison.epsilon_verdicts`;
+the method before the tests, kept for comparison and for runs stored with it).
 """
 
 from __future__ import annotations
