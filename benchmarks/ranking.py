@@ -5,6 +5,8 @@ tie groups, round time by look, and one run of all 1,989 openllm_tiny models thr
     python -m benchmarks ranking --quick         # seconds: helm_mmlu, few reps, no pipeline
     python -m benchmarks ranking --skip-pipeline # everything but the pipeline run
     python -m benchmarks ranking --select-only   # only the selection cases, into the stored result
+    python -m benchmarks ranking --epsilon-only --epsilons 0.05,0.1 --no-strict --epsilon-reps helm_mmlu=200
+                                                 # only the epsilon cases (reps per bank), into the stored result
 
 Writes ``benchmarks/results/ranking.json``:
 
@@ -90,20 +92,27 @@ def rank_case(dataset: str, margin: float, reps: int, seed: int, looks_every: in
             "wall_s_per_rep": s["wall_s_per_rep"], "wall_s": time.perf_counter() - start}
 
 
-def epsilon_case(dataset: str, epsilon: float, reps: int, seed: int, looks_every: int = 50) -> dict:
-    """``rank --epsilon`` replayed, beside strict verdicts at margin = epsilon on the same orders (the baseline)."""
+def epsilon_case(dataset: str, epsilon: float, reps: int, seed: int, looks_every: int = 50,
+                 strict: bool = True) -> dict:
+    """``rank --epsilon`` replayed, beside strict verdicts at margin = epsilon on the same orders (the baseline;
+    ``strict=False`` leaves it out). Family-wise error with its Wilson 95% upper bound."""
     from certeval.backtest.comparative import rank_backtest
 
     row: dict = {"dataset": dataset, "epsilon": epsilon, "reps": reps, "looks_every": looks_every}
     for name, request in (("epsilon", {"kind": "rank", "epsilon": epsilon}),
-                          ("strict", {"kind": "rank", "margin": epsilon})):
+                          ("strict", {"kind": "rank", "margin": epsilon}))[:2 if strict else 1]:
         start = time.perf_counter()
         s = rank_backtest(_backtest(dataset, request, reps, seed, looks_every))["summary"]
+        errors = int(round(s["family_wise_error_rate"] * reps))
         row.update({"models": s["models"], "items": s["n_items"], f"{name}_fraction_cells": s["fraction_used"],
                     f"{name}_tie_groups_mean": s["tie_groups_mean"], f"{name}_fwer": s["family_wise_error_rate"],
+                    f"{name}_fwer_wilson_upper": wilson_upper(errors, reps),
                     f"{name}_kendall_tau": s["kendall_tau_mean"],
                     f"{name}_wall_s": round(time.perf_counter() - start, 1)})
-    row["cells_ratio_epsilon_to_strict"] = row["epsilon_fraction_cells"] / row["strict_fraction_cells"]
+        if name == "epsilon":
+            row["epsilon_guarantee"] = s["guarantee"]
+    if strict:
+        row["cells_ratio_epsilon_to_strict"] = row["epsilon_fraction_cells"] / row["strict_fraction_cells"]
     return row
 
 
@@ -224,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="only the selection cases, into the stored result")
     p.add_argument("--epsilon-only", action="store_true",
                    help="only the epsilon-ranking cases (rank --epsilon beside strict verdicts), into the stored result")
+    p.add_argument("--epsilon-reps", metavar="DATASET=N", action="append", default=[],
+                   help="with --epsilon-only: reps for DATASET (repeatable; default: EPSILON_CASES)")
+    p.add_argument("--epsilons", default=None,
+                   help="with --epsilon-only: comma-separated epsilons (default 0.025,0.05,0.1)")
+    p.add_argument("--no-strict", action="store_true", help="with --epsilon-only: skip the strict-verdict baseline")
+    p.add_argument("--output-name", default="ranking", help="with --epsilon-only: the result's name (default ranking)")
     args = p.parse_args(argv)
     if args.select_only:
         from benchmarks._meta import read_result
@@ -237,15 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.epsilon_only:
         from benchmarks._meta import read_result
 
-        stored = read_result("ranking", args.quick) or {}
+        stored = read_result(args.output_name, args.quick) or {}
         stored.pop("meta", None)
         cases = [("helm_mmlu", 1)] if args.quick else EPSILON_CASES
+        reps_for = dict(item.split("=") for item in args.epsilon_reps)
+        cases = [(d, int(reps_for.get(d, r))) for d, r in cases]
+        epsilons = EPSILONS if args.epsilons is None else tuple(float(e) for e in args.epsilons.split(","))
         stored["epsilon"] = []
         for dataset, reps in cases:
-            for eps in EPSILONS:
-                stored["epsilon"].append(epsilon_case(dataset, eps, reps, args.seed))
+            for eps in epsilons:
+                stored["epsilon"].append(epsilon_case(dataset, eps, reps, args.seed, strict=not args.no_strict))
                 print(json.dumps(stored["epsilon"][-1]), flush=True)
-        print(f"wrote {write_result('ranking', stored, args.quick, seed=args.seed)}")
+        print(f"wrote {write_result(args.output_name, stored, args.quick, seed=args.seed)}")
         return 0
     if args.round_time_only:
         from benchmarks._meta import read_result

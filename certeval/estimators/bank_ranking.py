@@ -20,6 +20,15 @@ with probability >= 1 - alpha, whatever the stopping rule. Every ordering statem
 by a covering interval, so the probability that *any* statement is wrong is <= alpha. Models leave as soon
 as all their pairs are decided; stopping is free for a confidence sequence. The per-model intervals printed
 beside the ranking are simultaneous at ``alpha / M``.
+
+ε-statements (``epsilon``; ``epsilon_method="tests"``, the default): each pair's two listings are certified by
+the two one-sided betting tests of :mod:`.epsilon_tests` (H_A: ``Δ <= -ε``, H_B: ``Δ >= ε``), each at level
+``alpha / P``. The two nulls of a pair are disjoint, so at most one is true and the pair certifies a false
+listing with probability <= alpha/P at any stopping time; by the union bound over the P pairs every certified
+listing is true with probability >= 1 - alpha. The pair intervals are still computed and reported (each a CS at
+``alpha / P``; the O(1) empirical-Bernstein construction whatever M, since they do not decide).
+``epsilon_method="intervals"`` certifies from those intervals instead (:func:`~.comparison.epsilon_verdicts`;
+the method before the tests, kept for comparison and for runs stored with it).
 """
 
 from __future__ import annotations
@@ -30,13 +39,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from ._validation import InputError, check_alpha, check_in_range
-from .comparison import (A_GT_B, A_OVER_B, B_GT_A, B_OVER_A, RULES, UNDECIDED, VERDICTS, Comparison, epsilon_verdicts,
-                         pair_verdicts)
-from .wor_streams import absorb_rows, check_weights, make_streams, streams_from_state
+from .comparison import (A_GT_B, A_OVER_B, B_GT_A, B_OVER_A, EITHER_ORDER, RULES, UNDECIDED, VERDICTS, Comparison,
+                         epsilon_verdicts, pair_verdicts)
+from .epsilon_tests import EpsilonTests, test_verdicts
+from .wor_streams import WorStreams, absorb_rows, check_weights, make_streams, streams_from_state
 
 PAIR_BLOCK_CELLS = 1 << 22  # pairs x items absorbed at once
 
 TARGETS = ("bank", "distribution")
+EPSILON_METHODS = ("tests", "intervals")  # how ε-listings are certified (see BankRanking)
 
 GUARANTEE = ("bank target, anytime-valid: without-replacement betting confidence sequences (Waudby-Smith & "
              "Ramdas 2020; empirical-Bernstein beyond tens of models) on the paired differences of the bank's "
@@ -213,8 +224,13 @@ class BankRanking:
     """
 
     def __init__(self, names: Sequence[str], *, alpha: float = 0.05, margin: float = 0.0,
-                 correction: str = "bonferroni", epsilon: float | None = None) -> None:
+                 correction: str = "bonferroni", epsilon: float | None = None,
+                 epsilon_method: str = "tests") -> None:
         self.names = tuple(str(x) for x in names)
+        if epsilon_method not in EPSILON_METHODS:
+            raise InputError(f"epsilon_method must be one of {EPSILON_METHODS}, got {epsilon_method!r}")
+        self.epsilon_method = epsilon_method
+        self.tests = None
         if len(self.names) < 2:
             raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
         if len(set(self.names)) != len(self.names):
@@ -242,7 +258,11 @@ class BankRanking:
         a, b = np.triu_indices(m, k=1)
         p = len(a)
         pair_alpha = self.alpha / p if self.correction == "bonferroni" else self.alpha
-        self.pairs = make_streams(p, n_total, pair_alpha, bet_horizon)
+        self.tests = (EpsilonTests(p, n_total, pair_alpha, self.epsilon)
+                      if self.epsilon is not None and self.epsilon_method == "tests" else None)
+        # the tests decide: the reported pair intervals are the O(1) empirical-Bernstein CSs (no betting grid)
+        self.pairs = (make_streams(p, n_total, pair_alpha, bet_horizon) if self.tests is None
+                      else WorStreams(p, n_total, pair_alpha))
         self.models = make_streams(m, n_total, self.alpha / m, bet_horizon)
         self.open_a, self.open_b = a.astype(np.int32), b.astype(np.int32)
         self.open_idx = np.arange(p, dtype=np.int64)
@@ -290,7 +310,10 @@ class BankRanking:
             step = max(1, PAIR_BLOCK_CELLS // len(self.open_idx))
             for s in range(0, y.shape[1], step):
                 yc = y[:, s:s + step]
-                self.pairs.absorb((yc[self.open_a] - yc[self.open_b] + 1.0) / 2.0, w[s:s + step])
+                z = (yc[self.open_a] - yc[self.open_b] + 1.0) / 2.0
+                self.pairs.absorb(z, w[s:s + step])
+                if self.tests is not None:
+                    self.tests.absorb(z, w[s:s + step])
             self._decide_pairs()
         return self
 
@@ -306,22 +329,48 @@ class BankRanking:
         mean, lo, up = ps.bounds()
         diff, lower, upper = 2 * mean - 1, 2 * lo - 1, 2 * up - 1
         exact = self.n == self.n_total
-        codes = (pair_verdicts(diff, lower, upper, self.margin, exact) if self.epsilon is None
-                 else epsilon_verdicts(diff, lower, upper, self.epsilon, exact))
+        if self.epsilon is None:
+            codes = pair_verdicts(diff, lower, upper, self.margin, exact)
+        elif self.tests is None or exact:
+            codes = epsilon_verdicts(diff, lower, upper, self.epsilon, exact)
+        else:  # the boundary tests decide; the intervals are reported beside them
+            codes = test_verdicts(self.tests.rejected_a, self.tests.rejected_b)
         idx = self.open_idx
         self.diff[idx], self.used[idx] = diff, self.n
         self.lower[idx], self.upper[idx] = np.maximum(lower, -1.0), np.minimum(upper, 1.0)
         done = codes != UNDECIDED
+        self.look[idx[done & (self.verdict[idx] == UNDECIDED)]] = self.looks
         self.verdict[idx[done]] = codes[done]
-        self.look[idx[done]] = self.looks
+        if self.tests is not None and not exact:
+            self._keep_tracking(done, codes)
+            return
         if done.any():
             keep = ~done
             ps.keep(keep)
+            if self.tests is not None:
+                self.tests.keep(keep)
             self.open_idx, self.open_a, self.open_b = idx[keep], self.open_a[keep], self.open_b[keep]
             still = np.zeros(len(self.names), dtype=bool)
             still[self.open_a] = True
             still[self.open_b] = True
             self.model_open &= still
+
+    def _keep_tracking(self, done: np.ndarray, codes: np.ndarray) -> None:
+        """ε-tests: a model leaves once every pair of it has a certified listing, but a settled pair whose two
+        models are both still sampled (for other pairs) keeps testing at no cost in cells, so that its other
+        listing may be certified too (both listings: no constraint on the order, fewer merged tie groups).
+        Rejections only accumulate; the union bound covers every rejection at any time."""
+        idx = self.open_idx
+        undecided = ~done
+        still = np.zeros(len(self.names), dtype=bool)
+        still[self.open_a[undecided]] = True
+        still[self.open_b[undecided]] = True
+        self.model_open &= still
+        keep = self.model_open[self.open_a] & self.model_open[self.open_b] & (codes != EITHER_ORDER)
+        if not keep.all():
+            self.pairs.keep(keep)
+            self.tests.keep(keep)
+            self.open_idx, self.open_a, self.open_b = idx[keep], self.open_a[keep], self.open_b[keep]
 
     # -- result -----------------------------------------------------------------------------------------
     def guarantee(self) -> str:
@@ -331,6 +380,11 @@ class BankRanking:
         what = "every ordering statement" if self.epsilon is None else (
             f"the epsilon-statements: every model listed in a higher tie group has a bank mean at least that of "
             f"every model in a lower group minus {self.epsilon:g},")
+        if self.tests is not None:
+            return (f"{GUARANTEE} (reported beside the listings); the listings are certified by two one-sided "
+                    f"without-replacement betting tests per pair (mu_a - mu_b <= -{self.epsilon:g} and >= "
+                    f"{self.epsilon:g}; disjoint nulls, each test at the pair's level), anytime-valid, exact at "
+                    f"exhaustion; family-wise over {what} by {how}")
         return f"{GUARANTEE}; family-wise over {what} by {how}"
 
     def pair_table(self) -> BankPairTable:
@@ -354,14 +408,18 @@ class BankRanking:
     def state(self) -> dict[str, Any]:
         return {"kind": "bank-ranking", "names": list(self.names), "alpha": self.alpha, "margin": self.margin,
                 "correction": self.correction, "epsilon": self.epsilon, "n": self.n, "looks": self.looks,
-                "pairs": self.pairs.state(), "models": self.models.state(),
+                "pairs": self.pairs.state(), "models": self.models.state(), "epsilon_method": self.epsilon_method,
+                "tests": None if self.tests is None else self.tests.state(),
                 **{k: getattr(self, k).copy() for k in self.ARRAYS}}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "BankRanking":
         obj = cls(state["names"], alpha=float(state["alpha"]), margin=float(state["margin"]),
-                  correction=str(state["correction"]), epsilon=state.get("epsilon"))
+                  correction=str(state["correction"]), epsilon=state.get("epsilon"),
+                  epsilon_method=str(state.get("epsilon_method", "intervals")))
         obj.n, obj.looks = int(state["n"]), int(state["looks"])
+        tests = state.get("tests")
+        obj.tests = None if tests is None else EpsilonTests.from_state(tests)
         obj.pairs = streams_from_state(state["pairs"])
         obj.models = streams_from_state(state["models"])
         for k in cls.ARRAYS:
