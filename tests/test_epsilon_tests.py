@@ -149,3 +149,50 @@ def test_settled_pairs_keep_testing_so_tie_groups_stay_as_fine_as_the_interval_r
                 break
         out[method] = (len(r.result().tie_groups), r.model_used.mean())
     assert out["tests"][0] >= out["intervals"][0] and out["tests"][1] < out["intervals"][1], out
+
+
+def _controlled_tests_on(z: np.ndarray, a: np.ndarray, peek: bool) -> EpsilonTests:
+    """The tests with a control variate: predictions ``a`` fixed before the run, the predicted rest from them
+    (``peek``: broken on purpose — each drawn item's 'prediction' is its own value, the rest still from ``a``)."""
+    tests = EpsilonTests(K, N, DELTA, EPS)
+    w = np.full(N, 1.0 / N)
+    for start in range(0, N - 1, LOOK):
+        stop = min(start + LOOK, N - 1)
+        tests.rest = a[:, start:] @ w[start:]  # Σ w·a over the undrawn items, set before the look
+        tests.absorb(z[:, start:stop], w[start:stop], z[:, start:stop] if peek else a[:, start:stop])
+    return tests
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_with_a_control_variate_a_true_boundary_null_is_rejected_at_most_delta_and_peeking_is_caught(side):
+    """rank --history's tests: predictions that track the values (fixed before the run) keep the level and
+    reject more true boundaries of their own kind than without them never; predictions that peek are caught."""
+    mean = (1 - EPS) / 2 if side == "a" else (1 + EPS) / 2
+    z = _boundary_lists(17 if side == "a" else 18, mean)
+    rng = np.random.default_rng(5)
+    a = np.clip(z + rng.normal(0.0, 0.3, size=z.shape), 0.0, 1.0)  # informative, fixed before any draw
+    flag = "rejected_a" if side == "a" else "rejected_b"
+    wrong = int(getattr(_controlled_tests_on(z, a, peek=False), flag).sum())
+    broken = int(getattr(_controlled_tests_on(z, a, peek=True), flag).sum())
+    assert wrong <= _bound() < broken, (wrong, _bound(), broken)
+
+
+def test_a_control_variate_that_predicts_well_certifies_with_fewer_items():
+    """Two equal models (Δ = 0, both listings true): good predictions reject Δ <= -ε after fewer items than none
+    (the drift against the boundary is small, so the variance the predictions remove decides)."""
+    z = _boundary_lists(19, 0.5)[:300]
+    rng = np.random.default_rng(6)
+    a = np.clip(z + rng.normal(0.0, 0.15, size=z.shape), 0.0, 1.0)
+    w = np.full(N, 1.0 / N)
+
+    def first_rejection(pred: np.ndarray | None) -> float:
+        tests, when = EpsilonTests(len(z), N, DELTA, EPS), np.full(len(z), N)
+        for start in range(0, N, LOOK):
+            stop = min(start + LOOK, N)
+            if pred is not None:
+                tests.rest = pred[:, start:] @ w[start:]
+            tests.absorb(z[:, start:stop], w[start:stop], None if pred is None else pred[:, start:stop])
+            when = np.where(tests.rejected_a & (when == N), stop, when)
+        return float(when.mean())
+
+    assert first_rejection(a) < 0.8 * first_rejection(None)

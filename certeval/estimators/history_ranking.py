@@ -13,7 +13,8 @@ Each pair's stream is :class:`~.wor_streams.ControlledStreams` (the plain bank r
 betting CS, or its empirical-Bernstein CS beyond tens of models, on ``(z − a + 1)/2``): exact (width 0 once the
 bank is scored) and anytime-valid whatever the history is, since the predictions of a look are fixed before its
 scores are seen. Each pair runs at level ``alpha / P`` (Bonferroni, as :class:`~.bank_ranking.BankRanking`,
-whose verdicts, ε-statements, tie groups and per-model intervals this class keeps).
+whose verdicts, ε-statements, tie groups and per-model intervals this class keeps). With ε, the listings are
+certified by the bank ranking's boundary tests (:mod:`.epsilon_tests`) on the same controlled values.
 """
 
 from __future__ import annotations
@@ -107,10 +108,15 @@ class HistoryRanking(BankRanking):
             s, u = pred @ undrawn_w, float(undrawn_w.sum())
             oa, ob = self.open_a, self.open_b
             self.pairs.rest = (s[oa] - s[ob] + u) / 2.0  # Σ_undrawn w (p_a − p_b + 1)/2 per pair
+            if self.tests is not None:  # the ε-listings' boundary tests, on the same controlled values
+                self.tests.rest = self.pairs.rest.copy()
             step = max(1, PAIR_BLOCK_CELLS // len(self.open_idx))
             for lo in range(0, items.size, step):
                 yc, pc = y[:, lo:lo + step], pred[:, items[lo:lo + step]]
-                self.pairs.absorb((yc[oa] - yc[ob] + 1.0) / 2.0, w[lo:lo + step], (pc[oa] - pc[ob] + 1.0) / 2.0)
+                z, a = (yc[oa] - yc[ob] + 1.0) / 2.0, (pc[oa] - pc[ob] + 1.0) / 2.0
+                self.pairs.absorb(z, w[lo:lo + step], a)
+                if self.tests is not None:
+                    self.tests.absorb(z, w[lo:lo + step], a)
             self._decide_pairs()
         self.drawn[items] = True
         self.seen_scores[live[:, None], items[None, :]] = y[live]
@@ -124,7 +130,10 @@ class HistoryRanking(BankRanking):
         what = "every ordering statement" if self.epsilon is None else (
             f"the epsilon-statements: every model listed in a higher tie group has a bank mean at least that of "
             f"every model in a lower group minus {self.epsilon:g},")
-        return f"{GUARANTEE}; family-wise over {what} by Bonferroni over the {p} pairs (each at alpha/{p})"
+        how = "" if self.tests is None else (
+            " (the listings certified by two one-sided without-replacement betting tests per pair on the same "
+            "controlled values, disjoint nulls, each test at the pair's level)")
+        return f"{GUARANTEE}; family-wise over {what} by Bonferroni over the {p} pairs (each at alpha/{p}){how}"
 
     def state(self) -> dict[str, Any]:
         raise InputError("rank --history keeps no resumable state (its predictions are refitted from the scores)")
