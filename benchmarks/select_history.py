@@ -13,7 +13,7 @@ Fraction of model × item cells scored, and whether the run erred: the selected 
 best's minus ε, or a model dropped as ``not-best`` that is the exact best. The error rate's Wilson upper bound is
 at 95%.
 
-    python -m benchmarks select_history            # helm_mmlu, 40 reps (about 2 minutes on 2 cores)
+    python -m benchmarks select_history            # helm_mmlu, 100 reps (about 2 minutes on 2 cores)
     python -m benchmarks select_history --quick    # 3 reps
 """
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m benchmarks select_history", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--reps", type=int, default=40)
+    p.add_argument("--reps", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     reps = 3 if args.quick else args.reps

@@ -195,7 +195,7 @@ class HistorySelection:
     order (drawn ∝ weight). The pair CSs, at the rule's level ``1 - alpha / (2P)``, are on the plain paired
     differences by default; with ``control_pairs`` each takes the pair's predicted difference as control variate
     (:class:`ControlledPairSelection`). Not the default: on helm_mmlu (top-1 within 0.02, 22 models, the other 22
-    as history, 40 orders; ``python -m benchmarks select_history``) it scored 0.386 of the cells against 0.361 —
+    as history, 100 orders; ``python -m benchmarks select_history``) it scored 0.377 of the cells against 0.351 —
     the bet values ``(z − a + 1)/2`` halve the range the bets may use, and the predictions of close models'
     difference explain too little of it to pay that back. On the event that every model's and every pair's CS
     covers (probability >= 1 - alpha, whatever the history), every drop is correct and the selection is an
