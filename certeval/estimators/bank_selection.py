@@ -155,20 +155,28 @@ class BankSelection:
         running[live] = True
         rows = np.flatnonzero(self.pair_open & running[self.pair_a] & running[self.pair_b])
         if rows.size:
-            diff = (x[self.pair_a[rows]] - x[self.pair_b[rows]] + 1.0) / 2.0
-            absorb_rows(self.pairs, rows, diff, self.w[items])
+            self._pair_look(rows, x, items)
         new = self._pairs_needed(live, running)
         if new.size:  # running models were scored at every look: their whole order so far is in seen_x
-            past_x, past_items = self.seen_x[:, :self.n], self.seen_items[:self.n]
-            diff = (past_x[self.pair_a[new]] - past_x[self.pair_b[new]] + 1.0) / 2.0
-            fresh = fresh_like(self.pairs, new.size)
-            fresh.absorb(diff, self.w[past_items])
-            self.pairs.put_rows(new, fresh)
+            self.pairs.put_rows(new, self._pair_replay(new))
             self.pair_open[new] = True
             rows = np.concatenate([rows, new])
         if rows.size:
             _, lower, upper = self.pairs.bounds()
             self.pair_lower[rows], self.pair_upper[rows] = 2.0 * lower[rows] - 1.0, 2.0 * upper[rows] - 1.0
+
+    def _pair_look(self, rows: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
+        """The look's paired differences into the open pair streams ``rows``."""
+        diff = (x[self.pair_a[rows]] - x[self.pair_b[rows]] + 1.0) / 2.0
+        absorb_rows(self.pairs, rows, diff, self.w[items])
+
+    def _pair_replay(self, new: np.ndarray) -> Any:
+        """Fresh streams for the pairs ``new``, having absorbed the whole order so far."""
+        past_x, past_items = self.seen_x[:, :self.n], self.seen_items[:self.n]
+        diff = (past_x[self.pair_a[new]] - past_x[self.pair_b[new]] + 1.0) / 2.0
+        fresh = fresh_like(self.pairs, new.size)
+        fresh.absorb(diff, self.w[past_items])
+        return fresh
 
     def _pairs_needed(self, live: np.ndarray, running: np.ndarray) -> np.ndarray:
         """Rows of the unopened pairs between one of the K running models with the largest means and another

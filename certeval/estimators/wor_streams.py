@@ -417,6 +417,11 @@ def make_streams(k: int, n_total: int, delta: float, bet_horizon: int | None = N
 
 def fresh_like(streams: _Streams, k: int) -> _Streams:
     """``k`` new streams of the same construction, level and bank as ``streams``, at the order's start."""
+    if isinstance(streams, ControlledStreams):
+        if isinstance(streams, BettingStreams):
+            return ControlledBettingStreams(k, streams.n_total, streams.delta, grid_size=streams.grid_size,
+                                            bet_horizon=streams.bet_horizon)
+        return ControlledWorStreams(k, streams.n_total, streams.delta)
     if isinstance(streams, BettingStreams):
         return BettingStreams(k, streams.n_total, streams.delta, grid_size=streams.grid_size,
                               bet_horizon=streams.bet_horizon)
