@@ -290,14 +290,16 @@ class BankRanking:
     def active(self) -> list[str]:
         return [self.names[k] for k in np.flatnonzero(self.model_open)]
 
-    def update(self, items: Any, scores: Any) -> "BankRanking":
+    def _begin_look(self, items: Any, scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """A look checked and counted, the running models' intervals updated: (items, live models, scores with
+        0 for the rows of models that left, weights); None for an empty look."""
         items, x = look_arrays(self.names, items, scores)
         if items.size and (items.min() < 0 or items.max() >= self.n_total):
             raise InputError(f"items must be bank positions in [0, {self.n_total}), got {int(items.max())}")
         if self.n + items.size > self.n_total:
             raise InputError(f"more items ({self.n + items.size}) than the bank holds ({self.n_total})")
         if items.size == 0:
-            return self
+            return None
         live = np.flatnonzero(self.model_open)
         if np.isnan(x[live]).any() or (x[live] < 0).any() or (x[live] > 1).any():
             raise InputError("every model still in play needs a score in [0, 1] for every item of the look")
@@ -306,6 +308,13 @@ class BankRanking:
         self.looks += 1
         y = np.where(np.isnan(x), 0.0, x)
         self._absorb_models(live, y, w)
+        return items, live, y, w
+
+    def update(self, items: Any, scores: Any) -> "BankRanking":
+        look = self._begin_look(items, scores)
+        if look is None:
+            return self
+        items, live, y, w = look
         if len(self.open_idx):  # z = (x_a - x_b + 1)/2, in slices: a (pairs x items) block would not fit at M ~ 2000
             step = max(1, PAIR_BLOCK_CELLS // len(self.open_idx))
             for s in range(0, y.shape[1], step):

@@ -23,8 +23,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._validation import InputError
-from .bank_ranking import PAIR_BLOCK_CELLS, BankRanking, look_arrays
+from ._validation import InputError, check_item_indices
+from .bank_ranking import PAIR_BLOCK_CELLS, BankRanking
 from .wor_streams import make_controlled_streams
 
 GUARANTEE = ("bank target, anytime-valid and exact: without-replacement betting confidence sequences (Waudby-Smith "
@@ -87,21 +87,13 @@ class HistoryRanking(BankRanking):
         self.seen_scores = np.full((len(self.names), self.n_total), np.nan)
 
     def update(self, items: Any, scores: Any) -> "HistoryRanking":
-        items, x = look_arrays(self.names, items, scores)
-        if items.size == 0:
-            return self
-        if items.min() < 0 or items.max() >= self.n_total:
-            raise InputError(f"items must be bank positions in [0, {self.n_total}), got {int(items.max())}")
-        if self.drawn[items].any() or np.unique(items).size != items.size:
+        positions = check_item_indices(items, self.n_total)  # the shared order's rule, before anything changes
+        if self.drawn[positions].any() or np.unique(positions).size != positions.size:
             raise InputError("a look of the shared order names an item twice or one of an earlier look")
-        live = np.flatnonzero(self.model_open)
-        if np.isnan(x[live]).any() or (x[live] < 0).any() or (x[live] > 1).any():
-            raise InputError("every model still in play needs a score in [0, 1] for every item of the look")
-        w = self.w[items]
-        self.n += items.size
-        self.looks += 1
-        y = np.where(np.isnan(x), 0.0, x)
-        self._absorb_models(live, y, w)
+        look = self._begin_look(items, scores)
+        if look is None:
+            return self
+        items, live, y, w = look
         if len(self.open_idx):
             pred = self.predictions.pred  # fixed before this look's scores: refitted on the earlier looks only
             undrawn_w = np.where(self.drawn, 0.0, self.w)
