@@ -72,6 +72,8 @@ class HFHost(ModelHost):
         self.spec = spec
         self.model = model
         self.tokenizer = tokenizer
+        if options.max_length is None:  # the model's own limit, as lm-eval's hf model reads it
+            options = replace(options, max_length=model_max_length(model, tokenizer))
         self.options = options
         if options.scorer is not None:
             sc.get_scorer(options.scorer)  # fail on an unknown scorer before any item is sent
@@ -238,8 +240,6 @@ def build_host(spec: ModelSpec, *, cache_dir: str | None = None, **kwargs: Any) 
 
         torch.set_num_threads(options.threads)
     model, tokenizer = load_model(str(model_dir), options.device, options.dtype)
-    if options.max_length is None:
-        options = replace(options, max_length=model_max_length(model, tokenizer))
     return HFHost(spec, model, tokenizer, options)
 
 
