@@ -44,20 +44,25 @@ def metric_name(scorer: str | None) -> str:
     ``score`` for a replay of recorded scores (scorer unknown)."""
     if not scorer or scorer == "auto":
         return "score"
-    if is_lm_eval_scorer(scorer) and parse_choice(scorer):
-        return parse_choice(scorer)[0]
-    return SCORER_METRICS.get(scorer, scorer.replace("-", "_"))
+    pair = _lm_eval_pair(scorer)
+    return pair[0] if pair else SCORER_METRICS.get(scorer, scorer.replace("-", "_"))
 
 
 def filter_name(scorer: str | None) -> str:
     """lm-eval's filter the metric was taken after: an lm-eval task's own for ``lm-eval:METRIC,FILTER``, else
     ``none`` (no filter)."""
-    if is_lm_eval_scorer(scorer) and parse_choice(scorer):
-        return parse_choice(scorer)[1]
-    return FILTER
+    pair = _lm_eval_pair(scorer)
+    return pair[1] if pair else FILTER
 
 
-def _metric_key(results: dict[str, Any]) -> tuple[str, str]:
+def _lm_eval_pair(scorer: str | None) -> tuple[str, str] | None:
+    """(metric, filter) of a qualified ``lm-eval:METRIC,FILTER`` scorer; None for any other scorer."""
+    return parse_choice(scorer) if is_lm_eval_scorer(scorer) else None
+
+
+def results_metric_key(results: dict[str, Any]) -> tuple[str, str]:
+    """(metric, filter) of a results.json's lm-eval blocks (``acc``, ``none`` for those written before metrics had
+    names)."""
     for block in (results.get("results") or {}).values():
         for key in block:
             name, _, filt = key.partition(",")
@@ -68,12 +73,7 @@ def _metric_key(results: dict[str, Any]) -> tuple[str, str]:
 
 def results_metric(results: dict[str, Any]) -> str:
     """The metric name of a results.json's lm-eval blocks (``acc`` for those written before metrics had names)."""
-    return _metric_key(results)[0]
-
-
-def results_filter(results: dict[str, Any]) -> str:
-    """The filter of a results.json's lm-eval blocks (``none`` unless an lm-eval task's filter was used)."""
-    return _metric_key(results)[1]
+    return results_metric_key(results)[0]
 
 
 def _number(value: Any) -> float | None:
@@ -147,7 +147,7 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
     what ``lm_eval --output_path … --log_samples`` writes. The files read back as scores and history (lm-eval's
     layout: the folder names the model)."""
     task = str(results["task"])
-    metric, filt = results_metric(results), results_filter(results)
+    metric, filt = results_metric_key(results)
     docs: dict[str, dict] = {}
     position: dict[str, int] = {}
     if bank_frame is not None:

@@ -66,24 +66,16 @@ def _first_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def _manager_with_defaults(include_path: str):
-    from lm_eval.tasks import TaskManager
-
-    try:
-        with _quiet():
-            return TaskManager(include_path=include_path, include_defaults=True)
-    except Exception as exc:
-        raise InputError(f"lm-eval could not read the tasks in {include_path!r}: {_first_line(exc)}") from None
-
-
-def _manager(include_path: str | None):
+def _manager(include_path: str | None, with_defaults: bool = False):
+    """lm-eval's task index: of ``include_path`` alone when given one (indexing lm-eval's ~14,000 built-in tasks
+    takes half a minute), with lm-eval's own tasks when there is no folder or ``with_defaults``."""
     try:
         from lm_eval.tasks import TaskManager
     except ImportError:
         raise InputError("--tasks names an lm-eval task; it needs the package lm-eval") from None
-    try:  # a folder only when given one: indexing lm-eval's ~14,000 built-in tasks takes half a minute
+    try:
         with _quiet():
-            return TaskManager(include_path=include_path, include_defaults=include_path is None)
+            return TaskManager(include_path=include_path, include_defaults=with_defaults or include_path is None)
     except Exception as exc:
         raise InputError(f"lm-eval could not read the tasks in {include_path or 'its own index'!r}: "
                          f"{_first_line(exc)}") from None
@@ -117,7 +109,7 @@ def _resolve(location: str) -> tuple[Any, list[str], str]:
     manager = _manager(include_path)
     missing = [n for n in names if n not in manager.task_index]
     if missing and include_path:  # as lm_eval --include_path: the folder's tasks beside lm-eval's own
-        manager = _manager_with_defaults(include_path)
+        manager = _manager(include_path, with_defaults=True)
         missing = [n for n in names if n not in manager.task_index]
     if missing:
         where = f"in {include_path!r}" if include_path else "in lm-eval's own tasks (add --include_path DIR for yours)"
