@@ -45,6 +45,18 @@ def _bank(name: str):
     return models, score_matrix(frame, models, bank), bank.spec()
 
 
+def half_split(models: list, x: np.ndarray, w: np.ndarray, rng: np.random.Generator):
+    """One rep: the models split at random in half, the history half's factor model, the other half's names and
+    scores, and an item order drawn ∝ weight: (names, scores, prior, order)."""
+    from certeval.estimators.history import fit_history_prior
+    from certeval.estimators.wor_streams import weighted_order
+
+    perm = rng.permutation(len(models))
+    hist, ranked = np.sort(perm[: len(models) // 2]), np.sort(perm[len(models) // 2:])
+    prior = fit_history_prior(x[hist])
+    return [models[k] for k in ranked], x[ranked], prior, weighted_order(w, rng)
+
+
 def _replay(rank, x: np.ndarray, order: np.ndarray, w: np.ndarray) -> dict:
     t0 = time.perf_counter()
     for s in range(0, order.size, LOOK):
@@ -64,7 +76,6 @@ def _replay(rank, x: np.ndarray, order: np.ndarray, w: np.ndarray) -> dict:
 def cells_case(name: str, reps: int, seed: int) -> dict:
     import certeval.estimators.wor_streams as ws
     from certeval.estimators.bank_ranking import BankRanking
-    from certeval.estimators.history import fit_history_prior
     from certeval.estimators.history_ranking import HistoryRanking
 
     models, x, spec = _bank(name)
@@ -72,13 +83,8 @@ def cells_case(name: str, reps: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     rows = []
     for rep in range(reps):
-        perm = rng.permutation(len(models))
-        hist, ranked = np.sort(perm[: len(models) // 2]), np.sort(perm[len(models) // 2:])
-        prior = fit_history_prior(x[hist])
-        names = [models[k] for k in ranked]
-        xr = x[ranked]
-        order = ws.weighted_order(w, rng)
-        row = {"rep": rep, "ranked_models": len(names), "history_models": int(hist.size)}
+        names, xr, prior, order = half_split(models, x, w, rng)
+        row = {"rep": rep, "ranked_models": len(names), "history_models": len(models) - len(names)}
         row["history"] = _replay(HistoryRanking(names, [prior] * len(names), spec, alpha=ALPHA, epsilon=EPSILON),
                                  xr, order, w)
         row["plain"] = _replay(BankRanking(names, alpha=ALPHA, epsilon=EPSILON).start(w), xr, order, w)

@@ -34,7 +34,7 @@ import numpy as np
 from scipy.stats import norm
 
 from benchmarks._meta import write_result
-from benchmarks.ranking_bound import GRID, bank_list
+from benchmarks.ranking_bound import bank_list, first_settled_fraction
 
 DATASETS = ("helm_mmlu", "vlm_ocrbench")
 EPSILON = 0.05
@@ -63,14 +63,7 @@ def _epsilon_fractions(y: np.ndarray, var: np.ndarray, epsilon: float, alpha: fl
     for a in range(m):
         others = np.arange(m) != a
         target = np.abs(mu[others] - mu[a]) + epsilon
-        sd = np.sqrt(var[a, others])
-        need[a] = 1.0
-        for f in GRID:
-            n = max(2, int(round(f * n_total)))
-            half = z * sd / np.sqrt(n) * np.sqrt((n_total - n) / (n_total - 1))
-            if (half < target).all():
-                need[a] = f
-                break
+        need[a] = first_settled_fraction(z, np.sqrt(var[a, others]), target, n_total)
     return need
 
 

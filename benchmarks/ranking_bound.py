@@ -60,14 +60,19 @@ def oracle_fractions(y: np.ndarray, margin: float, alpha: float = 0.05) -> np.nd
         delta = np.abs(d.mean(axis=1))
         sd = d.std(axis=1, ddof=1)
         target = np.maximum(delta, margin - delta)
-        need[a] = 1.0
-        for f in GRID:
-            n = max(2, int(round(f * n_total)))
-            half = z * sd / np.sqrt(n) * np.sqrt((n_total - n) / (n_total - 1))
-            if (half < target).all():
-                need[a] = f
-                break
+        need[a] = first_settled_fraction(z, sd, target, n_total)
     return need
+
+
+def first_settled_fraction(z: float, sd: np.ndarray, target: np.ndarray, n_total: int) -> float:
+    """The smallest fraction of the bank (on :data:`GRID`) at which the normal interval ``z·sd/√n`` with the
+    finite-population correction is below ``target`` for every pair; 1 if none."""
+    for f in GRID:
+        n = max(2, int(round(f * n_total)))
+        half = z * sd / np.sqrt(n) * np.sqrt((n_total - n) / (n_total - 1))
+        if (half < target).all():
+            return f
+    return 1.0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,10 +67,8 @@ def run_one(sel, x: np.ndarray, order: np.ndarray, w: np.ndarray) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from certeval.estimators.bank_selection import BankSelection
-    from certeval.estimators.history import fit_history_prior
     from certeval.estimators.paired_history import HistorySelection
-    from certeval.estimators.wor_streams import weighted_order
-    from benchmarks.pair_history import _bank
+    from benchmarks.pair_history import _bank, half_split
 
     p = argparse.ArgumentParser(prog="python -m benchmarks select_history", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -83,17 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     rows = []
     for rep in range(reps):
-        perm = rng.permutation(len(models))
-        hist, ranked = np.sort(perm[: len(models) // 2]), np.sort(perm[len(models) // 2:])
-        prior = fit_history_prior(x[hist])
-        names = [models[k] for k in ranked]
-        xr = x[ranked]
-        order = weighted_order(w, rng)
+        names, xr, prior, order = half_split(models, x, w, rng)
         make = {"after": lambda: HistorySelection(names, [prior] * len(names), spec, alpha=ALPHA, epsilon=EPSILON,
                                                   control_pairs=True),
                 "before": lambda: HistorySelection(names, [prior] * len(names), spec, alpha=ALPHA, epsilon=EPSILON),
                 "plain": lambda: BankSelection(names, alpha=ALPHA, epsilon=EPSILON)}
-        row = {"rep": rep, "models": len(names), "history_models": int(hist.size)}
+        row = {"rep": rep, "models": len(names), "history_models": len(models) - len(names)}
         for way in WAYS:
             sel = make[way]()
             sel = sel.start() if way != "plain" else sel.start(w)
