@@ -1,13 +1,15 @@
-"""``select --history``: cells with the pair CSs controlled by the history predictions, before and after.
+"""``select --history`` and ``select``: cells of top-1 selection within ε with the boundary tests, against the
+pair-CS rule they replaced, side by side.
 
 Per rep the bank's models are split at random in half; the history half fits one factor model
 (:func:`~certeval.estimators.history.fit_history_prior`), the other half runs top-1 selection within ε = 0.02
 (alpha = 0.05, threshold 0) on a fresh item order drawn ∝ weight, looks of 50 items, three ways on the same order:
 
-* ``after``: :class:`~certeval.estimators.paired_history.HistorySelection` with ``control_pairs=True`` (per-model
-  history CSs at α/2M, pair CSs on the paired difference minus its predicted difference at α/2P);
-* ``before``: its default (pair CSs on the plain paired differences: what ``select --history`` runs);
-* ``plain``: :class:`~certeval.estimators.bank_selection.BankSelection` without history (what ``select`` does).
+* ``history``: :class:`~certeval.estimators.paired_history.HistorySelection` (what ``select --history`` runs:
+  per-model history CSs at α/2M, the rule's "not the best" tests at α/4 and ε-listing tests at α/4(M − 1));
+* ``plain``: :class:`~certeval.estimators.bank_selection.BankSelection` without history (what ``select`` does);
+* ``pair_cs``: the baseline, ``BankSelection`` with its boundary tests off — LUCB's stop and drops on a
+  two-sided CS per pair at α/2P (what ``select`` ran before the tests).
 
 Fraction of model × item cells scored, and whether the run erred: the selected model's exact bank mean below the
 best's minus ε, or a model dropped as ``not-best`` that is the exact best. The error rate's Wilson upper bound is
@@ -32,7 +34,7 @@ import numpy as np  # noqa: E402
 from benchmarks._meta import write_result  # noqa: E402
 
 EPSILON, ALPHA, LOOK, DATASET = 0.02, 0.05, 50, "helm_mmlu"
-WAYS = ("after", "before", "plain")
+WAYS = ("history", "plain", "pair_cs")
 
 
 def wilson_upper(errors: int, n: int, z: float = 1.959964) -> float:
@@ -68,6 +70,9 @@ def run_one(sel, x: np.ndarray, order: np.ndarray, w: np.ndarray) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from certeval.estimators.bank_selection import BankSelection
     from certeval.estimators.paired_history import HistorySelection
+
+    class PairCSSelection(BankSelection):
+        TESTED = False
     from benchmarks.pair_history import _bank, half_split
 
     p = argparse.ArgumentParser(prog="python -m benchmarks select_history", description=__doc__.splitlines()[0])
@@ -82,14 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for rep in range(reps):
         names, xr, prior, order = half_split(models, x, w, rng)
-        make = {"after": lambda: HistorySelection(names, [prior] * len(names), spec, alpha=ALPHA, epsilon=EPSILON,
-                                                  control_pairs=True),
-                "before": lambda: HistorySelection(names, [prior] * len(names), spec, alpha=ALPHA, epsilon=EPSILON),
-                "plain": lambda: BankSelection(names, alpha=ALPHA, epsilon=EPSILON)}
+        make = {"history": lambda: HistorySelection(names, [prior] * len(names), spec, alpha=ALPHA,
+                                                    epsilon=EPSILON).start(),
+                "plain": lambda: BankSelection(names, alpha=ALPHA, epsilon=EPSILON).start(w),
+                "pair_cs": lambda: PairCSSelection(names, alpha=ALPHA, epsilon=EPSILON).start(w)}
         row = {"rep": rep, "models": len(names), "history_models": len(models) - len(names)}
         for way in WAYS:
             sel = make[way]()
-            sel = sel.start() if way != "plain" else sel.start(w)
             row[way] = run_one(sel, xr, order, w)
         rows.append(row)
         print(f"[select_history] rep {rep}: " + ", ".join(
@@ -103,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         summary[way] = {"mean_fraction_cells": float(cells.mean()), "se_fraction_cells": se,
                         "min": float(cells.min()), "max": float(cells.max()), "errors": int(errors),
                         "error_rate": errors / len(rows), "error_wilson_upper_95": wilson_upper(errors, len(rows))}
-    diff = np.array([r["after"]["fraction_cells"] - r["before"]["fraction_cells"] for r in rows])
-    summary["after_minus_before"] = {"mean": float(diff.mean()),
-                                     "se": float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None}
+    for way in ("history", "plain"):  # paired by order against the baseline
+        ratio = np.array([r[way]["fraction_cells"] / r["pair_cs"]["fraction_cells"] for r in rows])
+        summary[f"{way}_over_pair_cs"] = {"mean": float(ratio.mean()), "se": float(
+            ratio.std(ddof=1) / math.sqrt(ratio.size)) if ratio.size > 1 else None}
     out = {"dataset": DATASET, "models": len(models), "items": int(x.shape[1]), "epsilon": EPSILON, "alpha": ALPHA,
            "top": 1, "look_items": LOOK, "reps": reps, "summary": summary, "rows": rows}
     print(summary, file=sys.stderr)

@@ -4,7 +4,9 @@ Each model has an exact without-replacement confidence sequence for its bank mea
 (:mod:`~.wor_streams`), simultaneous over the M models; up to :data:`PAIRED_MODELS` models every pair also has one
 for its paired difference, which close arms need (models answer the same items, so a difference varies far less
 than two separate means suggest). The rule is LUCB's (Kalyanakrishnan et al. 2012) on both, see
-:class:`BankSelection`.
+:class:`BankSelection`. For the best model within epsilon > 0 the pairs' CSs give way to boundary tests: one
+"not the best" test per model (:mod:`.best_arm_tests`) for the drops and the ε-listing tests of
+:mod:`.epsilon_tests` for the stop.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import numpy as np
 
 from ._validation import InputError, check_alpha, check_in_range, check_positive_int
 from .bank_ranking import look_arrays
+from .best_arm_tests import NotBestTests
+from .epsilon_tests import EpsilonTests
 from .results import to_jsonable
 from .wor_streams import absorb_rows, check_weights, fresh_like, make_streams, streams_from_state
 
@@ -67,7 +71,20 @@ class BankSelection:
       selected model's bank mean is at least every unselected one's minus epsilon, i.e. the selection is an
       epsilon-top-K of the bank, with probability >= 1 - alpha. Models of S keep being scored until then; at
       exhaustion the exact means decide.
+
+    The best model within epsilon > 0 (``top=1``, pairs on) is certified by boundary tests instead of the pair
+    CSs, which must clear a whole interval at every pair's alpha / (2P). Of the pairs' alpha / 2, half goes to one
+    test per model of "it is a best model" (:class:`~.best_arm_tests.NotBestTests`, against the leader picked item
+    by item; only a best model's null is true, so each runs at alpha / 4 whole): its rejection drops the model as
+    "not-best". The other half goes to the ε-listing tests of every pair (:class:`~.epsilon_tests.EpsilonTests`)
+    at alpha / (4(M − 1)): stop once the leader is listed above every other running model (mu_leader >= mu_j −
+    epsilon). Why that level suffices: fix a best model b; off the event that b's not-best test rejects (alpha / 4)
+    b keeps running, and a leader more than epsilon below b can only be stopped on by a false listing of one of
+    the M − 1 pairs (leader, b). Beside the model CSs (alpha / 2) the selection is an epsilon-top-1 and a best
+    model is never dropped, jointly with probability >= 1 - alpha.
     """
+
+    TESTED = True  # the boundary tests for top-1 within epsilon (a subclass with its own pair streams turns them off)
 
     def __init__(self, names: Sequence[str], *, alpha: float = 0.05, top: int = 1, epsilon: float = 0.0,
                  threshold: float = 0.0, paired: bool = True) -> None:
@@ -87,8 +104,14 @@ class BankSelection:
         self.w = check_weights(weights)
         m = len(self.names)
         self.paired_ = self.paired and 2 <= m <= PAIRED_MODELS
+        self.tested_ = self.paired_ and self.TESTED and self.top == 1 and self.epsilon > 0
         self.streams = make_streams(m, self.w.size, self.alpha / (2 * m if self.paired_ else m), bet_horizon)
-        if self.paired_:
+        if self.tested_:
+            self.pair_a, self.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
+            self.open_idx = np.arange(self.pair_a.size)  # the tested pairs whose two models still run
+            self.not_best = NotBestTests(m, self.w.size, self.alpha / 4)
+            self.tests = EpsilonTests(self.pair_a.size, self.w.size, self.alpha / (4 * (m - 1)), self.epsilon)
+        elif self.paired_:
             self.pair_a, self.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
             p = self.pair_a.size
             self.pairs = make_streams(p, self.w.size, self.alpha / (2 * p), bet_horizon)
@@ -137,10 +160,34 @@ class BankSelection:
         self.used[live] = self.n
         mean, lower, upper = self.streams.bounds()
         self.mean[live], self.lower[live], self.upper[live] = mean[live], lower[live], upper[live]
-        if self.paired_:
+        if self.tested_:
+            self._absorb_tests(live, x, items)
+        elif self.paired_:
             self._absorb_pairs(live, x, items)
         self._decide(live)
         return self
+
+    def _absorb_tests(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
+        """The look into the not-best tests of the running models and the ε-listing tests of their pairs; pairs
+        with a model that left are discarded first (the stop reads running models only)."""
+        running = np.zeros(len(self.names), dtype=bool)
+        running[live] = True
+        keep = running[self.pair_a[self.open_idx]] & running[self.pair_b[self.open_idx]]
+        if not keep.all():
+            self.tests.keep(keep)
+            self.open_idx = self.open_idx[keep]
+        w = self.w[items]
+        self.not_best.absorb(live, x[live], w)
+        a, b = self.pair_a[self.open_idx], self.pair_b[self.open_idx]
+        self.tests.absorb((x[a] - x[b] + 1.0) / 2.0, w)
+
+    def listed_above(self) -> np.ndarray:
+        """``(M, M)``: True where the ε-listing tests certify mu_i >= mu_j − epsilon (running pairs)."""
+        above = np.zeros((len(self.names),) * 2, dtype=bool)
+        a, b = self.pair_a[self.open_idx], self.pair_b[self.open_idx]
+        above[a, b] = self.tests.rejected_a
+        above[b, a] = self.tests.rejected_b
+        return above
 
     def _absorb_pairs(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
         """The look's paired differences (as scores in [0, 1]) for the open pairs whose models both still run;
@@ -193,7 +240,7 @@ class BankSelection:
     def surely_above(self) -> np.ndarray:
         """``(M, M)`` lower bounds of mu_i - mu_j: the pair's CS where there is one, else the two models' CSs."""
         low = self.lower[:, None] - self.upper[None, :]
-        if self.paired_:
+        if self.paired_ and not self.tested_:
             a, b = self.pair_a, self.pair_b
             low[a, b] = np.maximum(low[a, b], self.pair_lower)
             low[b, a] = np.maximum(low[b, a], -self.pair_upper)
@@ -209,6 +256,11 @@ class BankSelection:
                 self.status[j], self.look_of[j] = "below", self.looks
         alive = alive[self.status[alive] != "below"]
         diff_low = self.surely_above()
+        if self.tested_:  # a model whose "best" null is rejected leaves
+            for j in live:
+                if self.status[j] == "running" and self.not_best.rejected[j]:
+                    self.status[j], self.look_of[j] = "not-best", self.looks
+            alive = alive[self.status[alive] != "not-best"]
         if len(alive) > k:  # surely outside the top K: K models certainly better
             # 1e-12: an exact tie at exhaustion must not read as 'surely better' both ways after rounding
             better = (diff_low[np.ix_(alive, alive)] > 1e-12).sum(axis=0)
@@ -222,7 +274,10 @@ class BankSelection:
         else:
             by_mean = alive[np.argsort(-self.mean[alive], kind="stable")]
             chosen, rest = by_mean[:k], by_mean[k:]
-        if exact or len(rest) == 0 or diff_low[np.ix_(chosen, rest)].min() >= -self.epsilon:
+        certified = diff_low[np.ix_(chosen, rest)] >= -self.epsilon
+        if self.tested_:
+            certified |= self.listed_above()[np.ix_(chosen, rest)]
+        if exact or len(rest) == 0 or certified.all():
             for j in chosen:
                 if self.status[j] == "running":
                     self.status[j], self.look_of[j] = "selected", self.looks
@@ -242,18 +297,33 @@ class BankSelection:
                        for j in range(m))
         per_model = 2 * m if self.paired_ else m
         guarantee = (f"bank target, anytime-valid: without-replacement {self.streams.CONSTRUCTION} CS per model, items "
-                     f"drawn in proportion to their weights, at level {1 - self.alpha / per_model:.4g}")
-        if self.paired_:
-            p = self.pair_a.size
-            guarantee += (f", and one per pair on the paired difference at level {1 - self.alpha / (2 * p):.4g} "
-                          f"(Bonferroni over {m} models and {p} pairs)")
-        else:
-            guarantee += f" (Bonferroni over {m} models)"
-        guarantee += (f"; the selection is an epsilon-top-{self.top} of the bank means and every drop is correct, "
-                      f"jointly with probability >= {1 - self.alpha:g}")
+                     f"drawn in proportion to their weights, at level {1 - self.alpha / per_model:.4g}"
+                     f"{self.pairs_guarantee()}; {self.selection_statement()}")
         return BestArmResult(tuple(self.names[j] for j in keep),
                              tuple(self.names[j] for j in range(m) if j not in keep), models, self.n_total, self.top,
                              self.epsilon, self.threshold, self.alpha, guarantee, self.finished)
+
+    def pairs_guarantee(self) -> str:
+        """What the pairs add to the models' CSs, for the guarantee."""
+        m = len(self.names)
+        if self.tested_:
+            return (f", a 'best model' betting test per model (its opponent the leader before each item) at level "
+                    f"{1 - self.alpha / 4:.4g} and two one-sided without-replacement betting tests per pair on the "
+                    f"paired difference (mu_a - mu_b <= -{self.epsilon:g} and >= {self.epsilon:g}) at level "
+                    f"{1 - self.alpha / (4 * (m - 1)):.4g} (the stop needs the leader's {m - 1} listings; only a best "
+                    f"model's null is true)")
+        if self.paired_:
+            p = self.pair_a.size
+            return (f", and one per pair on the paired difference at level {1 - self.alpha / (2 * p):.4g} "
+                    f"(Bonferroni over {m} models and {p} pairs)")
+        return f" (Bonferroni over {m} models)"
+
+    def selection_statement(self) -> str:
+        if self.tested_:
+            return (f"the selection is an epsilon-top-1 of the bank means and a best model is never dropped (every "
+                    f"drop is correct when the best is unique), jointly with probability >= {1 - self.alpha:g}")
+        return (f"the selection is an epsilon-top-{self.top} of the bank means and every drop is correct, "
+                f"jointly with probability >= {1 - self.alpha:g}")
 
     ARRAYS = ("w", "status", "look_of", "used", "mean", "lower", "upper")
 
@@ -261,9 +331,13 @@ class BankSelection:
         return {"kind": "bank-selection", "names": list(self.names), "alpha": self.alpha, "top": self.top,
                 "epsilon": self.epsilon, "threshold": self.threshold, "n": self.n, "looks": self.looks,
                 "finished": self.finished, "streams": self.streams.state(), "paired": self.paired_,
+                "tested": self.tested_,
+                **({"not_best": self.not_best.state(), "tests": self.tests.state(),
+                    "open_idx": self.open_idx.copy()} if self.tested_ else {}),
                 **({"pairs": self.pairs.state(), "pair_lower": self.pair_lower.copy(),
                     "pair_upper": self.pair_upper.copy(), "pair_open": self.pair_open.copy(),
-                    "seen_items": self.seen_items.copy(), "seen_x": self.seen_x.copy()} if self.paired_ else {}),
+                    "seen_items": self.seen_items.copy(), "seen_x": self.seen_x.copy()}
+                   if self.paired_ and not self.tested_ else {}),
                 **{k: (getattr(self, k).astype(str).tolist() if k == "status" else getattr(self, k).copy())
                    for k in self.ARRAYS}}
 
@@ -275,7 +349,14 @@ class BankSelection:
         obj.n, obj.looks, obj.finished = int(state["n"]), int(state["looks"]), bool(state["finished"])
         obj.streams = streams_from_state(state["streams"])
         obj.paired_ = obj.paired
-        if obj.paired_:
+        obj.tested_ = bool(state.get("tested", False))  # states stored before the tests had none
+        if obj.tested_:
+            m = len(obj.names)
+            obj.pair_a, obj.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
+            obj.open_idx = np.asarray(state["open_idx"], dtype=np.int64).copy()
+            obj.not_best = NotBestTests.from_state(state["not_best"])
+            obj.tests = EpsilonTests.from_state(state["tests"])
+        elif obj.paired_:
             m = len(obj.names)
             obj.pair_a, obj.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
             obj.pairs = streams_from_state(state["pairs"])

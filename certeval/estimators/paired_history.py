@@ -25,8 +25,7 @@ from .comparison import EQUIVALENT, UNDECIDED, VERDICTS, Comparison, pair_verdic
 from .bank_selection import BankSelection
 from .history import HistoryPrior
 from .single.history import HistoryMethod
-from .history_ranking import HistoryPredictions, HistoryRanking  # noqa: F401  (HistoryRanking: rank --history)
-from .wor_streams import fresh_like, make_controlled_streams
+from .history_ranking import HistoryRanking  # noqa: F401  (HistoryRanking: rank --history)
 
 GUARANTEE = ("anytime-valid and exact for the bank's difference: without-replacement betting confidence "
              "sequence (Waudby-Smith & Ramdas 2020) on the paired difference minus its history prediction")
@@ -115,108 +114,32 @@ def bank_comparison(method: PairDifferenceMethod, model_a: str, model_b: str, ma
                       "difference", float(margin), exact=bool(est.exhausted))
 
 
-class ControlledPairSelection(BankSelection):
-    """:class:`~.bank_selection.BankSelection` whose pair CSs take each pair's predicted difference as control
-    variate (:class:`~.wor_streams.ControlledStreams`, as ``rank --history``'s pairs), at the same level.
-
-    Before each look, every running model's prediction of every item is refitted on its own scores of the earlier
-    looks (:class:`~.history_ranking.HistoryPredictions`); the look's items are drawn after that, so the
-    predictions are predictable. They are recorded look by look — each drawn position's predicted scores and
-    each model's predicted undrawn sum ``Σ_undrawn w p`` — so a pair the rule opens late replays the order so
-    far with the predictions that were current at each past look: exactly (up to float rounding) the CS it
-    would have had from the start, and the Bonferroni over all P pairs covers it as before.
-    """
-
-    def control(self, priors: Sequence[Any]) -> "ControlledPairSelection":
-        """After :meth:`start`: the models' history priors (one per model, over the bank's items)."""
-        m, n = len(self.names), self.n_total
-        if not self.paired_:
-            return self
-        self.pairs = make_controlled_streams(self.pair_a.size, n, self.pairs.delta)
-        self.predictions = HistoryPredictions(priors, n)
-        self.pred_seen = np.full((m, n), np.nan)  # each drawn position's predicted scores, as seen_x
-        self.rest_at = np.zeros((m, n))  # look t: every model's predicted undrawn sum (column t)
-        self.undrawn_at = np.zeros(n)
-        self.look_start = np.zeros(n + 1, dtype=np.int64)  # look t covers positions look_start[t:t + 2]
-        self.drawn = np.zeros(n, dtype=bool)
-        self.x_item = np.full((m, n), np.nan)  # the running models' scores, by bank position
-        return self
-
-    def _absorb_pairs(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
-        t, first = self.looks - 1, self.n - items.size  # open_look has counted the look
-        pred = self.predictions.pred  # refitted on the earlier looks only
-        undrawn_w = np.where(self.drawn, 0.0, self.w)
-        self.pred_seen[:, first:self.n] = pred[:, items]
-        self.rest_at[:, t], self.undrawn_at[t] = pred @ undrawn_w, float(undrawn_w.sum())
-        self.look_start[t + 1] = self.n
-        self.drawn[items] = True
-        self.x_item[live[:, None], items[None, :]] = x[live]
-        super()._absorb_pairs(live, x, items)
-
-    def refit(self) -> None:
-        """The next look's predictions of the models still running, from their scores so far."""
-        still = np.flatnonzero(self.status == "running")
-        if still.size and self.n < self.n_total and not self.finished:
-            self.predictions.refit(still, np.flatnonzero(self.drawn), self.x_item)
-
-    def _rest(self, rows: np.ndarray, t: int) -> np.ndarray:
-        s = self.rest_at[:, t]
-        return (s[self.pair_a[rows]] - s[self.pair_b[rows]] + self.undrawn_at[t]) / 2.0
-
-    def _absorb_look(self, streams: Any, rows: np.ndarray, t: int) -> None:
-        a, b = self.pair_a[rows], self.pair_b[rows]
-        pos = slice(self.look_start[t], self.look_start[t + 1])
-        streams.rest = self._rest(rows, t)
-        streams.absorb((self.seen_x[a, pos] - self.seen_x[b, pos] + 1.0) / 2.0, self.w[self.seen_items[pos]],
-                       (self.pred_seen[a, pos] - self.pred_seen[b, pos] + 1.0) / 2.0)
-
-    def _pair_look(self, rows: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
-        sub = self.pairs.rows(rows)
-        self._absorb_look(sub, rows, self.looks - 1)
-        self.pairs.put_rows(rows, sub)
-
-    def _pair_replay(self, new: np.ndarray) -> Any:
-        fresh = fresh_like(self.pairs, new.size)
-        for t in range(self.looks):  # each past look with the predictions current then
-            self._absorb_look(fresh, new, t)
-        return fresh
-
-    def state(self) -> dict[str, Any]:
-        raise InputError("select --history keeps no resumable state (its predictions are refitted from the scores)")
-
-
 class HistorySelection:
     """Best-arm (top-K) selection on the bank target that learns from history.
 
     The rule is :class:`~.bank_selection.BankSelection`'s (drops below the threshold, drops of models with K
-    models surely better, LUCB's epsilon stop, its pair CSs on the paired differences). Each model's bank mean
-    gets :class:`HistoryMethod`'s exact without-replacement betting CS with its own history prediction as control
-    variate, at level ``1 - alpha / (2M)`` (``1 - alpha / M`` beyond the rule's pair limit), on the run's shared
-    order (drawn ∝ weight). The pair CSs, at the rule's level ``1 - alpha / (2P)``, are on the plain paired
-    differences by default; with ``control_pairs`` each takes the pair's predicted difference as control variate
-    (:class:`ControlledPairSelection`). Not the default: on helm_mmlu (top-1 within 0.02, 22 models, the other 22
-    as history, 100 orders; ``python -m benchmarks select_history``) it scored 0.377 of the cells against 0.351 —
-    the bet values ``(z − a + 1)/2`` halve the range the bets may use, and the predictions of close models'
-    difference explain too little of it to pay that back. On the event that every model's and every pair's CS
-    covers (probability >= 1 - alpha, whatever the history), every drop is correct and the selection is an
-    epsilon-top-K of the bank means.
+    models surely better, LUCB's epsilon stop; for the best model within epsilon its "not the best" and ε-listing
+    tests on the paired differences, else its pair CSs). Each model's bank mean gets :class:`HistoryMethod`'s exact
+    without-replacement betting CS with its own history prediction as control variate, at level
+    ``1 - alpha / (2M)`` (``1 - alpha / M`` beyond the rule's pair limit), on the run's shared order (drawn ∝
+    weight). The pairs stay plain: a control variate for a pair (its predicted difference, as ``rank --history``)
+    was measured on helm_mmlu (top-1 within 0.02, 22 models, the other 22 as history, 100 orders) at 0.377 of the
+    cells against 0.351 with the pair CSs plain — the bet values ``(z − a + 1)/2`` halve the range the bets may
+    use, and close models' predicted differences explain too little (variance ratio about 0.87) to pay that back.
+    The rule's statement holds jointly with probability >= 1 - alpha, whatever the history.
     """
 
     def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
-                 top: int = 1, epsilon: float = 0.0, threshold: float = 0.0, control_pairs: bool = False) -> None:
-        rule = ControlledPairSelection if control_pairs else BankSelection
-        self.rule = rule(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold)
+                 top: int = 1, epsilon: float = 0.0, threshold: float = 0.0) -> None:
+        self.rule = BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold)
         self.names = self.rule.names
         self.priors = tuple(priors)
         self.spec = spec
-        self.control_pairs = bool(control_pairs)
         if len(self.priors) != len(self.names):
             raise InputError(f"one history prior per model: {len(self.names)} models, {len(self.priors)} priors")
 
     def start(self) -> "HistorySelection":
         rule = self.rule.start(self.spec.weights())
-        if self.control_pairs:
-            rule.control(self.priors)
         # with the rule's pair CSs (2 to PAIRED_MODELS models) alpha is split: half for the models, half for the pairs
         confidence = 1.0 - rule.alpha / (len(self.names) * (2 if rule.paired_ else 1))
         self.methods_ = [HistoryMethod(confidence=confidence, subset_intervals=False).start(
@@ -246,28 +169,25 @@ class HistorySelection:
             est = method.result()
             rule.used[j] = est.n_scored
             rule.mean[j], rule.lower[j], rule.upper[j] = est.mean, est.lower, est.upper
-        if rule.paired_:  # models answer the same items: the pairs' differences (with control_pairs, controlled)
+        if rule.tested_:  # top-1 within epsilon: the not-best and ε-listing tests on the paired differences
+            rule._absorb_tests(live, x, items)
+        elif rule.paired_:  # models answer the same items: the pairs' differences
             rule._absorb_pairs(live, x, items)
         rule._decide(live)
-        if self.control_pairs and rule.paired_:
-            rule.refit()
         return self
 
     def result(self):
         rule = self.rule
         res = rule.result()
         m = len(self.names)
-        if rule.paired_:
+        level = f"one per model at level {1 - rule.alpha / (m * (2 if rule.paired_ else 1)):.4g}"
+        if rule.paired_ and not rule.tested_:
             p = rule.pair_a.size
-            level = (f"one per model at level {1 - rule.alpha / (2 * m):.4g}, and the pairs' without-replacement "
-                     f"{rule.pairs.CONSTRUCTION} CSs on their paired differences"
-                     f"{' minus their history prediction' if self.control_pairs else ''} at level "
-                     f"{1 - rule.alpha / (2 * p):.4g} "
-                     f"(Bonferroni over {m} models and {p} pairs)")
+            level += (f", and the pairs' without-replacement {rule.pairs.CONSTRUCTION} CSs on their paired differences "
+                      f"at level {1 - rule.alpha / (2 * p):.4g} (Bonferroni over {m} models and {p} pairs)")
         else:
-            level = f"one per model at level {1 - rule.alpha / m:.4g} (Bonferroni over {m} models)"
-        guarantee = (f"{MODEL_GUARANTEE}, {level}; the selection is an epsilon-top-{rule.top} of the bank means and "
-                     f"every drop is correct, jointly with probability >= {1 - rule.alpha:g}, whatever the history")
+            level += rule.pairs_guarantee()
+        guarantee = f"{MODEL_GUARANTEE}, {level}; {rule.selection_statement()}, whatever the history"
         return replace(res, guarantee=guarantee)
 
     def describe_history(self) -> dict[str, Any]:
