@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from certeval.estimators.bank_selection import BankSelection
-from certeval.estimators.best_arm_tests import NotBestTests
+from certeval.estimators.best_arm_tests import LeaderListings, NotBestTests
 from certeval.estimators.epsilon_tests import EpsilonTests
 
 
@@ -104,7 +104,7 @@ class _Uncorrected(BankSelection):
         super().start(weights, bet_horizon)
         m, n = len(self.names), self.w.size
         self.not_best = _PeekingOpponent(m, n, self.alpha)
-        self.tests = EpsilonTests(self.pair_a.size, n, self.alpha, self.epsilon)
+        self.listings = LeaderListings(m, n, self.alpha, self.epsilon)
         return self
 
 
@@ -138,3 +138,51 @@ def test_selection_is_an_epsilon_best_family_wise_with_peeking_and_the_uncorrect
     ok = _selection_errors(BankSelection, reps, alpha)
     bad = _selection_errors(_Uncorrected, reps, alpha)
     assert ok <= bound < bad, (ok, bad)
+
+
+def test_pairs_opened_late_give_the_tests_they_would_have_had_from_the_start():
+    rng = np.random.default_rng(8)
+    m, n, look, eps = 6, 240, 20, 0.05
+    x = (rng.random((m, n)) < np.linspace(0.45, 0.6, m)[:, None]).astype(float)
+    w = rng.uniform(0.5, 1.5, n)
+    w /= w.sum()
+    order = np.argsort(rng.exponential(size=n) / w, kind="stable")
+    lazy = LeaderListings(m, n, 0.01, eps)
+    a, b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
+    full = EpsilonTests(a.size, n, 0.01, eps)  # every pair from the first item
+    live = np.arange(m)
+    for step, s in enumerate(range(0, n, look)):
+        it = order[s:s + look]
+        lazy.absorb(live, x[:, it], it, w[it])
+        full.absorb((x[a][:, it] - x[b][:, it] + 1.0) / 2.0, w[it])
+        leader = step % m  # a new leader every look: its pairs are opened late, by replay
+        others = np.delete(np.arange(m), leader)
+        got = lazy.listed_above(leader, others, w)
+        rows = [int(np.flatnonzero((a == min(leader, j)) & (b == max(leader, j)))[0]) for j in others]
+        want = np.where(a[rows] == leader, full.rejected_a[rows], full.rejected_b[rows])
+        np.testing.assert_array_equal(got, want)
+    for r, (i, j) in enumerate(zip(lazy.a, lazy.b)):
+        k = int(np.flatnonzero((a == i) & (b == j))[0])
+        np.testing.assert_allclose([lazy.tests.log_ka[r], lazy.tests.log_kb[r]], [full.log_ka[k], full.log_kb[k]],
+                                   rtol=1e-9, atol=1e-9)
+    assert lazy.a.size == a.size  # every pair was read by the end; before, only the leaders' were open
+
+
+def test_the_tests_have_no_model_limit_and_state_round_trips():
+    rng = np.random.default_rng(9)
+    m, n = 450, 120  # beyond the pair CSs' 400-model limit
+    x = (rng.random((m, n)) < rng.uniform(0.2, 0.8, m)[:, None]).astype(float)
+    names = [f"m{k}" for k in range(m)]
+    whole = BankSelection(names, epsilon=0.05).start(np.full(n, 1 / n))
+    part = BankSelection(names, epsilon=0.05).start(np.full(n, 1 / n))
+    assert whole.tested_ and not whole.paired_
+    for s in range(0, n, 20):
+        for sel in (whole, part):
+            live = sel.status == "running"
+            sel.update(np.arange(s, s + 20), np.where(live[:, None], x[:, s:s + 20], np.nan))
+        if s == 40:
+            part = BankSelection.from_state(part.state())
+    assert whole.result().to_dict() == part.result().to_dict()
+    res = whole.result()
+    assert res.fraction_used < 0.5 and "'best model' betting test per model" in res.guarantee
+    assert x.mean(axis=1)[names.index(res.selected[0])] >= x.mean(axis=1).max() - 0.05

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from certeval.estimators.epsilon_tests import EpsilonTests
+from certeval.estimators.best_arm_tests import LeaderListings
 from certeval.estimators.history import fit_history_prior
 from certeval.estimators.paired_history import HistorySelection
 from certeval.estimators.protocol import BankSpec
@@ -39,7 +39,7 @@ def _selection_misses(rng, reps: int, alpha: float, *, models: int = 6, items: i
         assert rule.tested_
         if broken:
             rule.not_best = _PeekingOpponent(models, items, alpha)
-            rule.tests = EpsilonTests(rule.pair_a.size, items, alpha, eps)
+            rule.listings = LeaderListings(models, items, alpha, eps)
         order = weighted_order(w, rng)
         missed = False
         for lo in range(0, items, look):

@@ -18,8 +18,7 @@ import numpy as np
 
 from ._validation import InputError, check_alpha, check_in_range, check_positive_int
 from .bank_ranking import look_arrays
-from .best_arm_tests import NotBestTests
-from .epsilon_tests import EpsilonTests
+from .best_arm_tests import LeaderListings, NotBestTests
 from .results import to_jsonable
 from .wor_streams import absorb_rows, check_weights, fresh_like, make_streams, streams_from_state
 
@@ -103,15 +102,13 @@ class BankSelection:
         """As :meth:`BankRanking.start`: weights in ``update``'s positions, the order drawn ∝ them."""
         self.w = check_weights(weights)
         m = len(self.names)
-        self.paired_ = self.paired and 2 <= m <= PAIRED_MODELS
-        self.tested_ = self.paired_ and self.TESTED and self.top == 1 and self.epsilon > 0
-        self.streams = make_streams(m, self.w.size, self.alpha / (2 * m if self.paired_ else m), bet_horizon)
-        if self.tested_:
-            self.pair_a, self.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
-            self.open_idx = np.arange(self.pair_a.size)  # the tested pairs whose two models still run
+        self.tested_ = self.paired and self.TESTED and self.top == 1 and self.epsilon > 0 and m >= 2
+        self.paired_ = self.paired and 2 <= m <= PAIRED_MODELS and not self.tested_  # the pair CSs
+        self.streams = make_streams(m, self.w.size, self.model_alpha(), bet_horizon)
+        if self.tested_:  # O(M) tests and the leader's pairs: no limit on M
             self.not_best = NotBestTests(m, self.w.size, self.alpha / 4)
-            self.tests = EpsilonTests(self.pair_a.size, self.w.size, self.alpha / (4 * (m - 1)), self.epsilon)
-        elif self.paired_:
+            self.listings = LeaderListings(m, self.w.size, self.alpha / (4 * (m - 1)), self.epsilon)
+        if self.paired_:
             self.pair_a, self.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
             p = self.pair_a.size
             self.pairs = make_streams(p, self.w.size, self.alpha / (2 * p), bet_horizon)
@@ -130,6 +127,11 @@ class BankSelection:
         self.looks = 0
         self.finished = False
         return self
+
+    def model_alpha(self) -> float:
+        """Each model's CS level: alpha / 2M beside the pairs' CSs or tests, else alpha / M."""
+        m = len(self.names)
+        return self.alpha / (2 * m if self.paired_ or self.tested_ else m)
 
     @property
     def n_total(self) -> int:
@@ -168,26 +170,14 @@ class BankSelection:
         return self
 
     def _absorb_tests(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
-        """The look into the not-best tests of the running models and the ε-listing tests of their pairs; pairs
-        with a model that left are discarded first (the stop reads running models only)."""
-        running = np.zeros(len(self.names), dtype=bool)
-        running[live] = True
-        keep = running[self.pair_a[self.open_idx]] & running[self.pair_b[self.open_idx]]
-        if not keep.all():
-            self.tests.keep(keep)
-            self.open_idx = self.open_idx[keep]
+        """The look into the running models' not-best tests and their open pairs' ε-listing tests."""
         w = self.w[items]
         self.not_best.absorb(live, x[live], w)
-        a, b = self.pair_a[self.open_idx], self.pair_b[self.open_idx]
-        self.tests.absorb((x[a] - x[b] + 1.0) / 2.0, w)
+        self.listings.absorb(live, x, items, w)
 
     def listed_above(self) -> np.ndarray:
-        """``(M, M)``: True where the ε-listing tests certify mu_i >= mu_j − epsilon (running pairs)."""
-        above = np.zeros((len(self.names),) * 2, dtype=bool)
-        a, b = self.pair_a[self.open_idx], self.pair_b[self.open_idx]
-        above[a, b] = self.tests.rejected_a
-        above[b, a] = self.tests.rejected_b
-        return above
+        """``(M, M)``: True where an open pair's ε-listing test certifies mu_i >= mu_j − epsilon."""
+        return self.listings.matrix()
 
     def _absorb_pairs(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
         """The look's paired differences (as scores in [0, 1]) for the open pairs whose models both still run;
@@ -240,7 +230,7 @@ class BankSelection:
     def surely_above(self) -> np.ndarray:
         """``(M, M)`` lower bounds of mu_i - mu_j: the pair's CS where there is one, else the two models' CSs."""
         low = self.lower[:, None] - self.upper[None, :]
-        if self.paired_ and not self.tested_:
+        if self.paired_:
             a, b = self.pair_a, self.pair_b
             low[a, b] = np.maximum(low[a, b], self.pair_lower)
             low[b, a] = np.maximum(low[b, a], -self.pair_upper)
@@ -275,8 +265,8 @@ class BankSelection:
             by_mean = alive[np.argsort(-self.mean[alive], kind="stable")]
             chosen, rest = by_mean[:k], by_mean[k:]
         certified = diff_low[np.ix_(chosen, rest)] >= -self.epsilon
-        if self.tested_:
-            certified |= self.listed_above()[np.ix_(chosen, rest)]
+        if self.tested_ and not exact and len(rest) and len(chosen):
+            certified |= self.listings.listed_above(int(chosen[0]), rest, self.w)[None, :]
         if exact or len(rest) == 0 or certified.all():
             for j in chosen:
                 if self.status[j] == "running":
@@ -295,9 +285,8 @@ class BankSelection:
         models = tuple(ModelStatus(self.names[j], float(self.mean[j]), float(self.lower[j]), float(self.upper[j]),
                                    int(self.used[j]), str(self.status[j]), int(self.look_of[j]) or None)
                        for j in range(m))
-        per_model = 2 * m if self.paired_ else m
         guarantee = (f"bank target, anytime-valid: without-replacement {self.streams.CONSTRUCTION} CS per model, items "
-                     f"drawn in proportion to their weights, at level {1 - self.alpha / per_model:.4g}"
+                     f"drawn in proportion to their weights, at level {1 - self.model_alpha():.4g}"
                      f"{self.pairs_guarantee()}; {self.selection_statement()}")
         return BestArmResult(tuple(self.names[j] for j in keep),
                              tuple(self.names[j] for j in range(m) if j not in keep), models, self.n_total, self.top,
@@ -332,12 +321,10 @@ class BankSelection:
                 "epsilon": self.epsilon, "threshold": self.threshold, "n": self.n, "looks": self.looks,
                 "finished": self.finished, "streams": self.streams.state(), "paired": self.paired_,
                 "tested": self.tested_,
-                **({"not_best": self.not_best.state(), "tests": self.tests.state(),
-                    "open_idx": self.open_idx.copy()} if self.tested_ else {}),
+                **({"not_best": self.not_best.state(), "listings": self.listings.state()} if self.tested_ else {}),
                 **({"pairs": self.pairs.state(), "pair_lower": self.pair_lower.copy(),
                     "pair_upper": self.pair_upper.copy(), "pair_open": self.pair_open.copy(),
-                    "seen_items": self.seen_items.copy(), "seen_x": self.seen_x.copy()}
-                   if self.paired_ and not self.tested_ else {}),
+                    "seen_items": self.seen_items.copy(), "seen_x": self.seen_x.copy()} if self.paired_ else {}),
                 **{k: (getattr(self, k).astype(str).tolist() if k == "status" else getattr(self, k).copy())
                    for k in self.ARRAYS}}
 
@@ -351,12 +338,9 @@ class BankSelection:
         obj.paired_ = obj.paired
         obj.tested_ = bool(state.get("tested", False))  # states stored before the tests had none
         if obj.tested_:
-            m = len(obj.names)
-            obj.pair_a, obj.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
-            obj.open_idx = np.asarray(state["open_idx"], dtype=np.int64).copy()
             obj.not_best = NotBestTests.from_state(state["not_best"])
-            obj.tests = EpsilonTests.from_state(state["tests"])
-        elif obj.paired_:
+            obj.listings = LeaderListings.from_state(state["listings"])
+        if obj.paired_:
             m = len(obj.names)
             obj.pair_a, obj.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
             obj.pairs = streams_from_state(state["pairs"])

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ._validation import InputError
-from .epsilon_tests import CERTAIN_TOL, PRIOR, TEST_C
+from .epsilon_tests import CERTAIN_TOL, PRIOR, TEST_C, EpsilonTests
 
 
 def _before(start: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -128,4 +128,81 @@ class NotBestTests:
         for f in cls.FIELDS:
             v = np.asarray(state[f])
             setattr(obj, f, v.astype(bool) if f == "rejected" else v.astype(float))
+        return obj
+
+
+class LeaderListings:
+    """The ε-listing tests (:class:`~.epsilon_tests.EpsilonTests`) that a top-1 stop reads — the leader's pair with
+    each other running model — each opened when first read by replaying the order so far, kept while both models
+    run. A test is a function of the order alone, so a late opening gives the test it would have had from the start
+    (up to float rounding), and the level (set by the caller over every pair the rule could read) covers it: a run
+    costs the pairs read, O(M) per leader, not all M(M − 1)/2."""
+
+    def __init__(self, m: int, n_total: int, delta: float, epsilon: float) -> None:
+        self.tests = EpsilonTests(0, n_total, delta, epsilon)
+        self.a = np.zeros(0, dtype=np.int64)  # the open pairs (a < b), one test row each
+        self.b = np.zeros(0, dtype=np.int64)
+        self.n = 0
+        self.seen_items = np.zeros(n_total, dtype=np.int64)  # the order so far and the running models' scores
+        self.seen_x = np.full((m, n_total), np.nan)
+
+    def absorb(self, live: np.ndarray, x: np.ndarray, items: np.ndarray, w: np.ndarray) -> None:
+        """A look: ``live`` the running models (rows of ``x`` scored), ``w`` the items' weights. Pairs with a model
+        that left are discarded first."""
+        seen = slice(self.n, self.n + items.size)
+        self.seen_items[seen] = items
+        self.seen_x[live, seen] = x[live]
+        self.n += items.size
+        running = np.zeros(self.seen_x.shape[0], dtype=bool)
+        running[live] = True
+        keep = running[self.a] & running[self.b]
+        if not keep.all():
+            self.tests.keep(keep)
+            self.a, self.b = self.a[keep], self.b[keep]
+        self.tests.absorb((x[self.a] - x[self.b] + 1.0) / 2.0, w)
+
+    def _rows(self, leader: int, others: np.ndarray) -> np.ndarray:
+        """Row of each pair (leader, j), -1 where not open."""
+        row_of = {(int(a), int(b)): r for r, (a, b) in enumerate(zip(self.a, self.b))}
+        return np.array([row_of.get((min(leader, int(j)), max(leader, int(j))), -1) for j in others], dtype=np.int64)
+
+    def listed_above(self, leader: int, others: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """Whether "leader above j" (mu_leader >= mu_j − ε) is certified for each running ``j`` of ``others``,
+        opening the missing pairs first (``w``: the bank's weights, by position)."""
+        others = np.asarray(others, dtype=np.int64)
+        rows = self._rows(leader, others)
+        new = others[rows < 0]
+        if new.size:
+            a, b = np.minimum(leader, new), np.maximum(leader, new)
+            fresh = EpsilonTests(new.size, self.tests.n_total, self.tests.delta, self.tests.epsilon)
+            values = (self.seen_x[a, :self.n] - self.seen_x[b, :self.n] + 1.0) / 2.0
+            fresh.absorb(values, w[self.seen_items[:self.n]])
+            fresh.remaining = self.tests.remaining  # the same order: keep one float path for the undrawn weight
+            self.tests.extend(fresh)
+            self.a, self.b = np.concatenate([self.a, a]), np.concatenate([self.b, b])
+            rows = self._rows(leader, others)
+        leads_a = self.a[rows] == leader
+        return np.where(leads_a, self.tests.rejected_a[rows], self.tests.rejected_b[rows])
+
+    def matrix(self) -> np.ndarray:
+        """``(M, M)``: True where an open pair's test certifies mu_i >= mu_j − ε."""
+        above = np.zeros((self.seen_x.shape[0],) * 2, dtype=bool)
+        above[self.a, self.b] = self.tests.rejected_a
+        above[self.b, self.a] = self.tests.rejected_b
+        return above
+
+    def state(self) -> dict[str, Any]:
+        return {"tests": self.tests.state(), "a": self.a.copy(), "b": self.b.copy(), "n": self.n,
+                "models": self.seen_x.shape[0],
+                "seen_items": self.seen_items.copy(), "seen_x": self.seen_x.copy()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "LeaderListings":
+        tests = EpsilonTests.from_state(state["tests"])
+        seen_x = np.asarray(state["seen_x"], dtype=float).reshape(int(state["models"]), -1)
+        obj = cls(seen_x.shape[0], tests.n_total, tests.delta, tests.epsilon)
+        obj.tests, obj.n, obj.seen_x = tests, int(state["n"]), seen_x.copy()
+        obj.a = np.asarray(state["a"], dtype=np.int64).copy()
+        obj.b = np.asarray(state["b"], dtype=np.int64).copy()
+        obj.seen_items = np.asarray(state["seen_items"], dtype=np.int64).copy()
         return obj

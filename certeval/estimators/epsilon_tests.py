@@ -175,6 +175,13 @@ class EpsilonTests:
         for f in self.FIELDS:
             setattr(self, f, getattr(self, f)[mask])
 
+    def extend(self, other: "EpsilonTests") -> None:
+        """Append ``other``'s tests: the same order so far (a late pair's replay), levels and epsilon."""
+        if other.n != self.n or other.delta != self.delta or other.epsilon != self.epsilon:
+            raise InputError(f"tests to append must have seen the same {self.n} values at the same level and epsilon")
+        for f in self.FIELDS:
+            setattr(self, f, np.concatenate([getattr(self, f), getattr(other, f)]))
+
     def state(self) -> dict[str, Any]:
         return {"construction": "epsilon-tests", "n_total": self.n_total, "delta": self.delta,
                 "epsilon": self.epsilon, "c": self.c, "n": self.n, "remaining": self.remaining,

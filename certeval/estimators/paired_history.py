@@ -140,8 +140,8 @@ class HistorySelection:
 
     def start(self) -> "HistorySelection":
         rule = self.rule.start(self.spec.weights())
-        # with the rule's pair CSs (2 to PAIRED_MODELS models) alpha is split: half for the models, half for the pairs
-        confidence = 1.0 - rule.alpha / (len(self.names) * (2 if rule.paired_ else 1))
+        # beside the rule's pair CSs or tests alpha is split: half for the models, half for the pairs
+        confidence = 1.0 - rule.model_alpha()
         self.methods_ = [HistoryMethod(confidence=confidence, subset_intervals=False).start(
             replace(self.spec, history=prior)) for prior in self.priors]
         return self
@@ -179,14 +179,7 @@ class HistorySelection:
     def result(self):
         rule = self.rule
         res = rule.result()
-        m = len(self.names)
-        level = f"one per model at level {1 - rule.alpha / (m * (2 if rule.paired_ else 1)):.4g}"
-        if rule.paired_ and not rule.tested_:
-            p = rule.pair_a.size
-            level += (f", and the pairs' without-replacement {rule.pairs.CONSTRUCTION} CSs on their paired differences "
-                      f"at level {1 - rule.alpha / (2 * p):.4g} (Bonferroni over {m} models and {p} pairs)")
-        else:
-            level += rule.pairs_guarantee()
+        level = f"one per model at level {1 - rule.model_alpha():.4g}{rule.pairs_guarantee()}"
         guarantee = f"{MODEL_GUARANTEE}, {level}; {rule.selection_statement()}, whatever the history"
         return replace(res, guarantee=guarantee)
 
