@@ -63,12 +63,16 @@ def _rejections_at_the_boundary(cls, reps: int, delta: float, seed: int = 11, m:
     return hits / reps
 
 
-def test_at_the_boundary_a_test_rejects_at_most_delta_with_peeking_and_a_peeking_opponent_is_caught():
-    delta, reps = 0.1, 300  # seeds 11-13: 0.05-0.10 (1,500 reps on three boards: 0.03-0.08); control 0.84-0.88
-    bound = delta + 3 * math.sqrt(delta * (1 - delta) / reps)
-    ok = _rejections_at_the_boundary(NotBestTests, reps, delta)
-    bad = _rejections_at_the_boundary(_PeekingOpponent, reps, delta)
+def _holds_and_the_control_fails(rate, good, broken, reps: int, level: float) -> None:
+    """The error rate of ``good`` within 3 binomial SEs of ``level``; the broken control's beyond it."""
+    bound = level + 3 * math.sqrt(level * (1 - level) / reps)
+    ok, bad = rate(good, reps, level), rate(broken, reps, level)
     assert ok <= bound < bad, (ok, bad)
+
+
+def test_at_the_boundary_a_test_rejects_at_most_delta_with_peeking_and_a_peeking_opponent_is_caught():
+    # seeds 11-13: 0.05-0.10 (1,500 reps on three boards: 0.03-0.08); the control 0.84-0.88
+    _holds_and_the_control_fails(_rejections_at_the_boundary, NotBestTests, _PeekingOpponent, 300, 0.1)
 
 
 def test_a_far_weaker_model_is_rejected_early_the_best_never_and_state_round_trips():
@@ -133,11 +137,8 @@ def _selection_errors(cls, reps: int, alpha: float, eps: float = 0.03, m: int = 
 
 
 def test_selection_is_an_epsilon_best_family_wise_with_peeking_and_the_uncorrected_control_fails():
-    alpha, reps = 0.1, 60  # seeds 5-7: 0.00-0.02 of the reps err; the control 0.23-0.33
-    bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
-    ok = _selection_errors(BankSelection, reps, alpha)
-    bad = _selection_errors(_Uncorrected, reps, alpha)
-    assert ok <= bound < bad, (ok, bad)
+    # seeds 5-7: 0.00-0.02 of the reps err; the control 0.23-0.33
+    _holds_and_the_control_fails(_selection_errors, BankSelection, _Uncorrected, 60, 0.1)
 
 
 def test_pairs_opened_late_give_the_tests_they_would_have_had_from_the_start():
