@@ -23,6 +23,9 @@ from .results import to_jsonable
 from .wor_streams import absorb_rows, check_weights, fresh_like, make_streams, streams_from_state
 
 PAIRED_MODELS = 400  # beyond, P = M(M-1)/2 pair streams cost more than close arms save: per-model CSs alone
+# the top-1 tests replay the order so far for a new leader's pairs: they keep every running model's scores (M x N
+# floats, 64 MB at this many cells); a larger board keeps the per-model CSs alone
+LISTING_CELLS = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,10 @@ class BankSelection:
     CSs, which must clear a whole interval at every pair's alpha / (2P). Of the pairs' alpha / 2, half goes to one
     test per model of "it is a best model" (:class:`~.best_arm_tests.NotBestTests`, against the leader picked item
     by item; only a best model's null is true, so each runs at alpha / 4 whole): its rejection drops the model as
-    "not-best". The other half goes to the ε-listing tests of every pair (:class:`~.epsilon_tests.EpsilonTests`)
+    "not-best". The other half goes to the ε-listing tests of the pairs (:class:`~.epsilon_tests.EpsilonTests`)
     at alpha / (4(M − 1)): stop once the leader is listed above every other running model (mu_leader >= mu_j −
-    epsilon). Why that level suffices: fix a best model b; off the event that b's not-best test rejects (alpha / 4)
+    epsilon). Only the leader's pairs are read, so they are opened when first read by replaying the order so far
+    (:class:`~.best_arm_tests.LeaderListings`): no pair limit, up to :data:`LISTING_CELLS` model × item cells. Why that level suffices: fix a best model b; off the event that b's not-best test rejects (alpha / 4)
     b keeps running, and a leader more than epsilon below b can only be stopped on by a false listing of one of
     the M − 1 pairs (leader, b). Beside the model CSs (alpha / 2) the selection is an epsilon-top-1 and a best
     model is never dropped, jointly with probability >= 1 - alpha.
@@ -102,10 +106,11 @@ class BankSelection:
         """As :meth:`BankRanking.start`: weights in ``update``'s positions, the order drawn ∝ them."""
         self.w = check_weights(weights)
         m = len(self.names)
-        self.tested_ = self.paired and self.TESTED and self.top == 1 and self.epsilon > 0 and m >= 2
+        self.tested_ = (self.paired and self.TESTED and self.top == 1 and self.epsilon > 0 and m >= 2
+                        and (m <= PAIRED_MODELS or m * self.w.size <= LISTING_CELLS))
         self.paired_ = self.paired and 2 <= m <= PAIRED_MODELS and not self.tested_  # the pair CSs
         self.streams = make_streams(m, self.w.size, self.model_alpha(), bet_horizon)
-        if self.tested_:  # O(M) tests and the leader's pairs: no limit on M
+        if self.tested_:  # O(M) tests and the leader's pairs
             self.not_best = NotBestTests(m, self.w.size, self.alpha / 4)
             self.listings = LeaderListings(m, self.w.size, self.alpha / (4 * (m - 1)), self.epsilon)
         if self.paired_:
