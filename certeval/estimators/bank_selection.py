@@ -81,10 +81,11 @@ class BankSelection:
     "not-best". The other half goes to the ε-listing tests of the pairs (:class:`~.epsilon_tests.EpsilonTests`)
     at alpha / (4(M − 1)): stop once the leader is listed above every other running model (mu_leader >= mu_j −
     epsilon). Only the leader's pairs are read, so they are opened when first read by replaying the order so far
-    (:class:`~.best_arm_tests.LeaderListings`): no pair limit, up to :data:`LISTING_CELLS` model × item cells. Why that level suffices: fix a best model b; off the event that b's not-best test rejects (alpha / 4)
-    b keeps running, and a leader more than epsilon below b can only be stopped on by a false listing of one of
-    the M − 1 pairs (leader, b). Beside the model CSs (alpha / 2) the selection is an epsilon-top-1 and a best
-    model is never dropped, jointly with probability >= 1 - alpha.
+    (:class:`~.best_arm_tests.LeaderListings`): no pair limit, up to :data:`LISTING_CELLS` model × item cells.
+    Why that level suffices: fix a best model b; off the event that b's not-best test rejects (alpha / 4) b keeps
+    running, and a leader more than epsilon below b can only be stopped on by a false listing of one of the M − 1
+    pairs (leader, b). Beside the model CSs (alpha / 2) the selection is an epsilon-top-1 and a best model is never
+    dropped, jointly with probability >= 1 - alpha.
     """
 
     TESTED = True  # the boundary tests for top-1 within epsilon (a subclass with its own pair streams turns them off)

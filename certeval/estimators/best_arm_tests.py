@@ -4,8 +4,8 @@ opponent is chosen item by item, on the shared item order drawn ∝ weight.
 For model j the null is ``H_j: mu_j >= mu_k`` for every k (j is a best model). Before the i-th draw the test picks
 an opponent ``k_i`` from the draws before i alone — the running model with the largest running total other than j —
 and bets on ``z_i = (x_{k_i,i} − x_{j,i} + 1)/2``. With ``K^{kj}_{i−1} = Σ_{drawn} w (x_k − x_j + 1)/2`` and
-``U_i`` the undrawn weight, the conditional mean of ``z_i`` is ``(m_{kj} − K^{kj}_{i−1})/U_i`` (:mod:`.wor_streams`),
-and under ``H_j`` every ``m_{kj} = (1 + mu_k − mu_j)/2 <= 1/2``, so
+``U_i`` the undrawn weight, the conditional mean of ``z_i`` is ``(m_{kj} − K^{kj}_{i−1})/U_i``
+(:mod:`.wor_streams`), and under ``H_j`` every ``m_{kj} = (1 + mu_k − mu_j)/2 <= 1/2``, so
 
     T^j_t = ∏_{i <= t} (1 + λ_i (z_i − ν_i)),   ν_i = (1/2 − K^{k_i j}_{i−1}) / U_i,   λ_i ∈ [0, c/ν_i],
 
@@ -17,9 +17,8 @@ exceeds j's by more than the undrawn weight (certainly, not by chance).
 The level: only the best models' nulls are true. Fix one best model b; the event "b is rejected" has probability at
 most δ, and off it b is never dropped. So every test may run at the whole level δ (no correction over the M models):
 on that event some best model always survives, which is what a selection needs (when the best is unique, every
-drop is then correct). This is the intersection-union structure of Berger (1982) applied to the one arm that
-matters, and the test is the boundary test of Waudby-Smith & Ramdas's betting CS (2020 §3) with a predictable
-opponent. The bets are :mod:`.epsilon_tests`' (aGRAPA aimed at the boundary, the running pair mean shrunk towards
+drop is then correct). The test is the boundary test of Waudby-Smith & Ramdas's betting CS (2020 §3) with a
+predictable opponent. The bets are :mod:`.epsilon_tests`' (aGRAPA aimed at the boundary, the running pair mean shrunk towards
 1/2 by its prior pseudo-draws, truncated so every factor stays >= 1 − c).
 """
 
