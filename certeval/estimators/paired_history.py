@@ -121,11 +121,12 @@ class HistorySelection:
     models surely better, LUCB's epsilon stop; for the best model within epsilon its "not the best" and ε-listing
     tests on the paired differences, else its pair CSs). Each model's bank mean gets :class:`HistoryMethod`'s exact
     without-replacement betting CS with its own history prediction as control variate, at level
-    ``1 - alpha / (2M)`` (``1 - alpha / M`` beyond the rule's pair limit), on the run's shared order (drawn ∝
-    weight). The pairs stay plain: a control variate for a pair (its predicted difference, as ``rank --history``)
-    was measured on helm_mmlu (top-1 within 0.02, 22 models, the other 22 as history, 100 orders) at 0.377 of the
-    cells against 0.351 with the pair CSs plain — the bet values ``(z − a + 1)/2`` halve the range the bets may
-    use, and close models' predicted differences explain too little (variance ratio about 0.87) to pay that back.
+    ``1 - alpha / (2M)`` (``1 - alpha / M`` where the rule has neither pair CSs nor tests), on the run's shared
+    order (drawn ∝ weight). The pairs stay plain: a control variate for a pair (its predicted difference, as
+    ``rank --history``) was measured on helm_mmlu (top-1 within 0.02, 22 models, the other 22 as history, 100
+    orders) at 0.377 of the cells against 0.351 with the pair CSs plain — the bet values ``(z − a + 1)/2`` halve
+    the range the bets may use, and close models' predicted differences explain too little (variance ratio about
+    0.87) to pay that back.
     The rule's statement holds jointly with probability >= 1 - alpha, whatever the history.
     """
 
