@@ -70,10 +70,10 @@ def run_one(sel, x: np.ndarray, order: np.ndarray, w: np.ndarray) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from certeval.estimators.bank_selection import BankSelection
     from certeval.estimators.paired_history import HistorySelection
-
-    class PairCSSelection(BankSelection):
-        TESTED = False
     from benchmarks.pair_history import _bank, half_split
+
+    class PairCSSelection(BankSelection):  # the baseline: the rule with its top-1 tests off
+        TESTED = False
 
     p = argparse.ArgumentParser(prog="python -m benchmarks select_history", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
