@@ -24,12 +24,8 @@ class _PeekingOpponent(NotBestTests):
     """Broken on purpose: the opponent is the model that scored the draw highest (read after the draw)."""
 
     @staticmethod
-    def _opponents(total, x):
-        r = x.shape[0]
-        score = x + 1e-3 * total / max(float(np.abs(total).max()), 1.0)  # ties: the running leader
-        ranked = np.argsort(-score, axis=0, kind="stable")
-        first, second = ranked[0][None, :], ranked[1][None, :]
-        return np.where(np.arange(r)[:, None] == first, second, first)
+    def _opponents(total, x):  # ranked by the draw itself; ties by the running total
+        return NotBestTests._opponents(x + 1e-3 * total / max(float(np.abs(total).max()), 1.0), x)
 
 
 def _tied_bank(rng, m: int, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -168,18 +168,19 @@ class BankSelection:
         self.used[live] = self.n
         mean, lower, upper = self.streams.bounds()
         self.mean[live], self.lower[live], self.upper[live] = mean[live], lower[live], upper[live]
-        if self.tested_:
-            self._absorb_tests(live, x, items)
-        elif self.paired_:
-            self._absorb_pairs(live, x, items)
+        self.absorb_paired(live, x, items)
         self._decide(live)
         return self
 
-    def _absorb_tests(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
-        """The look into the running models' not-best tests and their open pairs' ε-listing tests."""
-        w = self.w[items]
-        self.not_best.absorb(live, x[live], w)
-        self.listings.absorb(live, x, items, w)
+    def absorb_paired(self, live: np.ndarray, x: np.ndarray, items: np.ndarray) -> None:
+        """The look's paired differences (models answer the same items): into the running models' not-best tests
+        and their open pairs' ε-listing tests (top-1 within epsilon), else into the pair CSs."""
+        if self.tested_:
+            w = self.w[items]
+            self.not_best.absorb(live, x[live], w)
+            self.listings.absorb(live, x, items, w)
+        elif self.paired_:
+            self._absorb_pairs(live, x, items)
 
     def listed_above(self) -> np.ndarray:
         """``(M, M)``: True where an open pair's ε-listing test certifies mu_i >= mu_j − epsilon."""

@@ -170,10 +170,7 @@ class HistorySelection:
             est = method.result()
             rule.used[j] = est.n_scored
             rule.mean[j], rule.lower[j], rule.upper[j] = est.mean, est.lower, est.upper
-        if rule.tested_:  # top-1 within epsilon: the not-best and ε-listing tests on the paired differences
-            rule._absorb_tests(live, x, items)
-        elif rule.paired_:  # models answer the same items: the pairs' differences
-            rule._absorb_pairs(live, x, items)
+        rule.absorb_paired(live, x, items)
         rule._decide(live)
         return self
 
