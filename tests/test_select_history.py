@@ -78,4 +78,4 @@ def test_guarantee_names_the_models_history_intervals_and_the_rules_tests():
         sel.update(np.arange(40), x[20:, :40])
     g = tested.result().guarantee
     assert "'best model' betting test per model" in g and "3 listings" in g and "whatever the history" in g
-    assert "Bonferroni over 4 models and 6 pairs" in pairs.result().guarantee  # top-2: the pair CSs
+    assert "Bonferroni over 4 models and the 5 of the 6 pairs" in pairs.result().guarantee  # top-2: the pair CSs

@@ -223,8 +223,11 @@ def _select_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact
     top, epsilon, threshold = request.top or 1, request.halfwidth or 0.0, request.threshold or 0.0
     kth = np.sort(exact)[::-1][min(top, len(data.models)) - 1]
     bad = [s.model for s in res.models if s.status == "below" and exact[row[s.model]] >= threshold]
-    if request.target == "bank":
-        bad += [name for name in res.selected if exact[row[name]] < kth - epsilon]
+    if request.target == "bank":  # the statement: every selected mean >= every unselected one's - epsilon
+        below = {s.model for s in res.models if s.status == "below" and exact[row[s.model]] < threshold}
+        rivals = [exact[row[name]] for name in data.models if name not in res.selected and name not in below]
+        ref = max([kth, *rivals]) if rivals else kth
+        bad += [name for name in res.selected if exact[row[name]] < ref - epsilon]
     covered = all(s.lower <= exact[row[s.model]] + 1e-12 and exact[row[s.model]] <= s.upper + 1e-12
                   for s in res.models)
     return {"rep": rep, "fraction_used": res.fraction_used, "selected": list(res.selected),

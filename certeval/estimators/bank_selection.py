@@ -60,9 +60,11 @@ class BankSelection:
     """Best-arm (top-K) identification within epsilon, bank target, on the shared order drawn ∝ weight.
 
     Each model has a without-replacement CS for its bank mean at level alpha / M (simultaneous over models
-    and looks). With ``paired`` (default) and 2 to :data:`PAIRED_MODELS` models, each of the P pairs also has one
-    for its paired difference mu_i - mu_j, and alpha is split: alpha / (2M) per model, alpha / (2P) per pair.
-    At each look, with A the models not yet dropped:
+    and looks). With ``paired`` (default) and 2 to :data:`PAIRED_MODELS` models, each pair also has one for its
+    paired difference mu_i - mu_j, and alpha is split: alpha / (2M) per model, alpha / (2Q) per pair, where
+    Q = K(M - K) + K(K - 1)/2 (:func:`top_pairs`, at most P) counts the pairs with a member in a fixed top-K set
+    T of the bank means — the only pairs whose CSs the statements below rely on. At each look, with A the models
+    not yet dropped:
 
     * a model with ``upper < threshold`` is dropped ("below");
     * a model with at least K models of A surely better — their lower bound above its upper bound, or the
@@ -73,6 +75,14 @@ class BankSelection:
       selected model's bank mean is at least every unselected one's minus epsilon, i.e. the selection is an
       epsilon-top-K of the bank, with probability >= 1 - alpha. Models of S keep being scored until then; at
       exhaustion the exact means decide.
+
+    Why pairs of T suffice (Q, not P): on the event that every model CS and every pair CS with a member in T
+    covers (probability >= 1 - alpha), (i) no t in T is dropped as "not-best": that needs K models surely above t,
+    each read from a covering pair (k, t) or the models' CSs, but at most K - 1 models lie above a member of T;
+    (ii) a wrong stop — some selected i with mu_i < mu_j - epsilon for an unselected j — implies some t in T \\ S
+    with mu_t > mu_i + epsilon (if j is not in T, S misses a member of T, each at least mu_j); t is still running
+    by (i) (or left below the threshold), so the stop read the covering pair (i, t) as >= -epsilon: impossible.
+    A "not-best" drop of a model outside T is then correct when the K-th and (K+1)-th bank means differ.
 
     The best model within epsilon > 0 (``top=1``, pairs on) is certified by boundary tests instead of the pair
     CSs, which must clear a whole interval at every pair's alpha / (2P). Of the pairs' alpha / 2, half goes to one
@@ -117,7 +127,7 @@ class BankSelection:
         if self.paired_:
             self.pair_a, self.pair_b = (v.astype(np.int64) for v in np.triu_indices(m, k=1))
             p = self.pair_a.size
-            self.pairs = make_streams(p, self.w.size, self.alpha / (2 * p), bet_horizon)
+            self.pairs = make_streams(p, self.w.size, self.alpha / (2 * top_pairs(m, self.top)), bet_horizon)
             self.pair_lower, self.pair_upper = np.full(p, -1.0), np.ones(p)
             self.pair_open = np.zeros(p, dtype=bool)
             # the order so far, for pairs opened late: filled look by look (self.n items), never regrown
@@ -310,16 +320,19 @@ class BankSelection:
                     f"model's null is true)")
         if self.paired_:
             p = self.pair_a.size
-            return (f", and one per pair on the paired difference at level {1 - self.alpha / (2 * p):.4g} "
-                    f"(Bonferroni over {m} models and {p} pairs)")
+            q = top_pairs(m, self.top)
+            return (f", and one per pair on the paired difference at level {1 - self.alpha / (2 * q):.4g} "
+                    f"(Bonferroni over {m} models and the {q} of the {p} pairs with a member in a top-{self.top} set: "
+                    f"no other pair's CS enters the statement)")
         return f" (Bonferroni over {m} models)"
 
     def selection_statement(self) -> str:
         if self.tested_:
             return (f"the selection is an epsilon-top-1 of the bank means and a best model is never dropped (every "
                     f"drop is correct when the best is unique), jointly with probability >= {1 - self.alpha:g}")
-        return (f"the selection is an epsilon-top-{self.top} of the bank means and every drop is correct, "
-                f"jointly with probability >= {1 - self.alpha:g}")
+        return (f"the selection is an epsilon-top-{self.top} of the bank means and no model of a top-{self.top} set "
+                f"is dropped (every drop is correct when the {self.top}-th and next bank means differ), jointly with "
+                f"probability >= {1 - self.alpha:g}")
 
     ARRAYS = ("w", "status", "look_of", "used", "mean", "lower", "upper")
 
@@ -359,3 +372,8 @@ class BankSelection:
             v = np.asarray(state[k])
             setattr(obj, k, v.astype(object) if k == "status" else v.copy())
         return obj
+
+
+def top_pairs(m: int, top: int) -> int:
+    """Pairs with at least one member in a fixed set of ``top`` of ``m`` models: K(M − K) + K(K − 1)/2."""
+    return top * (m - top) + top * (top - 1) // 2
