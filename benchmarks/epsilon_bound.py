@@ -74,10 +74,15 @@ def settle_fraction(half_at: np.ndarray, grid: np.ndarray, target: np.ndarray, n
     return out
 
 
-def oracle_cells(y: np.ndarray, epsilon: float, alpha: float = 0.05) -> dict[str, float]:
+def oracle_cells(y: np.ndarray, epsilon: float, alpha: float = 0.05,
+                 sd_override: np.ndarray | None = None) -> dict[str, float]:
+    """Every oracle's cells for ``y``; ``sd_override`` (per pair, ``np.triu_indices`` order) replaces the pairs'
+    standard deviations — a control variate's residual SD, for the history yardstick."""
     m, n_total = y.shape
     p = m * (m - 1) // 2
     a, b, delta, sd = _pair_stats(y)
+    if sd_override is not None:
+        sd = sd_override
     target = (epsilon + delta) / np.maximum(sd, 1e-12)  # half-width needed, in units of σ
     fpc = lambda n: np.sqrt((n_total - n) / (n * (n_total - 1.0)))  # noqa: E731
     grid2 = np.unique(np.maximum(2, np.round(np.linspace(0.02, 1.0, 50) * n_total).astype(int)))

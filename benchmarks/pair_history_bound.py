@@ -20,6 +20,9 @@ Reported per bank: the ratio ``Var(d − d̂) / Var(d)`` over the ranked pairs, 
 smallest bank fraction, on a 2% grid, at which the normal interval with finite-population correction and
 per-model Bonferroni ``z_{1−α/(2M)}`` settles every pair, ``half-width < |Δ| + ε``), with and without the
 variance reduction: the most any history ranking of this kind could save, before anytime-validity costs.
+``yardsticks``: at ε = 0.05 and 0.1, :mod:`benchmarks.epsilon_bound`'s per-pair one-sided oracles (fixed-n, and
+anytime-valid at looks of 50) on the ranked half with the plain SDs and with the ``oracle`` fit's residual SDs —
+where issue 25's "below the fixed-n oracle with half the models as history" could be met by this construction.
 
     python -m benchmarks pair_history_bound           # helm_mmlu, vlm_ocrbench; 5 splits each
     python -m benchmarks pair_history_bound --quick   # helm_mmlu, 1 split
@@ -93,6 +96,25 @@ def _ridge_case(y_hist: np.ndarray, yr: np.ndarray, a: np.ndarray, b: np.ndarray
     return best
 
 
+YARDSTICK_EPSILONS = (0.05, 0.1)
+YARDSTICK_ROWS = ("fixed_pair_one_sided", "anytime_tests_looks")
+
+
+def _yardsticks(yr: np.ndarray, sd_history: np.ndarray, alpha: float) -> dict:
+    """The ε-ranking oracles of :mod:`benchmarks.epsilon_bound` on the ranked half, with the pairs' plain SDs and
+    with the residual SDs of the best prediction of this family (fitted on all the model's own items): what
+    ``rank --epsilon --history`` could reach in the construction class it uses (one-sided tests at α/P)."""
+    from benchmarks.epsilon_bound import oracle_cells
+
+    out = {}
+    for eps in YARDSTICK_EPSILONS:
+        plain = oracle_cells(yr, eps, alpha)
+        hist = oracle_cells(yr, eps, alpha, sd_override=sd_history)
+        out[str(eps)] = {f"{k}_{lab}": cells[k] for k in YARDSTICK_ROWS
+                         for lab, cells in (("plain", plain), ("history", hist))}
+    return out
+
+
 def bound_case(name: str, splits: int, seed: int, alpha: float = 0.05) -> dict:
     from certeval.estimators.history import fit_history_prior
 
@@ -134,6 +156,8 @@ def bound_case(name: str, splits: int, seed: int, alpha: float = 0.05) -> dict:
             plain_var[a, b] = plain_var[b, a] = var_plain
             f_hist = _epsilon_fractions(yr, full_var, EPSILON, alpha)
             f_plain = _epsilon_fractions(yr, plain_var, EPSILON, alpha)
+            if label == "oracle":
+                out["yardsticks"] = _yardsticks(yr, np.sqrt(var_plain * ratio), alpha)
             out[label] = {"var_ratio_binding_mean": float(ratio[binding].mean()) if binding.any() else None,
                           "var_ratio_binding_median": float(np.median(ratio[binding])) if binding.any() else None,
                           "var_ratio_all_mean": float(ratio.mean()),
@@ -155,6 +179,8 @@ def bound_case(name: str, splits: int, seed: int, alpha: float = 0.05) -> dict:
         return float(np.mean(vals)) if vals else float("nan")
 
     summary = {lab: {k: avg(lab, k) for k in rows[0][lab]} for lab in ("oracle", "realistic", "ridge_on_history")}
+    summary["yardsticks"] = {eps: {k: float(np.mean([r["yardsticks"][eps][k] for r in rows]))
+                                   for k in rows[0]["yardsticks"][eps]} for eps in rows[0]["yardsticks"]}
     return {"dataset": name, "models": m, "items": n, "epsilon": EPSILON, "alpha": alpha, "splits": splits,
             "summary": summary, "rows": rows}
 
