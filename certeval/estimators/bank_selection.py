@@ -321,7 +321,7 @@ class BankSelection:
         if self.paired_:
             p = self.pair_a.size
             q = top_pairs(m, self.top)
-            return (f", and one per pair on the paired difference at level {1 - self.alpha / (2 * q):.4g} "
+            return (f", and one per pair on the paired difference at level {1 - self.pairs.delta:.4g} "
                     f"(Bonferroni over {m} models and the {q} of the {p} pairs with a member in a top-{self.top} set: "
                     f"no other pair's CS enters the statement)")
         return f" (Bonferroni over {m} models)"
