@@ -85,7 +85,7 @@ class BankSelection:
     A "not-best" drop of a model outside T is then correct when the K-th and (K+1)-th bank means differ.
 
     The best model within epsilon > 0 (``top=1``, pairs on) is certified by boundary tests instead of the pair
-    CSs, which must clear a whole interval at every pair's alpha / (2P). Of the pairs' alpha / 2, half goes to one
+    CSs, which must clear a whole interval at alpha / (2(M - 1)) each. Of the pairs' alpha / 2, half goes to one
     test per model of "it is a best model" (:class:`~.best_arm_tests.NotBestTests`, against the leader picked item
     by item; only a best model's null is true, so each runs at alpha / 4 whole): its rejection drops the model as
     "not-best". The other half goes to the ε-listing tests of the pairs (:class:`~.epsilon_tests.EpsilonTests`)
