@@ -68,6 +68,8 @@ def look_size(look: float, n_items: int) -> int:
 
 
 def _replay(rank, x: np.ndarray, order: np.ndarray, w: np.ndarray, look: int = LOOK) -> dict:
+    from certeval.backtest.comparative import epsilon_errors
+
     t0 = time.perf_counter()
     for s in range(0, order.size, look):
         rank.update(order[s:s + look], x[:, order[s:s + look]])
@@ -80,19 +82,8 @@ def _replay(rank, x: np.ndarray, order: np.ndarray, w: np.ndarray, look: int = L
     covered = bool(np.all((rank.lower[decided] <= delta[decided] + 1e-9)
                           & (delta[decided] <= rank.upper[decided] + 1e-9)))
     return {"fraction_cells": float(rank.model_used.sum() / (x.shape[0] * x.shape[1])), "seconds": seconds,
-            "all_decided_intervals_cover": covered, "wrong_listings": wrong_listings(rank, delta)}
-
-
-def wrong_listings(rank, delta: np.ndarray) -> int:
-    """Certified ε-listings that the exact bank differences ``delta`` (a − b per pair) contradict: "a above b"
-    with Δ < −ε, "b above a" with Δ > ε, either order with |Δ| > ε (the tie groups list across groups only what is
-    certified)."""
-    from certeval.estimators.comparison import A_OVER_B, B_OVER_A, EITHER_ORDER
-
-    eps, tol = rank.epsilon, 1e-9
-    return int((((rank.verdict == A_OVER_B) & (delta < -eps - tol))
-                | ((rank.verdict == B_OVER_A) & (delta > eps + tol))
-                | ((rank.verdict == EITHER_ORDER) & (np.abs(delta) > eps + tol))).sum())
+            "all_decided_intervals_cover": covered,
+            "wrong_listings": epsilon_errors(rank.result(), rank.names, mu)}  # listings the exact means contradict
 
 
 def cells_case(name: str, reps: int, seed: int, epsilon: float = EPSILON, look: float = LOOK) -> dict:

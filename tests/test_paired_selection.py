@@ -17,10 +17,20 @@ from certeval.estimators.wor_streams import make_streams
 class _UncorrectedPairs(BankSelection):
     """Broken on purpose: every pair's CS at level alpha (no Bonferroni over the pairs)."""
 
+    def pair_level(self) -> float:
+        return self.alpha
+
     def start(self, weights, bet_horizon=None):
         super().start(weights, bet_horizon)
-        self.pairs = make_streams(self.pair_a.size, self.w.size, self.alpha, bet_horizon)
+        self.pairs = make_streams(self.pair_a.size, self.w.size, self.pair_level(), bet_horizon)
         return self
+
+
+class _LoosePairs(_UncorrectedPairs):
+    """Broken on purpose: every pair's CS at level 0.5 (intervals far too narrow)."""
+
+    def pair_level(self) -> float:
+        return 0.5
 
 
 def _any_miss(cls, reps: int, alpha: float, seed: int = 3, m: int = 10, n: int = 240, look: int = 20,
@@ -57,15 +67,6 @@ def test_top_pairs_and_model_confidence_sequences_cover_jointly_with_peeking_and
     bad = _any_miss(_UncorrectedPairs, reps, alpha)
     assert ok <= bound, ok
     assert bad > bound, f"the control without the Bonferroni over pairs should fail the same check ({bad})"
-
-
-class _LoosePairs(BankSelection):
-    """Broken on purpose: every pair's CS at level 0.5 (intervals far too narrow)."""
-
-    def start(self, weights, bet_horizon=None):
-        super().start(weights, bet_horizon)
-        self.pairs = make_streams(self.pair_a.size, self.w.size, 0.5, bet_horizon)
-        return self
 
 
 def _dense_top(rng, m: int, n: int, top: int, eps: float) -> np.ndarray:

@@ -226,7 +226,7 @@ def _select_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact
     if request.target == "bank":  # the statement: every selected mean >= every unselected one's - epsilon
         below = {s.model for s in res.models if s.status == "below" and exact[row[s.model]] < threshold}
         rivals = [exact[row[name]] for name in data.models if name not in res.selected and name not in below]
-        ref = max([kth, *rivals]) if rivals else kth
+        ref = max([kth, *rivals])
         bad += [name for name in res.selected if exact[row[name]] < ref - epsilon]
     covered = all(s.lower <= exact[row[s.model]] + 1e-12 and exact[row[s.model]] <= s.upper + 1e-12
                   for s in res.models)
