@@ -138,7 +138,7 @@ def scale_child(seed: int, plain: bool) -> dict:
     order = weighted_order(w, np.random.default_rng(seed))
     t0 = time.perf_counter()
     if plain:
-        rank = BankRanking(models, alpha=ALPHA, epsilon=epsilon).start(w)
+        rank = BankRanking(models, alpha=ALPHA, epsilon=EPSILON).start(w)
         fit_s = 0.0
     else:
         keep = np.ones(len(models), dtype=bool)
@@ -148,7 +148,7 @@ def scale_child(seed: int, plain: bool) -> dict:
             priors.append(fit_history_prior(x[keep]))
             keep[k] = True
         fit_s = time.perf_counter() - t0
-        rank = HistoryRanking(models, priors, spec, alpha=ALPHA, epsilon=epsilon)
+        rank = HistoryRanking(models, priors, spec, alpha=ALPHA, epsilon=EPSILON)
     out = _replay(rank, x, order, w)
     out.update({"models": len(models), "pairs": len(rank.pa), "items": int(x.shape[1]),
                 "construction": rank.pairs.CONSTRUCTION, "prior_fit_seconds": fit_s,
