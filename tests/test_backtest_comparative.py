@@ -100,14 +100,19 @@ def test_select_without_json_prints_a_table_on_both_targets(capsys):
         assert ("epsilon 0.05" in out) == (target == "bank") and "items used" in out
 
 
-@pytest.mark.parametrize("goal", ["rank:0.02", "select:0.6,0.05", "compare:0"])
-def test_history_fraction_with_a_comparative_goal_is_refused_not_ignored(goal, tmp_path, capsys):
+@pytest.mark.parametrize("flags", [["--goal", "compare:0", "--history-fraction", "0.5"],
+                                   ["--goal", "rank:0.02", "--target", "distribution", "--history-fraction", "0.5"],
+                                   ["--goal", "rank:0.02", "--history", "bundled:helm_mmlu"],
+                                   ["--goal", "select:0.6,0.05", "--history-permute"]])
+def test_history_a_comparative_backtest_cannot_use_is_refused_not_ignored(flags, capsys):
+    """rank and select on the bank target take --history-fraction (tests/test_backtest_paired_history.py);
+    compare, the distribution target, --history SOURCE and --history-permute are refused, never ignored."""
     from certeval.cli import main
 
-    code = main(["backtest", "--scores", "bundled:helm_mmlu", "--goal", goal, "--history-fraction", "0.5",
-                 "--reps", "1"])
+    code = main(["backtest", "--scores", "bundled:helm_mmlu", *flags, "--reps", "1"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1 and "--history-fraction" in err and goal in err, err
+    named = next(f for f in flags if f.startswith("--history"))
+    assert code == 2 and len(err.splitlines()) == 1 and named in err and flags[1] in err, err
 
 
 @pytest.mark.parametrize("target", ["bank", "distribution"])

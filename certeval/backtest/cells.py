@@ -165,6 +165,7 @@ class Cell:
     kind: str = CERTIFY
     rows: tuple[int, ...] | None = None  # paired: the dataset's matrix rows run together (None: all)
     request: Any = None  # paired: the GroupRequest (its labels are filled in from rows)
+    history_fraction: float | None = None  # paired: each rep's random share of the rows that is history, not run
 
     def __post_init__(self) -> None:
         if self.kind not in CELL_KINDS:

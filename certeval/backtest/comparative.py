@@ -128,6 +128,23 @@ class ComparativeBacktest:
     n_pairs: int = 200  # compare: pairs sampled (each run on its own, at the request's level)
     name: str = "scores"  # the dataset's name in every rep's seed (the CLI's, as in single-model backtests)
     use_ray: bool = False
+    history_fraction: float | None = None  # rank/select: each rep's random share of the models that is history
+
+    @property
+    def run_models(self) -> int:
+        """Models each rep runs (all of them, or those left after the history share)."""
+        m = len(self.models)
+        return m if self.history_fraction is None else m - history_count(m, self.history_fraction)
+
+    def history_summary(self) -> dict[str, Any]:
+        """What the summary says about the history share (empty without one)."""
+        if self.history_fraction is None:
+            return {}
+        m = len(self.models)
+        return {"history": {"fraction": self.history_fraction, "history_models": m - self.run_models,
+                            "run_models": self.run_models,
+                            "rule": "each rep splits the models at random: the history share fits one factor model "
+                                    "(the prior of every run model); the rest are run and checked"}}
 
     @property
     def exact(self) -> np.ndarray:
@@ -141,7 +158,8 @@ class ComparativeBacktest:
         """The ``paired`` cell of ``reps`` runs of the models ``rows`` (every model when None)."""
         kind = self.request.kind
         return Cell(self.name, kind, kind, self.reps, self.looks_every, max_items=self.max_items, kind=PAIRED,
-                    rows=None if rows is None else tuple(int(k) for k in rows), request=self.request)
+                    rows=None if rows is None else tuple(int(k) for k in rows), request=self.request,
+                    history_fraction=self.history_fraction)
 
     def fan_out(self, cells: Sequence[Cell]) -> list[dict[str, Any]]:
         """Every rep of ``cells`` through the one driver; rows in (cell, rep) order."""
@@ -155,12 +173,38 @@ def _cell_rows(data: DatasetArrays, cell: Cell) -> np.ndarray:
     return np.arange(len(data.models)) if cell.rows is None else np.asarray(cell.rows)
 
 
-def play_paired(data: DatasetArrays, cell: Cell, rng: np.random.Generator) -> PairedRounds:
-    """One paired run of the cell's models on an order drawn from ``rng``, scores looked up in ``data``."""
+def history_count(models: int, fraction: float) -> int:
+    """History models of a rep: ``round(fraction · models)``, at least one, leaving at least two to run."""
+    return min(max(1, int(round(fraction * models))), models - 2)
+
+
+def history_split(rows: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A rep's random split of ``rows`` into :func:`history_count` history rows and the rows run, both sorted."""
+    k = history_count(len(rows), fraction)
+    perm = rng.permutation(rows)
+    return np.sort(perm[:k]), np.sort(perm[k:])
+
+
+def _rep_request(data: DatasetArrays, cell: Cell, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, Any]:
+    """The rows a rep runs, its history rows (empty without a history share) and its request: with
+    ``cell.history_fraction`` a random share of the cell's rows is history — one factor model fitted on their
+    recorded scores (:func:`~certeval.estimators.history.fit_history_prior`) is every run model's prior."""
     rows = _cell_rows(data, cell)
-    labels = tuple(data.models[k] for k in rows)
-    rounds = PairedRounds(replace(cell.request, labels=labels), n_items=data.spec.n_items,
-                          batch_size=cell.batch_size, max_items=cell.max_items)
+    if cell.history_fraction is None:
+        return rows, rows[:0], replace(cell.request, labels=tuple(data.models[k] for k in rows))
+    from ..estimators.history import fit_history_prior
+
+    hist, run = history_split(rows, cell.history_fraction, rng)
+    labels = tuple(data.models[k] for k in run)
+    prior = fit_history_prior(data.matrix[hist])
+    return run, hist, replace(cell.request, labels=labels, history={label: prior for label in labels})
+
+
+def play_paired(data: DatasetArrays, rows: np.ndarray, request: Any, cell: Cell,
+                rng: np.random.Generator) -> PairedRounds:
+    """One paired run of the models ``rows`` under ``request`` on an order drawn from ``rng``, scores looked up in
+    ``data``."""
+    rounds = PairedRounds(request, n_items=data.spec.n_items, batch_size=cell.batch_size, max_items=cell.max_items)
     return run_paired(rounds.start(data.spec, rng), data.matrix[rows])
 
 
@@ -170,21 +214,23 @@ _ROW_ONLY = ("dataset", "method", "goal", "wall_s", "guarantee")
 
 def paired_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int) -> list[dict[str, Any]]:
     """Reps ``rep_lo..rep_hi-1`` of a ``paired`` cell (the driver's ``run_chunk`` calls this): one paired run
-    each, checked against the exact bank means; rep 0 of rank and select also records the run in detail."""
-    rows = _cell_rows(data, cell)
-    # the run's own models, whose exact bank means its statements are checked against
-    run = DatasetArrays(data.name, data.spec, tuple(data.models[k] for k in rows), data.matrix[rows])
-    group = "|".join(run.models)  # the seed is keyed by the models run, never by the chunk
-    exact = run.matrix @ run.spec.weights()
+    each, checked against the exact bank means of the models it ran; rep 0 of rank and select also records the run
+    in detail. With a history share, each rep first splits the cell's models (:func:`_rep_request`)."""
+    group = "|".join(data.models[k] for k in _cell_rows(data, cell))  # the seed: the cell's models, never the chunk
     check = {"compare": _compare_rep, "rank": _rank_rep, "select": _select_rep}[cell.request.kind]
     out = []
     for rep in range(rep_lo, rep_hi):
         rng = np.random.default_rng(rep_seed(root_seed, data.name, group, cell.name, rep))
+        rows, hist, request = _rep_request(data, cell, rng)
+        # the run's own models, whose exact bank means its statements are checked against
+        run = DatasetArrays(data.name, data.spec, tuple(data.models[k] for k in rows), data.matrix[rows])
+        exact = run.matrix @ run.spec.weights()
         start = time.perf_counter()
-        res = play_paired(data, cell, rng).outcome
+        res = play_paired(data, rows, request, cell, rng).outcome
         wall = time.perf_counter() - start
+        extra = {"history_models": [data.models[k] for k in hist]} if cell.history_fraction is not None else {}
         out.append({"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep,
-                    **check(res, rep, rows, run, exact, cell.request),
+                    **check(res, rep, rows, run, exact, request), **extra,
                     "wall_s": wall, "guarantee": res.guarantee})
     return out
 
@@ -231,6 +277,7 @@ def _select_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact
     covered = all(s.lower <= exact[row[s.model]] + 1e-12 and exact[row[s.model]] <= s.upper + 1e-12
                   for s in res.models)
     return {"rep": rep, "fraction_used": res.fraction_used, "selected": list(res.selected),
+            "truly_below": int((exact < threshold).sum()),
             "discarded": list(res.discarded), "wrong": bad, "all_intervals_cover": covered,
             **({"models": [vars(s) for s in res.models]} if rep == 0 else {})}
 
@@ -293,6 +340,7 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
     rows = bt.fan_out([bt.cell()])
     rankings = _entries(rows)
     mean = lambda key: float(np.mean([r[key] for r in rows]))  # noqa: E731
+    m = bt.run_models
     summary = {
         "target": bt.request.target, "models": m, "pairs": m * (m - 1) // 2, "reps": bt.reps, "n_items": n,
         "looks": _looks(bt), "margin": bt.request.margin, "fraction_used": mean("fraction_used"),
@@ -301,6 +349,7 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         "kendall_tau_mean": mean("kendall_tau"),
         "guarantee": rows[-1]["guarantee"], "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
         "statement": "strict" if bt.request.epsilon is None else "epsilon", "epsilon": bt.request.epsilon,
+        **bt.history_summary(),
     }
     return {"rankings": rankings, "summary": summary}
 
@@ -311,16 +360,21 @@ def select_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
     m, n = bt.matrix.shape
     exact, request = bt.exact, bt.request
     top, epsilon, threshold = request.top or 1, request.halfwidth or 0.0, request.threshold or 0.0
-    runs = _entries(bt.fan_out([bt.cell()]))
+    rows = bt.fan_out([bt.cell()])
+    runs = _entries(rows)
     errors = [bool(x["wrong"]) for x in runs]
     summary = {
-        "target": request.target, "models": m, "reps": bt.reps, "n_items": n, "threshold": threshold,
+        "target": request.target, "models": bt.run_models, "reps": bt.reps, "n_items": n, "threshold": threshold,
         "fraction_used": float(np.mean([x["fraction_used"] for x in runs])),
         "discarded_mean": float(np.mean([len(x["discarded"]) for x in runs])),
-        "truly_below": int((exact < threshold).sum()), "error_rate": float(np.mean(errors)),
+        # of the models run: every model, or (with a history share) the mean over reps
+        "truly_below": (int((exact < threshold).sum()) if bt.history_fraction is None
+                        else float(np.mean([x["truly_below"] for x in runs]))),
+        "error_rate": float(np.mean(errors)),
         "wrong_discard_rate": float(np.mean(errors)),
         "simultaneous_coverage": float(np.mean([x["all_intervals_cover"] for x in runs])),
         **({"top": top, "epsilon": epsilon} if request.target == "bank" else {"halfwidth": epsilon}),
+        "guarantee": rows[-1]["guarantee"], **bt.history_summary(),
     }
     return {"runs": runs, "summary": summary}
 
@@ -366,7 +420,18 @@ def run_comparative_backtest(args) -> int:
     if epsilon is not None and (kind != "rank" or target != "bank" or values[0] or not 0 < epsilon < 1):
         raise InputError(f"--epsilon {epsilon!r} needs --goal rank:0 on the bank target and a value in (0, 1) "
                          f"(it replaces the margin's strict verdicts); got --goal {args.goal} --target {target}")
+    history_fraction = getattr(args, "history_fraction", None)
+    if history_fraction is not None:
+        if kind == "compare" or target != "bank":
+            raise InputError(f"--history-fraction {history_fraction!r} applies to --goal rank:D and select:T,E on "
+                             f"the bank target; got --goal {args.goal} --target {target}")
+        if not 0.0 < history_fraction < 1.0:
+            raise InputError(f"--history-fraction must lie in (0, 1) for a ranking or selection (the rest of the "
+                             f"models are run), got {history_fraction!r}")
     matrix, models, spec = _load(args)
+    if history_fraction is not None and len(models) < 3:
+        raise InputError(f"--history-fraction needs at least three models (one as history, two run), got "
+                         f"{len(models)}: {', '.join(models)}")
     margin = values[0] if kind != "select" else 0.0
     design = _design(args, 1.0 - confidence, margin) if target == "distribution" else None
     request = GroupRequest(kind=kind, labels=tuple(models), target=target, confidence=confidence, margin=margin,
@@ -374,11 +439,12 @@ def run_comparative_backtest(args) -> int:
                            halfwidth=values[1] if kind == "select" else None, top=top, look_size=looks_every,
                            max_items=max_items, design=design, epsilon=epsilon)
     bt = ComparativeBacktest(matrix, tuple(models), spec, request, reps=reps, seed=seed, looks_every=looks_every,
-                             max_items=max_items, n_pairs=n_pairs)
+                             max_items=max_items, n_pairs=n_pairs, history_fraction=history_fraction)
     out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
     out["config"] = {"goal": args.goal, "target": target, "scores": str(args.scores), "confidence": confidence,
                      "reps": reps, "seed": seed, "looks_every": looks_every, "max_items": max_items,
-                     "statistic": getattr(args, "statistic", "paired"), "spending": getattr(args, "spending", "pocock")}
+                     "statistic": getattr(args, "statistic", "paired"), "spending": getattr(args, "spending", "pocock"),
+                     "history_fraction": history_fraction}
     if getattr(args, "json", False):
         from ..cli._common import print_json
 

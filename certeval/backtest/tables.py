@@ -48,6 +48,15 @@ def print_rank(out: dict[str, Any]) -> None:
     console.print(f"over {s['reps']} orders: items used {s['fraction_used']:.3f} of models x items; "
                   f"tie groups {s['tie_groups_mean']:.1f} on average; family-wise error rate "
                   f"{s['family_wise_error_rate']:.3f}")
+    print_history(console, s)
+
+
+def print_history(console: Any, summary: dict[str, Any]) -> None:
+    """The history share's line, when the backtest had one."""
+    h = summary.get("history")
+    if h:
+        console.print(f"history: {h['history_models']} of the models per rep at random ({h['run_models']} run); "
+                      f"{h['rule']}")
 
 
 def print_select(out: dict[str, Any]) -> None:
@@ -69,3 +78,4 @@ def print_select(out: dict[str, Any]) -> None:
                   f"models on average ({s['truly_below']} truly below); wrong discards {s['wrong_discard_rate']:.3f}; "
                   + (f"simultaneous coverage {s['simultaneous_coverage']:.3f}" if s.get("simultaneous_coverage") is not None
                      else f"errors (not an epsilon-top-{s.get('top')} or a wrong drop) {s.get('error_rate', 0):.3f}"))
+    print_history(console, s)

@@ -48,7 +48,8 @@ def add_parser(subparsers) -> None:
                         "history of method 'history'; each evaluated model is left out of its own history")
     p.add_argument("--history-fraction", type=float, default=None,
                    help="a random fraction F of the scores file's other models is each rep's history "
-                        "(method 'history' and FAQ)")
+                        "(method 'history' and FAQ); with --goal rank:D or select:T,E a random share F of the "
+                        "models is each rep's history and the rest are ranked or selected with it")
     p.add_argument("--history-permute", action="store_true",
                    help="shuffle the history's items in every rep (useless history: validity check)")
     p.add_argument("--history-models", type=int, default=None, help="FAQ: models used as history")
@@ -88,10 +89,10 @@ def run(args) -> int:
         raise InputError(f"--epsilon {args.epsilon!r} applies to --goal rank:0 (an epsilon-correct ranking), not to "
                          f"--goal {args.goal}")
     if comparative:
-        if args.history or args.history_permute or args.history_fraction is not None:
-            used = "--history-fraction" if args.history_fraction is not None else "--history"
-            raise InputError(f"{used} in backtests applies to single-model goals (halfwidth/above/below) for now; "
-                             f"goal {args.goal!r} would ignore it")
+        if args.history or args.history_permute:
+            used = "--history-permute" if args.history_permute else "--history"
+            raise InputError(f"{used} in comparative backtests is not supported (--history-fraction F is: a random "
+                             f"share F of the models is each rep's history); goal {args.goal!r} would ignore it")
         if args.metric:
             raise InputError(f"--metric {args.metric!r} applies to single-model goals for now; convert with "
                              "certeval import lm-eval|inspect --metric NAME first")
