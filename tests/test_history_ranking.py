@@ -146,3 +146,34 @@ def test_group_estimator_builds_rank_history_with_epsilon():
     req = GroupRequest(kind="rank", labels=("a", "b"), target="bank", epsilon=0.1, history={"a": prior, "b": prior})
     group = make_group(req).start(BankSpec(n_items=40), np.arange(40))
     assert isinstance(group.estimator_, HistoryRanking) and group.estimator_.epsilon == 0.1
+
+
+def test_with_epsilon_the_reported_intervals_never_change_a_decision():
+    """With ε the boundary tests decide; the reported pair intervals are the O(1) empirical-Bernstein CSs. The same
+    run with the betting CSs (the construction without ε) reports narrower intervals and decides exactly the same."""
+    from certeval.estimators.wor_streams import make_controlled_streams
+
+    rng = np.random.default_rng(8)
+    items, models = 240, 8
+    x = _factor_bank(rng, 20 + models, items)
+    spec = BankSpec(n_items=items)
+    names = [f"m{k}" for k in range(models)]
+    prior = fit_history_prior(x[:20])
+    order = weighted_order(spec.weights(), rng)
+    runs = []
+    for betting in (False, True):
+        rank = HistoryRanking(names, [prior] * models, spec, alpha=0.05, epsilon=0.05)
+        assert isinstance(rank.pairs, ControlledWorStreams)
+        if betting:
+            p = len(rank.pa)
+            rank.pairs = make_controlled_streams(p, items, rank.alpha / p)
+            assert isinstance(rank.pairs, ControlledBettingStreams)
+        for lo in range(0, items, 20):
+            if rank.model_open.any():
+                rank.update(order[lo:lo + 20], x[20:, order[lo:lo + 20]])
+        runs.append(rank)
+    eb, bet = runs
+    assert (eb.verdict == bet.verdict).all() and (eb.model_used == bet.model_used).all()
+    assert eb.result().tie_groups == bet.result().tie_groups
+    assert 0 < eb.model_used.min() < items  # models left early: the tests decided before exhaustion
+    assert np.mean(bet.upper - bet.lower) < np.mean(eb.upper - eb.lower)
