@@ -80,7 +80,8 @@ def add_parser(subparsers) -> None:
         if name == "rank":
             p.add_argument("--goal", default=None,
                            help="halfwidth:E: leaderboard precision — every model's bank mean within ±E "
-                                "simultaneously (bank target), ordered where the intervals do not overlap")
+                                "simultaneously (bank target), ordered where the intervals do not overlap; with "
+                                "--history each model's interval learns from the recorded models")
             p.add_argument("--epsilon", type=float, default=None,
                            help="epsilon-correct ranking (bank target): instead of strict verdicts, list the models so "
                                 "that every model above another has a bank mean at least the other's minus E, "

@@ -85,10 +85,9 @@ def make_group(request: GroupRequest) -> GroupEstimator:
     if request.kind not in KINDS:
         raise InputError(f"a paired run is one of {', '.join(KINDS)}, got {request.kind!r}")
     special = request.epsilon is not None or request.precision is not None
-    if special and (request.kind != "rank" or request.target != "bank" or (request.history and request.precision)):
-        raise InputError("epsilon-statements and leaderboard precision are bank-target rankings (precision without "
-                         f"history), got kind {request.kind!r}, target {request.target!r}"
-                         + (" with history" if request.history else ""))
+    if special and (request.kind != "rank" or request.target != "bank"):
+        raise InputError("epsilon-statements and leaderboard precision are bank-target rankings, got kind "
+                         f"{request.kind!r}, target {request.target!r}")
     if request.target == "bank":
         if request.kind == "compare" and request.history:
             return HistoryPairGroup(request)
@@ -158,8 +157,8 @@ class _Group:
 class BankGroup(_Group):
     """Bank target: :class:`~.bank_ranking.BankRanking` (rank; compare is its ranking of two) or
     :class:`~.bank_selection.BankSelection`, or their history-powered forms
-    (:class:`~.paired_history.HistoryRanking`, :class:`~.paired_history.HistorySelection`). Updates take the
-    looks' bank positions."""
+    (:class:`~.paired_history.HistoryRanking`, :class:`~.paired_history.HistorySelection`,
+    :class:`~.paired_history.HistoryPrecision`). Updates take the looks' bank positions."""
 
     def start(self, spec: Any, order: np.ndarray) -> "BankGroup":
         from .bank_ranking import BankRanking
@@ -169,7 +168,11 @@ class BankGroup(_Group):
         r = self.request
         self.order_ = np.asarray(order, dtype=np.int64)
         priors = [r.history[label] for label in r.labels] if r.history else None
-        if r.kind == "rank" and priors:  # each pair: the bank ranking's CS on difference − prediction, at alpha / P
+        if r.kind == "rank" and priors and r.precision is not None:  # each model: certify --history's CS, alpha / M
+            from .paired_history import HistoryPrecision
+
+            self.estimator_ = HistoryPrecision(r.labels, priors, spec, halfwidth=r.precision, alpha=r.alpha).start()
+        elif r.kind == "rank" and priors:  # each pair: the bank ranking's CS on difference − prediction, at alpha / P
             self.estimator_ = HistoryRanking(r.labels, priors, spec, alpha=r.alpha, margin=r.margin, epsilon=r.epsilon,
                                              bet_horizon=r.max_items)
         elif r.kind == "select" and priors:  # each model: certify --history's exact CS, at alpha / M

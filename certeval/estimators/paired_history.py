@@ -132,8 +132,11 @@ class HistorySelection:
 
     def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
                  top: int = 1, epsilon: float = 0.0, threshold: float = 0.0) -> None:
-        self.rule = BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold)
-        self.names = self.rule.names
+        self._adopt(BankSelection(names, alpha=alpha, top=top, epsilon=epsilon, threshold=threshold), priors, spec)
+
+    def _adopt(self, rule: BankSelection, priors: Sequence[Any], spec: Any) -> None:
+        self.rule = rule
+        self.names = rule.names
         self.priors = tuple(priors)
         self.spec = spec
         if len(self.priors) != len(self.names):
@@ -183,3 +186,32 @@ class HistorySelection:
 
     def describe_history(self) -> dict[str, Any]:
         return self.priors[0].describe() if self.priors else {}
+
+
+class HistoryPrecision(HistorySelection):
+    """Leaderboard precision that learns from history (``rank --goal halfwidth:E --history SOURCE``).
+
+    :class:`~.bank_precision.BankPrecision`'s rule — a model leaves once its half-width is at most E; "a>b" when a's
+    interval lies above b's; overlapping intervals share a tie group — on :class:`HistorySelection`'s per-model
+    intervals: each model's bank mean in :class:`HistoryMethod`'s exact without-replacement betting CS with its own
+    history prediction as control variate, at level ``1 − alpha/M``, on the run's shared order. Every interval and
+    every order statement hold jointly with probability >= 1 − alpha (Bonferroni over the M models), whatever the
+    history; useless history costs items, never validity. ``result()`` is a :class:`~.ranking.Ranking`.
+    """
+
+    def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, halfwidth: float,
+                 alpha: float = 0.05) -> None:
+        from .bank_precision import BankPrecision
+
+        self._adopt(BankPrecision(names, halfwidth=halfwidth, alpha=alpha), priors, spec)
+
+    def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
+        return self.rule.model_intervals()
+
+    def result(self):
+        rule = self.rule
+        m = len(self.names)
+        guarantee = (f"{MODEL_GUARANTEE}, one per model at level {1 - rule.model_alpha():.4g}; every model's interval "
+                     f"and every order statement (a>b: a's interval above b's) hold jointly with probability >= "
+                     f"{1 - rule.alpha:g} (Bonferroni over the {m} models), whatever the history")
+        return replace(rule.result(), guarantee=guarantee)

@@ -10,7 +10,8 @@ from ..estimators._validation import InputError
 
 
 def leaderboard_goal(r: Any) -> str | None:
-    """``rank --goal halfwidth:E``: every model's bank mean within ±E (bank target, no margin, epsilon or history)."""
+    """``rank --goal halfwidth:E``: every model's bank mean within ±E (bank target, no margin or epsilon; with
+    ``--history`` each model's interval learns from it)."""
     if r.goal is None:
         return None
     if r.kind != "rank":
@@ -19,8 +20,7 @@ def leaderboard_goal(r: Any) -> str | None:
     if goal.kind != "halfwidth" or goal.diminishing is not None:
         raise InputError(f"rank --goal takes halfwidth:E (every model's bank mean within ±E), got {r.goal!r}")
     clash = [flag for flag, used in (("--margin", r.margin), ("--epsilon", r.epsilon is not None),
-                                     ("--history", bool(r.history)), ("--target distribution",
-                                                                      r.target == "distribution")) if used]
+                                     ("--target distribution", r.target == "distribution")) if used]
     if clash:
         raise InputError(f"rank --goal {r.goal} asks for leaderboard precision on the bank target; drop {clash[0]}")
     return str(goal)
