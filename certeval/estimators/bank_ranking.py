@@ -307,7 +307,7 @@ class BankRanking:
         self.n += items.size
         self.looks += 1
         y = np.where(np.isnan(x), 0.0, x)
-        self._absorb_models(live, y, w)
+        self._absorb_models(live, y, w, items)
         return items, live, y, w
 
     def update(self, items: Any, scores: Any) -> "BankRanking":
@@ -326,12 +326,16 @@ class BankRanking:
             self._decide_pairs()
         return self
 
-    def _absorb_models(self, live: np.ndarray, y: np.ndarray, w: np.ndarray) -> None:
-        # a model that left is frozen: only the live rows absorb the look
-        absorb_rows(self.models, live, y[live], w)
+    def _absorb_models(self, live: np.ndarray, y: np.ndarray, w: np.ndarray, items: np.ndarray) -> None:
+        # a model that left is frozen: only the live rows absorb the look (items: for a subclass's predictions)
+        absorb_rows(self.models, live, y[live], w, self._model_predictions(live, items))
         self.model_used[live] = self.n
         mean, lower, upper = self.models.bounds()
         self.model_mean[live], self.model_lower[live], self.model_upper[live] = mean[live], lower[live], upper[live]
+
+    def _model_predictions(self, live: np.ndarray, items: np.ndarray) -> np.ndarray | None:
+        """The look's control variate for the per-model streams (none here; see the history ranking)."""
+        return None
 
     def _decide_pairs(self) -> None:
         ps = self.pairs

@@ -86,9 +86,16 @@ class HistoryRanking(BankRanking):
         # as in the plain ranking (a betting grid per pair made a 188-model run 100× slower and 1.3 GiB larger)
         self.pairs = (make_controlled_streams(p, self.n_total, self.alpha / p, bet_horizon) if self.tests is None
                       else ControlledWorStreams(p, self.n_total, self.alpha / p))
+        # each model's own interval (reported beside the ranking) learns from its prediction too, as certify --history
+        self.models = make_controlled_streams(len(self.names), self.n_total, self.alpha / len(self.names), bet_horizon)
         self.predictions = HistoryPredictions(self.priors, self.n_total)
         self.drawn = np.zeros(self.n_total, dtype=bool)
         self.seen_scores = np.full((len(self.names), self.n_total), np.nan)
+
+    def _model_predictions(self, live: np.ndarray, items: np.ndarray) -> np.ndarray:
+        pred = self.predictions.pred  # fixed before this look's scores: refitted on the earlier looks only
+        self.models.rest[live] = pred[live] @ np.where(self.drawn, 0.0, self.w)  # Σ_undrawn w p_k per model
+        return pred[np.ix_(live, items)]
 
     def update(self, items: Any, scores: Any) -> "HistoryRanking":
         positions = check_item_indices(items, self.n_total)  # the shared order's rule, before anything changes

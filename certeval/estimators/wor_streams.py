@@ -438,10 +438,15 @@ def streams_from_state(state: dict[str, Any]) -> _Streams:
                      f"construction {kind!r}); start the run again in a new folder")
 
 
-def absorb_rows(streams: _Streams, rows: np.ndarray, block: np.ndarray, w: np.ndarray) -> None:
-    """Absorb ``block`` into the streams ``rows`` only (the others are frozen where their model left)."""
+def absorb_rows(streams: _Streams, rows: np.ndarray, block: np.ndarray, w: np.ndarray,
+                predictions: np.ndarray | None = None) -> None:
+    """Absorb ``block`` into the streams ``rows`` only (the others are frozen where their model left);
+    ``predictions``: the block's control variate, for :class:`ControlledStreams`."""
     if len(rows) == 0:
         return
     sub = streams.rows(rows)
-    sub.absorb(block, w)
+    if predictions is None:
+        sub.absorb(block, w)
+    else:
+        sub.absorb(block, w, predictions)
     streams.put_rows(rows, sub)
