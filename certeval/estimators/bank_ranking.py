@@ -328,13 +328,14 @@ class BankRanking:
 
     def _absorb_models(self, live: np.ndarray, y: np.ndarray, w: np.ndarray, items: np.ndarray) -> None:
         # a model that left is frozen: only the live rows absorb the look (items: for a subclass's predictions)
-        absorb_rows(self.models, live, y[live], w, self._model_predictions(live, items))
+        absorb_rows(self.models, live, y[live], w, self._model_controls(live, items))
         self.model_used[live] = self.n
         mean, lower, upper = self.models.bounds()
         self.model_mean[live], self.model_lower[live], self.model_upper[live] = mean[live], lower[live], upper[live]
 
-    def _model_predictions(self, live: np.ndarray, items: np.ndarray) -> np.ndarray | None:
-        """The look's control variate for the per-model streams (none here; see the history ranking)."""
+    def _model_controls(self, live: np.ndarray, items: np.ndarray) -> np.ndarray | None:
+        """The look's control variate for the live models' streams, their predicted rest set first (none here; the
+        history ranking has one)."""
         return None
 
     def _decide_pairs(self) -> None:

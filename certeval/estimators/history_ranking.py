@@ -13,7 +13,8 @@ Each pair's stream is :class:`~.wor_streams.ControlledStreams` (the plain bank r
 betting CS, or its empirical-Bernstein CS beyond tens of models, on ``(z − a + 1)/2``): exact (width 0 once the
 bank is scored) and anytime-valid whatever the history is, since the predictions of a look are fixed before its
 scores are seen. Each pair runs at level ``alpha / P`` (Bonferroni, as :class:`~.bank_ranking.BankRanking`,
-whose verdicts, ε-statements, tie groups and per-model intervals this class keeps). With ε, the listings are
+whose verdicts, ε-statements and tie groups this class keeps; its per-model intervals, at ``alpha / M``, take each
+model's own prediction as control variate, as ``certify --history``). With ε, the listings are
 certified by the bank ranking's boundary tests (:mod:`.epsilon_tests`) on the same controlled values, and the pair
 intervals, reported only, are the O(1) empirical-Bernstein CSs whatever M (as in the plain ranking).
 """
@@ -92,7 +93,7 @@ class HistoryRanking(BankRanking):
         self.drawn = np.zeros(self.n_total, dtype=bool)
         self.seen_scores = np.full((len(self.names), self.n_total), np.nan)
 
-    def _model_predictions(self, live: np.ndarray, items: np.ndarray) -> np.ndarray:
+    def _model_controls(self, live: np.ndarray, items: np.ndarray) -> np.ndarray:
         pred = self.predictions.pred  # fixed before this look's scores: refitted on the earlier looks only
         self.models.rest[live] = pred[live] @ np.where(self.drawn, 0.0, self.w)  # Σ_undrawn w p_k per model
         return pred[np.ix_(live, items)]
