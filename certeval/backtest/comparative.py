@@ -188,15 +188,16 @@ def history_split(rows: np.ndarray, fraction: float, rng: np.random.Generator) -
 def _rep_request(data: DatasetArrays, cell: Cell, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, Any]:
     """The rows a rep runs, its history rows (empty without a history share) and its request: with
     ``cell.history_fraction`` a random share of the cell's rows is history — one factor model fitted on their
-    recorded scores (:func:`~certeval.estimators.history.fit_history_prior`) is every run model's prior."""
+    recorded scores (:func:`~certeval.history.matrix_prior`, as the single-model backtests fit theirs) is every run
+    model's prior."""
     rows = _cell_rows(data, cell)
     if cell.history_fraction is None:
         return rows, rows[:0], replace(cell.request, labels=tuple(data.models[k] for k in rows))
-    from ..estimators.history import fit_history_prior
+    from ..history import matrix_prior
 
     hist, run = history_split(rows, cell.history_fraction, rng)
     labels = tuple(data.models[k] for k in run)
-    prior = fit_history_prior(data.matrix[hist])
+    prior = matrix_prior(data.matrix[hist], [data.models[k] for k in hist])
     return run, hist, replace(cell.request, labels=labels, history={label: prior for label in labels})
 
 

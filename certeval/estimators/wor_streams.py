@@ -445,8 +445,5 @@ def absorb_rows(streams: _Streams, rows: np.ndarray, block: np.ndarray, w: np.nd
     if len(rows) == 0:
         return
     sub = streams.rows(rows)
-    if predictions is None:
-        sub.absorb(block, w)
-    else:
-        sub.absorb(block, w, predictions)
+    sub.absorb(block, w, predictions)  # every construction takes a=None (only controlled streams refuse it)
     streams.put_rows(rows, sub)
