@@ -154,6 +154,14 @@ def _encode_subsets(values: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
     return np.array([lookup[v] for v in values.astype(str)], dtype=np.int64), names
 
 
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return [_plain_value(v) for v in value.tolist()]
+    if isinstance(value, list):
+        return [_plain_value(v) for v in value]
+    return value
+
+
 def bank_from_frame(frame: pd.DataFrame, source: str = "bank") -> Bank:
     """Validate an items table and build a :class:`Bank` (order of rows is kept)."""
     if len(frame) == 0:
@@ -162,6 +170,9 @@ def bank_from_frame(frame: pd.DataFrame, source: str = "bank") -> Bank:
         raise InputError(f"{source} lacks the column item_id; has {', '.join(map(str, frame.columns))}")
     frame = frame.reset_index(drop=True).copy()
     frame["item_id"] = frame["item_id"].astype(str)
+    for column in frame.columns[frame.dtypes == object]:
+        # list columns (choices, answers) read from Parquet come back as numpy arrays: plain lists, as from JSONL
+        frame[column] = frame[column].map(_plain_value)
     dup = frame["item_id"].duplicated()
     if dup.any():
         raise InputError(f"{source} has duplicate item_id {frame.loc[dup, 'item_id'].iloc[0]!r}")

@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import fsspec
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -57,6 +58,10 @@ def bounded(fs: fsspec.AbstractFileSystem, method: str, *args: Any, size: int = 
 
 
 def _json_default(value: Any) -> Any:
+    # arrays before scalars: a numpy array has .item() too, which fails for more than one element (a Parquet
+    # list column reads back as arrays)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
     if hasattr(value, "item"):
         return value.item()
     if hasattr(value, "tolist"):
