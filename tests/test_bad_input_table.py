@@ -200,6 +200,10 @@ CASES = [
      "margin"),  # passed the plan and failed only after config.json was written and Ray/Prefect had started
     ("rank-margin-1-bank", lambda fx: _pair("rank", fx, "--margin", "1"), "margin"),
     ("rank-epsilon-above-1", lambda fx: _pair("rank", fx, "--epsilon", "1.5"), "epsilon"),
+    ("rank-history-auto", lambda fx: _pair("rank", fx, "--history", "auto"), "auto"),
+    ("select-history-auto-distribution", lambda fx: _pair("select", fx, "--history", "auto", "--target",
+                                                          "distribution", "--threshold", "0.3"), "auto"),
+    ("select-dry-run-history-auto", lambda fx: _pair("select", fx, "--history", "auto", "--dry-run"), "auto"),
     ("rank-epsilon-zero", lambda fx: _pair("rank", fx, "--epsilon", "0"), "epsilon"),
     ("rank-epsilon-with-margin", lambda fx: _pair("rank", fx, "--epsilon", "0.05", "--margin", "0.02"), "epsilon"),
     ("rank-epsilon-distribution", lambda fx: _pair("rank", fx, "--epsilon", "0.05", "--target", "distribution"),

@@ -52,10 +52,10 @@ def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir
     bank = tmp_path / "bank.jsonl"
     bank.write_text("".join(json.dumps(item) + "\n" for item in items))
 
-    def select(pattern: str, run_id: str) -> tuple[subprocess.CompletedProcess, dict]:
+    def select(pattern: str, run_id: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
         argv = [PYTHON, "-m", "certeval", "select", "--checkpoints", str(tmp_path / "train" / pattern), "--bank",
                 str(bank), "--num-cpus", "2", "--batch-size", "8", "--output", str(tmp_path / "runs"), "--run-id",
-                run_id, "--json"]
+                run_id, "--json", *extra]
         proc = subprocess.run(argv, env=cli_env(state_dir), capture_output=True, text=True, timeout=900)
         assert proc.returncode in (0, 1), proc.stderr[-3000:]
         return proc, json.loads(proc.stdout)
@@ -63,10 +63,13 @@ def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir
     # yesterday's scheduled run saw two checkpoints; today's sees three and learns from yesterday's scores
     _, first = select("ckpt-[12]0*", "yesterday")
     assert [m["model"] for m in first["models"]] == ["ckpt-20", "ckpt-100"] and not first["history"]
-    proc, res = select("ckpt-*", "ckpts")
-    assert res["history"]["sources"] == [str(tmp_path / "runs" / "yesterday")], res["history"]
+    proc, res = select("ckpt-*", "ckpts", "--history", "auto")
+    runs = tmp_path / "runs"
+    assert res["history"]["sources"] == [str(runs / "yesterday")], res["history"]
+    assert (f"certeval: --history auto: 1 earlier select run(s) under {runs} as history: {runs / 'yesterday'}"
+            in proc.stderr.splitlines())
     config = json.loads((tmp_path / "runs" / "ckpts" / "config.json").read_text())
-    assert config["history"] == [str(tmp_path / "runs" / "yesterday")]
+    assert config["history"] == [str(runs / "yesterday")]
     learned = {m["model"]: sorted(m["history"]["models"]) for m in res["models"]}
     # each checkpoint learns from yesterday's other checkpoints, never from its own earlier scores
     assert learned == {"ckpt-20": ["ckpt-100"], "ckpt-100": ["ckpt-20"], "ckpt-300": ["ckpt-100", "ckpt-20"]}
@@ -81,6 +84,11 @@ def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir
 
     rows = pd.concat(pd.read_parquet(p) for p in sorted((tmp_path / "runs" / "ckpts" / "rounds").glob("*.parquet")))
     assert (rows[rows["model"] == "ckpt-100"]["score"] == 1.0).all()
+    # without --history nothing learns from the earlier runs now under --output: the same command, the same answer
+    _, again = select("ckpt-[12]0*", "again")
+    assert not again["history"]
+    assert [(m["model"], m["mean"], m["lower"], m["upper"]) for m in again["models"]] == [
+        (m["model"], m["mean"], m["lower"], m["upper"]) for m in first["models"]]
     # 3 actors of 1 CPU on a 2-CPU Ray: two actors, the first and third checkpoints in one
     assert res["pipeline"]["shared_actors"] == {"shared-0": ["ckpt-20", "ckpt-300"]}
     assert "share 2 actor(s)" in proc.stderr and "the Ray cluster has 2" in proc.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,9 @@ def add_parser(subparsers) -> None:
         if name == "select":
             p.add_argument("--checkpoints", action="append", default=None, metavar="PATH_OR_GLOB",
                            help="checkpoint folders (repeatable; a glob such as 'runs/ckpt-*' in quotes): each a "
-                                "transformers model, hf:<folder>, named by its folder; with or instead of --model. Without "
-                                "--history, earlier select runs on this bank under --output that scored any of these "
-                                "models are the history")
+                                "transformers model, hf:<folder>, named by its folder; with or instead of --model. "
+                                "--history auto: earlier select runs on this bank under --output that scored any of "
+                                "these models are the history")
         p.add_argument("--model_args", "--model-args", dest="model_args", default=None, metavar="K=V,...",
                        help="options added to every --model spec (lm-eval style: key=value,key=value)")
         p.add_argument("--bank", "--tasks", dest="bank", default=None,
@@ -68,7 +69,8 @@ def add_parser(subparsers) -> None:
                            help="other models' recorded scores (repeatable), bank target: compare/rank get an exact, "
                                 "anytime-valid interval for each difference with the predicted paired difference as "
                                 "control variate; select gets each model's exact interval with its predicted score "
-                                "as control variate")
+                                "as control variate; select --history auto: earlier select runs on this bank "
+                                "under --output")
         if name != "certify":
             p.add_argument("--target", choices=("bank", "distribution"), default=None,
                            help="bank (default): the bank's own means and differences, exact once every item is "
@@ -236,16 +238,38 @@ def checkpoint_specs(patterns: list[str] | None) -> list[str]:
     return specs
 
 
-def earlier_checkpoint_runs(args, models: list[str]) -> list[str]:
-    """``select --checkpoints`` without ``--history``: the finished select runs under the same local output root, on
-    the same bank, that scored at least one of these models (yesterday's run of a scheduled job) are the history
-    (each model's own earlier scores never count for itself); their folders are checked when read."""
+AUTO_HISTORY = "auto"
+
+
+def history_sources(args, models: list[str]) -> list[str] | None:
+    """``--history`` as given, with ``auto`` (select only) replaced by the earlier select runs it names (announced in
+    one line on stderr). Without ``--history`` there is no history: the same command twice gives the same answer."""
+    from ..estimators._validation import InputError
+
+    sources = list(getattr(args, "history", None) or [])
+    if AUTO_HISTORY not in sources:
+        return sources or None
+    if args.command != "select" or (args.target or "bank") != "bank":
+        raise InputError(f"--history {AUTO_HISTORY} (earlier select runs under --output as history) is for select on "
+                         f"the bank target; got {args.command} with --target {args.target or 'bank'}")
+    from ..storage import DEFAULT_OUTPUT
+
+    earlier = earlier_select_runs(args, models)
+    where = args.output or DEFAULT_OUTPUT
+    print(f"certeval: --history auto: {len(earlier)} earlier select run(s) under {where} as history"
+          + (f": {', '.join(earlier)}" if earlier else " (none found: no history)"), file=sys.stderr)
+    sources = [s for s in sources if s != AUTO_HISTORY] + earlier
+    return sources or None
+
+
+def earlier_select_runs(args, models: list[str]) -> list[str]:
+    """``select --history auto``: the finished select runs under the same local output root, on the same bank, that
+    scored at least one of these models (yesterday's run of a scheduled job); each model's own earlier scores never
+    count for itself, and their folders are checked when read."""
     import json
 
     from ..storage import DEFAULT_OUTPUT
 
-    if not getattr(args, "checkpoints", None) or args.history or (args.target or "bank") != "bank":
-        return []
     root = Path(args.output or DEFAULT_OUTPUT)
     if "://" in str(args.output or "") or not root.is_dir():
         return []
@@ -276,7 +300,7 @@ def plan_from_args(args, options=None) -> tuple[Any, Any]:
     if not models:
         raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")
     models = with_model_args(models, getattr(args, "model_args", None))
-    history = getattr(args, "history", None) or earlier_checkpoint_runs(args, models) or None
+    history = history_sources(args, models)
     return make_plan(PlanRequest(
         args.command, models=models, bank=args.bank,
         output=args.output, run_id=args.run_id,
@@ -298,6 +322,9 @@ def dry_run(args, options=None) -> int:
     from ..preview import describe, history_matrix, preview_cost
 
     sources = list(args.history or [])
+    if AUTO_HISTORY in sources:
+        raise InputError(f"{args.command} --dry-run previews on recorded models named by --history SOURCE; "
+                         f"--history {AUTO_HISTORY} names none")
     if not sources:
         raise InputError(f"{args.command} --dry-run predicts the cells from recorded models: give --history SOURCE "
                          "(a scores file, bundled:<name>, run folders)")
