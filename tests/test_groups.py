@@ -44,6 +44,22 @@ def test_every_group_speaks_the_protocol_and_decides_every_model(kind, target):
     _play(rounds, scores)
     assert rounds.done and set(rounds.decisions) == set(labels) and all(d.done for d in rounds.decisions.values())
     assert rounds.looks == sorted(rounds.looks) and rounds.n_shared <= spec.n_items
+    # values: the models' bank means are far apart (0.56 / 0.87 / 0.33), so every kind and target finds the truth
+    decisions, truth = rounds.decisions, spec.weights() @ scores.T
+    best = labels[int(np.argmax(truth))]
+    if kind == "compare":
+        assert rounds.outcome.verdict == "b>a" and {d.verdict for d in decisions.values()} == {"b>a"}
+        assert rounds.outcome.upper < -request.margin  # the interval of a - b lies below -margin: b beats a
+    elif kind == "rank":
+        assert rounds.outcome.tie_groups == tuple((labels[k],) for k in np.argsort(-truth))
+        assert decisions[best].verdict == "rank 1"
+    else:
+        assert [m for m, d in decisions.items() if d.verdict in ("selected", "candidate")] == [best]
+    assert all(d.rule == kind and 1 <= d.look <= len(rounds.looks) for d in decisions.values())
+    for label, (mean, lower, upper, items) in rounds.intervals.items():
+        assert lower <= mean <= upper and items in rounds.looks
+        if target == "bank":  # exact CSs for the bank means
+            assert lower <= truth[labels.index(label)] <= upper
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -74,7 +74,7 @@ def run_dir(tmp_path):
 
 
 def test_report_writes_valid_png_markdown_and_html(run_dir):
-    path, _ = run_dir
+    path, info = run_dir
     rep = write_report(str(path), html=True)
     for name in ("interval_curve.png", "ranking.png"):
         data = (path / name).read_bytes()
@@ -92,8 +92,13 @@ def test_report_writes_valid_png_markdown_and_html(run_dir):
     html = (path / "report.html").read_text()
     assert html.startswith("<!doctype html>") and "<table>" in html and "interval_curve.png" in html
     assert set(rep.files) == {"interval_curve.png", "ranking.png", "differences.png", "report.md", "report.html"}
-    # the decision's rule is shown
-    assert "exhausted" in md or "budget" in md or "precision" in md
+    # the rule that fired is shown in each model's row: the fixture's goal (halfwidth:0.01) is decided with no
+    # budget left after 160 of 300 items, so the budget rule fired, goal not reached
+    assert {e["decision"]["rule"] for e in info["entries"]} == {"budget"}
+    for name in MODELS:
+        row = next(ln for ln in table if ln.startswith(f"| {name} "))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[4:8] == ["160", "300", "budget", "False"], row
 
 
 def test_a_run_without_a_look_log_gets_no_curve_and_nothing_is_re_run(run_dir):

@@ -115,6 +115,8 @@ def test_exhausted_bank_gives_exact_mean_and_stops():
     est = test.result()
     assert est.exhausted and est.lower == est.upper == pytest.approx(0.7)
     assert d.done and d.rule in ("precision", "exhausted")
+    # a Wald interval per look (estimated variance): asymptotic on both targets, whatever the look
+    assert est.validity == "asymptotic" and est.guarantee.startswith("asymptotic")
 
 
 def test_bad_rules_and_parameters():
