@@ -179,11 +179,13 @@ class SequentialSelection:
         mu, var = self._mean_var(idx)
         c = boundary_multiplier(self.spending, self.alpha / m, self.looks[: k + 1], self.n_total, self.look_size, 2)
         half = c * np.sqrt(var)
-        exact = n_k == self.n_total
+        # the estimand is the expected score (the distribution target): the intervals keep their width when the
+        # bank runs out; running out only ends the run
+        exhausted = n_k == self.n_total
         mean[idx], self.used[idx] = mu, n_k
-        lower[idx] = np.where(exact, mu, np.clip(mu - half, 0, 1))
-        upper[idx] = np.where(exact, mu, np.clip(mu + half, 0, 1))
-        ok = np.isfinite(half) | exact
+        lower[idx] = np.clip(mu - half, 0, 1)
+        upper[idx] = np.clip(mu + half, 0, 1)
+        ok = np.isfinite(half)
         for j in idx:
             if not ok[np.searchsorted(idx, j)]:
                 continue
@@ -203,7 +205,7 @@ class SequentialSelection:
             if len(alive) == 1 or all((upper[j] - lower[j]) / 2 <= self.halfwidth for j in alive):
                 for j in alive:
                     status[j], look_of[j] = "candidate", k + 1
-        if exact:
+        if exhausted:
             for j in range(m):
                 if status[j] == "running":
                     status[j], look_of[j] = "exhausted", k + 1
