@@ -210,3 +210,47 @@ def test_a_replay_certify_completes_while_three_processes_keep_the_cpus_busy(tmp
             hog.kill()
         for hog in hogs:
             hog.wait(timeout=30)
+
+
+# -- Prefect's embedded server: one restart on its port ------------------------------------------------------------
+
+class _FlakyServer:
+    """Stands in for fast_start.EmbeddedPrefect: its first ``fail`` waits time out."""
+
+    def __init__(self, fail: int) -> None:
+        self.fail, self.port, self.events = fail, 43210, []
+
+    def launch(self, port=None):
+        self.events.append(("launch", port))
+        return self
+
+    def wait_ready(self, timeout_s=None):
+        self.events.append(("wait", self.port))
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("Prefect's embedded API server did not answer within 120 s")
+
+    def stop(self):
+        self.events.append(("stop", self.port))
+
+
+def test_prefect_embedded_server_not_answering_is_stopped_and_started_again_on_its_port(monkeypatch):
+    from certeval import fast_start
+
+    monkeypatch.setattr(fast_start, "PREFECT_START_WAITS_S", (0.0,))
+    warm = fast_start.Prestart()
+    warm.prefect = server = _FlakyServer(fail=1)
+    warm.ready()
+    assert server.events == [("wait", 43210), ("stop", 43210), ("launch", 43210), ("wait", 43210)]
+
+
+def test_prefect_embedded_server_failing_twice_is_one_line_naming_what_to_try(monkeypatch):
+    from certeval import fast_start
+
+    monkeypatch.setattr(fast_start, "PREFECT_START_WAITS_S", (0.0,))
+    warm = fast_start.Prestart()
+    warm.prefect = server = _FlakyServer(fail=5)
+    with pytest.raises(StartError) as info:
+        warm.ready()
+    assert "\n" not in str(info.value) and "2 tries" in str(info.value) and "certeval up" in str(info.value)
+    assert server.events[-1] == ("stop", 43210)  # nothing of the failed server is left running
