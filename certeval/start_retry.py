@@ -31,11 +31,13 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
 def start_with_retries(start: Callable[[], T], *, what: str, hint: str, tries: int = 3,
                        waits_s: Sequence[float] = (5.0, 15.0), cleanup: Callable[[], None] | None = None,
                        retry_on: tuple[type[BaseException], ...] = (Exception,),
+                       never_retry: tuple[type[BaseException], ...] = (),
                        sleep: Callable[[float], None] = time.sleep) -> T:
     """``start()``, tried up to ``tries`` times; after a failed try ``cleanup()`` runs (before the pause, so a
     failed attempt's processes never outlive it) and the next try waits ``waits_s[i]`` (the last one repeats).
 
-    Exceptions outside ``retry_on`` (bad input, Ctrl-C) propagate at once, after ``cleanup()``.
+    Exceptions outside ``retry_on`` or inside ``never_retry`` (bad arguments, Ctrl-C) propagate at once, after
+    ``cleanup()``.
     """
     if tries < 1:
         raise ValueError(f"tries must be >= 1, got {tries!r}")
@@ -46,7 +48,7 @@ def start_with_retries(start: Callable[[], T], *, what: str, hint: str, tries: i
         except BaseException as exc:
             if cleanup is not None:
                 cleanup()
-            if not isinstance(exc, retry_on):
+            if not isinstance(exc, retry_on) or isinstance(exc, never_retry):
                 raise
             last = exc
             if attempt + 1 < tries:

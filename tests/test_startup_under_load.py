@@ -63,6 +63,15 @@ def test_an_error_outside_retry_on_is_cleaned_up_and_raised_at_once():
         start_with_retries(start, what="x", hint="y", tries=3, cleanup=lambda: cleanups.append(1),
                            sleep=lambda s: pytest.fail("no pause"))
     assert cleanups == [1]
+    cleanups.clear()
+
+    def bad_argument():
+        raise ValueError("object_store_memory is too large")
+
+    with pytest.raises(ValueError):
+        start_with_retries(bad_argument, what="x", hint="y", tries=3, cleanup=lambda: cleanups.append(1),
+                           never_retry=(ValueError,), sleep=lambda s: pytest.fail("no pause"))
+    assert cleanups == [1]
 
 
 # -- Ray: a failed node start leaves nothing behind; actors at niceness 0 -----------------------------------------

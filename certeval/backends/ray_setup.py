@@ -26,6 +26,9 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
              state_dir: str | Path | None = None, prestart_workers: bool = True) -> None:
     """Start a local Ray (loopback only) or connect to ``address``; idempotent.
 
+    A local start is tried up to :data:`START_TRIES` times (:func:`start_local_node`: a busy machine), its
+    actors at niceness 0 (:data:`SYSTEM_CONFIG`); every try failing raises a one-line ``StartError`` (exit 3).
+
     HOME points at a folder holding ``ray_bootstrap_config.yaml`` while
     ``ray.init`` runs, or Ray's usage-stats module probes cloud metadata
     (NOTES.md); workers get the real HOME back through ``runtime_env``.
@@ -99,7 +102,8 @@ def start_local_node(start: Any, *, tries: int | None = None, waits_s: Any = Non
         start_with_retries(start, what="Ray's local node", hint=START_HINT,
                            tries=START_TRIES if tries is None else tries,
                            waits_s=START_WAITS_S if waits_s is None else waits_s,
-                           cleanup=lambda: end_failed_node(before), retry_on=(Exception,))
+                           cleanup=lambda: end_failed_node(before), retry_on=(Exception,),
+                           never_retry=(TypeError, ValueError))  # ray.init's own argument checks
     finally:
         if own_wait:
             os.environ.pop("RAY_gcs_server_port_wait_time_s", None)
