@@ -48,6 +48,8 @@ from .startup import mark
 
 FLOWS_MODULE = "certeval.flows.pipeline"
 _FALSE = ("0", "false", "no", "off")
+PREFECT_START_TRIES = 2  # each try waits PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS (120 s here)
+PREFECT_START_WAITS_S = (5.0,)
 _PREPARED: dict[str, Any] = {}  # run id -> ModelPool whose actors are starting (taken by start-models)
 
 
@@ -64,8 +66,9 @@ class EmbeddedPrefect:
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api"
 
-    def launch(self) -> "EmbeddedPrefect":
-        self.port = _free_port()
+    def launch(self, port: int | None = None) -> "EmbeddedPrefect":
+        """Start the server on ``port`` (a free one by default) and point ``PREFECT_API_URL`` at it."""
+        self.port = port or _free_port()
         self._attempts += 1
         spec = importlib.util.find_spec("prefect")  # no import: the command's own Prefect starts later
         app_dir = str(Path(next(iter(spec.submodule_search_locations))).parent)
@@ -147,8 +150,25 @@ class Prestart:
         self.run_id: str | None = None
 
     def ready(self) -> None:
+        """Wait for the embedded server; one that does not come up in time (or exits) is stopped and started
+        once more on the same port (Prefect may have read ``PREFECT_API_URL`` already), then it fails in one
+        line (exit 3) naming what to try."""
         if self.prefect is not None:
-            self.prefect.wait_ready()
+            from .start_retry import start_with_retries
+
+            server = self.prefect
+            first = [True]
+
+            def start() -> None:
+                if not first[0]:
+                    server.launch(server.port)
+                first[0] = False
+                server.wait_ready()
+
+            start_with_retries(start, what="Prefect's embedded API server", tries=PREFECT_START_TRIES,
+                               waits_s=PREFECT_START_WAITS_S, cleanup=server.stop, retry_on=(RuntimeError,),
+                               hint="the machine may be too busy: retry, or start Ray and Prefect once with "
+                                    "`certeval up` and run from the same folder")
             mark("prefect_ready")
 
     def close(self) -> None:

@@ -85,13 +85,20 @@ def start_services(num_cpus: int, cwd: str | Path | None = None, timeout_s: floa
     ray_dir = tempfile.mkdtemp(prefix="certeval-up-")
     cluster = LocalRayCluster(workers=0, base_dir=ray_dir, cpus_per_node=num_cpus, detached=True)
     prefect = LocalPrefectServer(folder / "prefect")
+    from .start_retry import StartError, start_with_retries
+
     try:
-        cluster.start(timeout_s=timeout_s)
-        prefect.start(timeout_s=timeout_s)
-    except BaseException:
+        cluster.start(timeout_s=timeout_s)  # each node: 3 tries (LocalRayCluster._start_with_retry)
+        start_with_retries(lambda: prefect.start(timeout_s=timeout_s), what="Prefect's server", tries=2,
+                           waits_s=(5.0,), cleanup=prefect.stop, retry_on=(RuntimeError,),
+                           hint="the machine may be too busy: retry `certeval up` later")
+    except BaseException as exc:
         prefect.stop()
         cluster.stop()
         shutil.rmtree(ray_dir, ignore_errors=True)
+        if isinstance(exc, RuntimeError) and str(exc).startswith("ray node"):  # one line, not the node's log
+            raise StartError(f"Ray's head did not start in 3 tries (last: {str(exc).splitlines()[0]}); the "
+                             "machine may be too busy: retry `certeval up` later") from exc
         raise
     env = {k: v for k, v in cluster.env({}).items()}
     env["PREFECT_HOME"] = prefect.env({})["PREFECT_HOME"]

@@ -116,18 +116,21 @@ class LocalRayCluster:
             raise
         return self
 
-    def _start_with_retry(self, name: str, *, head: bool, timeout_s: float, attempts: int = 2) -> None:
+    def _start_with_retry(self, name: str, *, head: bool, timeout_s: float, attempts: int = 3,
+                          waits_s: tuple[float, ...] = (5.0, 15.0)) -> None:
         """One node at a time: ``ray start`` gives a raylet a fixed 30 s to register with the GCS, which a
-        loaded 2-core machine can miss (then the node's processes are killed and it is started again)."""
+        loaded 2-core machine can miss (then the node's processes are killed, and after a pause it is started
+        again; ray_setup.START_TRIES / START_WAITS_S for a local ``ray.init``)."""
         for attempt in range(attempts):
             self._start_node(name, head=head)
             try:
                 self._wait([name], timeout_s)
                 return
             except RuntimeError:
+                self._kill_node_processes(name)
                 if attempt == attempts - 1:
                     raise
-                self._kill_node_processes(name)
+                time.sleep(waits_s[min(attempt, len(waits_s) - 1)])
 
     def _start_node(self, name: str, *, head: bool) -> None:
         env = self.env()
@@ -139,6 +142,13 @@ class LocalRayCluster:
         env.update({"RAY_health_check_period_ms": str(self.health_check_ms),
                     "RAY_health_check_timeout_ms": str(self.health_check_ms),
                     "RAY_health_check_initial_delay_ms": "0", "RAY_health_check_failure_threshold": "3"})
+        # as for a local ray.init (ray_setup.SYSTEM_CONFIG): actors at niceness 0, patient registrations;
+        # RAY_<key> reaches every process of the node (RayConfig reads it), unless the user set it
+        from .ray_setup import GCS_PORT_WAIT_S, SYSTEM_CONFIG
+
+        for key, value in SYSTEM_CONFIG.items():
+            env.setdefault(f"RAY_{key}", str(value))
+        env.setdefault("RAY_gcs_server_port_wait_time_s", str(GCS_PORT_WAIT_S))
         cmd = _ray_cli() + [
             "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus), "--num-gpus", "0",
             "--resources", json.dumps({f"node_{name}": 1}), "--object-store-memory", str(self.object_store_mb * 2**20),

@@ -26,6 +26,9 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
              state_dir: str | Path | None = None, prestart_workers: bool = True) -> None:
     """Start a local Ray (loopback only) or connect to ``address``; idempotent.
 
+    A local start is tried up to :data:`START_TRIES` times (:func:`start_local_node`: a busy machine), its
+    actors at niceness 0 (:data:`SYSTEM_CONFIG`); every try failing raises a one-line ``StartError`` (exit 3).
+
     HOME points at a folder holding ``ray_bootstrap_config.yaml`` while
     ``ray.init`` runs, or Ray's usage-stats module probes cloud metadata
     (NOTES.md); workers get the real HOME back through ``runtime_env``.
@@ -53,12 +56,127 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
         else:
             # prestart_workers=False: no idle task workers started for the driver; model actors never use them
             # (each starts its own worker) and on 2 cores their imports delay the start-up (benchmarks/startup.py)
-            extra = {} if prestart_workers else {"_system_config": {"prestart_worker_first_driver": False}}
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                     object_store_memory=object_store_mb * 2**20, **extra, **common)
+            system_config = local_system_config()
+            if not prestart_workers:
+                system_config["prestart_worker_first_driver"] = False
+
+            def start() -> None:
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                         object_store_memory=object_store_mb * 2**20, _system_config=dict(system_config), **common)
+
+            start_local_node(start)
     finally:
         os.environ["HOME"] = real_home
         _restore_signal_handlers(handlers)
+
+
+# A local node's start on a busy machine (docs/robustness.md, "Start-up on a busy machine"). Ray gives the raylet
+# a fixed 30 s to register with the GCS (a literal in ray/_private/node.py); what Ray lets us raise, we raise:
+START_TRIES = 3  # whole node starts, the failed one's processes ended before the next
+START_WAITS_S = (5.0, 15.0)  # pause before the 2nd and the 3rd try
+GCS_PORT_WAIT_S = 120  # RAY_gcs_server_port_wait_time_s (Ray's default 30): the GCS up and answering
+# RayConfig keys (_system_config) for a node certeval starts: model actors at the user's priority (Ray's default
+# worker_niceness is 15: on a shared machine inference would yield to everything else), and a worker process
+# (an actor's host) may take 5 minutes, not 60 s, to register with its raylet
+SYSTEM_CONFIG = {"worker_niceness": 0, "worker_register_timeout_seconds": 300}
+START_HINT = ("the machine may be too busy: retry, or start Ray and Prefect once with `certeval up` and run "
+              "from the same folder")
+
+
+def local_system_config() -> dict[str, Any]:
+    """:data:`SYSTEM_CONFIG` less the keys the user set as ``RAY_<key>`` (theirs win)."""
+    return {k: v for k, v in SYSTEM_CONFIG.items() if f"RAY_{k}" not in os.environ}
+
+
+def start_local_node(start: Any, *, tries: int | None = None, waits_s: Any = None) -> None:
+    """``start()`` (a ``ray.init`` of a new local node) with :func:`certeval.start_retry.start_with_retries`:
+    after a failed try the Ray processes it started are ended (no orphans) before the next one.
+    ``RAY_gcs_server_port_wait_time_s`` is raised to :data:`GCS_PORT_WAIT_S` meanwhile unless the user set it."""
+    from ..start_retry import start_with_retries
+
+    before = _child_pids()
+    own_wait = "RAY_gcs_server_port_wait_time_s" not in os.environ
+    if own_wait:
+        os.environ["RAY_gcs_server_port_wait_time_s"] = str(GCS_PORT_WAIT_S)
+    try:
+        start_with_retries(start, what="Ray's local node", hint=START_HINT,
+                           tries=START_TRIES if tries is None else tries,
+                           waits_s=START_WAITS_S if waits_s is None else waits_s,
+                           cleanup=lambda: end_failed_node(before), retry_on=(Exception,),
+                           never_retry=(TypeError, ValueError))  # ray.init's own argument checks
+    finally:
+        if own_wait:
+            os.environ.pop("RAY_gcs_server_port_wait_time_s", None)
+
+
+def _child_pids() -> set[tuple[int, float]]:
+    """This process's direct children, as (pid, start time)."""
+    import psutil
+
+    out = set()
+    for child in psutil.Process().children():
+        try:
+            out.add((child.pid, child.create_time()))
+        except psutil.Error:
+            continue
+    return out
+
+
+def _is_ray_process(proc: Any) -> bool:
+    try:
+        if proc.name() in ("raylet", "gcs_server"):
+            return True
+        line = " ".join(proc.cmdline())
+    except Exception:  # psutil.Error: gone meanwhile
+        return False
+    return "/ray/" in line or line.startswith("ray::")
+
+
+def failed_node_processes(before: set[tuple[int, float]]) -> list[Any]:
+    """The processes of a node started after ``before`` was taken: this process's new Ray children (GCS, raylet,
+    reaper, agents) and all their descendants. Children that existed before (Prefect's server, the watchdog,
+    another cluster) and their descendants are not included."""
+    import psutil
+
+    procs: dict[int, Any] = {}
+    for child in psutil.Process().children():
+        try:
+            key = (child.pid, child.create_time())
+        except psutil.Error:
+            continue
+        if key in before or not _is_ray_process(child):
+            continue
+        procs[child.pid] = child
+        try:
+            procs.update({p.pid: p for p in child.children(recursive=True)})
+        except psutil.Error:
+            pass
+    return list(procs.values())
+
+
+def end_failed_node(before: set[tuple[int, float]], grace_s: float = 5.0) -> None:
+    """Undo a failed local start: Ray's own shutdown, then SIGTERM and (after ``grace_s``) SIGKILL for every
+    process of the failed node that is still there; bounded (``grace_s`` + 5 s)."""
+    import psutil
+
+    procs = failed_node_processes(before)  # the whole tree first: a killed raylet's workers lose their parent
+    try:
+        ray.shutdown()
+    except Exception:  # a half-started node: nothing of Ray's to shut down
+        pass
+    procs += [p for p in failed_node_processes(before) if p.pid not in {q.pid for q in procs}]
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5.0)
 
 
 def _signal_handlers() -> dict[int, Any]:
