@@ -74,3 +74,16 @@ def data_dir() -> Path:
     from certeval.banks import DATA_DIR
 
     return DATA_DIR
+
+
+# The longest files first: scripts/test.sh runs two workers that take whole files (pytest-xdist --dist loadfile) in
+# collection order, so a long file started last would leave one core idle at the end. Order only; nothing else moves.
+LONGEST_FIRST = ("test_benchmarks_quick.py", "test_select_checkpoints.py", "test_faults.py",
+                 "test_startup_under_load.py", "test_lm_eval_generation.py", "test_fast_start.py",
+                 "test_cluster_ray.py", "test_lm_eval_tasks.py", "test_look_log.py", "test_rescore.py",
+                 "test_pipeline_e2e.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file and test order kept otherwise

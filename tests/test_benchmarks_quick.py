@@ -47,7 +47,9 @@ def test_write_result_records_metadata(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_all_quick_runs_every_benchmark():
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    # one thread per library: the suite runs two test workers on two cores, and oversubscribed torch / BLAS
+    # threads spin (the gpu benchmark's quick run took 7 minutes instead of one beside the other worker)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     started = {p: p.stat().st_mtime for p in QUICK.glob("*.json")} if QUICK.is_dir() else {}
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "all", "--skip", ",".join(OWN_TESTS), "--quick"],
                           cwd=ROOT, env=env, capture_output=True, text=True,

@@ -8,10 +8,13 @@ process it started, by pid) whatever happens."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,12 +29,17 @@ CLOSE = "openai_text-davinci-002"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    base = tmp_path_factory.mktemp("rc")
+def cluster():
+    # a short folder: Ray's socket paths under it must stay within AF_UNIX's 107 bytes, and pytest-xdist's
+    # tmp_path (…/popen-gw0/…) plus Ray's session name would not
+    base = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
     t0 = time.time()
-    with LocalRayCluster(workers=2, base_dir=base) as running:
-        print(f"cluster up in {time.time() - t0:.1f} s")
-        yield running
+    try:
+        with LocalRayCluster(workers=2, base_dir=base) as running:
+            print(f"cluster up in {time.time() - t0:.1f} s")
+            yield running
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _rank(cluster, tmp_path, scores, output, log, run_id):

@@ -47,7 +47,10 @@ def _bank(p: float = 0.3, n: int = 120, seed: int = 0) -> np.ndarray:
 
 # --------------------------------------------------------------------------- the suite covers the registry
 def test_the_suite_covers_every_registered_method_and_group_kind():
-    assert set(method_names()) == set(REGISTRY.methods) == set(SINGLE), (
+    # certeval's own methods: a test module may register a deliberately broken one (tests/test_ray_fanout.py)
+    registered = set(method_names())  # loads every method module first
+    shipped = {name for name, cls in REGISTRY.methods.items() if cls.__module__.startswith("certeval.")}
+    assert registered >= shipped and shipped == set(SINGLE), (
         "a method was registered (or removed) that the conformance suite does not list: add it to SINGLE and "
         "give it a recipe in tests/conformance_support.py")
     assert {c.kind for c in GROUP_CASES} == set(KINDS)

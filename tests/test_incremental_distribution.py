@@ -67,16 +67,16 @@ def _replay_selection(x, sub, looks, threshold, halfwidth, mode, alpha=0.05, loo
                          axis=0) / len(parts) ** 2
         c = boundary_multiplier("pocock", alpha / m, looks[: k + 1], n, look_size, 2)
         half = c * np.sqrt(var)
-        exact = n_k == n
+        exhausted = n_k == n  # the expected score stays unknown: intervals keep their width, the run just ends
         for i, j in enumerate(idx):
             mean[j] = mu[i]
-            lower[j] = mu[i] if exact else np.clip(mu[i] - half[i], 0, 1)
-            upper[j] = mu[i] if exact else np.clip(mu[i] + half[i], 0, 1)
-            if (np.isfinite(half[i]) or exact) and upper[j] < threshold:
+            lower[j] = np.clip(mu[i] - half[i], 0, 1)
+            upper[j] = np.clip(mu[i] + half[i], 0, 1)
+            if np.isfinite(half[i]) and upper[j] < threshold:
                 status[j] = "below"
         if mode == "precision":
             for i, j in enumerate(idx):
-                if status[j] == "running" and (np.isfinite(half[i]) or exact) and (upper[j] - lower[j]) / 2 <= halfwidth:
+                if status[j] == "running" and np.isfinite(half[i]) and (upper[j] - lower[j]) / 2 <= halfwidth:
                     status[j] = "precise"
         else:
             alive = [j for j in range(m) if status[j] not in ("below", "not-best")]
@@ -87,7 +87,7 @@ def _replay_selection(x, sub, looks, threshold, halfwidth, mode, alpha=0.05, loo
             if len(alive) == 1 or all((upper[j] - lower[j]) / 2 <= halfwidth for j in alive):
                 for j in alive:
                     status[j] = "candidate"
-        if exact:
+        if exhausted:
             status = ["exhausted" if s == "running" else s for s in status]
     return status, mean, lower, upper
 
