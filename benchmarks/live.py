@@ -49,7 +49,8 @@ ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFI
 TIMEOUT_S = 4 * 3600
 # certeval phases: (name, start mark, end mark); None = the launch, "results" = results.json written, "exit"
 PHASES = (("imports_and_checks", None, "plan_ready"), ("ray_and_prefect_start", "plan_ready", "ray_ready"),
-          ("actor_start_and_model_load", "ray_ready", "actors_ready"), ("flow_to_first_call", "actors_ready", "first_call"),
+          ("actor_start_and_model_load", "ray_ready", "actors_ready"),
+          ("flow_to_first_call", "actors_ready", "first_call"),
           ("rounds", "first_call", "results"), ("results_and_report", "results", "exit"))
 _BAR = re.compile(r"Running (?:loglikelihood|generate_until) requests[^|\r\n]*\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*"
                   r"\[(?:(\d+):)?(\d+):(\d+)<")
@@ -68,6 +69,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--noise", type=float, default=0.02,
                    help="copy k gets k * NOISE * rms(w) Gaussian noise (default 0.02)")
     p.add_argument("--epsilon", type=float, default=0.05)
+    p.add_argument("--certeval-model-args", default="",
+                   help="extra hf options for certeval only, e.g. threads=2 (default none: both tools as shipped)")
     p.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "certeval-live"),
                    help="work folder (task, model copies, run outputs; model copies are reused)")
     args = p.parse_args(argv)
@@ -92,15 +95,55 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and its live descendants, with the children each has already waited for (/proc)."""
+    if not os.path.isdir("/proc"):
+        return 0.0
+    tick, children, stats = os.sysconf("SC_CLK_TCK"), {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2:].split()
+            stats[int(entry)] = fields
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += sum(int(x) for x in stats[pid][11:15]) / tick  # utime, stime, cutime, cstime
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def timed(cmd: list[str], work: Path, log: Path) -> dict[str, Any]:
-    """Run ``cmd`` (stdout and stderr to ``log``); wall clock from launch to exit, load average before."""
+    """Run ``cmd`` (stdout and stderr to ``log``): wall clock from launch to exit, CPU seconds of its process tree
+    (the most seen while sampling it each second, or what the finished child reports, whichever is larger: Ray's
+    daemons are not always waited for), load average before."""
     load = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     print("   $", " ".join(cmd), flush=True)
-    t0 = time.time()
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0, cpu = time.time(), 0.0
     with open(log, "wb") as out:
-        proc = subprocess.run(cmd, cwd=work, env=_env(work), stdout=out, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
-    return {"launched": t0, "exit_at": time.time(), "wall_s": round(time.time() - t0, 2), "exit_code": proc.returncode,
-            "load_avg_before": load, "log": str(log)}
+        proc = subprocess.Popen(cmd, cwd=work, env=_env(work), stdout=out, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                cpu = max(cpu, tree_cpu_s(proc.pid))
+                if time.time() - t0 > TIMEOUT_S:
+                    proc.kill()
+    end = time.time()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    waited = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"launched": t0, "exit_at": end, "wall_s": round(end - t0, 2), "cpu_s": round(max(cpu, waited), 1),
+            "exit_code": proc.returncode, "load_avg_before": load, "log": str(log)}
 
 
 def bar_seconds(text: str) -> tuple[int, float] | None:
@@ -164,21 +207,22 @@ def inference_stats(root: Path) -> dict[str, Any]:
 
 
 def certeval_run(verb: str, models: list[Path], task: str, work: Path, batch: int, extra: list[str],
-                 label: str, seed: int) -> dict[str, Any]:
+                 label: str, seed: int, model_args: str = "") -> dict[str, Any]:
     root = work / "out" / f"certeval-{label}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     timeline = work / "out" / f"certeval-{label}.startup.tsv"
     timeline.unlink(missing_ok=True)
     if len(models) == 1:  # lm-eval's own form
-        model_flags = ["--model", "hf", "--model_args", f"pretrained={models[0]},dtype=float32,batch={batch}"]
+        model_flags = ["--model", "hf", "--model_args",
+                       f"pretrained={models[0]},dtype=float32,batch={batch}{model_args}"]
     else:
         model_flags = [f for m in models for f in ("--model", f"hf:{m}")] + ["--model_args",
-                                                                           f"dtype=float32,batch={batch}"]
+                                                                           f"dtype=float32,batch={batch}{model_args}"]
     cmd = [sys.executable, "-m", "certeval", verb, "--tasks", task, "--include_path", str(work / "task"), *model_flags,
            *extra, "--seed", str(seed), "--json", "--quiet", "--log_samples", "--output", str(root), "--run-id", "run",
            "--startup-log", str(timeline)]
-    prefect_db_existed = (work / "home" / ".prefect").exists()
+    prefect_db_existed = (work / ".prefect").exists()  # the embedded server's state: ./.prefect of the cwd
     stdout_log = work / "out" / f"certeval-{label}.log"
     run = timed(cmd, work, stdout_log)
     results_path = root / "run" / "results.json"
@@ -233,12 +277,19 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
     equal, common = sum(a["equal"] for a in agree), sum(a["items"] for a in agree)
     lm_inf = [r["inference_s"] for r in lm_runs]
     lm_items = sum(r["items"] for r in lm_runs)
+    sent = int(sum((cert["items_sent"] or {}).values()))
+    lm_cpu = round(sum(r["cpu_s"] for r in lm_runs), 1)
     return {"run": name, "lm_eval_wall_s": lm_wall, "certeval_wall_s": cert["wall_s"],
             "ratio": round(cert["wall_s"] / lm_wall, 3) if lm_wall else None,
+            "lm_eval_cpu_s": lm_cpu, "certeval_cpu_s": cert["cpu_s"],
+            "cpu_ratio": round(cert["cpu_s"] / lm_cpu, 3) if lm_cpu else None,
             "lm_eval_items": lm_items, "certeval_items": int(sum(n or 0 for n in cert["n_scored"])),
-            "certeval_items_sent": int(sum((cert["items_sent"] or {}).values())),
+            "certeval_items_sent": sent,
             "lm_eval_items_per_s": round(lm_items / sum(lm_inf), 2) if None not in lm_inf and sum(lm_inf) else None,
-            "certeval_items_per_s": cert["inference"]["items_per_s"],
+            "certeval_items_per_s": cert["inference"]["items_per_s"],  # per model actor: items / its scoring seconds
+            # all actors together: items sent / the rounds' wall time (several actors share the CPUs)
+            "certeval_rounds_items_per_s": round(sent / cert["phases"]["rounds"], 2) if cert["phases"].get("rounds")
+            else None,
             "agreement": {"equal": equal, "items": common, "rate": round(equal / common, 4) if common else None,
                           "per_model": agree},
             "lm_eval_means": [round(r["mean"], 4) for r in lm_runs], "certeval_means": cert["means"],
@@ -246,14 +297,17 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| run | lm-eval s | certeval s | ratio | lm-eval items | certeval items (sent) | agreement "
-            "| lm-eval items/s | certeval items/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    head = ("| run | lm-eval s | certeval s | ratio | CPU s (lm-eval, certeval) | lm-eval items "
+            "| certeval items (sent) "
+            "| agreement | lm-eval items/s | certeval items/s (actor, rounds) |\n|---" + "|---:" * 9 + "|")
     lines = [head]
     for r in rows:
         a = r["agreement"]
         lines.append(f"| {r['run']} | {r['lm_eval_wall_s']:.1f} | {r['certeval_wall_s']:.1f} | {r['ratio']:.2f} "
-                     f"| {r['lm_eval_items']} | {r['certeval_items']} ({r['certeval_items_sent']}) "
-                     f"| {a['equal']}/{a['items']} | {r['lm_eval_items_per_s']} | {r['certeval_items_per_s']} |")
+                     f"| {r['lm_eval_cpu_s']:.0f}, {r['certeval_cpu_s']:.0f} | {r['lm_eval_items']} "
+                     f"| {r['certeval_items']} ({r['certeval_items_sent']}) "
+                     f"| {a['equal']}/{a['items']} | {r['lm_eval_items_per_s']} "
+                     f"| {r['certeval_items_per_s']}, {r['certeval_rounds_items_per_s']} |")
     names = [name for name, _, _ in PHASES]
     lines += ["", "| certeval run | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for r in rows:
@@ -297,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     def do(name: str, verb: str, ks: list[int], extra: list[str], task: str = MC_TASK) -> None:
         lm_runs = [lm_eval_of(k, task) for k in ks]
         print(f"== certeval {name}", flush=True)
-        cert = certeval_run(verb, [models[k] for k in ks], task, work, args.batch_size, extra, name, args.seed)
+        cert = certeval_run(verb, [models[k] for k in ks], task, work, args.batch_size, extra, name, args.seed,
+                            "," + args.certeval_model_args if args.certeval_model_args else "")
         rows.append(summarise(name, cert, lm_runs))
         runs.append({k: v for k, v in cert.items() if k != "scores"})
 
@@ -313,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     lm_out = [{k: v for k, v in r.items() if k != "scores"} | {"task": t} for (t, _), r in lm.items()]
     print(table(rows), flush=True)
     payload = {"seed": args.seed, "items": args.items, "batch_size": args.batch_size, "noise": args.noise,
-               "runs_selected": args.runs, "goals": args.goals, "epsilon": args.epsilon, "work": str(work),
+               "runs_selected": args.runs, "certeval_model_args": args.certeval_model_args, "goals": args.goals,
+               "epsilon": args.epsilon, "work": str(work),
                "models": [str(m) for m in models], "build_s": build_s, "summary": rows, "lm_eval_runs": lm_out,
                "certeval_runs": runs, "table_markdown": table(rows)}
     path = write_result("live", payload, args.quick, seed=args.seed)
