@@ -5,8 +5,7 @@ of SmolLM2. Cheap to import (heavy packages are imported inside the functions); 
   lm-eval task YAML (``dataset_path: json``, ``output_type: multiple_choice``, metric ``acc``).
 * :func:`write_gen_task`: the same questions as short-answer generation (``generate_until``, ``exact_match``).
 * :func:`perturbed_copy`: a model folder whose every weight got seeded Gaussian noise (scaled to the tensor's own
-  root mean square), saved with ``save_pretrained`` beside a copy of
-  the source's other files (tokenizer, chat template).
+  root mean square), its safetensors files rewritten beside copies of the source's other files (config, tokenizer).
 """
 
 from __future__ import annotations
@@ -106,29 +105,43 @@ def write_gen_task(folder: Path, items: list[dict[str, Any]], name: str = GEN_TA
     return path
 
 
+def perturb(tensors: dict[str, Any], *, scale: float, seed: int) -> dict[str, Any]:
+    """``w + scale * rms(w) * N(0, 1)`` for every tensor with more than one element (by name order, seeded; the
+    root mean square rather than the standard deviation, so norm weights that are all ones change too)."""
+    import numpy as np
+
+    rng = np.random.default_rng(int(seed))
+    out = {}
+    for name in sorted(tensors):
+        w = tensors[name]
+        if w.size > 1:
+            rms = float(np.sqrt(np.mean(np.square(w, dtype=np.float64))))
+            w = (w + rng.standard_normal(w.shape) * (scale * rms)).astype(w.dtype)
+        out[name] = w
+    return out
+
+
 def perturbed_copy(source: Path, target: Path, *, scale: float, seed: int) -> Path:
-    """``source`` (a transformers causal-LM folder) with ``w += scale * rms(w) * N(0, 1)`` on every weight tensor
-    (seeded), saved to ``target`` with the source's tokenizer files. A folder already holding the same copy is reused."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    """``source`` (a transformers model folder of float32/float16 safetensors files) with :func:`perturb` applied to
+    every weight, file by file, and the source's other files (config, tokenizer, shard index) copied as they are. No
+    torch or transformers import. A folder already holding the same copy is reused."""
+    from safetensors.numpy import load_file, save_file
 
     marker = target / "live-perturbed.json"
-    stamp = {"source": str(source), "scale": float(scale), "seed": int(seed), "noise": "gaussian*rms"}
+    stamp = {"source": str(source), "scale": float(scale), "seed": int(seed), "noise": "gaussian*rms, numpy"}
     if marker.is_file() and json.loads(marker.read_text()) == stamp:
         return target
     if target.exists():
         shutil.rmtree(target)
-    model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
-    gen = torch.Generator().manual_seed(int(seed))
-    with torch.no_grad():
-        for _, param in sorted(model.named_parameters()):  # tied weights appear once
-            if param.numel() > 1:
-                rms = float(param.float().pow(2).mean().sqrt())  # norm weights (all ones at init) have std 0
-                param.add_(torch.randn(param.shape, generator=gen, dtype=param.dtype) * (scale * rms))
-    model.save_pretrained(str(target))
-    for extra in sorted(source.iterdir()):  # the tokenizer and chat template, as they are
-        if extra.is_file() and not (target / extra.name).exists() and not extra.name.endswith(WEIGHTS) \
-                and ".safetensors" not in extra.name and extra.name != "live-perturbed.json":
+    target.mkdir(parents=True)
+    weights = sorted(source.glob("*.safetensors"))
+    if not weights:
+        raise ValueError(f"{source} holds no .safetensors weights")
+    for k, path in enumerate(weights):
+        save_file(perturb(load_file(str(path)), scale=scale, seed=int(seed) * 1000 + k), str(target / path.name),
+                  metadata={"format": "pt"})
+    for extra in sorted(source.iterdir()):
+        if extra.is_file() and not extra.name.endswith(WEIGHTS) and extra.name != marker.name:
             shutil.copy2(extra, target / extra.name)
     marker.write_text(json.dumps(stamp))
     return target

@@ -46,28 +46,35 @@ def test_task_yamls_point_at_their_jsonl(tmp_path):
 
 
 def test_perturbed_copy_changes_every_weight_by_a_seeded_small_amount(tmp_path):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
-                                      tie_word_embeddings=True)
+    np = pytest.importorskip("numpy")
+    st = pytest.importorskip("safetensors.numpy")
+    rng = np.random.default_rng(0)
     source = tmp_path / "base"
-    transformers.LlamaForCausalLM(config).save_pretrained(source)
+    source.mkdir()
+    weights = {"embed.weight": rng.standard_normal((8, 4)).astype(np.float32),
+               "norm.weight": np.ones(4, dtype=np.float32),  # std 0: scaled by its root mean square instead
+               "scalar": np.array([2.0], dtype=np.float32)}
+    st.save_file(weights, str(source / "model.safetensors"), metadata={"format": "pt"})
+    (source / "config.json").write_text('{"model_type": "llama"}')
     (source / "tokenizer.json").write_text("{}")
+    (source / "certeval-smollm2.ok").write_text("converted\n")
     one = perturbed_copy(source, tmp_path / "one", scale=0.05, seed=1)
     again = perturbed_copy(source, tmp_path / "again", scale=0.05, seed=1)
     other = perturbed_copy(source, tmp_path / "other", scale=0.05, seed=2)
-    assert (one / "tokenizer.json").read_text() == "{}"
-    load = transformers.AutoModelForCausalLM.from_pretrained
-    base, a, b, c = (dict(load(str(p)).named_parameters()) for p in (source, one, again, other))
-    for name, w in base.items():
-        if w.numel() > 1:
-            diff = (a[name] - w).detach()
-            rms = float(w.detach().pow(2).mean().sqrt())
-            assert 0 < float(diff.std()) < 0.2 * rms, name  # changed, by a small amount
-            assert torch.equal(a[name], b[name]) and not torch.equal(a[name], c[name]), name
+    assert (one / "tokenizer.json").read_text() == "{}" and (one / "config.json").is_file()
+    assert not (one / "certeval-smollm2.ok").exists()
+    a, b, c = (st.load_file(str(p / "model.safetensors")) for p in (one, again, other))
+    for name, w in weights.items():
+        assert a[name].dtype == w.dtype and a[name].shape == w.shape
+        if w.size == 1:
+            assert np.array_equal(a[name], w)
+            continue
+        rms = float(np.sqrt(np.mean(w ** 2)))
+        assert 0 < float(np.std(a[name] - w)) < 0.2 * rms, name  # changed, by a small amount
+        assert np.array_equal(a[name], b[name]) and not np.array_equal(a[name], c[name]), name
+    stamp = (one / "live-perturbed.json").stat().st_mtime_ns
     assert perturbed_copy(source, tmp_path / "one", scale=0.05, seed=1) == one  # reused, not rebuilt
+    assert (one / "live-perturbed.json").stat().st_mtime_ns == stamp
 
 
 def test_cli_defaults_and_helpers():
