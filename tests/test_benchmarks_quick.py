@@ -13,9 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "benchmarks" / "results" / "_quick"
 MINE = ("efficiency", "overhead", "scale")
-# benchmarks whose --quick run has a test of its own (test_state_size_quick_... below, test_fast_start.py):
-# the all-quick test skips them rather than running them a second time
-OWN_TESTS = ("state_size", "startup")
+# benchmarks whose --quick run has a test of its own (test_state_size_quick_... below, test_fast_start.py), or
+# whose --quick run takes many minutes (live: lm-eval and certeval on SmolLM2; its building blocks are tested in
+# test_benchmark_live.py): the all-quick test skips them rather than running them
+OWN_TESTS = ("state_size", "startup", "live")
 
 
 def test_runner_lists_benchmarks_and_rejects_unknown_names():
