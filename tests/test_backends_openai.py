@@ -164,6 +164,7 @@ def hf_reference():
     host.close()
 
 
+@pytest.mark.slow
 def test_generation_through_the_server_matches_the_hf_host_item_by_item(transformers_server, smollm_dir,
                                                                          hf_reference):
     spec = f"openai:{transformers_server.url}#{smollm_dir}?concurrency=2&max_new_tokens=8"
@@ -180,6 +181,7 @@ def test_generation_through_the_server_matches_the_hf_host_item_by_item(transfor
     assert sum(r["score"] for r in results) >= 1, results
 
 
+@pytest.mark.slow
 def test_multiple_choice_by_generation_through_the_server(transformers_server, smollm_dir):
     with transformers_server.watch("multiple choice by generation"):
         results = make_host(f"openai:{transformers_server.url}#{smollm_dir}?max_new_tokens=4").score(MC)
@@ -188,12 +190,14 @@ def test_multiple_choice_by_generation_through_the_server(transformers_server, s
         assert r["score"] in (0.0, 1.0) and r["tokens"] > 0 and isinstance(r["output"], str)
 
 
+@pytest.mark.slow
 def test_echo_against_a_server_without_prompt_logprobs_is_a_clear_error(transformers_server, smollm_dir):
     echo = make_host(f"openai:{transformers_server.url}#{smollm_dir}?mc=echo&retries=0")
     with transformers_server.watch("an echo request"), pytest.raises(EndpointError, match="log-probabilities"):
         echo.prompt_loglik("Question: What is the capital city of France?\nAnswer:", " Paris")
 
 
+@pytest.mark.slow
 def test_a_model_the_server_does_not_serve_is_an_endpoint_error(transformers_server):
     host = make_host(f"openai:{transformers_server.url}#no-such-model?retries=0")
     with transformers_server.watch("a request for another model"), pytest.raises(EndpointError, match="HTTP 4"):

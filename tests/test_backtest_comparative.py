@@ -21,12 +21,14 @@ def _args(**kw):
     return Namespace(**base)
 
 
+@pytest.mark.slow
 def test_rank_helm_mmlu_prints_tie_groups(capsys):
     assert run_comparative_backtest(_args(json=False, reps=1)) == 0
     out = capsys.readouterr().out
     assert "tie groups" in out and "writer_palmyra-x" in out
 
 
+@pytest.mark.slow
 def test_rank_json_has_rankings_and_summary(capsys):
     assert run_comparative_backtest(_args()) == 0
     out = json.loads(capsys.readouterr().out)
@@ -76,6 +78,7 @@ def test_distribution_target_still_answers_with_group_sequential_tests(goal, cap
     assert out["config"]["target"] == out["summary"]["target"] == "distribution"
 
 
+@pytest.mark.slow
 def test_bank_rank_backtest_states_are_exact_and_never_wrong_on_helm_mmlu(capsys):
     """Bank target: the whole bank known at the end, so every fully scored pair is decided and no
     ordering statement contradicts the exact bank order (over these reps)."""

@@ -73,6 +73,7 @@ def _paired_z(old: list[float], new: list[float]) -> float:
     return 0.0 if se == 0 and abs(d.mean()) < 1e-9 else float(d.mean() / max(se, 1e-12))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_kept_driver_reproduces_the_removed_drivers_fixed_seed_results(data, case):
     frame, bank, all_models = data

@@ -46,6 +46,7 @@ def _fwer(correction, reps=100, seed=7, alpha=0.2):
     return errors / reps
 
 
+@pytest.mark.slow
 def test_family_wise_error_over_exact_ties_is_at_most_alpha_and_no_correction_fails_the_same_check():
     alpha, reps = 0.2, 100
     bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
@@ -162,6 +163,7 @@ def test_bank_ranking_order_verdicts_and_tie_groups_agree_on_every_bundled_bank(
             assert mean == pytest.approx(exact[idx[name]])
 
 
+@pytest.mark.slow
 def test_selection_finds_an_epsilon_best_model_and_drops_others_early():
     rng = np.random.default_rng(2)
     m, n, reps, eps = 10, 1000, 60, 0.02

@@ -138,6 +138,7 @@ def test_task_names_include_path_and_groups_are_banks_with_lm_evals_aggregation(
     assert chosen.aggregate == (None if aggregate else "mean")  # the user's choice stands
 
 
+@pytest.mark.slow
 def test_unknown_task_names_and_a_stray_include_path_exit_2_in_one_line(tmp_path, offline, capsys):
     folder = tmp_path / "tasks"
     write_mc_task(folder)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from certeval.estimators.bank_selection import BankSelection
 from certeval.estimators.wor_streams import make_streams
@@ -60,6 +61,7 @@ def _any_miss(cls, reps: int, alpha: float, seed: int = 3, m: int = 10, n: int =
     return misses / reps
 
 
+@pytest.mark.slow
 def test_top_pairs_and_model_confidence_sequences_cover_jointly_with_peeking_and_the_uncorrected_control_fails():
     alpha, reps = 0.1, 80
     bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
@@ -103,6 +105,7 @@ def _top_errors(cls, reps: int, alpha: float, top: int = 2, eps: float = 0.03, m
     return errors / reps
 
 
+@pytest.mark.slow
 def test_top_k_selection_is_epsilon_correct_family_wise_with_peeking_and_a_loose_control_fails():
     # the uncorrected control (each pair at alpha) errs in only 0-5% of these runs — a wrong stop needs a wrong
     # leader too — so the coverage test above is what catches it; here pairs at level 0.5 must be caught

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from certeval.estimators.history import fit_history_prior
@@ -54,6 +55,7 @@ def _misses(shrink: float, reps: int, alpha: float = 0.2, permute: bool = False)
     return misses
 
 
+@pytest.mark.slow
 def test_every_interval_covers_simultaneously_whatever_the_history_and_shrunk_intervals_are_caught():
     # the exact CSs are conservative (3 of 60 runs missed at alpha 0.2 when written): the control shrinks the
     # intervals to 40% of their width, which misses in about 40 of the 60

@@ -93,6 +93,7 @@ def test_bad_input(scores, names, match):
 
 @pytest.mark.parametrize("dataset", ["helm_mmlu", "helm_raft", "helm_v023", "vlm_hallusionbench", "vlm_ocrbench",
                                      "opencompass_large", "openllm_tiny", "openllm_arc", "chembench"])
+@pytest.mark.slow
 def test_rank_order_agrees_with_every_directional_verdict(dataset):
     """Order and verdicts answer one estimand (mean-of-means on banks with sub-datasets): a model certified
     better than another is never ranked below it."""

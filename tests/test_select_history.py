@@ -6,6 +6,7 @@ rule's tests uncorrected, their opponents picked after seeing the draw). The gua
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from certeval.estimators.best_arm_tests import LeaderListings
 from certeval.estimators.history import fit_history_prior
@@ -57,6 +58,7 @@ def _selection_misses(rng, reps: int, alpha: float, *, models: int = 6, items: i
     return bad / reps
 
 
+@pytest.mark.slow
 def test_selection_with_history_covers_family_wise_with_peeking_and_a_broken_rule_is_caught():
     rng = np.random.default_rng(7)
     alpha, reps = 0.05, 80  # seeds 7-9: 0.00-0.03 of the reps miss, the broken rule 0.17-0.24; limit 0.123

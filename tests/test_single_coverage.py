@@ -75,7 +75,7 @@ def tolerance(reps: int) -> int:
 # Skewed and balanced banks at 50 items, and a balanced 5,000-item bank peeked every 50 items (the betting grids at a
 # large n). The power against a 2x miscalibration lives in tests/test_conformance.py (200 runs per cell); these 30-rep
 # cases are a second, independent simulation loop with a looser net.
-CASES = [(0.02, 50), (0.5, 50), (0.98, 50), (0.5, 5000)]
+CASES = [(0.02, 50), (0.5, 50), (0.98, 50), pytest.param(0.5, 5000, marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("name", ["static", "seq", "cer-eval", "uniform", "adaptive", "uniform@hw", "uniform@h",

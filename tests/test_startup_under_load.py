@@ -93,6 +93,7 @@ def no_ray_here():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_a_failed_local_node_start_is_ended_before_the_next_try_and_every_try_failing_is_a_start_error(
         no_ray_here, monkeypatch, tmp_path):
     """The raylet's registration check is made to fail at once (after Ray started the GCS and the raylet): each
@@ -120,6 +121,7 @@ def test_a_failed_local_node_start_is_ended_before_the_next_try_and_every_try_fa
     assert not left, [" ".join(p.cmdline())[:120] for p in left]
 
 
+@pytest.mark.slow
 def test_model_actors_run_at_niceness_0(no_ray_here, tmp_path):
     import ray
 
@@ -173,6 +175,7 @@ def _assert_nothing_left(marker: str, within_s: float = 120.0) -> None:
     assert not _marked(marker), _marked(marker)
 
 
+@pytest.mark.slow
 def test_ray_never_starting_is_exit_3_and_one_line(tmp_path):
     """Every local node start failing (injected): exit 3, one line naming what to try, no Ray process left."""
     script = textwrap.dedent(f"""
