@@ -117,3 +117,33 @@ def read_result(name: str, quick: bool = False) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     return json.loads(path.read_text())
+
+
+def tree_cpu_s(root: int, *, reaped: bool = False) -> float:
+    """CPU seconds (user + system) of ``root`` and every live descendant, from /proc (0 elsewhere); ``reaped``: with
+    the CPU of the children each has already waited for (cutime, cstime)."""
+    if not os.path.isdir("/proc"):
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        stats[int(entry)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    last = 15 if reaped else 13  # fields 11-12: utime, stime; 13-14: cutime, cstime
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += sum(int(x) for x in stats[pid][11:last]) / tick
+        todo.extend(children.get(pid, []))
+    return total
+

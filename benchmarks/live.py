@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._live_build import GEN_TASK, MC_TASK, perturbed_copy, trivia_items, write_gen_task, write_mc_task
-from benchmarks._meta import ROOT, write_result
+from benchmarks._meta import ROOT, tree_cpu_s, write_result
 
 RUNS = ("certify", "compare", "rank", "generation")
 ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH", "RAY_ADDRESS")
@@ -95,28 +95,6 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds of ``root`` and its live descendants, with the children each has already waited for (/proc)."""
-    if not os.path.isdir("/proc"):
-        return 0.0
-    tick, children, stats = os.sysconf("SC_CLK_TCK"), {}, {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    text = handle.read()
-            except OSError:
-                continue
-            fields = text[text.rindex(")") + 2:].split()
-            stats[int(entry)] = fields
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += sum(int(x) for x in stats[pid][11:15]) / tick  # utime, stime, cutime, cstime
-        todo.extend(children.get(pid, []))
-    return total
 
 
 def timed(cmd: list[str], work: Path, log: Path) -> dict[str, Any]:
@@ -136,7 +114,7 @@ def timed(cmd: list[str], work: Path, log: Path) -> dict[str, Any]:
                 proc.wait(timeout=1.0)
                 break
             except subprocess.TimeoutExpired:
-                cpu = max(cpu, tree_cpu_s(proc.pid))
+                cpu = max(cpu, tree_cpu_s(proc.pid, reaped=True))
                 if time.time() - t0 > TIMEOUT_S:
                     proc.kill()
     end = time.time()

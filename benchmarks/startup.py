@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._meta import ROOT, write_result
+from benchmarks._meta import ROOT, tree_cpu_s, write_result
 
 MODEL = "replay:bundled:helm_mmlu#openai_davinci"
 COMMAND = ["certify", "--model", MODEL, "--goal", "halfwidth:0.1", "--json"]
@@ -87,31 +87,6 @@ ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFI
 FIRST_CALL_TIMEOUT_S = 300.0
 
 
-def tree_cpu_s(root: int) -> float:
-    """CPU seconds (user + system) of ``root`` and every live descendant, from /proc (0 elsewhere)."""
-    if not os.path.isdir("/proc"):
-        return 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                text = handle.read()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        stats[int(entry)] = fields
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in stats:
-            total += (int(stats[pid][11]) + int(stats[pid][12])) / tick
-        todo.extend(children.get(pid, []))
-    return total
 
 
 def read_marks(path: Path) -> dict[str, float]:
