@@ -78,10 +78,11 @@ def data_dir() -> Path:
 
 # The longest files first: scripts/test.sh runs two workers that take whole files (pytest-xdist --dist loadfile) in
 # collection order, so a long file started last would leave one core idle at the end. Order only; nothing else moves.
-LONGEST_FIRST = ("test_benchmarks_quick.py", "test_select_checkpoints.py", "test_faults.py",
-                 "test_startup_under_load.py", "test_lm_eval_generation.py", "test_fast_start.py",
-                 "test_cluster_ray.py", "test_lm_eval_tasks.py", "test_look_log.py", "test_rescore.py",
-                 "test_pipeline_e2e.py")
+LONGEST_FIRST = ("test_benchmarks_quick.py", "test_faults.py", "test_select_checkpoints.py",
+                 "test_prefect_server_cron.py", "test_fast_start.py", "test_startup_under_load.py",
+                 "test_lm_eval_generation.py", "test_lm_eval_tasks.py", "test_backtest_comparative.py",
+                 "test_services.py", "test_cluster_ray.py", "test_damaged_runs.py", "test_single_coverage.py",
+                 "test_look_log.py", "test_rescore.py", "test_pipeline_e2e.py")
 
 
 def pytest_collection_modifyitems(config, items):
