@@ -8,11 +8,12 @@ bash scripts/install.sh
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$PWD/.cache}"
 # convert SmolLM2's GGUF once here (15-70 s the first time, a no-op after), not inside two test workers at once
 .venv/bin/python -c "from certeval.backends.smollm import ensure_converted; ensure_converted()"
-# two workers, whole files each (module fixtures stay in one process), in collection order: the longest files first
+# three workers, whole files each (module fixtures stay in one process), in collection order: the longest files first
 # (tests/conftest.py; xdist's default would start the files with the most tests first). Most tests wait on servers
-# and subprocesses, so two workers keep both cores busy. -n 0 (or -p no:xdist) runs in one process, to debug.
+# and subprocesses: two workers kept 2 cores 71% busy, three keep them busier. -n 0 (or -p no:xdist) runs in one
+# process, to debug. --durations: the slowest tests, for whoever trims the suite next.
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n 2 --dist loadfile --no-loadscope-reorder "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n 3 --dist loadfile --no-loadscope-reorder --durations=15 "$@"
 rc=$?
 set -e
 # pytest exit 5 = no tests collected: that is a failure for us, not a pass.

@@ -84,8 +84,8 @@ CASES = [(0.02, 50), (0.5, 50), (0.98, 50), pytest.param(0.5, 5000, marks=pytest
 def test_miscoverage_within_binomial_tolerance(name, p, n_items):
     if n_items == 50:
         batch, horizon = 5, 50
-    else:  # peek every 50 items over the first 1500 (static: one batch, the whole bank)
-        batch, horizon = (5000, 5000) if name == "static" else (50, 1500)
+    else:  # peek every 50 items over the first 600 (static: one batch, the whole bank)
+        batch, horizon = (5000, 5000) if name == "static" else (50, 600)
     reps = REPS
     if name == "cer-eval" and n_items == 5000:  # its 1-NN refits dominate the run time
         reps, horizon = 20, 600
@@ -95,6 +95,6 @@ def test_miscoverage_within_binomial_tolerance(name, p, n_items):
 
 @pytest.mark.parametrize("p,n_items", [(0.5, 5000), (0.02, 50)])
 def test_wald_at_every_look_is_caught(p, n_items):
-    batch, horizon = (50, 1500) if n_items == 5000 else (5, 50)
+    batch, horizon = (50, 600) if n_items == 5000 else (5, 50)
     misses = miscoverage("wald", p, n_items, REPS, batch, horizon, seed=7)
     assert misses > tolerance(REPS), f"the miscalibrated radius slipped through ({misses}/{REPS})"
