@@ -145,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random-weights", action="store_true", help="model dir holds config+tokenizer only")
     parser.add_argument("--shape", choices=("same", "1b"), default="same", help="the model dir's shape, or ~1.1B")
     parser.add_argument("--items", default=None, help="JSONL items (default: trivia multiple choice)")
-    parser.add_argument("--n", type=int, default=None, help="items (default 2000 cuda, 200 cpu; --quick 24)")
+    parser.add_argument("--n", type=int, default=None, help="items (default 2000 cuda, 200 cpu; --quick 8)")
     parser.add_argument("--batch", type=int, default=None, help="pairs per forward pass (16 cpu, 64 cuda)")
-    parser.add_argument("--look", type=int, default=None, help="items per look (default 128; --quick 8)")
+    parser.add_argument("--look", type=int, default=None, help="items per look (default 128; --quick 4)")
     parser.add_argument("--goal", default="halfwidth:0.05")
     parser.add_argument("--method", default="uniform")
     parser.add_argument("--seed", type=int, default=0)
@@ -165,10 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         print("--device cuda, but torch sees no CUDA GPU", file=sys.stderr)
         return 2
     dtype = args.dtype or ("bfloat16" if cuda else "float32")
-    n = args.n or (24 if args.quick else (2000 if cuda else 200))
+    n = args.n or (8 if args.quick else (2000 if cuda else 200))
     batch = args.batch or (64 if cuda else 16)
-    look = args.look or (8 if args.quick else 128)
-    goal = "halfwidth:0.3" if args.quick and args.goal == parser.get_default("goal") else args.goal
+    look = args.look or (4 if args.quick else 128)
+    goal = "halfwidth:0.45" if args.quick and args.goal == parser.get_default("goal") else args.goal
     model_dir = args.model
     if model_dir is None:
         from certeval.backends.smollm import ensure_converted
