@@ -96,9 +96,9 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
            "stopping time (fraction of reps). `uniform` is certeval's uniform-order betting confidence sequence "
            "(anytime-valid, without replacement; in these tables still the per-sub-dataset union-bound construction "
            "with all-times bets — docs/exact_intervals.md has today's); Cer-Eval is compared with Seq (both "
-           "adaptive-Hoeffding, seed 000 §6), but Cer-Eval as printed is **heuristic** (its partition is re-fitted "
+           "adaptive-Hoeffding, Wang et al. 2025, arXiv:2505.03814 §6), but Cer-Eval as printed is **heuristic** (its partition is re-fitted "
            "on scores; see its coverage), and adaptive with uniform (same betting CS)"
-           + (". FAQ (seed 002; logistic factor model fitted on the same history half, K and λ by CV) uses its "
+           + (". FAQ (Wu et al. 2026, arXiv:2601.20251; logistic factor model fitted on the same history half, K and λ by CV) uses its "
               "anytime interval, an *asymptotic* confidence sequence (not exact like the betting ones), and is "
               "compared with `faq-uniform`: the same estimator and interval on one constant item factor (it "
               "learns the model's overall accuracy, nothing about items; weight-proportional sampling mixed with "
@@ -476,7 +476,7 @@ def build(results_dir: Path = RESULTS_DIR) -> str:
             "savings_vs_goal.png") + efficiency_gap(eff)
     if eff_bm:
         lines += efficiency_section(
-            eff_bm, "### The same with the plain bank mean as the estimand (seed 000's setting, no sub-dataset "
+            eff_bm, "### The same with the plain bank mean as the estimand (Cer-Eval's setting, no sub-dataset "
                     "union bound)", "savings_vs_goal_bank_mean.png") + efficiency_gap(eff_bm)
     if not eff:
         lines += ["## Sample efficiency", "", "_Not run yet: `python -m benchmarks efficiency`._", ""]

@@ -1,12 +1,12 @@
 """Human report of a run folder: ``report.md`` (+ optional ``report.html``) and PNG plots.
 
-Reads the run layout of DESIGN §5 from a local path or any fsspec URL::
+Reads the run layout of docs/architecture.md §5 from a local path or any fsspec URL::
 
     config.json  rounds/<n>.parquet  state/<model>.json  results.json
 
 and writes, into the same folder:
 
-* ``interval_curve.png`` — the interval vs items scored, per model (like seed 004, Fig. 1),
+* ``interval_curve.png`` — the interval vs items scored, per model (like Arviv et al. 2026, Fig. 1),
   read from the look log in ``rounds/*.parquet`` (the estimate recorded at every look; a ranking or
   selection: each model's simultaneous interval); a ``curve`` list in a model's entry of ``results.json``
   (backtests) is used as is. Nothing here re-runs an estimator: a run written before the look log
@@ -14,7 +14,7 @@ and writes, into the same folder:
 * ``ranking.png`` — every model's interval, best first, coloured by tie group.
 * ``differences.png`` — compare/rank: each pair's paired difference with its interval, the boundary at 0 and
   the equivalence-margin band (a compare run adds the running difference per look).
-* ``savings.png`` — items saved vs the goal (like seed 000, Fig. 2), when the run is a
+* ``savings.png`` — items saved vs the goal (like Cer-Eval's Fig. 2, Wang et al. 2025, arXiv:2505.03814), when the run is a
   backtest (``results.json`` holds ``cells``) or a benchmark/backtest JSON is given.
 * ``report.md`` — the tables: estimates and decisions (which rule fired), ranking with tie
   groups, pairs, savings; links to the plots.
@@ -277,7 +277,7 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
     if curves_png:
         lines += ["## Interval vs items scored", "",
                   "Each band is the confidence interval after each round; the line is the estimate "
-                  "(compare seed 004, Fig. 1).", "", "![interval vs items scored](interval_curve.png)", ""]
+                  "(compare Arviv et al. 2026, Fig. 1).", "", "![interval vs items scored](interval_curve.png)", ""]
     if ranking:
         epsilon = (run.results.get("ranking") or {}).get("epsilon")
         meaning = ("Models in one tie group could not be separated at the run's confidence." if epsilon is None else
@@ -310,7 +310,7 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                     if c in frame.columns]
             lines += ["## Savings vs goal", "",
                       "Mean over datasets of 1 − items/items(uniform) (and of 1 − items/bank size); coverage is the "
-                      "lowest measured over datasets (compare seed 000, Fig. 2).", "",
+                      "lowest measured over datasets (compare Cer-Eval's Fig. 2, Wang et al. 2025).", "",
                       markdown_table(cols, frame[cols].values.tolist()), ""]
             if savings_png:
                 lines += ["![savings vs goal](savings.png)", ""]

@@ -66,7 +66,7 @@ class RepResult:
 
 
 def bank_truth(spec: BankSpec, scores: np.ndarray) -> float:
-    """The estimand of a bank-target method: the (mean-of-means weighted) bank mean, seed 004 eq. 1."""
+    """The estimand of a bank-target method: the (mean-of-means weighted) bank mean, Arviv et al. 2026 eq. 1."""
     return float(spec.weights() @ np.asarray(scores, dtype=float))
 
 
@@ -85,7 +85,7 @@ def replay_one(
     """Run one method on one model's recorded scores until its goal decides (pure, no I/O).
 
     ``scores[i]`` is the recorded score of bank position ``i``. The loop is the single-model
-    round protocol of DESIGN §1 with inference replaced by a lookup,
+    round protocol of docs/architecture.md §1 with inference replaced by a lookup,
     :func:`certeval.engine.replay_once`; with ``record_curve`` it also records
     (n_scored, mean, lower, upper) after every look (the report's interval curve).
     ``controller_s`` is the whole loop's time (a replay has no inference).
@@ -141,7 +141,7 @@ def rep_seed(root_seed: int, dataset: str, model: str, method: str, rep: int) ->
 
 CERTIFY = "certify"  # one model replayed until its goal decides (replay_one)
 PAIRED = "paired"  # one paired run (compare / rank / select) of the models in Cell.rows
-FAQ_BUDGET = "faq-budget"  # FAQ beside uniform sampling at fixed budgets (seed 002's experiment)
+FAQ_BUDGET = "faq-budget"  # FAQ beside uniform sampling at fixed budgets (the FAQ paper's experiment)
 CELL_KINDS = (CERTIFY, PAIRED, FAQ_BUDGET)
 
 
@@ -200,7 +200,7 @@ class DatasetArrays:
 
 
 # --------------------------------------------------------------------------------------
-# FAQ (seed 002) cells: arrays come from the dataset, never from Cell.params
+# FAQ (Wu et al. 2026, arXiv:2601.20251) cells: arrays come from the dataset, never from Cell.params
 # --------------------------------------------------------------------------------------
 
 FAQ_METHOD = "faq"

@@ -1,4 +1,4 @@
-"""Backtest of FAQ (seed 002) on recorded scores: history → factor model → evaluate new models at a budget.
+"""Backtest of FAQ (Wu et al. 2026, arXiv:2601.20251) on recorded scores: history → factor model → evaluate new models at a budget.
 
 ``run_faq_backtest(args)`` is called by ``certeval backtest --method faq``. It splits the recorded models
 (file order) into a history and new models, fits the logistic factor model on the history (optionally with a

@@ -1,4 +1,4 @@
-"""The ``certeval`` command line: a thin shell over estimators and flows (DESIGN §6).
+"""The ``certeval`` command line: a thin shell over estimators and flows (docs/architecture.md §6).
 
 Each subcommand lives in its own module under ``certeval.cli`` exposing
 ``add_parser(subparsers)`` (which sets ``func``) and a ``run(args) -> int``.

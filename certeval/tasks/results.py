@@ -1,4 +1,4 @@
-"""results.json of a pipeline run, built from its look log (DESIGN §5): every model's interval is the one the
+"""results.json of a pipeline run, built from its look log (docs/architecture.md §5): every model's interval is the one the
 run recorded at the model's last look; nothing here re-runs an estimator."""
 
 from __future__ import annotations
