@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .estimators._validation import InputError
+from .results_record import read_results
 from .storage import Folder, bounded, filesystem, verify_record
 from .report_plots import (VERDICT_TEXT, _pyplot, model_colours, plot_differences,  # noqa: F401
                            plot_interval_curves, plot_ranking, plot_savings, savings_frame, spell_verdict)
@@ -72,6 +73,7 @@ def load_run(run: str) -> RunData:
         raise InputError(f"run folder {run!r} has an unreadable JSON file: {exc}") from None
     if results is None:
         raise InputError(f"{run!r} is not a run folder: it has no results.json")
+    results = read_results(results, f"run folder {run!r}: results.json")  # a JSON object, not a newer schema
     _check_results(run, results)
     if not isinstance(config, dict):
         raise InputError(f"run folder {run!r} is damaged: config.json is not a JSON object")

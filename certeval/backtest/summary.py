@@ -119,11 +119,12 @@ def store_backtest(output: str | Path, config: dict[str, Any], rows: list[dict[s
     import pandas as pd
 
     from ..storage import Folder, filesystem
+    from ..results_record import BacktestResults
 
     fs, path = filesystem(str(output))
     folder = Folder(fs, path)
     table = pd.DataFrame([{k: v for k, v in r.items() if k != "curve"} for r in rows])
     folder.write_json("config.json", config)
     folder.write_parquet("reps.parquet", table)
-    folder.write_json("results.json", {"kind": "backtest", "cells": summary, "n_reps_total": len(rows)})
+    folder.write_json("results.json", BacktestResults(cells=summary, n_reps_total=len(rows)).to_json())
     return folder.url()
