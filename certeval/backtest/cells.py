@@ -1,11 +1,12 @@
-"""One backtest rep and the cells it belongs to: :func:`replay_one` (the pure replay loop), the seeds of a rep
-(never from scheduling), :class:`Cell` / :class:`DatasetArrays`, the FAQ and history cells, and
-:func:`run_chunk`, which every backtest path (in-process or on Ray, :mod:`certeval.backtest.ray_fanout`) calls.
+"""The types every backtest shares — one rep's result, :class:`Cell` / :class:`DatasetArrays`, the seeds of a rep
+(never from scheduling), the FAQ and history cells — and the ``certify`` kind's rows: :func:`replay_one` (the pure
+replay loop) and :func:`certify_rows`.
 
-A cell has a kind, and :func:`run_chunk` dispatches on it: ``certify`` (one model replayed until its goal decides,
-:func:`replay_one`), ``paired`` (one paired run of a compare / rank / select request,
-:func:`certeval.backtest.comparative.paired_rows`) and ``faq-budget`` (FAQ and uniform sampling at fixed budgets,
-:func:`certeval.backtest.faq.faq_budget_rows`). Every kind seeds rep ``r`` with :func:`rep_seed`."""
+A cell has a kind: ``certify`` (one model replayed until its goal decides), ``paired`` (one paired run of a
+compare / rank / select request, :mod:`certeval.backtest.paired_rows`) and ``faq-budget`` (FAQ and uniform sampling
+at fixed budgets, :mod:`certeval.backtest.faq_rows`); :mod:`certeval.backtest.kinds` holds the table of kinds and
+``run_chunk``, which every backtest path (in-process or on Ray, :mod:`certeval.backtest.ray_fanout`) calls. Every
+kind seeds rep ``r`` with :func:`rep_seed`."""
 
 from __future__ import annotations
 
@@ -316,24 +317,6 @@ def history_spec(data: DatasetArrays, permute: bool, seed: np.random.SeedSequenc
 
 def _chunks(cell: Cell, chunk_reps: int) -> list[tuple[int, int]]:
     return [(a, min(a + chunk_reps, cell.reps)) for a in range(0, cell.reps, chunk_reps)]
-
-
-def run_chunk(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int,
-              record_curve: bool = False, record_errors: bool = False) -> list[dict[str, Any]]:
-    """Run reps ``rep_lo..rep_hi-1`` of a cell of any kind; rows are JSON-able dicts (one per rep).
-
-    Each rep's randomness comes from :func:`rep_seed` alone, so a row does not depend on the chunk it ran in.
-    ``record_curve`` and ``record_errors`` apply to ``certify`` cells (see :func:`certify_rows`).
-    """
-    if cell.kind == PAIRED:
-        from .comparative import paired_rows  # lazily: comparative imports the driver, which imports this module
-
-        return paired_rows(data, cell, rep_lo, rep_hi, root_seed)
-    if cell.kind == FAQ_BUDGET:
-        from .faq import faq_budget_rows
-
-        return faq_budget_rows(data, cell, rep_lo, rep_hi, root_seed)
-    return certify_rows(data, cell, rep_lo, rep_hi, root_seed, record_curve, record_errors)
 
 
 def certify_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int,

@@ -45,8 +45,8 @@ from ..estimators._validation import InputError, check_positive_int
 from .cells import (CELL_KINDS, CERTIFY, FAQ_BUDGET, FAQ_FACTORS, FAQ_FACTORS_KEY, FAQ_LABELS,  # noqa: F401
                     FAQ_MAX_DRAWS_PER_ITEM, FAQ_METHOD, HISTORY_METHOD, HISTORY_PERMUTE_KEY, MEAN_FACTOR_PRIOR_VAR,
                     PAIRED, Cell, DatasetArrays, RepResult, _chunks, bank_truth, certify_rows, faq_cell, faq_params,
-                    faq_planned_draws, history_cell, history_spec, rep_seed, replay_one, run_chunk,
-                    uninformative_factors)
+                    faq_planned_draws, history_cell, history_spec, rep_seed, replay_one, uninformative_factors)
+from .kinds import ROWS, run_chunk  # noqa: F401  (the table of cell kinds)
 from .summary import SAME_GUARANTEE_BASELINE, store_backtest, summarise  # noqa: F401
 
 
@@ -230,7 +230,7 @@ def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 
 
     from ..estimators.factor_model import FactorModel, factor_prior
     from ..storage import dumps
-    from .faq import load_factor_model, save_factor_model
+    from .factor_files import load_factor_model, save_factor_model
 
     hist = np.asarray(history, dtype=float)
     ids = [str(i) for i in item_ids]
