@@ -268,7 +268,7 @@ def pairwise_section(doc: dict[str, Any]) -> list[str]:
 def faq_section(docs: dict[str, dict[str, Any]]) -> list[str]:
     rows = []
     headline = None
-    for name, doc in sorted(docs.items()):
+    for _name, doc in sorted(docs.items()):
         headline = headline or doc.get("paper_headline")
         for ds, r in (doc.get("results") or {}).items():
             for b, v in sorted((r.get("budgets") or {}).items()):

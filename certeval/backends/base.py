@@ -105,7 +105,7 @@ class ModelHost(ABC):
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec.text, "kind": self.spec.kind}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op unless a host holds something
         """Release resources (GPU memory, server connections)."""
 
 

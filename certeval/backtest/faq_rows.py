@@ -57,7 +57,7 @@ def faq_budget_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, r
     terms = terms_from_simulation(sim)
     u_est, u_half = uniform_runs(truth, budgets, confidence, [np.random.default_rng(s[1]) for s in seeds])
     at = []
-    for k, b in enumerate(budgets):
+    for b in budgets:
         prefix = {key: terms[key][:, :b] for key in ("phi", "corr", "ipw", "plug_in")}
         kinds = {kind: np.column_stack(pai_interval(prefix, confidence, kind, planned_n=b)[:3]) for kind in CI_KINDS}
         distinct = [len(np.unique(items[:b])) for items in sim["item"]]

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.required = True
     seen = set()
-    for command, module in COMMANDS.items():
+    for module in COMMANDS.values():
         if module in seen:
             continue
         try:
