@@ -1,4 +1,4 @@
-"""The ``certeval backtest`` tables of README.md and docs/results_single.md, regenerated on the one backtest driver.
+"""The ``certeval backtest`` tables of docs/results_single.md, regenerated on the one backtest driver.
 
 Each row is what ``certeval backtest --scores S [--items I] --method M [--strata ...] [--features ...] --goal
 halfwidth:0.05 --reps R --seed 0`` prints (the same function, :func:`certeval.backtest.single.run_single_backtest`),

@@ -9,7 +9,7 @@ uniform, FAQ vs faq-uniform), and the measured coverage of the bank's true mean 
 time (Wilson 95% interval over reps). Cer-Eval's features are item factors from the held-out
 half of the models (mean score + SVD components), since 7 of 9 datasets have no item text.
 
-FAQ (seed 002) gets the logistic factor model fitted on the same history half (K and λ by
+FAQ (Wu et al. 2026, arXiv:2601.20251) gets the logistic factor model fitted on the same history half (K and λ by
 3-fold CV, 1-SE rule; cached under ``.cache/faq/``; fitted only when ``faq`` is run) and
 its anytime interval (``ci=anytime``: a stop-when-the-goal-is-met run peeks at every look, so
 the fixed-budget intervals do not hold there; the confidence sequence is *asymptotic*, not
@@ -22,8 +22,8 @@ replacement: its items are model calls, the distinct items scored (a re-drawn it
 cached; ``mean_draws`` counts draws), and a rep stops at 10·N draws (N = bank size) if the goal
 is not met by then (``reached_rate``).
 
-The estimand is the bank's mean-of-means over subsets (seed 004, eq. 1) for every method, or with
-``--estimand bank-mean`` the plain bank mean (seed 000's setting; written as ``efficiency_bank_mean``).
+The estimand is the bank's mean-of-means over subsets (Arviv et al. 2026, eq. 1) for every method, or with
+``--estimand bank-mean`` the plain bank mean (Cer-Eval's setting; written as ``efficiency_bank_mean``).
 Batch size is 1% of the bank (at least 10 items), so a stopping point is known to ±1%.
 
     python -m benchmarks efficiency            # full: 200 reps per cell on Ray (2 CPUs)
@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         "reps_per_cell": reps,
         "goals": list(goals),
         "methods": list(methods),
-        "estimand": ("bank mean-of-means over subsets (seed 004 eq. 1)" if args.estimand == "mean-of-means"
-                     else "plain bank mean (every item 1/N; seed 000's setting)") + ", confidence 0.95",
+        "estimand": ("bank mean-of-means over subsets (Arviv et al. 2026 eq. 1)" if args.estimand == "mean-of-means"
+                     else "plain bank mean (every item 1/N; Cer-Eval's setting)") + ", confidence 0.95",
         "batch_size": "max(10, n_items // 100)",
         "ray": use_ray,
         "wall_s": {"load": load_s, "replay": run_s},

@@ -10,7 +10,7 @@ half of the models) and stops at the goal. Labels:
 * ``adaptive`` — the same with Neyman draws on the strata's running variances;
 * ``history`` / ``history-permuted`` — the history method with the held-out half's history, and with that
   history's items shuffled (it says nothing true), both with tuned bets;
-* ``history-before`` — the history method's column of the README efficiency table
+* ``history-before`` — the history method's column of the efficiency table (docs/results.md)
   (``benchmarks/results/efficiency.json``: all-times bets, c = ½, 200 reps at an earlier commit), read, not re-run.
 
 Reported per bank × goal: items as a fraction of the bank, coverage of the bank's mean at the stopping time, and
@@ -57,7 +57,7 @@ def cells_for(name: str, n_items: int, goal: str, reps: int) -> list[Cell]:
 
 
 def history_before(name: str, goal: str) -> float | None:
-    """The README table's ``history`` fraction of the bank for this cell (None when not recorded)."""
+    """The efficiency table's ``history`` fraction of the bank for this cell (None when not recorded)."""
     doc = read_result("efficiency") or {}
     for c in doc.get("cells", []):
         if c.get("dataset") == name and c.get("method") == "history" and c.get("goal") == goal:

@@ -1,4 +1,4 @@
-"""FAQ (seed 002) backtests: coverage, half-width and ESS ratio against uniform sampling.
+"""FAQ (Wu et al. 2026, arXiv:2601.20251) backtests: coverage, half-width and ESS ratio against uniform sampling.
 
     python -m benchmarks.faq [--quick]
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._meta import write_result
 from certeval.backtest.comparative import ComparativeBacktest, compare_backtest
 from certeval.estimators.groups import GroupRequest
 from certeval.estimators.protocol import BankSpec
@@ -89,10 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_commit": _git_commit(),
         "seconds": round(time.time() - start, 1),
     }
-    out_dir = Path(__file__).resolve().parent / "results" / ("_quick" if args.quick else "")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "pairwise.json"
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path = write_result("pairwise", payload, args.quick, seed=args.seed)  # with meta: command, time, machine
     print(f"wrote {path}")
     return 0
 

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import time
-from argparse import Namespace
 from dataclasses import replace
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -33,11 +32,11 @@ REQUESTS = {  # what a user asks: rank at two tolerances, and the best model wit
 
 
 def case(dataset: str, name: str, request: dict, preview_reps: int, realised_reps: int, seed: int) -> dict:
-    from certeval.backtest.comparative import _load
+    from certeval.backtest.comparative import load_matrix
     from certeval.estimators.groups import GroupRequest
     from certeval.preview import preview_cost
 
-    matrix, models, spec = _load(Namespace(scores=f"bundled:{dataset}", items=None, model=None))
+    matrix, models, spec = load_matrix(f"bundled:{dataset}")
     order = np.random.default_rng(seed).permutation(len(models))
     yours, history = order[: len(models) // 2], order[len(models) // 2:]
     ask = GroupRequest(labels=(), look_size=50, **request)

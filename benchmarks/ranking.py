@@ -33,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from argparse import Namespace
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -59,18 +58,18 @@ def wilson_upper(k: int, n: int, z: float = 1.959964) -> float:
 
 def _load(dataset: str):
     """The bundled bank's matrix (every model), model names and the estimand's item weights."""
-    from certeval.backtest.comparative import _load
+    from certeval.backtest.comparative import load_matrix
 
-    matrix, models, spec = _load(Namespace(scores=f"bundled:{dataset}", items=None, model=None))
+    matrix, models, spec = load_matrix(f"bundled:{dataset}")
     return matrix, models, spec.weights()
 
 
 def _backtest(dataset: str, request: dict, reps: int, seed: int, looks_every: int):
     """The bank-target comparative backtest of ``dataset`` (every model) with ``request``'s rule."""
-    from certeval.backtest.comparative import ComparativeBacktest, _load as load_matrix
+    from certeval.backtest.comparative import ComparativeBacktest, load_matrix
     from certeval.estimators.groups import GroupRequest
 
-    matrix, models, spec = load_matrix(Namespace(scores=f"bundled:{dataset}", items=None, model=None))
+    matrix, models, spec = load_matrix(f"bundled:{dataset}")
     return ComparativeBacktest(matrix, tuple(models), spec, GroupRequest(labels=tuple(models), **request),
                                reps=reps, seed=seed, looks_every=looks_every)
 

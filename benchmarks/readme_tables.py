@@ -1,4 +1,4 @@
-"""Generate docs/results.md (the README's "Results" section) and docs/img/*.png from benchmark JSON.
+"""Generate docs/results.md (the results the README links to) and docs/img/*.png from benchmark JSON.
 
 Reads ``benchmarks/results/*.json`` (full runs only; never the ``_quick`` ones) — efficiency,
 overhead and scale written here, pairwise and faq written by their own benchmarks — and sets
@@ -96,9 +96,9 @@ def efficiency_section(doc: dict[str, Any], heading: str, image: str) -> list[st
            "stopping time (fraction of reps). `uniform` is certeval's uniform-order betting confidence sequence "
            "(anytime-valid, without replacement; in these tables still the per-sub-dataset union-bound construction "
            "with all-times bets — docs/exact_intervals.md has today's); Cer-Eval is compared with Seq (both "
-           "adaptive-Hoeffding, seed 000 §6), but Cer-Eval as printed is **heuristic** (its partition is re-fitted "
+           "adaptive-Hoeffding, Wang et al. 2025, arXiv:2505.03814 §6), but Cer-Eval as printed is **heuristic** (its partition is re-fitted "
            "on scores; see its coverage), and adaptive with uniform (same betting CS)"
-           + (". FAQ (seed 002; logistic factor model fitted on the same history half, K and λ by CV) uses its "
+           + (". FAQ (Wu et al. 2026, arXiv:2601.20251; logistic factor model fitted on the same history half, K and λ by CV) uses its "
               "anytime interval, an *asymptotic* confidence sequence (not exact like the betting ones), and is "
               "compared with `faq-uniform`: the same estimator and interval on one constant item factor (it "
               "learns the model's overall accuracy, nothing about items; weight-proportional sampling mixed with "
@@ -268,7 +268,7 @@ def pairwise_section(doc: dict[str, Any]) -> list[str]:
 def faq_section(docs: dict[str, dict[str, Any]]) -> list[str]:
     rows = []
     headline = None
-    for name, doc in sorted(docs.items()):
+    for _name, doc in sorted(docs.items()):
         headline = headline or doc.get("paper_headline")
         for ds, r in (doc.get("results") or {}).items():
             for b, v in sorted((r.get("budgets") or {}).items()):
@@ -441,6 +441,36 @@ def gpu_section(docs: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def _as_module_command(command: str) -> str:
+    """``python /any/path/benchmarks/x.py ARGS`` as ``python -m benchmarks.x ARGS`` (the same run, typed anywhere)."""
+    parts = command.split()
+    if len(parts) >= 2 and parts[0] == "python" and parts[1].endswith(".py") and "/benchmarks/" in parts[1]:
+        return " ".join(["python -m benchmarks." + Path(parts[1]).stem, *parts[2:]])
+    return command
+
+
+def _commit_text(commit: str | None) -> str | None:
+    """A commit as the table shows it: 12 hex digits, ``+dirty`` kept, a free-text note after the hash dropped."""
+    if not commit:
+        return None
+    head = commit.split()[0]
+    sha, _, dirty = head.partition("+")
+    return sha[:12] + (f"+{dirty}" if dirty else "")
+
+
+def provenance_row(path: Path, doc: dict[str, Any]) -> list[str] | None:
+    """One row of the provenance table, or None when the JSON records no command or no time (not shown)."""
+    meta = doc.get("meta") or {}
+    first = doc.get("first_run_meta") or meta
+    command, written = first.get("command"), first.get("timestamp_utc")
+    commit = _commit_text(meta.get("git_commit") or doc.get("git_commit"))
+    if not command or not written or not commit:
+        return None
+    cmds = [_as_module_command(command)] + [f"python -m benchmarks {path.stem.split('_')[0]} {a}"
+                                            for a in doc.get("appended", [])]
+    return [f"`benchmarks/results/{path.name}`", "<br>".join(f"`{c}`" for c in cmds), str(written), f"`{commit}`"]
+
+
 def build(results_dir: Path = RESULTS_DIR) -> str:
     eff = _load("efficiency", results_dir)
     over = _load("overhead", results_dir)
@@ -455,28 +485,27 @@ def build(results_dir: Path = RESULTS_DIR) -> str:
              "`benchmarks/results/_quick/` and are not used here). Numbers were measured on a shared 2-core "
              "machine (other jobs running: load averages are recorded per benchmark), so timings are upper "
              "bounds.", ""]
-    made = []
+    made, unknown = [], []
     for path in sorted(results_dir.glob("*.json")):
         try:
             doc = json.loads(path.read_text())
         except json.JSONDecodeError:
             continue
-        meta = doc.get("meta") or {}
-        first = doc.get("first_run_meta") or meta
-        cmds = [first.get("command") or "?"] + [f"python -m benchmarks {path.stem.split('_')[0]} {a}"
-                                                for a in doc.get("appended", [])]
-        made.append([f"`benchmarks/results/{path.name}`", "<br>".join(f"`{c}`" for c in cmds),
-                     str(first.get("timestamp_utc") or "?"), f"`{(meta.get('git_commit') or doc.get('git_commit') or '?')[:12]}`"])
+        row = provenance_row(path, doc)
+        (made if row is not None else unknown).append(row or path.name)
     if made:
-        lines += ["**How these numbers were made** (each JSON also records machine, versions and seed):", "",
+        lines += ["**How these numbers were made** (each JSON also records machine, versions and seed; `+dirty`: "
+                  "the working tree had uncommitted changes):", "",
                   _table(["result", "command(s)", "written (UTC)", "commit"], made), ""]
+    if unknown:  # a number whose making is not recorded is not shown as if it were
+        lines += ["_Left out (no recorded command or time): " + ", ".join(f"`{n}`" for n in unknown) + "._", ""]
     if eff:
         lines += efficiency_section(
             eff, "## Sample efficiency on the recorded data (answers Cer-Eval: \"20–40% fewer items\")",
             "savings_vs_goal.png") + efficiency_gap(eff)
     if eff_bm:
         lines += efficiency_section(
-            eff_bm, "### The same with the plain bank mean as the estimand (seed 000's setting, no sub-dataset "
+            eff_bm, "### The same with the plain bank mean as the estimand (Cer-Eval's setting, no sub-dataset "
                     "union bound)", "savings_vs_goal_bank_mean.png") + efficiency_gap(eff_bm)
     if not eff:
         lines += ["## Sample efficiency", "", "_Not run yet: `python -m benchmarks efficiency`._", ""]
@@ -490,26 +519,7 @@ def build(results_dir: Path = RESULTS_DIR) -> str:
     text = "\n".join(lines).rstrip() + "\n"
     DOCS.mkdir(exist_ok=True)
     (DOCS / "results.md").write_text(text)
-    splice_into_readme(text)
     return text
-
-
-README = DOCS.parent / "README.md"
-BEGIN, END = "<!-- results:begin (generated by python -m benchmarks readme_tables) -->", "<!-- results:end -->"
-
-
-def splice_into_readme(text: str, readme: Path = README) -> bool:
-    """Put the generated results between the README's markers (headings one level down, image paths fixed)."""
-    if not readme.exists():
-        return False
-    current = readme.read_text()
-    start, stop = current.find(BEGIN), current.find(END)
-    if start < 0 or stop < start:
-        return False
-    body = "\n".join(("#" + line) if line.startswith("#") else line for line in text.splitlines())
-    body = body.replace("](img/", "](docs/img/")
-    readme.write_text(current[: start + len(BEGIN)] + "\n" + body + "\n" + current[stop:])
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,7 +76,7 @@ def drive(plan) -> "object":
     try:
         run.embed()
         run.restore()
-        pool = InlinePool(dict(zip(plan.labels, plan.models)), {l: c.folder.url() for l, c in run.caches.items()})
+        pool = InlinePool(dict(zip(plan.labels, plan.models)), {label: c.folder.url() for label, c in run.caches.items()})
         play(RunSteps(run, pool))
         run.compact_cache()
         run.results()

@@ -1,9 +1,9 @@
-"""Seed 000's synthetic scenarios S1–S3: saving ratio and failure rate of every single-model method.
+"""Cer-Eval's synthetic scenarios (Wang et al. 2025, arXiv:2505.03814) S1–S3: saving ratio and failure rate of every single-model method.
 
 ``python -m benchmarks.synthetic_cereval [--reps R] [--quick] [--seed S]`` writes
 ``benchmarks/results/synthetic_cereval.json``.
 
-Setting (seed 000 §6.1): n = 5000, d = 10, σ² = 1, δ = 0.05, batches of 10. Each
+Setting (Wang et al. 2025 §6.1): n = 5000, d = 10, σ² = 1, δ = 0.05, batches of 10. Each
 method runs once per bank until its half-width is below the smallest ε (or the
 bank is exhausted); the look at which it first reaches each ε gives that ε's
 items used, saving ratio ρ = 1 − used/n (0 when ε is never reached), and
@@ -26,7 +26,7 @@ from ._meta import write_result
 
 EPSILONS = (0.0177, 0.0210, 0.0255, 0.0310, 0.0377, 0.0458, 0.0557, 0.0677, 0.0821, 0.0998)
 HEADLINE = (0.0255, 0.0310, 0.0458)
-PAPER = {  # seed 000, Tables 4 and 5 (Cer-Eval's saving ratio ρ)
+PAPER = {  # Wang et al. 2025, Tables 4 and 5 (Cer-Eval's saving ratio ρ)
     "S2": (0.0004, 0.611, 0.719, 0.794, 0.849, 0.888, 0.916, 0.937, 0.954, 0.969),
     "S3": (0.0006, 0.28, 0.510, 0.665, 0.770, 0.843, 0.890, 0.926, 0.946, 0.963),
 }
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 for eps in EPSILONS:
                     per[label][eps].append(summarise(looks, truth, eps))
             print(f"{scenario} rep {rep + 1}/{reps} done ({time.time() - t0:.0f}s)", flush=True)
-        for label, name, params in CONFIGS:
+        for label, _name, _params in CONFIGS:
             for e_idx, eps in enumerate(EPSILONS):
                 vals = per[label][eps]
                 rows.append({

@@ -2,7 +2,7 @@
 
 A bank is a table of items (``item_id`` unique, optional ``subset``, prompt
 fields, optional ``embedding``). Recorded scores are a long table
-``model, item_id, score[, subset]`` (DESIGN §4). Paths may be local or any
+``model, item_id, score[, subset]`` (docs/architecture.md §4). Paths may be local or any
 fsspec URL (``s3://...``).
 
 Bundled data (``certeval/data``, provenance in ``certeval/data/SOURCES.md``) is

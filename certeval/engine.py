@@ -1,4 +1,4 @@
-"""The one round engine (DESIGN §1): select → infer → update → decide, for live runs, backtests and benchmarks.
+"""The one round engine (docs/architecture.md §1): select → infer → update → decide, for live runs, backtests and benchmarks.
 
 Two shapes of round, one loop (:func:`run_until_decided`): :class:`SingleModelRounds` (certify: each model's
 method proposes its own items) and :class:`PairedRounds` (compare, rank, select: every model still in play scores
@@ -236,7 +236,7 @@ class RoundSteps(Protocol):
 
 
 def play(steps: RoundSteps) -> None:
-    """The round loop (DESIGN §1), the one every run, rescore, backtest and benchmark goes through."""
+    """The round loop (docs/architecture.md §1), the one every run, rescore, backtest and benchmark goes through."""
     while not steps.done:
         batch = steps.select()
         if batch is None:

@@ -1,4 +1,4 @@
-"""The look log's record (DESIGN §5): one model at one look, written once with the round's rows.
+"""The look log's record (docs/architecture.md §5): one model at one look, written once with the round's rows.
 
 A run computes each model's statistics at every look exactly once; :class:`LookRecord` is that record. The
 round files store it as ``look_*`` columns beside the scored rows (every row of a model's look carries the

@@ -1,12 +1,12 @@
 """Human report of a run folder: ``report.md`` (+ optional ``report.html``) and PNG plots.
 
-Reads the run layout of DESIGN §5 from a local path or any fsspec URL::
+Reads the run layout of docs/architecture.md §5 from a local path or any fsspec URL::
 
     config.json  rounds/<n>.parquet  state/<model>.json  results.json
 
 and writes, into the same folder:
 
-* ``interval_curve.png`` — the interval vs items scored, per model (like seed 004, Fig. 1),
+* ``interval_curve.png`` — the interval vs items scored, per model (like Arviv et al. 2026, Fig. 1),
   read from the look log in ``rounds/*.parquet`` (the estimate recorded at every look; a ranking or
   selection: each model's simultaneous interval); a ``curve`` list in a model's entry of ``results.json``
   (backtests) is used as is. Nothing here re-runs an estimator: a run written before the look log
@@ -14,7 +14,7 @@ and writes, into the same folder:
 * ``ranking.png`` — every model's interval, best first, coloured by tie group.
 * ``differences.png`` — compare/rank: each pair's paired difference with its interval, the boundary at 0 and
   the equivalence-margin band (a compare run adds the running difference per look).
-* ``savings.png`` — items saved vs the goal (like seed 000, Fig. 2), when the run is a
+* ``savings.png`` — items saved vs the goal (like Cer-Eval's Fig. 2, Wang et al. 2025, arXiv:2505.03814), when the run is a
   backtest (``results.json`` holds ``cells``) or a benchmark/backtest JSON is given.
 * ``report.md`` — the tables: estimates and decisions (which rule fired), ranking with tie
   groups, pairs, savings; links to the plots.
@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .estimators._validation import InputError
+from .results_record import read_results
 from .storage import Folder, bounded, filesystem, verify_record
 from .report_plots import (VERDICT_TEXT, _pyplot, model_colours, plot_differences,  # noqa: F401
                            plot_interval_curves, plot_ranking, plot_savings, savings_frame, spell_verdict)
@@ -72,6 +73,7 @@ def load_run(run: str) -> RunData:
         raise InputError(f"run folder {run!r} has an unreadable JSON file: {exc}") from None
     if results is None:
         raise InputError(f"{run!r} is not a run folder: it has no results.json")
+    results = read_results(results, f"run folder {run!r}: results.json")  # a JSON object, not a newer schema
     _check_results(run, results)
     if not isinstance(config, dict):
         raise InputError(f"run folder {run!r} is damaged: config.json is not a JSON object")
@@ -277,7 +279,7 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
     if curves_png:
         lines += ["## Interval vs items scored", "",
                   "Each band is the confidence interval after each round; the line is the estimate "
-                  "(compare seed 004, Fig. 1).", "", "![interval vs items scored](interval_curve.png)", ""]
+                  "(compare Arviv et al. 2026, Fig. 1).", "", "![interval vs items scored](interval_curve.png)", ""]
     if ranking:
         epsilon = (run.results.get("ranking") or {}).get("epsilon")
         meaning = ("Models in one tie group could not be separated at the run's confidence." if epsilon is None else
@@ -310,7 +312,7 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                     if c in frame.columns]
             lines += ["## Savings vs goal", "",
                       "Mean over datasets of 1 − items/items(uniform) (and of 1 − items/bank size); coverage is the "
-                      "lowest measured over datasets (compare seed 000, Fig. 2).", "",
+                      "lowest measured over datasets (compare Cer-Eval's Fig. 2, Wang et al. 2025).", "",
                       markdown_table(cols, frame[cols].values.tolist()), ""]
             if savings_png:
                 lines += ["![savings vs goal](savings.png)", ""]

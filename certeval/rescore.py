@@ -39,6 +39,7 @@ from .backends.base import parse_model_spec
 from .estimators._validation import InputError
 from .estimators.results import Decision
 from .engine import play
+from .results_record import RunResults, read_results
 from .tasks.round_steps import RunSteps
 from .storage import Folder, RunStore, bounded, check_reachable, filesystem, prompt_hash, safe_name
 
@@ -86,6 +87,7 @@ def _source(run: str) -> tuple[RunStore, dict, dict, pd.DataFrame]:
     if results is None:
         raise InputError(f"rescore: run {run!r} has no results.json (interrupted or still running): finish it "
                          "first with the same --run-id")
+    read_results(results, f"rescore: run {run!r}'s results.json")  # not from a newer schema than this reads
     url = folder.url()
     root, _, run_id = url.rstrip("/").rpartition("/")
     store = RunStore(root or ".", run_id)
@@ -215,15 +217,18 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
     plan = _plan(config, scorer=scorer_obj.name, output=memory_root, run_id=dest_id)
     try:
         result, code, stops = _replay(plan, recorded, RecordedOutputs(outputs, scorer_obj))
-        result["scorer"] = scorer_obj.name
-        result["rescore"] = {
-            "source_run": source_url, "source_scorer": source_scorer, "scorer": scorer_obj.name, "model_calls": 0,
-            "stopped_at_record_end": stops,
-            "rule": "the run's method re-run round by round with the run's seed on the recorded items, scored by "
-                    "judging the recorded outputs with the new scorer; a model stops (rule 'recorded') at the first "
-                    "round whose items the source run did not score"}
-        result["run_folder"] = dest.url
-        result["pipeline"].update(ray_address=None, batches=0)  # no Ray, no model host
+        record = RunResults.from_json(result, "the rescored run's results.json")
+        result = record.replace(
+            scorer=scorer_obj.name,
+            rescore={
+                "source_run": source_url, "source_scorer": source_scorer, "scorer": scorer_obj.name,
+                "model_calls": 0, "stopped_at_record_end": stops,
+                "rule": "the run's method re-run round by round with the run's seed on the recorded items, scored by "
+                        "judging the recorded outputs with the new scorer; a model stops (rule 'recorded') at the "
+                        "first round whose items the source run did not score"},
+            run_folder=dest.url,
+            pipeline={**record.pipeline, "ray_address": None, "batches": 0},  # no Ray, no model host
+        ).to_json()
         _copy(plan.store(), dest, result, output=dest_root, source=source_url)
         return result, code
     finally:

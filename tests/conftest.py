@@ -18,6 +18,9 @@ import pytest
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 _STATE = Path(tempfile.mkdtemp(prefix="certeval-tests-"))
 os.environ.setdefault("PREFECT_HOME", str(_STATE / "prefect"))
+# every results.json a test writes (here, in the CLI subprocesses, in flows) is validated against
+# docs/results.schema.json as it is written (certeval.results_record; tests/test_results_schema.py)
+os.environ["CERTEVAL_CHECK_RESULTS"] = "1"
 
 from certeval.envsetup import configure_offline_env  # noqa: E402
 

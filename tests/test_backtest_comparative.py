@@ -1,4 +1,5 @@
-"""Comparative backtest on bundled real data, called with a Namespace (the CLI module is someone else's)."""
+"""Comparative backtest on bundled real data, through the command line's entry (a Namespace → typed options →
+:func:`certeval.backtest.comparative.comparative_backtest` → printed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.backtest.comparative import parse_comparative_goal, run_comparative_backtest
+from certeval.backtest.comparative import parse_comparative_goal
+from certeval.cli.backtest import run_comparative_backtest
 from certeval.estimators import InputError
 
 

@@ -1,4 +1,4 @@
-"""``run_faq_backtest``: history/new split, JSON keys, uniform side by side, one-line errors on bad input."""
+"""``certeval backtest --method faq`` (``run_faq_backtest``: typed options → ``faq_backtest`` → printed): history/new split, JSON keys, uniform side by side, one-line errors on bad input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from scipy.special import expit
 
-from certeval.backtest.faq import resolve_budget, run_faq_backtest, split_models
+from certeval.backtest.faq import resolve_budget, split_models
+from certeval.cli.backtest import run_faq_backtest
 from certeval.estimators import InputError
 
 

@@ -246,7 +246,7 @@ def test_group_protocol_and_resume_by_replay(case):
     assert claim["validity"] == ("exact" if case.target == "bank" else "asymptotic")
     straight, record, marks = _record(rounds, scores)
     assert straight.done and set(straight.decisions) == set(request.labels)
-    for label, (mean, lower, upper, items) in straight.intervals.items():
+    for label, (_mean, lower, upper, items) in straight.intervals.items():
         assert lower <= upper and 0 <= items <= n and label in request.labels
     cut = max(1, len(record) // 2)
     resumed = PairedRounds(request, n_items=n, batch_size=LOOK).start(_group_spec(n), np.random.default_rng(5))
@@ -278,7 +278,7 @@ def test_group_exhaustion_is_exact_on_the_bank_target(case):
         assert rounds.n_shared == n and out.diff == pytest.approx(truth[0] - truth[1], abs=1e-12)
         assert out.lower == pytest.approx(out.diff, abs=1e-9) and out.upper == pytest.approx(out.diff, abs=1e-9)
     else:
-        for label, (mean, lower, upper, items) in rounds.intervals.items():
+        for label, (_mean, lower, upper, items) in rounds.intervals.items():
             t = truth[int(label[1:])]
             assert lower - 1e-9 <= t <= upper + 1e-9
             if items == n:

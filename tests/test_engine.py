@@ -95,7 +95,7 @@ def test_faq_replay_records_every_look_and_ends_at_its_estimate():
 
 
 def test_a_goal_with_diminishing_returns_stops_where_the_interval_stalls_and_says_the_goal_was_not_met():
-    """seed 004's diminishing-returns rule from a CLI goal: ``halfwidth:E+diminishing:G`` (the engine keeps each
+    """Arviv et al.'s diminishing-returns rule from a CLI goal: ``halfwidth:E+diminishing:G`` (the engine keeps each
     model's recent looks for it) stops once the half-width shrinks by less than G a look, goal not reached;
     the same run without it goes on to the half-width."""
     spec, row = _bank(3, n=2000)

@@ -131,12 +131,11 @@ def test_settled_pairs_keep_testing_so_tie_groups_stay_as_fine_as_the_interval_r
     """A pair settled by one test while both its models are still sampled keeps testing (no extra cells): without
     that, one-sided certifications against the mean order merged vlm_hallusionbench's 170 models (ε = 0.1) into
     about 80 tie groups, where the interval rule gives about 166."""
-    from argparse import Namespace
 
-    from certeval.backtest.comparative import _load
+    from certeval.backtest.comparative import load_matrix
     from certeval.estimators.wor_streams import weighted_order
 
-    matrix, models, spec = _load(Namespace(scores="bundled:vlm_hallusionbench", items=None, model=None))
+    matrix, models, spec = load_matrix("bundled:vlm_hallusionbench")
     w, x = spec.weights(), np.asarray(matrix, dtype=float)
     order = weighted_order(w, np.random.default_rng(0))
     out = {}

@@ -1,4 +1,4 @@
-"""FAQ (seed 002): Laplace update, hybrid policy, PAI unbiasedness and intervals, the round protocol."""
+"""FAQ (Wu et al. 2026, arXiv:2601.20251): Laplace update, hybrid policy, PAI unbiasedness and intervals, the round protocol."""
 
 from __future__ import annotations
 

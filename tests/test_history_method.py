@@ -307,7 +307,7 @@ def test_miscoverage_with_peeking_on_real_banks(dataset, tuning):
     matrix = score_matrix(frame, models, bank)
     rng = np.random.default_rng(zlib.crc32(f"{dataset}-{tuning}".encode()))
     misses = 0
-    for r in range(REPS):
+    for _rep in range(REPS):
         order = rng.permutation(len(models))
         held = order[0]
         hist = matrix[order[1:][: max(2, len(models) // 2)]]

@@ -186,7 +186,7 @@ def test_each_models_interval_learns_from_its_prediction_and_covers():
     items, models, alpha = 300, 6, 0.2
     narrower = []
     misses = 0
-    for rep in range(20):
+    for _rep in range(20):
         x = _factor_bank(rng, 30 + models, items)
         spec = BankSpec(n_items=items)
         names = [f"m{k}" for k in range(models)]

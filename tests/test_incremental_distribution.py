@@ -1,7 +1,7 @@
 """The distribution target's incremental estimators give, look by look, exactly what a replay of every look
 from the first gives: :class:`SequentialRanking` against ``rank_models(path="pairs")`` (per-pair score rows,
 an independent computation of the same statistic), :class:`SequentialSelection` against a from-scratch
-replay written out here (mean of sub-dataset means over each look's prefix, seed 004 eq. 1), over many
+replay written out here (mean of sub-dataset means over each look's prefix, Arviv et al. 2026 eq. 1), over many
 seeds, with and without sub-datasets, in both selection modes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The look log (DESIGN §5): every look's estimate is recorded once, with its round, and results.json and the
+"""The look log (docs/architecture.md §5): every look's estimate is recorded once, with its round, and results.json and the
 report read it back — for every single-model method and every paired kind, with and without history.
 
 Each case runs the real pipeline (Prefect flow, Ray actors) on a small HELM-MMLU bank and checks three

@@ -1,4 +1,4 @@
-"""``certeval plan`` and the planner (seed 003)."""
+"""``certeval plan`` and the planner (Hayou's sample-size note)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _json(capsys, argv):
 
 def test_blog_numbers(capsys):
     out = _json(capsys, ["plan", "--epsilon", "0.02", "--confidence", "0.95", "--json"])
-    assert out["n_worst_case"] == 2401  # seed 003: 1.96²/(4·0.02²) = 2401
+    assert out["n_worst_case"] == 2401  # Hayou's rule: 1.96²/(4·0.02²) = 2401
     out = _json(capsys, ["plan", "--epsilon", "0.02", "--confidence", "0.95", "--p-bound", "0.8", "--json"])
     assert out["n_p_bound"] == 1537
 

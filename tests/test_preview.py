@@ -69,9 +69,9 @@ def test_history_matrix_keeps_complete_rows_of_other_models():
 
 
 def _halves(seed: int = 0):
-    from certeval.backtest.comparative import _load
+    from certeval.backtest.comparative import load_matrix
 
-    matrix, models, spec = _load(Namespace(scores="bundled:helm_mmlu", items=None, model=None))
+    matrix, models, spec = load_matrix("bundled:helm_mmlu")
     order = np.random.default_rng(seed).permutation(len(models))
     return matrix[order[:22]], matrix[order[22:]], spec
 

@@ -21,7 +21,7 @@ TRUE_P = (0.8, 0.55, 0.5)
 
 
 def build_run(url: str, n_items: int = 300, batch: int = 40, seed: int = 3) -> dict:
-    """Run ``uniform`` on three synthetic models for 4 rounds and store it in the DESIGN §5 layout."""
+    """Run ``uniform`` on three synthetic models for 4 rounds and store it in the docs/architecture.md §5 layout."""
     rng = np.random.default_rng(seed)
     subsets = np.repeat([0, 1, 2], n_items // 3)
     spec = BankSpec(n_items=n_items, subsets=subsets, subset_names=("x", "y", "z"))

@@ -129,7 +129,7 @@ def test_rescore_rejudges_without_calling_the_model_into_a_new_run(lm_run, capsy
     bank = load_run_bank(TRIVIA, ("hf:bundled:smollm2",))
     # built as the run built it: bets tuned to its goal (halfwidth:0.1)
     method = method_for_goal("uniform", parse_goal("halfwidth:0.1"), 8, confidence=0.95).start(bank.spec())
-    for r, part in old.groupby("round", sort=True):
+    for _round, part in old.groupby("round", sort=True):
         method.update(bank.positions(part["item_id"]), np.array([expected[k] for k in part.index], float))
     est = method.result()
     m = stored["models"][0]

@@ -172,7 +172,7 @@ def test_subsets_mean_of_means():
 
 
 def test_radii_match_the_printed_formulas():
-    # Alg. 3 line 3 and Alg. 1 lines 10-11 of seed 000, evaluated by hand
+    # Alg. 3 line 3 and Alg. 1 lines 10-11 of Wang et al. 2025, arXiv:2505.03814, evaluated by hand
     n, delta = 100, 0.05
     assert seq_radius(n, delta) == pytest.approx(math.sqrt((2 * math.log(math.log(100) + 1) + math.log(80)) / 100))
     eta = math.sqrt((2 * math.log(math.log(100) + 1) + math.log(16 * 3 / delta)) / 100)

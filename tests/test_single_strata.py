@@ -284,7 +284,7 @@ def test_backtest_features_factors(capsys):
 
 
 def subset_bank(rng, sizes=(60, 300, 140), means=(0.2, 0.55, 0.9)):
-    """Sub-datasets of unequal size and mean; the estimand is the mean of their means (seed 004, eq. 1)."""
+    """Sub-datasets of unequal size and mean; the estimand is the mean of their means (Arviv et al. 2026, eq. 1)."""
     codes = np.repeat(np.arange(len(sizes)), sizes)
     x = (rng.random(codes.size) < np.asarray(means)[codes]).astype(float)
     spec = BankSpec(codes.size, subsets=codes, subset_names=tuple(f"s{i}" for i in range(len(sizes))))

@@ -4,7 +4,7 @@ A host scores a batch of bank items and returns, per item, the score in [0, 1]
 plus tokens used and latency. Hosts are plain Python classes so they can be
 tested in-process; the pipeline runs them inside long-lived Ray actors.
 
-Model specs (DESIGN §4)::
+Model specs (docs/architecture.md §4)::
 
     replay:<scores file>#<model>        recorded scores (bundled:<name> works as the file)
     hf:<path or bundled:smollm2>        transformers on CPU or CUDA
@@ -105,7 +105,7 @@ class ModelHost(ABC):
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec.text, "kind": self.spec.kind}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op unless a host holds something
         """Release resources (GPU memory, server connections)."""
 
 

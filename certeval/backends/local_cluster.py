@@ -325,7 +325,7 @@ class LocalPrefectServer:
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"prefect server did not answer within {timeout_s:g} s; see {log.name}")
+                    raise RuntimeError(f"prefect server did not answer within {timeout_s:g} s; see {log.name}") from None
                 time.sleep(0.5)
 
     def stop(self, timeout_s: float = 15.0) -> None:

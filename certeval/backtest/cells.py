@@ -1,11 +1,12 @@
-"""One backtest rep and the cells it belongs to: :func:`replay_one` (the pure replay loop), the seeds of a rep
-(never from scheduling), :class:`Cell` / :class:`DatasetArrays`, the FAQ and history cells, and
-:func:`run_chunk`, which every backtest path (in-process or on Ray, :mod:`certeval.backtest.ray_fanout`) calls.
+"""The types every backtest shares — one rep's result, :class:`Cell` / :class:`DatasetArrays`, the seeds of a rep
+(never from scheduling), the FAQ and history cells — and the ``certify`` kind's rows: :func:`replay_one` (the pure
+replay loop) and :func:`certify_rows`.
 
-A cell has a kind, and :func:`run_chunk` dispatches on it: ``certify`` (one model replayed until its goal decides,
-:func:`replay_one`), ``paired`` (one paired run of a compare / rank / select request,
-:func:`certeval.backtest.comparative.paired_rows`) and ``faq-budget`` (FAQ and uniform sampling at fixed budgets,
-:func:`certeval.backtest.faq.faq_budget_rows`). Every kind seeds rep ``r`` with :func:`rep_seed`."""
+A cell has a kind: ``certify`` (one model replayed until its goal decides), ``paired`` (one paired run of a
+compare / rank / select request, :mod:`certeval.backtest.paired_rows`) and ``faq-budget`` (FAQ and uniform sampling
+at fixed budgets, :mod:`certeval.backtest.faq_rows`); :mod:`certeval.backtest.kinds` holds the table of kinds and
+``run_chunk``, which every backtest path (in-process or on Ray, :mod:`certeval.backtest.ray_fanout`) calls. Every
+kind seeds rep ``r`` with :func:`rep_seed`."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ class RepResult:
 
 
 def bank_truth(spec: BankSpec, scores: np.ndarray) -> float:
-    """The estimand of a bank-target method: the (mean-of-means weighted) bank mean, seed 004 eq. 1."""
+    """The estimand of a bank-target method: the (mean-of-means weighted) bank mean, Arviv et al. 2026 eq. 1."""
     return float(spec.weights() @ np.asarray(scores, dtype=float))
 
 
@@ -85,7 +86,7 @@ def replay_one(
     """Run one method on one model's recorded scores until its goal decides (pure, no I/O).
 
     ``scores[i]`` is the recorded score of bank position ``i``. The loop is the single-model
-    round protocol of DESIGN §1 with inference replaced by a lookup,
+    round protocol of docs/architecture.md §1 with inference replaced by a lookup,
     :func:`certeval.engine.replay_once`; with ``record_curve`` it also records
     (n_scored, mean, lower, upper) after every look (the report's interval curve).
     ``controller_s`` is the whole loop's time (a replay has no inference).
@@ -141,7 +142,7 @@ def rep_seed(root_seed: int, dataset: str, model: str, method: str, rep: int) ->
 
 CERTIFY = "certify"  # one model replayed until its goal decides (replay_one)
 PAIRED = "paired"  # one paired run (compare / rank / select) of the models in Cell.rows
-FAQ_BUDGET = "faq-budget"  # FAQ beside uniform sampling at fixed budgets (seed 002's experiment)
+FAQ_BUDGET = "faq-budget"  # FAQ beside uniform sampling at fixed budgets (the FAQ paper's experiment)
 CELL_KINDS = (CERTIFY, PAIRED, FAQ_BUDGET)
 
 
@@ -200,7 +201,7 @@ class DatasetArrays:
 
 
 # --------------------------------------------------------------------------------------
-# FAQ (seed 002) cells: arrays come from the dataset, never from Cell.params
+# FAQ (Wu et al. 2026, arXiv:2601.20251) cells: arrays come from the dataset, never from Cell.params
 # --------------------------------------------------------------------------------------
 
 FAQ_METHOD = "faq"
@@ -316,24 +317,6 @@ def history_spec(data: DatasetArrays, permute: bool, seed: np.random.SeedSequenc
 
 def _chunks(cell: Cell, chunk_reps: int) -> list[tuple[int, int]]:
     return [(a, min(a + chunk_reps, cell.reps)) for a in range(0, cell.reps, chunk_reps)]
-
-
-def run_chunk(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int,
-              record_curve: bool = False, record_errors: bool = False) -> list[dict[str, Any]]:
-    """Run reps ``rep_lo..rep_hi-1`` of a cell of any kind; rows are JSON-able dicts (one per rep).
-
-    Each rep's randomness comes from :func:`rep_seed` alone, so a row does not depend on the chunk it ran in.
-    ``record_curve`` and ``record_errors`` apply to ``certify`` cells (see :func:`certify_rows`).
-    """
-    if cell.kind == PAIRED:
-        from .comparative import paired_rows  # lazily: comparative imports the driver, which imports this module
-
-        return paired_rows(data, cell, rep_lo, rep_hi, root_seed)
-    if cell.kind == FAQ_BUDGET:
-        from .faq import faq_budget_rows
-
-        return faq_budget_rows(data, cell, rep_lo, rep_hi, root_seed)
-    return certify_rows(data, cell, rep_lo, rep_hi, root_seed, record_curve, record_errors)
 
 
 def certify_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int,

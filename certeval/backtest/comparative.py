@@ -1,6 +1,7 @@
 """Comparative backtests: replay recorded scores for pairs, rankings and selections.
 
-``certeval backtest --goal compare:D | rank:D | select:T,E`` lands here. Every rep is one paired run of the
+``certeval backtest --goal compare:D | rank:D | select:T,E`` lands here (:class:`ComparativeOptions` →
+:func:`comparative_backtest`; the command line prints the result). Every rep is one paired run of the
 live pipeline's engine (:class:`certeval.engine.PairedRounds`, the same group estimators, scores looked up in the
 recorded matrix): a ranking or selection of every model, or one run per sampled pair for ``compare``; items are
 revealed in looks of ``looks_every``. The reps fan out as ``paired`` cells through the one backtest driver
@@ -17,21 +18,21 @@ decisions are checked against the whole bank:
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 from scipy import special
 
-from dataclasses import dataclass, replace
-
 from ..banks import bank_from_scores, load_scores, read_table, score_matrix
-from ..engine import PairedRounds, run_paired
 from ..estimators._validation import InputError, check_confidence, check_positive_int
 from ..estimators.comparison import A_GT_B, B_GT_A, EQUIVALENT, VERDICTS, ComparisonDesign, pair_verdicts
 from ..estimators.groups import GroupRequest
 from ..estimators.protocol import BankSpec
-from .cells import PAIRED, Cell, DatasetArrays, rep_seed
+from .cells import PAIRED, Cell, DatasetArrays
+# a rep's rows: their own module (the driver calls them through backtest.kinds); the names stay importable here
+from .paired_rows import (_ROW_ONLY, _statement_errors, epsilon_errors, history_count,  # noqa: F401
+                          history_split, kendall_tau, paired_rows, play_paired)
 
 
 def parse_comparative_goal(text: str) -> tuple[str, tuple[float, ...]]:
@@ -55,17 +56,19 @@ def parse_comparative_goal(text: str) -> tuple[str, tuple[float, ...]]:
     return kind, values
 
 
-def _load(args) -> tuple[np.ndarray, list[str], BankSpec]:
-    """The models' score matrix on the items every one of them scored, and the bank spec of those items."""
-    scores = load_scores(args.scores)
-    items = read_table(args.items, "items file") if getattr(args, "items", None) else None
-    bank = bank_from_scores(scores, items)
-    models = list(args.model) if getattr(args, "model", None) else sorted(scores["model"].unique())
+def load_matrix(scores: str, items: str | None = None,
+                models: Sequence[str] | None = None) -> tuple[np.ndarray, list[str], BankSpec]:
+    """The models' score matrix on the items every one of them scored, and the bank spec of those items
+    (``models``: every model of the scores file when None)."""
+    frame = load_scores(scores)
+    table = read_table(items, "items file") if items else None
+    bank = bank_from_scores(frame, table)
+    models = list(models) if models else sorted(frame["model"].unique())
     if len(set(models)) != len(models):
         raise InputError(f"--model lists a model twice: {models}")
     if len(models) < 2:
         raise InputError(f"a comparative backtest needs at least two models, got {models}")
-    matrix = score_matrix(scores, models, bank)
+    matrix = score_matrix(frame, models, bank)
     shared = ~np.isnan(matrix).any(axis=0)
     if not shared.any():
         raise InputError(f"the models {', '.join(models[:4])}{'...' if len(models) > 4 else ''} share no scored items")
@@ -94,18 +97,9 @@ def _z_test_verdicts(a: np.ndarray, b: np.ndarray, alpha: float, statistic: str,
     return verdict
 
 
-def _design(args, alpha: float, margin: float) -> ComparisonDesign:
-    return ComparisonDesign(alpha=alpha, margin=margin, statistic=getattr(args, "statistic", "paired") or "paired",
-                            spending=getattr(args, "spending", "pocock") or "pocock",
-                            look_size=int(getattr(args, "looks_every", 100) or 100))
-
-
-def _statement_errors(verdict: np.ndarray, true_diff: np.ndarray, margin: float) -> np.ndarray:
-    """Wrong ordering statements against the exact bank differences: a>b claims a difference above the
-    margin, b>a below -margin, equivalent inside [-margin, margin]."""
-    tol = 1e-9  # exact differences equal to the margin, up to floating point
-    return (((verdict == A_GT_B) & (true_diff <= margin - tol)) | ((verdict == B_GT_A) & (true_diff >= -margin + tol))
-            | ((verdict == EQUIVALENT) & (np.abs(true_diff) > margin + tol)))
+def _design(statistic: str, spending: str, looks_every: int, alpha: float, margin: float) -> ComparisonDesign:
+    return ComparisonDesign(alpha=alpha, margin=margin, statistic=statistic or "paired",
+                            spending=spending or "pocock", look_size=int(looks_every or 100))
 
 
 @dataclass(frozen=True)
@@ -168,119 +162,8 @@ class ComparativeBacktest:
         return run_cells({self.name: self.data()}, cells, self.seed, use_ray=self.use_ray)
 
 
-def _cell_rows(data: DatasetArrays, cell: Cell) -> np.ndarray:
-    """The matrix rows a paired cell runs together (every model when the cell names none)."""
-    return np.arange(len(data.models)) if cell.rows is None else np.asarray(cell.rows)
-
-
-def history_count(models: int, fraction: float) -> int:
-    """History models of a rep: ``round(fraction · models)``, at least one, leaving at least two to run."""
-    return min(max(1, int(round(fraction * models))), models - 2)
-
-
-def history_split(rows: np.ndarray, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A rep's random split of ``rows`` into :func:`history_count` history rows and the rows run, both sorted."""
-    k = history_count(len(rows), fraction)
-    perm = rng.permutation(rows)
-    return np.sort(perm[:k]), np.sort(perm[k:])
-
-
-def _rep_request(data: DatasetArrays, cell: Cell, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, Any]:
-    """The rows a rep runs, its history rows (empty without a history share) and its request: with
-    ``cell.history_fraction`` a random share of the cell's rows is history — one factor model fitted on their
-    recorded scores (:func:`~certeval.history.matrix_prior`, as the single-model backtests fit theirs) is every run
-    model's prior."""
-    rows = _cell_rows(data, cell)
-    if cell.history_fraction is None:
-        return rows, rows[:0], replace(cell.request, labels=tuple(data.models[k] for k in rows))
-    from ..history import matrix_prior
-
-    hist, run = history_split(rows, cell.history_fraction, rng)
-    labels = tuple(data.models[k] for k in run)
-    prior = matrix_prior(data.matrix[hist], [data.models[k] for k in hist])
-    return run, hist, replace(cell.request, labels=labels, history={label: prior for label in labels})
-
-
-def play_paired(data: DatasetArrays, rows: np.ndarray, request: Any, cell: Cell,
-                rng: np.random.Generator) -> PairedRounds:
-    """One paired run of the models ``rows`` under ``request`` on an order drawn from ``rng``, scores looked up in
-    ``data``."""
-    rounds = PairedRounds(request, n_items=data.spec.n_items, batch_size=cell.batch_size, max_items=cell.max_items)
-    return run_paired(rounds.start(data.spec, rng), data.matrix[rows])
-
-
-# what a rep row carries beside the entry a summary lists per rep
-_ROW_ONLY = ("dataset", "method", "goal", "wall_s", "guarantee")
-
-
-def paired_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int) -> list[dict[str, Any]]:
-    """Reps ``rep_lo..rep_hi-1`` of a ``paired`` cell (the driver's ``run_chunk`` calls this): one paired run
-    each, checked against the exact bank means of the models it ran; rep 0 of rank and select also records the run
-    in detail. With a history share, each rep first splits the cell's models (:func:`_rep_request`)."""
-    group = "|".join(data.models[k] for k in _cell_rows(data, cell))  # the seed: the cell's models, never the chunk
-    check = {"compare": _compare_rep, "rank": _rank_rep, "select": _select_rep}[cell.request.kind]
-    out = []
-    for rep in range(rep_lo, rep_hi):
-        rng = np.random.default_rng(rep_seed(root_seed, data.name, group, cell.name, rep))
-        rows, hist, request = _rep_request(data, cell, rng)
-        # the run's own models, whose exact bank means its statements are checked against
-        run = DatasetArrays(data.name, data.spec, tuple(data.models[k] for k in rows), data.matrix[rows])
-        exact = run.matrix @ run.spec.weights()
-        start = time.perf_counter()
-        res = play_paired(data, rows, request, cell, rng).outcome
-        wall = time.perf_counter() - start
-        extra = {"history_models": [data.models[k] for k in hist]} if cell.history_fraction is not None else {}
-        out.append({"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep,
-                    **check(res, rep, rows, run, exact, request), **extra,
-                    "wall_s": wall, "guarantee": res.guarantee})
-    return out
-
-
 def _entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k not in _ROW_ONLY} for row in rows]
-
-
-def _compare_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact: np.ndarray,
-                 request: GroupRequest) -> dict[str, Any]:
-    diff = exact[0] - exact[1]
-    return {"pair": [int(rows[0]), int(rows[1])], "verdict": res.verdict, "n_items": int(res.n_items),
-            "covered": bool(res.lower <= diff + 1e-12 and diff <= res.upper + 1e-12)}
-
-
-def _rank_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact: np.ndarray,
-              request: GroupRequest) -> dict[str, Any]:
-    table = res.pairs
-    if res.epsilon is None:
-        errors = int(_statement_errors(table.verdict, exact[table.a] - exact[table.b], request.margin).sum())
-    else:
-        errors = epsilon_errors(res, data.models, exact)
-    entry = {"rep": rep, "fraction_used": res.fraction_used, "errors": errors, "n_tie_groups": len(res.tie_groups),
-             "models_leaving_early": float(np.mean(np.asarray(res.items_used) < data.spec.n_items)),
-             "tie_groups": [list(g) for g in res.tie_groups], "kendall_tau": kendall_tau(res, data.models, exact)}
-    if rep == 0:
-        entry.update(models=list(res.models), means=list(res.means), items_used=list(res.items_used))
-        if len(table) <= 5000:
-            entry["comparisons"] = [c.to_dict() for c in res.comparisons]
-    return entry
-
-
-def _select_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact: np.ndarray,
-                request: GroupRequest) -> dict[str, Any]:
-    row = {name: k for k, name in enumerate(data.models)}
-    top, epsilon, threshold = request.top or 1, request.halfwidth or 0.0, request.threshold or 0.0
-    kth = np.sort(exact)[::-1][min(top, len(data.models)) - 1]
-    bad = [s.model for s in res.models if s.status == "below" and exact[row[s.model]] >= threshold]
-    if request.target == "bank":  # the statement: every selected mean >= every unselected one's - epsilon
-        below = {s.model for s in res.models if s.status == "below" and exact[row[s.model]] < threshold}
-        rivals = [exact[row[name]] for name in data.models if name not in res.selected and name not in below]
-        ref = max([kth, *rivals])
-        bad += [name for name in res.selected if exact[row[name]] < ref - epsilon]
-    covered = all(s.lower <= exact[row[s.model]] + 1e-12 and exact[row[s.model]] <= s.upper + 1e-12
-                  for s in res.models)
-    return {"rep": rep, "fraction_used": res.fraction_used, "selected": list(res.selected),
-            "truly_below": int((exact < threshold).sum()),
-            "discarded": list(res.discarded), "wrong": bad, "all_intervals_cover": covered,
-            **({"models": [vars(s) for s in res.models]} if rep == 0 else {})}
 
 
 def compare_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
@@ -380,61 +263,68 @@ def select_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
     return {"runs": runs, "summary": summary}
 
 
-def kendall_tau(ranking: Any, models: Sequence[str], exact: np.ndarray) -> float:
-    """Kendall's tau-b between the ranking's tie groups (models of one group tied) and the exact bank means."""
-    from scipy.stats import kendalltau
-
-    group = {name: g for g, members in enumerate(ranking.tie_groups) for name in members}
-    tau = kendalltau([-group[name] for name in models], exact).statistic
-    return float(tau) if np.isfinite(tau) else 0.0
-
-
-def epsilon_errors(ranking: Any, models: Sequence[str], exact: np.ndarray) -> int:
-    """Wrong epsilon-statements of a ranking: pairs in two tie groups whose higher-listed model's exact bank mean
-    is below the lower one's minus epsilon."""
-    group = {name: g for g, members in enumerate(ranking.tie_groups) for name in members}
-    g = np.array([group[name] for name in models])
-    above = g[:, None] < g[None, :]
-    return int((above & (exact[:, None] < exact[None, :] - ranking.epsilon - 1e-9)).sum())
-
-
 def _looks(bt: ComparativeBacktest) -> list[int]:
     n = bt.spec.n_items
     cap = n if bt.max_items is None else min(n, int(bt.max_items))
     return list(range(bt.looks_every, cap, bt.looks_every)) + [cap]
 
 
-def run_comparative_backtest(args) -> int:
-    """Entry point for ``certeval backtest --goal compare:D | rank:D | select:T,E``; returns the exit code."""
-    kind, values = parse_comparative_goal(args.goal)
-    confidence = check_confidence(getattr(args, "confidence", 0.95))
-    reps = check_positive_int(getattr(args, "reps", 10) or 10, "--reps")
-    seed = int(getattr(args, "seed", 0) or 0)
-    looks_every = check_positive_int(getattr(args, "looks_every", 100) or 100, "--looks-every")
-    max_items = getattr(args, "max_items", None)
+@dataclass(frozen=True)
+class ComparativeOptions:
+    """What ``certeval backtest --goal compare:D | rank:D | select:T,E`` asks, as typed values (the command line
+    builds it, :func:`comparative_backtest` validates and runs it)."""
+
+    goal: str
+    scores: str
+    items: str | None = None
+    models: tuple[str, ...] | None = None  # None: every model of the scores file
+    confidence: float = 0.95
+    reps: int = 10
+    seed: int = 0
+    looks_every: int = 100
+    max_items: int | None = None
+    target: str = "bank"
+    pairs: int = 200  # compare: model pairs sampled
+    top: int | None = None  # select, bank target: the K best (1 when None)
+    epsilon: float | None = None  # rank:0, bank target: an epsilon-correct ranking
+    history_fraction: float | None = None
+    statistic: str = "paired"  # distribution target: the test statistic
+    spending: str = "pocock"  # distribution target: the boundary
+
+
+def comparative_backtest(opts: ComparativeOptions) -> dict[str, Any]:
+    """Validate ``opts`` (an :class:`InputError` names the bad flag), replay every rep and return the result
+    (``pairs``/``rankings``/``runs``, ``summary`` and ``config``); prints nothing."""
+    kind, values = parse_comparative_goal(opts.goal)
+    confidence = check_confidence(opts.confidence)
+    reps = check_positive_int(opts.reps, "--reps")
+    seed = int(opts.seed)
+    looks_every = check_positive_int(opts.looks_every, "--looks-every")
+    max_items = opts.max_items
     if max_items is not None:
         max_items = check_positive_int(max_items, "--max-items")
-    target = getattr(args, "target", "bank") or "bank"
-    n_pairs = check_positive_int(getattr(args, "pairs", 200) or 200, "--pairs")
-    top = check_positive_int(getattr(args, "top", None) or 1, "--top") if kind == "select" else None
-    epsilon = getattr(args, "epsilon", None)
+    target = opts.target
+    n_pairs = check_positive_int(opts.pairs, "--pairs")
+    top = check_positive_int(opts.top or 1, "--top") if kind == "select" else None
+    epsilon = opts.epsilon
     if epsilon is not None and (kind != "rank" or target != "bank" or values[0] or not 0 < epsilon < 1):
         raise InputError(f"--epsilon {epsilon!r} needs --goal rank:0 on the bank target and a value in (0, 1) "
-                         f"(it replaces the margin's strict verdicts); got --goal {args.goal} --target {target}")
-    history_fraction = getattr(args, "history_fraction", None)
+                         f"(it replaces the margin's strict verdicts); got --goal {opts.goal} --target {target}")
+    history_fraction = opts.history_fraction
     if history_fraction is not None:
         if kind == "compare" or target != "bank":
             raise InputError(f"--history-fraction {history_fraction!r} applies to --goal rank:D and select:T,E on "
-                             f"the bank target; got --goal {args.goal} --target {target}")
+                             f"the bank target; got --goal {opts.goal} --target {target}")
         if not 0.0 < history_fraction < 1.0:
             raise InputError(f"--history-fraction must lie in (0, 1) for a ranking or selection (the rest of the "
                              f"models are run), got {history_fraction!r}")
-    matrix, models, spec = _load(args)
+    matrix, models, spec = load_matrix(opts.scores, opts.items, opts.models)
     if history_fraction is not None and len(models) < 3:
         raise InputError(f"--history-fraction needs at least three models (one as history, two run), got "
                          f"{len(models)}: {', '.join(models)}")
     margin = values[0] if kind != "select" else 0.0
-    design = _design(args, 1.0 - confidence, margin) if target == "distribution" else None
+    design = (_design(opts.statistic, opts.spending, looks_every, 1.0 - confidence, margin)
+              if target == "distribution" else None)
     request = GroupRequest(kind=kind, labels=tuple(models), target=target, confidence=confidence, margin=margin,
                            threshold=values[0] if kind == "select" else None,
                            halfwidth=values[1] if kind == "select" else None, top=top, look_size=looks_every,
@@ -442,20 +332,12 @@ def run_comparative_backtest(args) -> int:
     bt = ComparativeBacktest(matrix, tuple(models), spec, request, reps=reps, seed=seed, looks_every=looks_every,
                              max_items=max_items, n_pairs=n_pairs, history_fraction=history_fraction)
     out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
-    out["config"] = {"goal": args.goal, "target": target, "scores": str(args.scores), "confidence": confidence,
+    out["config"] = {"goal": opts.goal, "target": target, "scores": str(opts.scores), "confidence": confidence,
                      "reps": reps, "seed": seed, "looks_every": looks_every, "max_items": max_items,
-                     "statistic": getattr(args, "statistic", "paired"), "spending": getattr(args, "spending", "pocock"),
+                     "statistic": opts.statistic, "spending": opts.spending,
                      "history_fraction": history_fraction}
-    if getattr(args, "json", False):
-        from ..cli._common import print_json
-
-        print_json(out)
-    else:
-        from .tables import print_compare, print_rank, print_select
-
-        {"compare": print_compare, "rank": print_rank, "select": print_select}[kind](out)
-    return 0
+    return out
 
 
-__all__ = ["ComparativeBacktest", "parse_comparative_goal", "run_comparative_backtest", "compare_backtest",
-           "rank_backtest", "select_backtest"]
+__all__ = ["ComparativeBacktest", "ComparativeOptions", "comparative_backtest", "compare_backtest", "load_matrix",
+           "parse_comparative_goal", "rank_backtest", "select_backtest"]

@@ -1,6 +1,7 @@
-"""Backtest of FAQ (seed 002) on recorded scores: history → factor model → evaluate new models at a budget.
+"""Backtest of FAQ (Wu et al. 2026, arXiv:2601.20251) on recorded scores: history → factor model → evaluate new models at a budget.
 
-``run_faq_backtest(args)`` is called by ``certeval backtest --method faq``. It splits the recorded models
+``faq_backtest(FaqBacktestOptions(...))`` is what ``certeval backtest --method faq`` runs (the command line
+prints its result). It splits the recorded models
 (file order) into a history and new models, fits the logistic factor model on the history (optionally with a
 fraction of entries masked MCAR), then for every new model runs ``reps`` FAQ evaluations at the budget and,
 side by side with the same reps, uniform sampling without replacement (sample mean, finite-population Wald
@@ -8,56 +9,28 @@ interval). Reported per model and in summary: coverage, mean half-width and the 
 = (variance of uniform at the same budget) / (variance of FAQ), variances taken over reps around the truth.
 The (model, rep) runs are one ``faq-budget`` cell of the one backtest driver (:func:`faq_budget_rows`).
 
-Also here: ``.npz`` persistence of fitted factors (``np.savez``, loaded with ``allow_pickle=False``).
+The persistence of fitted factors (``.npz``) is :mod:`certeval.backtest.factor_files`; a cell's rows are
+:mod:`certeval.backtest.faq_rows`.
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from ..estimators._validation import InputError, check_confidence, check_positive_int
 from ..estimators.factor_model import FactorModel, factor_prior
-from ..estimators.faq import CI_KINDS, pai_interval
-from ..estimators.faq_simulation import simulate_faq, terms_from_simulation
+from ..estimators.faq import CI_KINDS
 from ..estimators.protocol import BankSpec
-from .cells import FAQ_BUDGET, Cell, DatasetArrays, rep_seed
+from .cells import FAQ_BUDGET, Cell, DatasetArrays
 
-DEFAULT_TAU = 0.1
-
-
-# ----------------------------------------------------------------------------------------------
-# persistence
-# ----------------------------------------------------------------------------------------------
-def save_factor_model(path: str | Path, model: FactorModel, item_ids: Sequence[str], model_ids: Sequence[str] | None = None) -> None:
-    """Write fitted factors and their ids to ``path`` (.npz, no pickle); atomic via a temporary name."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **model.to_arrays(item_ids, model_ids))
-    tmp.replace(path)
-
-
-def load_factor_model(path: str | Path) -> tuple[FactorModel, list[str] | None, list[str] | None]:
-    """Read factors written by :func:`save_factor_model` (or the FAQ study's files: model_factors, item_factors)."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise InputError(f"factor file {str(path)!r} does not exist") from None
-    except (ValueError, OSError) as exc:
-        raise InputError(f"factor file {str(path)!r} could not be read: {exc}") from None
-    for key in ("model_factors", "item_factors"):
-        if key not in arrays:
-            raise InputError(f"factor file {str(path)!r} lacks the array {key!r}")
-    items = [str(x) for x in arrays["item_ids"]] if "item_ids" in arrays else None
-    models = [str(x) for x in arrays["model_ids"]] if "model_ids" in arrays else None
-    return FactorModel.from_arrays(arrays), items, models
+# the persistence of fitted factors and a rep's rows: their own modules; the names stay importable from here
+from .factor_files import load_factor_model, save_factor_model  # noqa: F401
+from .faq_rows import DEFAULT_TAU, faq_budget_rows, uniform_runs  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,57 +82,6 @@ def mask_mcar(history: np.ndarray, missing: float | None, rng: np.random.Generat
     out = history.copy()
     out[rng.random(out.shape) < float(missing)] = np.nan
     return out
-
-
-def uniform_runs(truth: np.ndarray, budgets: Sequence[int], confidence: float,
-                 rngs: Sequence[np.random.Generator]) -> tuple[np.ndarray, np.ndarray]:
-    """Uniform sampling without replacement, one run per row of ``truth`` from its own generator:
-    (estimates, half-widths) of shape (rows, budgets); each budget's sample is a prefix of the row's one order.
-
-    Sample mean with the finite-population Wald interval t_{n−1} s/√n √(1 − n/N).
-    """
-    r, n = truth.shape
-    picks = np.argsort(np.stack([g.random(n) for g in rngs]), axis=1) if r else np.zeros((0, n), dtype=np.int64)
-    est = np.empty((r, len(budgets)))
-    half = np.empty((r, len(budgets)))
-    for k, b in enumerate(budgets):
-        x = np.take_along_axis(truth, picks[:, :b], axis=1)
-        tq = stats.t.ppf(0.5 + confidence / 2.0, max(b - 1, 1))
-        est[:, k] = x.mean(axis=1)
-        half[:, k] = tq * x.std(axis=1, ddof=1) / math.sqrt(b) * math.sqrt(max(1.0 - b / n, 0.0))
-    return est, half
-
-
-def faq_budget_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_seed: int) -> list[dict[str, Any]]:
-    """Reps ``rep_lo..rep_hi-1`` of a ``faq-budget`` cell (the driver's ``run_chunk`` calls this).
-
-    Rep ``r`` evaluates ``data.models[r % M]``: FAQ up to the largest budget (smaller budgets are its prefixes)
-    and uniform sampling beside it, from two children of the rep's seed. The chunk's FAQ runs go through
-    :func:`simulate_faq` at once, each with its own generator, so a rep's numbers do not depend on the chunk.
-    """
-    params = dict(cell.params)
-    budgets = [int(b) for b in params["budgets"]]
-    confidence, tau = float(params.get("confidence", 0.95)), float(params.get("tau", DEFAULT_TAU))
-    reps = list(range(rep_lo, rep_hi))
-    idx = [rep % len(data.models) for rep in reps]
-    seeds = [rep_seed(root_seed, data.name, data.models[i], cell.name, rep).spawn(2) for rep, i in zip(reps, idx)]
-    truth = data.matrix[idx]
-    arrays = data.faq or {}
-    sim = simulate_faq(truth, arrays["item_factors"], arrays["prior_mean"], arrays["prior_cov"], max(budgets),
-                       [np.random.default_rng(s[0]) for s in seeds], tau=tau, batch_size=cell.batch_size)
-    terms = terms_from_simulation(sim)
-    u_est, u_half = uniform_runs(truth, budgets, confidence, [np.random.default_rng(s[1]) for s in seeds])
-    at = []
-    for k, b in enumerate(budgets):
-        prefix = {key: terms[key][:, :b] for key in ("phi", "corr", "ipw", "plug_in")}
-        kinds = {kind: np.column_stack(pai_interval(prefix, confidence, kind, planned_n=b)[:3]) for kind in CI_KINDS}
-        distinct = [len(np.unique(items[:b])) for items in sim["item"]]
-        at.append((b, kinds, distinct))
-    return [{"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep, "model": data.models[i],
-             "budgets": [{"budget": b, **{kind: [float(v) for v in kinds[kind][j]] for kind in CI_KINDS},
-                          "uniform": [float(u_est[j, k]), float(u_half[j, k])], "distinct": int(distinct[j])}
-                         for k, (b, kinds, distinct) in enumerate(at)]}
-            for j, (rep, i) in enumerate(zip(reps, idx))]
 
 
 def evaluate_new_models(
@@ -252,46 +174,63 @@ def _budget_summary(truth: np.ndarray, rows: list[dict[str, Any]], k: int, reps:
 
 
 # ----------------------------------------------------------------------------------------------
-# CLI entry
+# the command's entry: typed options in, the result out (the command line prints it)
 # ----------------------------------------------------------------------------------------------
-def _load(args: Any):
+@dataclass(frozen=True)
+class FaqBacktestOptions:
+    """What ``certeval backtest --method faq`` asks, as typed values (see the module docstring)."""
+
+    scores: str
+    items: str | None = None
+    models: tuple[str, ...] | None = None  # new models to evaluate (default: every new model)
+    confidence: float = 0.95
+    reps: int = 100
+    seed: int = 0
+    ci: str = "default"
+    batch_size: int = 1
+    history_models: int | None = None
+    history_fraction: float | None = None
+    budget: float | None = None  # a fraction < 1 or a count (default 0.1)
+    missing: float | None = None  # fraction of history entries hidden (MCAR)
+
+
+def load_faq_scores(scores: str, items: str | None = None) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The scores table, its models (file order) and its items (file order; only the items file's, if given)."""
     from ..banks import load_scores, read_table
 
-    scores = load_scores(args.scores)
-    models = list(pd.unique(scores["model"]))
-    item_ids = list(pd.unique(scores["item_id"]))
-    if getattr(args, "items", None):
-        bank_items = [str(i) for i in read_table(args.items, "items file")["item_id"].astype(str)]
+    frame = load_scores(scores)
+    models = list(pd.unique(frame["model"]))
+    item_ids = list(pd.unique(frame["item_id"]))
+    if items:
+        bank_items = [str(i) for i in read_table(items, "items file")["item_id"].astype(str)]
         keep = set(bank_items)
         item_ids = [i for i in item_ids if i in keep]
         if not item_ids:
-            raise InputError(f"the scores file shares no item with the items file {str(args.items)!r}")
-    return scores, models, item_ids
+            raise InputError(f"the scores file shares no item with the items file {str(items)!r}")
+    return frame, models, item_ids
 
 
-def run_faq_backtest(args: Any) -> int:
-    """``certeval backtest --method faq``: see the module docstring. Returns the exit code (0)."""
+def faq_backtest(opts: FaqBacktestOptions) -> dict[str, Any]:
+    """``certeval backtest --method faq``: see the module docstring. Returns the report; prints nothing."""
     from ..banks import score_matrix
 
-    confidence = check_confidence(getattr(args, "confidence", 0.95))
-    reps = check_positive_int(getattr(args, "reps", 100), "reps")
-    seed = int(getattr(args, "seed", 0) or 0)
-    ci = getattr(args, "ci", None) or "default"
+    confidence = check_confidence(opts.confidence)
+    reps = check_positive_int(opts.reps, "reps")
+    seed = int(opts.seed)
+    ci = opts.ci or "default"
     if ci not in CI_KINDS:
         raise InputError(f"ci must be one of {', '.join(CI_KINDS)}; got {ci!r}")
-    batch_size = check_positive_int(getattr(args, "batch_size", None) or 1, "batch_size")
-    scores, models, item_ids = _load(args)
-    hist_models, new_models = split_models(models, getattr(args, "history_models", None), getattr(args, "history_fraction", None))
-    wanted = getattr(args, "model", None)
-    if wanted:
-        wanted = [str(w) for w in wanted]
+    batch_size = check_positive_int(opts.batch_size or 1, "batch_size")
+    scores, models, item_ids = load_faq_scores(opts.scores, opts.items)
+    hist_models, new_models = split_models(models, opts.history_models, opts.history_fraction)
+    if opts.models:
+        wanted = [str(w) for w in opts.models]
         unknown = [w for w in wanted if w not in new_models]
         if unknown:
             where = "is a history model" if unknown[0] in hist_models else "is not in the scores file"
             raise InputError(f"model {unknown[0]!r} {where}; choose among the {len(new_models)} new models")
         new_models = wanted
-    budget = getattr(args, "budget", None)
-    n_budget = resolve_budget(0.1 if budget is None else budget, len(item_ids))
+    n_budget = resolve_budget(0.1 if opts.budget is None else opts.budget, len(item_ids))
 
     class _Bank:  # the minimal shape score_matrix needs
         pass
@@ -299,13 +238,14 @@ def run_faq_backtest(args: Any) -> int:
     bank = _Bank()
     bank.item_ids = tuple(item_ids)
     rng = np.random.default_rng(seed)
-    history = mask_mcar(score_matrix(scores, hist_models, bank), getattr(args, "missing", None), rng)
+    history = mask_mcar(score_matrix(scores, hist_models, bank), opts.missing, rng)
     if not np.isfinite(history).any():
         raise InputError("the history has no observed score on the bank's items (no overlap)")
     truth = score_matrix(scores, new_models, bank)
     if not np.all(np.isfinite(truth)):
         i, j = np.argwhere(~np.isfinite(truth))[0]
-        raise InputError(f"new model {new_models[i]!r} has no score for item {item_ids[j]!r}; a backtest needs complete new-model rows")
+        raise InputError(f"new model {new_models[i]!r} has no score for item {item_ids[j]!r}; a backtest needs "
+                         "complete new-model rows")
     fm = FactorModel().fit(history, rng=rng)
     prior_mean, prior_cov = factor_prior(fm.model_factors_)
     # the history's mask and fit use ``rng``; every (model, rep) run its own seed from ``seed`` (run_cells)
@@ -319,7 +259,7 @@ def run_faq_backtest(args: Any) -> int:
         row = dict(row, model=name)
         row["coverage"], row["mean_halfwidth"] = row[f"{key}coverage"], row[f"{key}mean_halfwidth"]
         per_model.append(row)
-    report = {
+    return {
         "method": "faq",
         "ci": ci,
         "confidence": confidence,
@@ -329,21 +269,8 @@ def run_faq_backtest(args: Any) -> int:
         "n_items": len(item_ids),
         "history_models": len(hist_models),
         "new_models": len(new_models),
-        "missing": getattr(args, "missing", None),
+        "missing": opts.missing,
         "factor_model": {"n_factors": fm.n_factors_, "penalty": fm.penalty_, "cv": fm.cv_.to_dict() if fm.cv_ else None},
         "summary": summary,
         "per_model": per_model,
     }
-    if getattr(args, "json", False):
-        from ..cli._common import print_json
-
-        print_json(report)
-    else:
-        s = summary
-        print(f"faq backtest: {len(new_models)} new models × {reps} reps, budget {n_budget}/{len(item_ids)}, history {len(hist_models)} models, K={fm.n_factors_}, λ={fm.penalty_:g}")
-        print(f"  {ci} interval: coverage {s['coverage']:.3f}, mean half-width {s['mean_halfwidth']:.4f}")
-        print(f"  paper interval: coverage {s['paper_coverage']:.3f}, mean half-width {s['paper_mean_halfwidth']:.4f}")
-        print(f"  uniform: coverage {s['uniform_coverage']:.3f}, mean half-width {s['uniform_mean_halfwidth']:.4f}")
-        print(f"  ESS ratio (uniform variance / FAQ variance): {s['ess_ratio']:.2f}")
-        sys.stdout.flush()
-    return 0

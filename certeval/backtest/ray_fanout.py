@@ -20,7 +20,7 @@ with the loopback environment of :mod:`certeval.envsetup`); pass ``ray_address``
 cluster. Tasks are chunks of reps of one (dataset, method, goal) cell; the score matrix goes
 to the object store once per dataset.
 
-FAQ (seed 002) needs arrays — item factors and a prior fitted on the history half — that do not
+FAQ (Wu et al. 2026, arXiv:2601.20251) needs arrays — item factors and a prior fitted on the history half — that do not
 belong in a cell's small JSON-able params: they travel with the dataset (``DatasetArrays.faq``,
 ``dataset_arrays(..., faq=True)``) and :func:`faq_params` joins them to a ``faq`` cell at replay time.
 """
@@ -45,8 +45,8 @@ from ..estimators._validation import InputError, check_positive_int
 from .cells import (CELL_KINDS, CERTIFY, FAQ_BUDGET, FAQ_FACTORS, FAQ_FACTORS_KEY, FAQ_LABELS,  # noqa: F401
                     FAQ_MAX_DRAWS_PER_ITEM, FAQ_METHOD, HISTORY_METHOD, HISTORY_PERMUTE_KEY, MEAN_FACTOR_PRIOR_VAR,
                     PAIRED, Cell, DatasetArrays, RepResult, _chunks, bank_truth, certify_rows, faq_cell, faq_params,
-                    faq_planned_draws, history_cell, history_spec, rep_seed, replay_one, run_chunk,
-                    uninformative_factors)
+                    faq_planned_draws, history_cell, history_spec, rep_seed, replay_one, uninformative_factors)
+from .kinds import ROWS, run_chunk  # noqa: F401  (the table of cell kinds)
 from .summary import SAME_GUARANTEE_BASELINE, store_backtest, summarise  # noqa: F401
 
 
@@ -185,7 +185,7 @@ def history_features(history: np.ndarray, n_features: int = 8) -> np.ndarray:
 
     Columns: each item's mean score over the history models, then the leading right-singular
     vectors (scaled by their singular values) of the centred history matrix — the item side of
-    a low-rank factor model, as in FAQ (seed 002) — standardised to unit variance. Items whose
+    a low-rank factor model, as in FAQ (Wu et al. 2026) — standardised to unit variance. Items whose
     history is all-correct or all-wrong land together, which is what Cer-Eval's 1-NN partition
     needs to separate easy from hard items.
     """
@@ -216,7 +216,7 @@ def history_features(history: np.ndarray, n_features: int = 8) -> np.ndarray:
 def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 0,
                    cache: str | Path | None = None, tag: str = "history",
                    fit_params: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """FAQ's inputs from a history matrix: the logistic factor model of seed 002, its item factors and prior.
+    """FAQ's inputs from a history matrix: the logistic factor model of FAQ (Wu et al. 2026), its item factors and prior.
 
     ``fit_params`` are :class:`~certeval.estimators.factor_model.FactorModel` arguments (default: K and λ
     by 3-fold cross-validation with the 1-SE rule, as ``benchmarks/faq.py`` fits them); the fit starts
@@ -230,7 +230,7 @@ def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 
 
     from ..estimators.factor_model import FactorModel, factor_prior
     from ..storage import dumps
-    from .faq import load_factor_model, save_factor_model
+    from .factor_files import load_factor_model, save_factor_model
 
     hist = np.asarray(history, dtype=float)
     ids = [str(i) for i in item_ids]
@@ -287,8 +287,8 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
     in ``models``, is evaluated — unless ``faq`` asks for FAQ's inputs, which also come from
     the history half (:func:`fit_faq_inputs` with ``faq_cache`` and ``faq_fit``; it costs a
     factor-model fit, seconds to minutes, hence opt-in).
-    ``mean_of_means`` picks the estimand: the mean of sub-dataset means (seed 004, eq. 1) or
-    the plain bank mean (every item weighs 1/N, as in seed 000's experiments).
+    ``mean_of_means`` picks the estimand: the mean of sub-dataset means (Arviv et al. 2026, eq. 1) or
+    the plain bank mean (every item weighs 1/N, as in Cer-Eval's experiments).
     """
     from ..banks import bank_from_scores, load_scores, score_matrix
 
@@ -337,7 +337,7 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
         tag = f"{label}_split{split_seed}" + ("" if models is None else "_named")
         faq_arrays, info = fit_faq_inputs(hist, bank.item_ids, seed=split_seed, cache=faq_cache, tag=tag,
                                           fit_params=faq_fit)
-        notes["faq"] = {"factor_model": f"logistic factor model (seed 002) on {len(hist_models)} history models "
+        notes["faq"] = {"factor_model": f"logistic factor model of FAQ (Wu et al. 2026) on {len(hist_models)} history models "
                                         f"× {bank.n_items} items", **info}
     prior = None
     if history:

@@ -88,7 +88,7 @@ def features_for(bank: Bank, method: str, mode: str = "auto",
 def factor_features(scores: pd.DataFrame, bank: Bank, all_models: list[str], seed: int = 0) -> dict[str, np.ndarray]:
     """Item factors as features, two-fold over models, so no model's own scores shape its strata.
 
-    Models (sorted) alternate between two folds; the logistic factor model of seed 002 (certeval's
+    Models (sorted) alternate between two folds; the logistic factor model of FAQ (Wu et al. 2026, arXiv:2601.20251) (certeval's
     :class:`~certeval.estimators.factor_model.FactorModel`, K = 4, λ = 1, no cross-validation) is fitted
     on one fold's recorded scores and its item factors are the features of every model in the other fold.
     """

@@ -27,7 +27,7 @@ def _wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]
 
 
 # The uniform-sampling method with the same kind of guarantee as each method: Cer-Eval is
-# compared with Seq (both adaptive-Hoeffding, seed 000 §6), adaptive with uniform (same betting CS).
+# compared with Seq (both adaptive-Hoeffding, Wang et al. 2025, arXiv:2505.03814 §6), adaptive with uniform (same betting CS).
 # FAQ is compared with itself on uninformative factors (same PAI estimator, same asymptotic anytime CS).
 SAME_GUARANTEE_BASELINE = {"adaptive": "uniform", "uniform": "uniform", "cer-eval": "seq", "seq": "seq",
                            "static": "static", "faq": "faq-uniform", "faq-uniform": "faq-uniform",
@@ -110,7 +110,7 @@ def summarise(rows: Iterable[dict[str, Any]], baseline: str = "uniform",
 
 def store_backtest(output: str | Path, config: dict[str, Any], rows: list[dict[str, Any]],
                    summary: list[dict[str, Any]]) -> str:
-    """Store a backtest like any run (DESIGN §5) with :mod:`certeval.storage` (atomic writes).
+    """Store a backtest like any run (docs/architecture.md §5) with :mod:`certeval.storage` (atomic writes).
 
     ``<output>/config.json`` (what was asked), ``<output>/reps.parquet`` (one row per rep),
     ``<output>/results.json`` (``kind: backtest`` and the per-cell summary). ``output`` is a
@@ -119,11 +119,12 @@ def store_backtest(output: str | Path, config: dict[str, Any], rows: list[dict[s
     import pandas as pd
 
     from ..storage import Folder, filesystem
+    from ..results_record import BacktestResults
 
     fs, path = filesystem(str(output))
     folder = Folder(fs, path)
     table = pd.DataFrame([{k: v for k, v in r.items() if k != "curve"} for r in rows])
     folder.write_json("config.json", config)
     folder.write_parquet("reps.parquet", table)
-    folder.write_json("results.json", {"kind": "backtest", "cells": summary, "n_reps_total": len(rows)})
+    folder.write_json("results.json", BacktestResults(cells=summary, n_reps_total=len(rows)).to_json())
     return folder.url()

@@ -1,4 +1,4 @@
-"""The ``certeval`` command line: a thin shell over estimators and flows (DESIGN §6).
+"""The ``certeval`` command line: a thin shell over estimators and flows (docs/architecture.md §6).
 
 Each subcommand lives in its own module under ``certeval.cli`` exposing
 ``add_parser(subparsers)`` (which sets ``func``) and a ``run(args) -> int``.
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.required = True
     seen = set()
-    for command, module in COMMANDS.items():
+    for module in COMMANDS.values():
         if module in seen:
             continue
         try:

@@ -2,14 +2,15 @@
 
 Single-model goals (``halfwidth:E``, ``above:T``, ``below:T``) run here
 (:func:`certeval.backtest.single.run_single_backtest`); ``compare:``/``rank:``/
-``select:`` goals go to :mod:`certeval.backtest.comparative` and ``--method faq``
-to :mod:`certeval.backtest.faq` (each takes the parsed arguments and prints its
-own output).
+``select:`` goals are :func:`certeval.backtest.comparative.comparative_backtest` and ``--method faq``
+is :func:`certeval.backtest.faq.faq_backtest`. The library takes typed options and returns the result; this
+module turns the parsed arguments into those options and prints the result (a table, or ``--json``).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 
 from ..estimators._validation import InputError, check_confidence, check_positive_int
 from ..estimators.goals import parse_goal
@@ -70,12 +71,65 @@ def add_parser(subparsers) -> None:
 
 def _delegate(module: str, function: str, args) -> int:
     try:
-        mod = importlib.import_module(f"certeval.backtest.{module}")
+        importlib.import_module(f"certeval.backtest.{module}")
     except ModuleNotFoundError as exc:
         if exc.name == f"certeval.backtest.{module}":
             raise InputError(f"backtest mode {module!r} is not available in this installation") from None
         raise
-    return int(getattr(mod, function)(args) or 0)
+    return int(globals()[function](args) or 0)
+
+
+def run_comparative_backtest(args) -> int:
+    """``--goal compare:D | rank:D | select:T,E``: the options from the parsed arguments, the result printed."""
+    from ..backtest.comparative import ComparativeOptions, comparative_backtest
+
+    opts = ComparativeOptions(
+        goal=args.goal, scores=str(args.scores), items=getattr(args, "items", None) or None,
+        models=tuple(args.model) if getattr(args, "model", None) else None,
+        confidence=getattr(args, "confidence", 0.95), reps=getattr(args, "reps", 10) or 10,
+        seed=int(getattr(args, "seed", 0) or 0), looks_every=getattr(args, "looks_every", 100) or 100,
+        max_items=getattr(args, "max_items", None), target=getattr(args, "target", "bank") or "bank",
+        pairs=getattr(args, "pairs", 200) or 200, top=getattr(args, "top", None),
+        epsilon=getattr(args, "epsilon", None), history_fraction=getattr(args, "history_fraction", None),
+        statistic=getattr(args, "statistic", "paired"), spending=getattr(args, "spending", "pocock"))
+    out = comparative_backtest(opts)
+    if getattr(args, "json", False):
+        print_json(out)
+    else:
+        from .backtest_tables import print_compare, print_rank, print_select
+
+        kind = out["config"]["goal"].partition(":")[0].strip().lower()
+        {"compare": print_compare, "rank": print_rank, "select": print_select}[kind](out)
+    return 0
+
+
+def run_faq_backtest(args) -> int:
+    """``--method faq``: the options from the parsed arguments, the result printed."""
+    from ..backtest.faq import FaqBacktestOptions, faq_backtest
+
+    opts = FaqBacktestOptions(
+        scores=str(args.scores), items=getattr(args, "items", None) or None,
+        models=tuple(str(m) for m in args.model) if getattr(args, "model", None) else None,
+        confidence=getattr(args, "confidence", 0.95), reps=getattr(args, "reps", 100),
+        seed=int(getattr(args, "seed", 0) or 0), ci=getattr(args, "ci", None) or "default",
+        batch_size=getattr(args, "batch_size", None) or 1, history_models=getattr(args, "history_models", None),
+        history_fraction=getattr(args, "history_fraction", None), budget=getattr(args, "budget", None),
+        missing=getattr(args, "missing", None))
+    report = faq_backtest(opts)
+    if getattr(args, "json", False):
+        print_json(report)
+    else:
+        s, ci = report["summary"], report["ci"]
+        fm = report["factor_model"]
+        print(f"faq backtest: {report['new_models']} new models × {report['reps']} reps, budget "
+              f"{report['budget']}/{report['n_items']}, history {report['history_models']} models, "
+              f"K={fm['n_factors']}, λ={fm['penalty']:g}")
+        print(f"  {ci} interval: coverage {s['coverage']:.3f}, mean half-width {s['mean_halfwidth']:.4f}")
+        print(f"  paper interval: coverage {s['paper_coverage']:.3f}, mean half-width {s['paper_mean_halfwidth']:.4f}")
+        print(f"  uniform: coverage {s['uniform_coverage']:.3f}, mean half-width {s['uniform_mean_halfwidth']:.4f}")
+        print(f"  ESS ratio (uniform variance / FAQ variance): {s['ess_ratio']:.2f}")
+        sys.stdout.flush()
+    return 0
 
 
 def run(args) -> int:

@@ -390,7 +390,7 @@ def run(args) -> int:
             results["samples_files"] = log_samples(plan, prepared.bank, results)
         from ..report import write_report
 
-        # DESIGN §5: report.md (+ PNG) beside results.json in the run folder
+        # docs/architecture.md §5: report.md (+ PNG) beside results.json in the run folder
         results["report"] = write_report(results["run_folder"]).files.get("report.md")
     finally:
         if warm is not None:

@@ -1,4 +1,4 @@
-"""``certeval plan``: how many items for ±ε at a given confidence (seed 003)."""
+"""``certeval plan``: how many items for ±ε at a given confidence (Hayou's sample-size note)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Sequential comparison of two models on paired scores (the same items for both).
 
-Statistic (seed 004 eq. 2 and 5, but paired): the difference of (mean-of-means) scores
+Statistic (Arviv et al. 2026, eq. 2 and 5, but paired): the difference of (mean-of-means) scores
 ``theta_hat = S_A - S_B`` over the items scored so far, with standard error from the
 per-item differences ``d_i = a_i - b_i`` (``statistic="paired"``, default) or, for
 comparison with Arviv et al.'s public code, the unpaired pooled variance

@@ -1,4 +1,4 @@
-"""Logistic factor model of a partially observed model × item correctness matrix (seed 002 §3.1, App. A.1).
+"""Logistic factor model of a partially observed model × item correctness matrix (FAQ: Wu et al. 2026, arXiv:2601.20251, §3.1 and App. A.1).
 
 P(model i answers item j correctly) = σ(uᵢᵀvⱼ), no bias term (as in 002 eq. 2). The fit minimises the
 L2-penalised negative log-likelihood over the *observed* entries,

@@ -1,4 +1,4 @@
-"""Factorized Active Querying (FAQ, seed 002): Laplace posterior, hybrid policy, PAI estimator and intervals.
+"""Factorized Active Querying (FAQ: Wu, Nair & Candès 2026): Laplace posterior, hybrid policy, PAI estimator and intervals.
 
 Pieces (each a plain function over arrays, vectorised over ``R`` independent runs, so the backtest can
 simulate many runs at once), and the ``faq`` method that speaks the round protocol:
@@ -260,7 +260,7 @@ def _as_matrix(value: Any, name: str) -> np.ndarray:
 
 @register
 class FAQ(BankMethod):
-    """Factorized Active Querying (seed 002) as a round-protocol method named ``faq``.
+    """Factorized Active Querying (Wu et al. 2026, arXiv:2601.20251) as a round-protocol method named ``faq``.
 
     Parameters (all JSON-able): ``item_factors`` (N×K, rows in bank order: e.g.
     :func:`certeval.estimators.factor_model.item_embeddings`), ``prior_mean`` (K) and ``prior_cov`` (K×K)

@@ -1,4 +1,4 @@
-"""FAQ (seed 002) for many independent runs at once, vectorised: backtests and unbiasedness / coverage studies.
+"""FAQ (Wu et al. 2026, arXiv:2601.20251) for many independent runs at once, vectorised: backtests and unbiasedness / coverage studies.
 Draw for draw the same as the ``faq`` method (:mod:`certeval.estimators.faq`) driven with the same ``rng``."""
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Rules are small objects speaking one tiny protocol (as Inspect AI's early stopping hooks):
 ``rule.check(looks) -> Decision | None``, where ``looks`` is the look log so far (:class:`Look` records,
-newest last). Rules from seed 004 §5.3 (Arviv et al.): precision, threshold crossing, futility, diminishing
+newest last). Rules from Arviv et al. 2026, §5.3: precision, threshold crossing, futility, diminishing
 returns; plus the two that always apply, an exhausted bank and a spent budget.
 
-A CLI goal (``halfwidth:E``, ``above:T``, ``below:T``) is a named set of rules: :meth:`Goal.rules`; seed 004's
+A CLI goal (``halfwidth:E``, ``above:T``, ``below:T``) is a named set of rules: :meth:`Goal.rules`; Arviv et al.'s
 diminishing-returns rule joins it with ``+``: ``halfwidth:0.02+diminishing:0.001`` also stops a model whose
 half-width shrinks by less than 0.001 a look (averaged over two looks), goal not reached. Futility needs no flag:
 ``above:T`` and ``below:T`` already stop on a confident answer on either side. Scoring
@@ -46,7 +46,7 @@ class StoppingRule(Protocol):
 
 @dataclass(frozen=True)
 class Precision:
-    """Stop once the interval's half-width is <= ``halfwidth`` (seed 004 §5.3, precision-based)."""
+    """Stop once the interval's half-width is <= ``halfwidth`` (Arviv et al. 2026 §5.3, precision-based)."""
 
     halfwidth: float
 
@@ -94,7 +94,7 @@ class Futility:
     """Stop when the goal "above ``threshold``" (or below) can no longer be confirmed.
 
     Fires when the interval excludes the wanted side, i.e. the upper bound is already below
-    the threshold when asking "above" — seed 004 §5.3 futility, phrased as a confident
+    the threshold when asking "above" — Arviv et al. 2026 §5.3 futility, phrased as a confident
     statement so that it costs no type-I error.
     """
 
@@ -115,7 +115,7 @@ class Futility:
 
 @dataclass(frozen=True)
 class DiminishingReturns:
-    """Stop when the half-width shrank by less than ``min_gain`` per extra batch (seed 004 §5.3).
+    """Stop when the half-width shrank by less than ``min_gain`` per extra batch (Arviv et al. 2026 §5.3).
 
     The gain is averaged over the last ``window`` looks so one lucky batch does not stop it.
     """

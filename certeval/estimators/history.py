@@ -11,7 +11,7 @@ as the item mean), ``λ_k = s_k²/M`` the spread of the history models' own load
 (an empirical-Bayes prior: a new model is a priori like a history model), ``τ₀²`` the spread of
 the history models' overall accuracies, and σ² the per-cell variance left after K components. As the
 new model's scores arrive, :meth:`HistoryPrior.predict` returns the posterior-mean prediction of every
-item (ridge regression with that prior; tinyBenchmarks' IRT and FAQ's factor model, seed 002, use the
+item (ridge regression with that prior; tinyBenchmarks' IRT and FAQ's factor model (Wu et al. 2026, arXiv:2601.20251) use the
 same idea on the logit scale). Closed form, O(N K²) per call, so it can be refitted every round.
 
 The predictions are only a *control variate* for :class:`~certeval.estimators.single.history.HistoryMethod`:

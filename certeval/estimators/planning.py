@@ -1,10 +1,10 @@
-"""Sample-size planning for an accuracy estimate to within ±ε (seed 003, the sample-size blog).
+"""Sample-size planning for an accuracy estimate to within ±ε (Hayou's sample-size note, "How to Stop Over-Evaluating LLMs").
 
-* worst case (seed 003, §2): n ≥ z²/(4ε²), z the two-sided normal quantile;
+* worst case (Hayou, §2): n ≥ z²/(4ε²), z the two-sided normal quantile;
 * with a known lower bound p ≥ p₀ ≥ ½ on the accuracy: n ≥ z² p₀(1 − p₀)/ε²;
 * without replacement from a bank of N items (Cochran 1977, eq. 4.2, finite
   population correction): n_N = n / (1 + (n − 1)/N);
-* anytime valid (peek as often as you like, seed 000 Alg. 3): the smallest n with
+* anytime valid (peek as often as you like, Wang et al. 2025, arXiv:2505.03814 Alg. 3): the smallest n with
   sqrt({2 ln(ln n + 1) + ln(4/δ)}/n) ≤ ε, a Hoeffding-type worst case.
 """
 

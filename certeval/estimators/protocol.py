@@ -1,4 +1,4 @@
-"""The one round protocol every adaptive method speaks (DESIGN §3).
+"""The one round protocol every adaptive method speaks (docs/architecture.md §3).
 
 Life cycle (scikit-learn's contract: ``__init__`` only stores parameters, learned
 state ends in ``_``)::
@@ -49,7 +49,7 @@ class BankSpec:
     name) or is None for a bank without sub-datasets. ``features`` is an
     ``(n_items, d)`` array of item embeddings (or None).  ``weights`` is the
     estimand's weight per item: ``1/N`` for the plain bank mean, or
-    ``1/(S * N_s)`` for the mean-of-means over ``S`` subsets (seed 004, eq. 1).
+    ``1/(S * N_s)`` for the mean-of-means over ``S`` subsets (Arviv et al. 2026, eq. 1).
     """
 
     n_items: int

@@ -6,7 +6,7 @@ pair's boundary spends ``alpha / P``, so all P repeated confidence intervals cov
 their differences simultaneously with probability >= 1 - alpha (union bound), and
 every verdict drawn from them — ``a>b``, ``b>a`` and ``equivalent`` alike — is correct
 simultaneously.  Holm's step-down would reject more but controls only the directional
-verdicts, not the equivalence statements, so it is not used.  (Arviv et al., seed 004
+verdicts, not the equivalence statements, so it is not used.  (Arviv et al. 2026
 §6.2, apply no multiplicity correction.)
 
 Two exact computations of the same pair statistics: ``path="pairs"`` materialises each pair's
@@ -183,7 +183,7 @@ def tie_groups(names: Sequence[str], means: np.ndarray, separated: np.ndarray) -
 def ordering_means(scores: np.ndarray, used: np.ndarray, subsets: np.ndarray | None = None,
                    n_subsets: int | None = None) -> np.ndarray:
     """Each model's estimate over its first ``used[k]`` shared items, in the estimand the verdicts test:
-    the mean of sub-dataset means (seed 004, eq. 1) when the bank has sub-datasets (over the sub-datasets
+    the mean of sub-dataset means (Arviv et al. 2026, eq. 1) when the bank has sub-datasets (over the sub-datasets
     scored so far), else the plain mean. Ordering by another estimand than the verdicts' could rank a model
     first that a verdict certified worse."""
     m = scores.shape[0]
@@ -442,7 +442,7 @@ class SequentialRanking:
 
 def _pair_mean_var(sums: np.ndarray, squares: np.ndarray, gram: np.ndarray | None, counts: np.ndarray,
                    a: np.ndarray, b: np.ndarray, plain: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Mean-of-means difference and its variance for pairs ``(a, b)`` (seed 004 eq. 1; as ``mean_of_means``)."""
+    """Mean-of-means difference and its variance for pairs ``(a, b)`` (Arviv et al. 2026 eq. 1; as ``mean_of_means``)."""
     n_sub = len(counts)
     if plain and counts[0] < 2:  # as mean_of_means: the mean is defined from one item, the variance is not
         n0 = counts[0]

@@ -1,4 +1,4 @@
-"""Model / checkpoint selection (seed 004 §7.3.3): discard the weak early, then precision or best-model identification.
+"""Model / checkpoint selection (Arviv et al. 2026 §7.3.3): discard the weak early, then precision or best-model identification.
 
 Each model gets a group-sequential repeated CI for its (mean-of-means) score on the shared
 item order, at level ``alpha / M`` (Bonferroni over the M models, so all intervals hold

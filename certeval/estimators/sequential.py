@@ -1,6 +1,6 @@
 """Per-model sequential testing on the round protocol.
 
-The stopping rules (precision, threshold crossing, futility, diminishing returns, seed 004 §5.3) and
+The stopping rules (precision, threshold crossing, futility, diminishing returns, Arviv et al. 2026 §5.3) and
 :class:`SequentialTest` are defined once, in :mod:`.goals`, which the CLI's goals are built from; they are
 importable from here too.
 
@@ -31,7 +31,7 @@ from .results import Estimate
 # --------------------------------------------------------------------------- mean of means
 def mean_of_means(values: np.ndarray, subsets: np.ndarray | None = None, n_subsets: int | None = None,
                   *, var_floor: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Mean-of-means over sub-datasets and the variance of that estimate (seed 004, eq. 1).
+    """Mean-of-means over sub-datasets and the variance of that estimate (Arviv et al. 2026, eq. 1).
 
     ``values``: ``(..., n)`` per-item values (scores, or paired differences).  With ``subsets``
     (one integer code per column, ``n_subsets`` codes in the bank) the statistic is
@@ -76,7 +76,7 @@ class GroupSequentialMean(BankMethod):
     At look k with ``n_k`` items scored the interval is ``mean +- c_k se`` where ``c_k`` is the
     two-sided boundary of ``spending`` at fractions ``n_1/N, ..., n_k/N`` (Jennison & Turnbull
     2000, §9.1, repeated confidence intervals); the mean is the mean-of-means over subsets
-    when the bank has them (seed 004, eq. 1).  Simultaneous coverage over the looks taken,
+    when the bank has them (Arviv et al. 2026, eq. 1).  Simultaneous coverage over the looks taken,
     not anytime-valid, and only asymptotically: ``se`` is estimated, so each look's interval is a Wald
     interval and the guarantee rests on the normal approximation (``validity = "asymptotic"`` on both
     targets; on the bank target the interval is exact only once the bank is exhausted, where it has zero

@@ -1,4 +1,4 @@
-"""The synthetic scenarios S1–S3 of seed 000 §6.1 (numpy and the standard library only).
+"""The synthetic scenarios S1–S3 of Wang et al. 2025, arXiv:2505.03814 §6.1 (numpy and the standard library only).
 
 K groups; a point of group k has features X ~ N(c_k, σ² I_d) with
 c_k = (λ k, 0, …, 0) and a loss drawn from a Gaussian with mean (k − ½)/K and

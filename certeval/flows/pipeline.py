@@ -1,4 +1,4 @@
-"""The ``certify``, ``compare``, ``rank`` and ``select`` flows: the round loop of DESIGN §1, composed of tasks.
+"""The ``certify``, ``compare``, ``rank`` and ``select`` flows: the round loop of docs/architecture.md §1, composed of tasks.
 
 Each flow takes a validated :class:`~certeval.tasks.plan.RunPlan` and returns the
 content of ``results.json``. The four differ only in what the plan asks for

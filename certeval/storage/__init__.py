@@ -1,4 +1,4 @@
-"""Run folders on any fsspec URL (DESIGN §5) and the per-model score cache.
+"""Run folders on any fsspec URL (docs/architecture.md §5) and the per-model score cache.
 
 Layout of one run::
 

@@ -33,7 +33,7 @@ KINDS = ("certify", "compare", "rank", "select")
 COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
             "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top", "epsilon", "aggregate")
 # how a bank with sub-datasets is summed up (lm-eval's groups offer both): each sub-dataset counts once (the
-# default, seed 004's estimand), or each item counts once (the plain accuracy)
+# default, Arviv et al.'s estimand), or each item counts once (the plain accuracy)
 AGGREGATES = ("subset-mean", "mean")
 HISTORY_METHOD = "history"
 BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on history and runs in backtests only "
@@ -42,7 +42,7 @@ BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on his
 REPLAY_OPTIONS = {"latency"}
 INTEGRITY = "manifest-v1"  # config.json: the run folder keeps manifest.json, checked on resume
 PAIRED_METHOD = "uniform"  # per-model intervals on the shared item order (drawn ∝ weight on the bank target)
-TARGETS = ("bank", "distribution")  # what compare/rank/select answer (DESIGN §4); bank is the default
+TARGETS = ("bank", "distribution")  # what compare/rank/select answer (docs/architecture.md §4); bank is the default
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""results.json of a pipeline run, built from its look log (DESIGN §5): every model's interval is the one the
+"""results.json of a pipeline run, built from its look log (docs/architecture.md §5): every model's interval is the one the
 run recorded at the model's last look; nothing here re-runs an estimator."""
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import pandas as pd
 from ..estimators.results import Estimate
 from ..harness_output import filter_name, lm_eval_block, metric_name, task_block
 from ..looks import last_looks
+from ..results_record import RunResults
 
 PAIRS_INLINE_MAX = 5000  # rank runs with more pairs write them to PAIRS_FILE instead of results.json
 PAIRS_FILE = "pairs.parquet"
 
 
 def run_results(run: Any) -> dict[str, Any]:
-    """results.json of a :class:`~certeval.tasks.run.Run`: ``models`` (+ ``pairs``/``ranking``/``selection``) and
+    """results.json of a :class:`~certeval.tasks.run.Run`, as the typed record :class:`~certeval.results_record.RunResults`
+    writes it: ``models`` (+ ``pairs``/``ranking``/``selection``) and
     lm-eval-style blocks. Every model's numbers are the look log's last entry (:mod:`certeval.looks`); the group's
     own objects (pairs, ranking, selection) are the engine's at the last look."""
     plan = run.plan
@@ -79,47 +81,49 @@ def run_results(run: Any) -> dict[str, Any]:
         for entry in models:
             entry.update(ranking_mean=entry["mean"], ranking_lower=entry["lower"], ranking_upper=entry["upper"],
                          ranking_items=entry["n_scored"])
-    out: dict[str, Any] = {
-        "run_id": plan.run_id, "kind": plan.kind, "task": plan.task_name, "bank": plan.bank,
-        "target": run._target(),
-        "confidence": plan.confidence, "seed": plan.seed, "rounds": run.round,
-        "done": all(d.done for d in run.decisions.values()) if run.decisions else False,
-        "reached": all(d.reached for d in run.decisions.values()) if run.decisions else False,
-        "aggregate": aggregate,
-        "models": models, "results": lm_eval, "lm_eval": lm_eval_files,
-        "history": None if not plan.history else {
+    kinds: dict[str, Any] = {}  # the fields only some kinds have (RunResults: absent otherwise)
+    if plan.kind == "compare" and group is not None:
+        kinds["pairs"] = [group.to_dict()]
+    if plan.kind == "rank" and group is not None:
+        kinds["ranking"] = group.to_dict(comparisons=False)
+        if len(group.pairs) <= PAIRS_INLINE_MAX:
+            kinds["pairs"] = [c.to_dict() for c in group.comparisons]
+        else:  # millions of pairs: a Parquet table next to results.json
+            run.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(group.pairs.columns()))
+            kinds["pairs"] = None
+            kinds["pairs_file"] = run.store.folder.url(PAIRS_FILE)
+    if plan.kind == "select" and group is not None:
+        kinds["selection"] = group.to_dict()
+    record = RunResults(
+        run_id=plan.run_id, kind=plan.kind, task=plan.task_name, bank=plan.bank,
+        target=run._target(),
+        confidence=plan.confidence, seed=plan.seed, rounds=run.round,
+        done=all(d.done for d in run.decisions.values()) if run.decisions else False,
+        reached=all(d.reached for d in run.decisions.values()) if run.decisions else False,
+        aggregate=aggregate,
+        models=models, results=lm_eval, lm_eval=lm_eval_files,
+        history=None if not plan.history else {
             "sources": list(plan.history),
             "comparison_target": "bank" if plan.paired and run._target() == "bank" else None,
             "rule": "the model under evaluation is never part of its own history (same name: left out)"},
-        "config": {"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
-                   "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
-                   "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None,
-                   "target": plan.target, "top": plan.top, "epsilon": plan.epsilon},
-        "run_folder": run.store.url,
-        "pipeline": {"resumed": run.resumed, "items_sent": dict(run.sent),
-                     "ray_address": plan.ray_address or "local",
-                     "wall_s": round(time.time() - run.started, 2),
-                     "batches": getattr(run.pool_stats, "batches", 0),
-                     "batches_resubmitted": getattr(run.pool_stats, "resubmitted", 0),
-                     "actors_replaced": getattr(run.pool_stats, "replaced_actors", 0),
-                     # which Ray node each model actor ran on (replacements after a node loss included)
-                     "placement": list(getattr(run.pool_stats, "placement", [])),
-                     # models that shared an actor because the cluster had too few CPUs for one each
-                     "shared_actors": dict(getattr(run.pool_stats, "shared", {}))},
-    }
-    if plan.kind == "compare" and group is not None:
-        out["pairs"] = [group.to_dict()]
-    if plan.kind == "rank" and group is not None:
-        out["ranking"] = group.to_dict(comparisons=False)
-        if len(group.pairs) <= PAIRS_INLINE_MAX:
-            out["pairs"] = [c.to_dict() for c in group.comparisons]
-        else:  # millions of pairs: a Parquet table next to results.json
-            run.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(group.pairs.columns()))
-            out["pairs"] = None
-            out["pairs_file"] = run.store.folder.url(PAIRS_FILE)
-    if plan.kind == "select" and group is not None:
-        out["selection"] = group.to_dict()
-    return out
+        config={"goal": plan.goal, "method": plan.method, "batch_size": plan.batch_size,
+                "max_items": plan.max_items, "margin": plan.margin, "threshold": plan.threshold,
+                "halfwidth": plan.halfwidth, "mode": plan.mode if plan.kind == "select" else None,
+                "target": plan.target, "top": plan.top, "epsilon": plan.epsilon},
+        run_folder=run.store.url,
+        pipeline={"resumed": run.resumed, "items_sent": dict(run.sent),
+                  "ray_address": plan.ray_address or "local",
+                  "wall_s": round(time.time() - run.started, 2),
+                  "batches": getattr(run.pool_stats, "batches", 0),
+                  "batches_resubmitted": getattr(run.pool_stats, "resubmitted", 0),
+                  "actors_replaced": getattr(run.pool_stats, "replaced_actors", 0),
+                  # which Ray node each model actor ran on (replacements after a node loss included)
+                  "placement": list(getattr(run.pool_stats, "placement", [])),
+                  # models that shared an actor because the cluster had too few CPUs for one each
+                  "shared_actors": dict(getattr(run.pool_stats, "shared", {}))},
+        **kinds,
+    )
+    return record.to_json()
 
 
 AGGREGATION = {"mean": "mean", "subset-mean": "mean_of_subset_means"}  # in lm-eval's metric_list

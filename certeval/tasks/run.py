@@ -1,4 +1,4 @@
-"""The state of one pipeline run between rounds, and the work of each step (DESIGN §1).
+"""The state of one pipeline run between rounds, and the work of each step (docs/architecture.md §1).
 
 What is decided each round is the engine's (:class:`certeval.engine.SingleModelRounds` for certify,
 :class:`certeval.engine.PairedRounds` for compare/rank/select); a Run adds where scores come from (Ray actors
@@ -423,7 +423,7 @@ class Run:
         self.round += 1
 
     def look_record(self, label: str) -> LookRecord:
-        """The look log entry of ``label`` at this look (DESIGN §5, :mod:`certeval.looks`), recorded once with
+        """The look log entry of ``label`` at this look (docs/architecture.md §5, :mod:`certeval.looks`), recorded once with
         the round's rows: the model's interval and decision and, in a paired run, the group's statistics. A
         ranking's or selection's model is shown with the group's simultaneous interval (the one its verdicts
         use), everywhere; a comparison records the pair's difference beside each model's own interval."""
@@ -463,14 +463,14 @@ class Run:
         return out
 
     def _target(self) -> str:
-        """What every interval, verdict and tie group of this result answers (DESIGN §4)."""
+        """What every interval, verdict and tie group of this result answers (docs/architecture.md §4)."""
         if not self.plan.paired:
             targets = {self.methods[label].result().target for label in self.labels}
             return targets.pop() if len(targets) == 1 else "mixed"
         return self.engine.request.target
 
     def exit_code(self) -> int:
-        """0 when every goal was reached, 1 when the bank or budget ran out first (DESIGN §6)."""
+        """0 when every goal was reached, 1 when the bank or budget ran out first (docs/architecture.md §6)."""
         if self.plan.paired:
             return 0 if all(d.reached for d in self.decisions.values()) else 1
         return 0 if all(self.decisions.get(m, Decision(False)).reached for m in self.labels) else 1

@@ -1,4 +1,4 @@
-"""Thin Prefect tasks, one per step per round (DESIGN §1); each fans out inside.
+"""Thin Prefect tasks, one per step per round (docs/architecture.md §1); each fans out inside.
 
 Tasks take live handles (the :class:`~certeval.tasks.run.Run`, the
 :class:`~certeval.backends.pool.ModelPool`), so none is cached or retried by

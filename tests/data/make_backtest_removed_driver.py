@@ -7,7 +7,8 @@ from certeval.backtest.single import run_single_backtest
 from certeval.banks import bank_from_scores, load_scores
 from certeval.estimators import parse_goal
 
-frame = load_scores("bundled:helm_mmlu"); bank = bank_from_scores(frame)
+frame = load_scores("bundled:helm_mmlu")
+bank = bank_from_scores(frame)
 models = sorted(frame.model.unique())[::2]  # 22 of the 44 models
 cases = {
     "uniform_hw05": dict(method="uniform", goal="halfwidth:0.05", reps=6),
@@ -17,7 +18,8 @@ cases = {
 }
 out = {"commit": "5da5bb3", "seed": 11, "scores": "bundled:helm_mmlu", "cases": {}}
 for name, c in cases.items():
-    c = dict(c); t = time.time()
+    c = dict(c)
+    t = time.time()
     res = run_single_backtest(frame, bank, models, c.pop("method"), parse_goal(c.pop("goal")), seed=11, batch_size=10, all_models=sorted(frame.model.unique()), **c)
     out["cases"][name] = res
     print(name, round(time.time() - t, 1), res["summary"])

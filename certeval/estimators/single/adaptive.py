@@ -3,12 +3,12 @@
 Construction
 ------------
 1. **Strata, fixed before any score.** ``strata='subsets'``: one stratum per
-   sub-dataset when the estimand is the mean-of-means (seed 004, eq. 1), else the
+   sub-dataset when the estimand is the mean-of-means (Arviv et al. 2026, eq. 1), else the
    whole bank. ``strata='features'``: each of those is refined by k-means on the
    item features alone (:func:`~certeval.estimators.single.strata.feature_strata`:
    at most ``max_clusters`` clusters of ≥ ``min_stratum_size`` items,
    seeded by ``seed``) — Cer-Eval's idea of sampling more where the loss
-   varies (seed 000 §5), but with a partition that never looks at a score, so it
+   varies (Wang et al. 2025, arXiv:2505.03814 §5), but with a partition that never looks at a score, so it
    is a deterministic function of the bank and every martingale below stays
    valid (Cer-Eval's Alg. 2 re-fits on scores). ``strata='auto'`` (default)
    uses feature strata when the bank has features, ``target='bank'``, no
@@ -62,7 +62,7 @@ Construction
    One stratum, or ``target='distribution'``, is ``'union'`` (WSR's own CS). All
    intervals are intersected with the deterministic bounds of the bank, so the
    width is exactly 0 once every item is scored.
-3. **Allocation (Cer-Eval's idea, seed 000 Alg. 1 line 18: more items where the
+3. **Allocation (Cer-Eval's idea, Wang et al. 2025 Alg. 1 line 18: more items where the
    loss varies).** ``'joint'``: draws follow ``q_h = 0.9 · U_h σ̂_h / Σ U_g σ̂_g +
    0.1 · U_h / U`` (Neyman on the undrawn weight, mixed with proportional so
    every ``q_h > 0`` and ``Y`` stays bounded), ``σ̂_h²`` the stratum's running

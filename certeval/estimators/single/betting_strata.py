@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from .._validation import InputError, check_in_range, check_positive_int
+from .bounds import BettingCS
+from .strata import StratifiedMethod, bernstein_proxy, greedy_allocation
 
 
 def check_bet_tuning(halfwidth, horizon) -> None:
@@ -24,8 +26,6 @@ def check_bet_tuning(halfwidth, horizon) -> None:
         check_in_range(halfwidth, "bet_halfwidth", 0.0, 1.0, closed=False)
     if horizon is not None:
         check_positive_int(horizon, "bet_horizon")
-from .bounds import BettingCS
-from .strata import StratifiedMethod, bernstein_proxy, greedy_allocation
 
 
 def _pack(mask: np.ndarray) -> str:

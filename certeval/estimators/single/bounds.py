@@ -1,10 +1,10 @@
 """Confidence radii and confidence sequences for the mean of scores in [0, 1].
 
 * :func:`hoeffding_radius` — fixed-sample Hoeffding (1963), two-sided:
-  ``sqrt(ln(2/δ) / (2n))``. Valid at one pre-set n only (the "Base" of seed 000).
-* :func:`seq_radius` — seed 000, Algorithm 3 line 3 (adaptive Hoeffding, anytime valid):
+  ``sqrt(ln(2/δ) / (2n))``. Valid at one pre-set n only (the "Base" of Wang et al. 2025, arXiv:2505.03814).
+* :func:`seq_radius` — Wang et al. 2025, Algorithm 3 line 3 (adaptive Hoeffding, anytime valid):
   ``ε_n = sqrt({2 ln(ln n + 1) + ln(4/δ)} / n)`` (natural logs, as in NOTES.md).
-* :func:`cereval_radius` — seed 000, Algorithm 1 lines 10–11 (per-stratum adaptive
+* :func:`cereval_radius` — Wang et al. 2025, Algorithm 1 lines 10–11 (per-stratum adaptive
   empirical Bernstein): ``η = sqrt({2 ln(ln n + 1) + ln(16K/δ)}/n)``,
   ``ε = 2η²/3 + 2 sqrt((v + η + η²) η²)``.
 * :class:`BettingCS` — the hedged betting confidence sequence of Waudby-Smith &
@@ -32,7 +32,7 @@ def hoeffding_radius(n: int | np.ndarray, delta: float) -> np.ndarray | float:
 
 
 def seq_radius(n: int | np.ndarray, delta: float) -> np.ndarray | float:
-    """Seed 000, Alg. 3 line 3: ``sqrt({2 ln(ln n + 1) + ln(4/δ)}/n)``; 1.0 for n = 0."""
+    """Wang et al. 2025, Alg. 3 line 3: ``sqrt({2 ln(ln n + 1) + ln(4/δ)}/n)``; 1.0 for n = 0."""
     n_arr = np.maximum(np.asarray(n, dtype=float), 1.0)
     out = np.sqrt((2.0 * np.log(np.log(n_arr) + 1.0) + math.log(4.0 / delta)) / n_arr)
     out = np.where(np.asarray(n) > 0, out, 1.0)
@@ -40,7 +40,7 @@ def seq_radius(n: int | np.ndarray, delta: float) -> np.ndarray | float:
 
 
 def cereval_radius(n: int | np.ndarray, v: float | np.ndarray, n_strata: int, delta: float) -> np.ndarray | float:
-    """Seed 000, Alg. 1 lines 10–11 for a stratum with ``n`` points and empirical variance ``v``.
+    """Wang et al. 2025, Alg. 1 lines 10–11 for a stratum with ``n`` points and empirical variance ``v``.
 
     η = sqrt({2 ln(ln n + 1) + ln(16K/δ)}/n);  ε = 2η²/3 + 2 sqrt((v + η + η²) η²).
     Returns 1.0 (trivial) for n = 0.

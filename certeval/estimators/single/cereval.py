@@ -1,4 +1,4 @@
-"""``cer-eval``: seed 000, Algorithm 1 exactly as printed, with the Algorithm 2 partition.
+"""``cer-eval``: Wang et al. 2025, arXiv:2505.03814, Algorithm 1 exactly as printed, with the Algorithm 2 partition.
 
 Per stratum j with n_j scored points, mean R̂_j and empirical variance v_j:
 η_j = sqrt({2 ln(ln n_j + 1) + ln(16K/δ)}/n_j), ε_j = 2η_j²/3 + 2 sqrt((v_j + η_j + η_j²) η_j²)
@@ -11,7 +11,7 @@ by the same marginal reduction (k = 1 is the printed one-at-a-time rule).
 
 Warm start: the first ``warm_start`` (m) points are drawn uniformly. The
 partition (Alg. 2, 1-NN on item embeddings) is re-fitted on a schedule, after
-α·βᵗ scored points (t = 0, 1, 2, …; seed 000 §6 "computational overhead"),
+α·βᵗ scored points (t = 0, 1, 2, …; Wang et al. 2025 §6 "computational overhead"),
 not after every point. With sub-datasets, strata refine them and N_j/N becomes
 the stratum's estimand weight W_j.
 
@@ -39,7 +39,7 @@ from .partition import nn_partition, stratum_stats, update_nearest
 
 @register
 class CerEvalMethod(BankMethod):
-    """Seed 000 Alg. 1 (stratified adaptive empirical Bernstein) + Alg. 2 (1-NN partition, scheduled)."""
+    """Wang et al. 2025 Alg. 1 (stratified adaptive empirical Bernstein) + Alg. 2 (1-NN partition, scheduled)."""
 
     name = "cer-eval"
     # Heuristic, not exact: Alg. 2 re-fits the partition on the scores, so strata (and draws) depend on the
@@ -48,7 +48,7 @@ class CerEvalMethod(BankMethod):
     anytime_valid = False
     validity = "heuristic"
     needs_features = True
-    guarantee_text = ("heuristic: Cer-Eval's Alg. 1–2 as printed (seed 000); the partition is re-fitted on "
+    guarantee_text = ("heuristic: Cer-Eval's Alg. 1–2 as printed (Wang et al. 2025); the partition is re-fitted on "
                       "scores, which the paper's Thm 5.2 (i.i.d. view) does not cover — measured coverage 0.60 "
                       "on helm_v023 at ±0.1; use 'adaptive' or 'uniform' for an exact interval")
 
@@ -172,8 +172,8 @@ class CerEvalMethod(BankMethod):
             for s in np.unique(self.base_codes_):
                 js = owner == s
                 mask = self.base_codes_ == s
-                p, l, u = self._interval(w * js, n * js, mean, eps, mask)
-                out.append(SubsetEstimate(names[s], p, l, u, int(self.scored_[mask].sum()), int(mask.sum()),
+                p, lo, up = self._interval(w * js, n * js, mean, eps, mask)
+                out.append(SubsetEstimate(names[s], p, lo, up, int(self.scored_[mask].sum()), int(mask.sum()),
                                           float(self.item_weights_[mask].sum())))
             subsets = tuple(out)
         return Estimate(

@@ -1,4 +1,4 @@
-"""Seed 000, Algorithm 2: partition the bank by a 1-nearest-neighbour classifier on item embeddings.
+"""Wang et al. 2025, arXiv:2505.03814, Algorithm 2: partition the bank by a 1-nearest-neighbour classifier on item embeddings.
 
 For k = 1, …, ⌈ln|S|⌉ + 1 the scored points get the label ⌊k Z_i⌋, a 1-NN
 classifier (scikit-learn ``KNeighborsClassifier(n_neighbors=1)``) trained on

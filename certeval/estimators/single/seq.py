@@ -1,8 +1,8 @@
-"""``seq``: the vanilla online evaluation of seed 000, Algorithm 3.
+"""``seq``: the vanilla online evaluation of Wang et al. 2025, arXiv:2505.03814, Algorithm 3.
 
 Random order; after n scores the interval is R̂_n ± ε_n with
 ε_n = sqrt({2 ln(ln n + 1) + ln(4/δ)}/n) (Alg. 3 line 3, natural logs), an
-adaptive-Hoeffding radius valid at every n simultaneously (seed 000, Lemma B.3).
+adaptive-Hoeffding radius valid at every n simultaneously (Wang et al. 2025, Lemma B.3).
 With sub-datasets each one gets ε at level δ/S (see ``strata``).
 """
 
@@ -15,7 +15,7 @@ from .strata import StratifiedMethod
 
 @register
 class SeqMethod(StratifiedMethod):
-    """Seed 000, Alg. 3: uniform random order, radius sqrt({2 ln(ln n + 1) + ln(4/δ)}/n).
+    """Wang et al. 2025, Alg. 3: uniform random order, radius sqrt({2 ln(ln n + 1) + ln(4/δ)}/n).
 
     Anytime valid for the i.i.d. mean (Lemma B.3); for ``target='bank'`` the
     interval is also intersected with the bank's deterministic bounds, so it

@@ -1,10 +1,10 @@
-"""``static``: the Base of seed 000 §6.1 — score every item, then one fixed-sample interval.
+"""``static``: the Base of Cer-Eval (Wang et al. 2025, arXiv:2505.03814, §6.1) — score every item, then one fixed-sample interval.
 
 * ``target='bank'``: once every item is scored the bank mean is known exactly
   (zero width); before that only the deterministic bounds hold.
 * ``target='distribution'``: Hoeffding's inequality for the weighted mean at the
   final n, radius sqrt(ln(2/δ) Σ_h W_h²/n_h / 2) (Hoeffding 1963, Thm 2; with
-  one stratum this is sqrt(ln(2/δ)/(2n)); seed 000 quotes the one-sided
+  one stratum this is sqrt(ln(2/δ)/(2n)); Wang et al. 2025 quotes the one-sided
   ε* = sqrt(ln(1/δ)/(2n))). Before every item is scored the interval is the
   trivial [0, 1]: a fixed-sample interval is **not** anytime valid, so it is
   only given at the pre-set sample size (the whole bank).
@@ -23,7 +23,7 @@ from .strata import StratifiedMethod
 
 @register
 class StaticMethod(StratifiedMethod):
-    """Seed 000's Base: evaluate all items, one fixed-sample Hoeffding interval (not anytime valid)."""
+    """Cer-Eval's Base (Wang et al. 2025): evaluate all items, one fixed-sample Hoeffding interval (not anytime valid)."""
 
     name = "static"
     anytime_valid = False

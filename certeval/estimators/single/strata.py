@@ -1,7 +1,7 @@
 """Shared machinery for single-model methods whose strata are the bank's sub-datasets.
 
 The estimand is ``Σ_i w_i x_i`` with ``w = BankSpec.weights()``: the bank mean,
-or the mean-of-means over sub-datasets (seed 004, eq. 1). Items within a
+or the mean-of-means over sub-datasets (Arviv et al. 2026, eq. 1). Items within a
 sub-dataset carry equal weight, so stratifying by sub-dataset turns the
 estimand into ``Σ_h W_h μ_h`` (``W_h`` the stratum's total weight, ``μ_h`` its
 plain mean). Each stratum gets an interval at level ``δ/H`` and the overall
@@ -72,7 +72,7 @@ def feature_strata(features: np.ndarray, base: np.ndarray, max_clusters: int = 4
     (:func:`kmeans_labels`, seeded by ``seed``); K is lowered while the smallest cluster has fewer than
     ``min_size // 2`` items. The partition is a deterministic function of (features, base, parameters):
     it never looks at a score, so it is fixed before any data arrive and every stratum's sampling stays
-    uniform without replacement (Cer-Eval's adaptive partition, seed 000 Alg. 2, re-fits on scores,
+    uniform without replacement (Cer-Eval's adaptive partition, Wang et al. 2025, arXiv:2505.03814 Alg. 2, re-fits on scores,
     which breaks that).
     """
     feats = np.asarray(features, dtype=float)

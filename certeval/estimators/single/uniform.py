@@ -2,7 +2,7 @@
 
 The honest baseline. For a plain bank mean, items are drawn uniformly at random without replacement and the
 interval is the hedged without-replacement betting confidence sequence of Waudby-Smith & Ramdas (NeurIPS 2020,
-§3). For a mean of sub-dataset means (seed 004, eq. 1) the draws are in proportion to each item's weight in the
+§3). For a mean of sub-dataset means (Arviv et al. 2026, eq. 1) the draws are in proportion to each item's weight in the
 estimand (each sub-dataset in proportion to its weight, uniformly inside it), and the interval is ONE betting
 confidence sequence for the estimand itself on the stratified control-variate statistic of ``adaptive``
 (:class:`~certeval.estimators.single.adaptive.AdaptiveMethod`, ``combine='joint'``): no union bound over

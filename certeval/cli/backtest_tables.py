@@ -1,4 +1,5 @@
-"""The tables a comparative backtest prints without ``--json`` (rich; rep 0 in detail, every rep summarised)."""
+"""The tables ``certeval backtest`` prints for a comparative backtest without ``--json`` (rich; rep 0 in detail,
+every rep summarised)."""
 
 from __future__ import annotations
 
