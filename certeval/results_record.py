@@ -9,17 +9,15 @@ before the version field existed reads as version 0: same keys, no ``schema_vers
 What changes the version: removing or renaming a top-level key, or changing what one means. Adding an optional
 top-level key is a new field here and in the schema file, and keeps the version.
 
-With ``CERTEVAL_CHECK_RESULTS=1`` in the environment (the test suite sets it, so every results.json a test writes
-is checked, in subprocesses too) every record is validated against the schema file as it is written; a record
-the schema refuses raises :class:`ResultsSchemaError`. Off by default: a user's run never pays for it, and an
-installed package has no ``docs/``.
+:func:`validate` checks a record against the schema file (it needs ``jsonschema`` and a checkout's ``docs/``): the
+test suite wraps every ``to_json`` with it (tests/conftest.py), so a test whose run writes a results.json the
+schema refuses fails there; a user's run never pays for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,7 +27,6 @@ from .estimators._validation import InputError
 SCHEMA_VERSION = 1
 RUN_KINDS = ("certify", "compare", "rank", "select")
 BACKTEST_KIND = "backtest"
-CHECK_ENV = "CERTEVAL_CHECK_RESULTS"  # "1": validate every record against SCHEMA_FILE as it is written
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "results.schema.json"  # in a checkout of the repo
 
 
@@ -106,7 +103,7 @@ class RunResults:
             value = getattr(self, f.name)
             if f.name != "schema_version" and value is not ABSENT:
                 out[f.name] = value
-        return _checked(out)
+        return out
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "results.json") -> RunResults:
@@ -142,8 +139,8 @@ class BacktestResults:
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        return _checked({"schema_version": self.schema_version, "kind": self.kind, "cells": self.cells,
-                         "n_reps_total": self.n_reps_total})
+        return {"schema_version": self.schema_version, "kind": self.kind, "cells": self.cells,
+                "n_reps_total": self.n_reps_total}
 
 
 def read_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
@@ -184,11 +181,5 @@ def validate(obj: Mapping[str, Any], schema: Mapping[str, Any] | None = None) ->
         raise ResultsSchemaError(f"results.json does not match {SCHEMA_FILE.name} at {where}: {error.message}")
 
 
-def _checked(out: dict[str, Any]) -> dict[str, Any]:
-    if os.environ.get(CHECK_ENV) == "1":
-        validate(out)
-    return out
-
-
-__all__ = ["ABSENT", "BACKTEST_KIND", "CHECK_ENV", "RUN_KINDS", "SCHEMA_FILE", "SCHEMA_VERSION", "BacktestResults",
+__all__ = ["ABSENT", "BACKTEST_KIND", "RUN_KINDS", "SCHEMA_FILE", "SCHEMA_VERSION", "BacktestResults",
            "ResultsSchemaError", "RunResults", "load_schema", "read_results", "validate"]

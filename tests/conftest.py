@@ -18,13 +18,29 @@ import pytest
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 _STATE = Path(tempfile.mkdtemp(prefix="certeval-tests-"))
 os.environ.setdefault("PREFECT_HOME", str(_STATE / "prefect"))
-# every results.json a test writes (here, in the CLI subprocesses, in flows) is validated against
-# docs/results.schema.json as it is written (certeval.results_record; tests/test_results_schema.py)
-os.environ["CERTEVAL_CHECK_RESULTS"] = "1"
 
 from certeval.envsetup import configure_offline_env  # noqa: E402
 
 configure_offline_env(_STATE)
+
+
+def _check_results_on_write() -> None:
+    """Every results.json a test writes in this process (flows, the CLI's main) is validated against
+    docs/results.schema.json on its way to disk (tests/test_results_schema.py checks stored runs of each kind
+    that CLI subprocesses write)."""
+    from certeval import results_record
+
+    for record in (results_record.RunResults, results_record.BacktestResults):
+        def to_json(self, _plain=record.to_json):
+            out = _plain(self)
+            results_record.validate(out)
+            return out
+
+        to_json.plain = record.to_json  # the unchecked writer (a user's run)
+        record.to_json = to_json
+
+
+_check_results_on_write()
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex

@@ -1,23 +1,21 @@
 """results.json is a typed, versioned record (certeval.results_record) and matches docs/results.schema.json.
 
-Every results.json the suite writes is checked as it is written: ``tests/conftest.py`` sets
-``CERTEVAL_CHECK_RESULTS=1`` (inherited by the CLI subprocesses the tests start), and then every
-``RunResults`` / ``BacktestResults`` is validated against the schema file on its way to disk, so a test whose run
-wrote a results.json the schema refuses fails there. The tests below check that mechanism, the schema itself, the
+Every results.json the suite writes in a test process is checked as it is written: ``tests/conftest.py`` wraps
+``RunResults.to_json`` / ``BacktestResults.to_json`` with :func:`validate`, so a test whose run wrote a
+results.json the schema refuses fails there; the stored runs below (CLI runs of each kind) are validated here. The tests below check that mechanism, the schema itself, the
 record's round trip and its reader, and the stored results of a run of each kind and of a backtest.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from certeval.estimators._validation import InputError
-from certeval.results_record import (ABSENT, CHECK_ENV, SCHEMA_FILE, SCHEMA_VERSION, BacktestResults,
+from certeval.results_record import (ABSENT, SCHEMA_FILE, SCHEMA_VERSION, BacktestResults,
                                      ResultsSchemaError, RunResults, load_schema, read_results, validate)
 
 from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
@@ -40,7 +38,7 @@ def _record(**changes) -> RunResults:
 
 
 def test_the_suite_checks_every_results_json_it_writes():
-    assert os.environ.get(CHECK_ENV) == "1"  # tests/conftest.py: every record is validated as it is written
+    assert hasattr(RunResults.to_json, "plain") and hasattr(BacktestResults.to_json, "plain")  # tests/conftest.py
     assert SCHEMA_FILE.is_file() and SCHEMA_FILE == Path(__file__).resolve().parents[1] / "docs" / SCHEMA_FILE.name
 
 
@@ -81,15 +79,14 @@ def test_record_round_trips_and_reads_files_from_before_the_version():
     assert _record().replace(scorer="exact").scorer == "exact" and _record().scorer is ABSENT
 
 
-def test_the_check_refuses_a_record_the_schema_does_not_describe(monkeypatch):
+def test_the_check_refuses_a_record_the_schema_does_not_describe():
     with pytest.raises(ResultsSchemaError, match="models"):
         _record(models=[]).to_json()
     with pytest.raises(ResultsSchemaError, match="target"):
         _record(target="population").to_json()
     with pytest.raises(InputError, match="kind must be one of"):
         _record(kind="backtest")
-    monkeypatch.setenv(CHECK_ENV, "0")  # off (a user's run): nothing is checked
-    assert _record(models=[]).to_json()["models"] == []
+    assert RunResults.to_json.plain(_record(models=[]))["models"] == []  # a user's run: nothing is checked
 
 
 def test_backtest_record_matches_the_schema():
