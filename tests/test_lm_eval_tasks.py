@@ -281,3 +281,10 @@ def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric
         best = max(range(3), key=lambda i: lls[i] / len(doc["choices"][i]))
         assert line["acc_norm"] == float(best == doc["label"])
         assert line["acc"] == float(max(range(3), key=lambda i: lls[i]) == doc["label"])
+    # the same run again under the same --output: every item answered from the score cache, which kept the
+    # log-likelihoods, so acc_norm is still there, the same
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
+               "--batch-size", "4", "--output", str(runs), "--run-id", "again", "--json"])
+    again = json.loads(capsys.readouterr().out)["models"][0]
+    assert rc == 0 and again["items_sent_to_model"] == 0
+    assert again["metrics"]["acc_norm,none"]["upper"] == other["upper"]
