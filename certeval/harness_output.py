@@ -13,6 +13,7 @@ own entry of the model in ``results.json``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -20,7 +21,9 @@ from typing import Any
 import pandas as pd
 
 from .backends.base import parse_model_spec
-from .lm_eval_scoring import GENERATION, SCORING, is_lm_eval_scorer, parse_choice
+from .lm_eval_metrics import RESPS, item_scores
+from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, parse_choice
+from .lm_eval_tasks import DOC as TASK_DOC, TASK_META
 from .storage import Folder, dumps, safe_name
 
 FILTER = "none"
@@ -80,32 +83,75 @@ def _number(value: Any) -> float | None:
     return float(value) if value is not None and math.isfinite(float(value)) else None
 
 
+def headline_alias(task: str, confidence: float | None) -> str:
+    """The task's name in lm-eval's table, saying what its ``±`` column is: lm-eval's Stderr (the descriptive standard
+    error), while the certified interval is the ``<metric>_ci_lower`` / ``_ci_upper`` rows below it."""
+    if confidence is None:
+        return task
+    return f"{task} (± is the stderr; certified {confidence:.0%} interval: *_ci_lower, *_ci_upper)"
+
+
 def task_block(task: str, *, mean: float, stderr: float, lower: float, upper: float, n_scored: int,
-               n_total: int, metric: str = "score", filter_key: str = FILTER) -> dict[str, Any]:
+               n_total: int, metric: str = "score", filter_key: str = FILTER, others: Any = (),
+               confidence: float | None = None) -> dict[str, Any]:
     """One task's metrics in lm-eval's ``<metric>,<filter>`` form (numbers; stderr ``"N/A"`` when unknown,
-    as lm-eval writes it)."""
-    se, f = _number(stderr), filter_key
-    return {"alias": task, f"{metric},{f}": _number(mean) if n_scored else None,
-            f"{metric}_stderr,{f}": "N/A" if se is None else se,
-            f"{metric}_ci_lower,{f}": _number(lower), f"{metric}_ci_upper,{f}": _number(upper),
-            f"items_scored,{f}": int(n_scored), f"items_total,{f}": int(n_total)}
+    as lm-eval writes it): the metric the run stopped on first, then ``others`` (the task's other metrics from the
+    same requests, each ``{metric, filter, mean, stderr, lower, upper}``), each with its interval."""
+    block: dict[str, Any] = {"alias": headline_alias(task, confidence)}
+    rows = [{"metric": metric, "filter": filter_key, "mean": mean, "stderr": stderr, "lower": lower, "upper": upper}]
+    for row in [*rows, *others]:
+        m, f, se = row["metric"], row["filter"], _number(row["stderr"])
+        block.update({f"{m},{f}": _number(row["mean"]) if n_scored else None,
+                      f"{m}_stderr,{f}": "N/A" if se is None else se,
+                      f"{m}_ci_lower,{f}": _number(row["lower"]), f"{m}_ci_upper,{f}": _number(row["upper"])})
+    for f in dict.fromkeys(row["filter"] for row in [*rows, *others]):
+        block.update({f"items_scored,{f}": int(n_scored), f"items_total,{f}": int(n_total)})
+    return block
+
+
+def _common(values: list[Any]) -> Any:
+    """The one value every leaf task has, else None (lm-eval's propagation of n-shot to a group)."""
+    return values[0] if values and all(v == values[0] for v in values) else None
 
 
 def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], *, batch_size: int,
                   limit: int | None, seed: int, date: str | None = None, metric: str = "score",
-                  aggregation: str = "mean") -> dict[str, Any]:
+                  aggregation: str = "mean", metas: list[dict[str, Any]] | None = None,
+                  output_type: str | None = None) -> dict[str, Any]:
     """The whole lm-eval results file of one model (see the module docstring); ``aggregation`` names how the
-    items were summed up, as lm-eval's ``metric_list`` does (``mean``, or ``mean_of_subset_means``)."""
+    items were summed up, as lm-eval's ``metric_list`` does (``mean``, or ``mean_of_subset_means``). ``metas`` are
+    the bank's lm-eval tasks (:func:`certeval.lm_eval_tasks.task_meta`): their versions, ``num_fewshot``,
+    ``output_type`` and configs as lm-eval writes them (a group's leaves each under their own name, and the group
+    under its own when they agree); a bank of no task has no version, 0 shots and the scorer's request type."""
     filt = next(key.partition(",")[2] for key in block if key.startswith("items_total,"))
+    names = list(dict.fromkeys(key.partition(",")[0] for key in block
+                               if "," in key and not key.startswith("items_")
+                               and not key.partition(",")[0].endswith(("_stderr", "_ci_lower", "_ci_upper"))))
+    metas = list(metas or [])
+    higher = {m: True for m in names}
+    for meta in metas:
+        higher.update({e["metric"]: e.get("higher_is_better", True) for e in meta["metrics"] if e["metric"] in higher})
+    versions = {meta["task"]: meta["version"] for meta in metas}
+    n_shot = {meta["task"]: meta["num_fewshot"] for meta in metas}
+    configs = {meta["task"]: _task_config(meta, aggregation) for meta in metas}
+    if task not in configs:  # a bank of no task, or a group: its own entry
+        kinds = [meta["output_type"] for meta in metas]
+        configs[task] = {"task": task, "num_fewshot": _common(list(n_shot.values())) if metas else 0,
+                         "output_type": _common(kinds) if metas else (output_type or "certeval"),
+                         "metric_list": [{"metric": m, "aggregation": aggregation, "higher_is_better": higher[m]}
+                                         for m in names]}
+        versions[task] = _common(list(versions.values())) if metas else None
+        shots = _common(list(n_shot.values())) if metas else 0
+        if shots is not None:
+            n_shot[task] = shots
     return {
         "results": {task: block},
-        "group_subtasks": {task: []},
-        "configs": {task: {"task": task, "num_fewshot": 0, "output_type": "certeval",
-                           "metric_list": [{"metric": metric, "aggregation": aggregation,
-                                            "higher_is_better": True}]}},
-        "versions": {task: None},  # a certeval bank has no task version
-        "n-shot": {task: 0},
-        "higher_is_better": {task: {metric: True, f"{metric}_ci_lower": True, f"{metric}_ci_upper": True}},
+        "group_subtasks": {task: [meta["task"] for meta in metas if meta["task"] != task]},
+        "configs": configs,
+        "versions": versions,
+        "n-shot": n_shot,
+        "higher_is_better": {task: {**higher, **{f"{m}_ci_{end}": higher[m] for m in names
+                                                 for end in ("lower", "upper")}}},
         "n-samples": {task: {"original": block[f"items_total,{filt}"],
                              "effective": block[f"items_scored,{filt}"]}},
         "config": {**model_config(spec_text), "batch_size": batch_size, "limit": limit, "random_seed": seed},
@@ -114,22 +160,45 @@ def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], 
     }
 
 
-def _arguments(doc: dict) -> list[list[Any]]:
-    """The requests an item stands for, as lm-eval records them: one (context, " " + choice) per choice of a
-    multiple-choice item, else (context, generation arguments)."""
+def _task_config(meta: dict[str, Any], aggregation: str) -> dict[str, Any]:
+    """lm-eval's dump of a task's config, its metric_list naming how certeval summed the items up."""
+    config = dict(meta.get("config") or {"task": meta["task"]})
+    config.setdefault("num_fewshot", meta["num_fewshot"])
+    config.setdefault("output_type", meta["output_type"])
+    config["metric_list"] = [{**entry, "aggregation": aggregation} for entry in
+                             (config.get("metric_list") or [{"metric": m["metric"]} for m in meta["metrics"]])]
+    return config
+
+
+def _arguments(doc: dict) -> dict[str, dict[str, Any]]:
+    """The requests an item stands for, as lm-eval's samples file records them (``{"gen_args_i": {"arg_0": context,
+    "arg_1": …}}``): one (context, " " + choice) per choice of a multiple-choice item, else (context, generation
+    arguments)."""
     context = doc.get("prompt") or doc.get("question")
     if not isinstance(context, str):
-        return []
+        return {}
     choices = doc.get("choices")
     if isinstance(choices, list) and choices:
-        return [[context, f" {choice}"] for choice in choices]
-    settings = doc.get(GENERATION)  # an lm-eval task's generation request: its own settings
-    return [[context, json.loads(settings) if isinstance(settings, str) and settings else {}]]
+        requests = [[context, f" {choice}"] for choice in choices]
+    else:
+        settings = doc.get(GENERATION)  # an lm-eval task's generation request: its own settings
+        requests = [[context, json.loads(settings) if isinstance(settings, str) and settings else {}]]
+    return {f"gen_args_{i}": {f"arg_{j}": arg for j, arg in enumerate(request)} for i, request in enumerate(requests)}
+
+
+def _lm_eval_doc(row: dict) -> dict[str, Any] | None:
+    """An lm-eval task item's doc_id, dataset row and target (:data:`certeval.lm_eval_tasks.DOC`); None for a bank's
+    own item."""
+    text = row.get(TASK_DOC)
+    return json.loads(text) if isinstance(text, str) and text else None
 
 
 def _doc_and_target(row: dict) -> tuple[dict, Any]:
-    """What lm-eval records as ``doc`` and ``target``: an lm-eval task item's own doc and gold, else the bank row
-    and its answer."""
+    """What lm-eval records as ``doc`` and ``target``: an lm-eval task item's dataset row and ``str(target)`` (an MC
+    gold is its index, as lm-eval's ``doc_to_target`` gives it), else the bank row and its answer."""
+    task_doc = _lm_eval_doc(row)
+    if task_doc is not None:
+        return task_doc["doc"], str(task_doc["target"])
     scoring = row.get(SCORING)
     if isinstance(scoring, str) and scoring:
         parsed = json.loads(scoring)
@@ -137,36 +206,83 @@ def _doc_and_target(row: dict) -> tuple[dict, Any]:
     return row, row.get("answer", row.get("answers"))
 
 
+def _hash(text: str) -> str:
+    """lm-eval's ``hash_string``."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _sanitized(value: Any) -> Any:
+    """lm-eval's ``sanitize_list``: every leaf of a response as text."""
+    if isinstance(value, (list, tuple)):
+        return [_sanitized(v) for v in value]
+    return str(value)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _responses(bank_row: dict, output: Any, resps: Any, filt: str) -> tuple[list, list]:
+    """(resps, filtered_resps) as lm-eval's samples file writes them: a log-likelihood item's ``[[loglik,
+    is_greedy]]`` per choice, a generated answer before and after the task's filter ``filt``; a bank's own item
+    (or a log-likelihood item answered before resps were kept) its output as ``[[output]]`` / ``[output]``."""
+    if not _missing(resps):
+        pairs = json.loads(resps)
+        return [[_sanitized(pair)] for pair in pairs], [_sanitized(pair) for pair in pairs]
+    if _missing(output):
+        return [], []
+    text = str(output)
+    scoring = bank_row.get(SCORING)
+    if isinstance(scoring, str) and scoring and filt in {f["name"] for f in json.loads(scoring)["filters"]}:
+        return [[text]], [_sanitized(filtered(text, bank_row, filt))]
+    return [[text]], [text]
+
+
 def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame, bank_frame: pd.DataFrame | None,
                   stamp: str) -> list[str]:
     """``--log_samples``: ``samples/<model>/samples_<task>_<stamp>.jsonl`` in the run folder, one line per
-    scored item in scoring order, lm-eval's field names where they apply (``doc_id`` = position in the bank,
-    ``doc``, ``target``, ``arguments``, ``resps``, ``filtered_resps``, the metric by its name); certeval adds
-    ``item_id``, ``round`` and ``prob`` (selection probability). Beside them ``results_<stamp>.json``, the model's
-    lm-eval results file (the certified interval as ``<metric>_ci_lower`` / ``_ci_upper``), so each folder is
-    what ``lm_eval --output_path … --log_samples`` writes. The files read back as scores and history (lm-eval's
-    layout: the folder names the model)."""
+    scored item in scoring order, lm-eval's fields as its samples files hold them (``doc_id``, ``doc`` — an lm-eval
+    task's dataset row —, ``target`` — ``str()`` of lm-eval's, an MC gold's index —, ``arguments`` as
+    ``gen_args_i``, ``resps`` and ``filtered_resps`` as text — a log-likelihood item's ``(loglik, is_greedy)`` per
+    choice, a generated answer after the run's filter —, ``filter``, ``metrics``, ``doc_hash``, ``prompt_hash``,
+    ``target_hash``, then each metric of that filter by its name, the run's first); certeval adds ``item_id``,
+    ``round`` and ``prob`` (selection probability). Beside them ``results_<stamp>.json``, the model's lm-eval
+    results file (each certified interval as ``<metric>_ci_lower`` / ``_ci_upper``), so each folder is what
+    ``lm_eval --output_path … --log_samples`` writes. The files read back as scores and history (lm-eval's layout:
+    the folder names the model; the first metric is the run's). One line per item: a generation task's other
+    filters are in the results file, not in lines of their own as lm-eval writes them."""
     task = str(results["task"])
     metric, filt = results_metric_key(results)
+    entries = {str(m.get("model")): m for m in results.get("models") or []}
     docs: dict[str, dict] = {}
     position: dict[str, int] = {}
     if bank_frame is not None:
         position = {str(i): k for k, i in enumerate(bank_frame["item_id"].astype(str))}
-        frame = bank_frame.drop(columns=[c for c in ("embedding",) if c in bank_frame.columns])
+        frame = bank_frame.drop(columns=[c for c in ("embedding", TASK_META) if c in bank_frame.columns])
         docs = {str(r["item_id"]): r for r in json.loads(frame.to_json(orient="records"))}
     written = []
     for model, group in rounds.groupby("model", sort=False) if len(rounds) else []:
+        others = _other_item_scores(entries.get(str(model)), group, bank_frame, filt)
+        names = [metric, *others]
         lines = []
         for row in group.sort_values("round", kind="stable").itertuples(index=False):
-            bank_row = docs.get(str(row.item_id), {"item_id": str(row.item_id)})
+            item_id = str(row.item_id)
+            bank_row = docs.get(item_id, {"item_id": item_id})
             doc, target = _doc_and_target(bank_row)
-            output = getattr(row, "output", None)
-            resps = [] if output is None or (isinstance(output, float) and math.isnan(output)) else [[str(output)]]
-            lines.append(dumps({
-                "doc_id": position.get(str(row.item_id), str(row.item_id)), "item_id": str(row.item_id), "doc": doc, "target": target,
-                "arguments": _arguments(bank_row), "resps": resps, "filtered_resps": [r[0] for r in resps], "filter": filt,
-                metric: float(row.score), "round": int(row.round),
-                "prob": None if getattr(row, "prob", None) is None else float(row.prob)}, indent=None).decode())
+            task_doc = _lm_eval_doc(bank_row)
+            resps, kept = _responses(bank_row, getattr(row, "output", None), getattr(row, RESPS, None), filt)
+            arguments = _arguments(bank_row)
+            first = (arguments.get("gen_args_0") or {}).get("arg_0")
+            line = {
+                "doc_id": task_doc["doc_id"] if task_doc else position.get(item_id, item_id), "doc": doc,
+                "target": target, "arguments": arguments, "resps": resps, "filtered_resps": kept, "filter": filt,
+                "metrics": names,
+                "doc_hash": _hash(json.dumps(doc, indent=2, default=str, ensure_ascii=False)),
+                "prompt_hash": _hash(first) if isinstance(first, str) else None, "target_hash": _hash(str(target)),
+                metric: float(row.score), **{name: scores[item_id] for name, scores in others.items()},
+                "item_id": item_id, "round": int(row.round),
+                "prob": None if getattr(row, "prob", None) is None else float(row.prob)}
+            lines.append(dumps(line, indent=None).decode())
         rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"
         folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
         written.append(folder.url(rel))
@@ -174,3 +290,20 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
         if block is not None:
             folder.write_bytes(f"samples/{safe_name(str(model))}/results_{stamp}.json", dumps(block))
     return written
+
+
+def _other_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.DataFrame | None,
+                       filt: str) -> dict[str, dict[str, float]]:
+    """Per-item values of the model's other reported metrics of the run's filter (results.json's ``metrics``)."""
+    if not entry or bank_frame is None:
+        return {}
+    kind = "loglik" if RESPS in group.columns and group[RESPS].notna().all() else "generate"
+    out = {}
+    for key in entry.get("metrics") or {}:
+        name, _, other_filter = key.partition(",")
+        if other_filter != filt:
+            continue
+        scores = item_scores((name, other_filter), group, bank_frame, kind)
+        if isinstance(scores, dict):
+            out[name] = scores
+    return out

@@ -159,20 +159,37 @@ def _pick(scoring: dict[str, Any], choice: tuple[str, str] | None) -> tuple[dict
     return metric, filt
 
 
-def judge(output: str, item: dict[str, Any], choice: tuple[str, str] | None = None) -> float:
-    """lm-eval's score of one answer: its filter pipeline, then ``process_results``' rule for one metric."""
+def pairs(item: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every (metric, filter) pair an lm-eval generation item is judged by, in lm-eval's order."""
+    scoring = json.loads(item[SCORING])
+    return [(m["name"], f["name"]) for f in scoring["filters"] for m in scoring["metrics"]]
+
+
+def filtered(output: str, item: dict[str, Any], filter_name: str) -> Any:
+    """One answer after the task's filter pipeline ``filter_name``, run by lm-eval (its ``filtered_resps``)."""
+    scoring = json.loads(item[SCORING])
+    return _filtered(output, item, scoring, next(f for f in scoring["filters"] if f["name"] == filter_name))
+
+
+def _filtered(output: str, item: dict[str, Any], scoring: dict[str, Any], filt: dict[str, Any]) -> Any:
     from lm_eval.api.instance import Instance
-    from lm_eval.api.registry import get_metric
     from lm_eval.filters import build_filter_ensemble
 
-    scoring = json.loads(item[SCORING])
-    metric, filt = _pick(scoring, choice)
     ensemble = build_filter_ensemble(filt["name"], [(fn, kwargs or None) for fn, kwargs in filt["components"]])
     instance = Instance("generate_until", scoring["doc"], (str(item.get("prompt", "")), {}), 0,
                         (scoring.get("task"), None, 1))
     instance.resps = [output]
     ensemble.apply([instance])
-    result = instance.filtered_resps[filt["name"]]
+    return instance.filtered_resps[filt["name"]]
+
+
+def judge(output: str, item: dict[str, Any], choice: tuple[str, str] | None = None) -> float:
+    """lm-eval's score of one answer: its filter pipeline, then ``process_results``' rule for one metric."""
+    from lm_eval.api.registry import get_metric
+
+    scoring = json.loads(item[SCORING])
+    metric, filt = _pick(scoring, choice)
+    result = _filtered(output, item, scoring, filt)
     fn, kwargs, gold = get_metric(metric["name"]), metric["kwargs"], scoring["gold"]
     if scoring["multiple_target"]:
         golds = gold if isinstance(gold, list) else [gold]

@@ -11,7 +11,10 @@ doc keeps lm-eval's exact context as ``prompt``, its choices and the gold, so ``
 are lm-eval's ``acc`` / ``acc_norm`` on the same requests; item ids are ``<task>/<doc_id>``, as in lm-eval's
 samples. A ``generate_until`` doc keeps its context, its request's generation settings and the task's filters,
 metrics and gold as data (:mod:`certeval.lm_eval_scoring`), so the ``lm-eval`` scorer generates and judges it as
-lm-eval does; any other request type is refused in one line.
+lm-eval does; any other request type is refused in one line. Every item also keeps what lm-eval's outputs say of
+it: its task's version, ``num_fewshot``, ``output_type``, listed metrics and config (column ``lm_eval_task``), and
+its dataset row and target (``lm_eval_doc``), so results and samples carry them as ``lm_eval`` writes them
+(:mod:`certeval.harness_output`).
 
 The YAML is the user's own task: loading it runs what it names (``!function`` hooks), as ``lm_eval`` itself does.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import re
 from pathlib import Path
@@ -33,6 +37,8 @@ from .estimators._validation import InputError
 TASK_SUFFIXES = (".yaml", ".yml")
 NAMES_PREFIX = "lm-eval:"  # a bank named by lm-eval task names: lm-eval:NAME[,NAME...][?include_path=DIR]
 AGGREGATE = "lm_eval_aggregate"  # bank column: the estimand of the group lm-eval would report (mean / subset-mean)
+TASK_META = "lm_eval_task"  # bank column: the JSON of the item's task as lm-eval reports it (:func:`task_meta`)
+DOC = "lm_eval_doc"  # bank column: the JSON of the item's doc_id, dataset row and lm-eval's target
 FEWSHOT_SEED = 1234  # lm-eval's default (simple_evaluate's fewshot_random_seed): its few-shot examples, not others
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+(,[A-Za-z0-9_\-]+)*$")
 
@@ -127,6 +133,24 @@ def _group_aggregate(groups: dict) -> str | None:
     return "mean" if weights.pop() else "subset-mean"
 
 
+def task_meta(task, name: str) -> dict[str, Any]:
+    """What lm-eval's results file says of a task: its version (``versions``), ``num_fewshot`` (``n-shot``),
+    ``output_type``, the metrics it lists with their direction and aggregation, its filters and its config as
+    lm-eval dumps it (``configs``)."""
+    from lm_eval.utils import handle_non_serializable
+
+    config = task.config
+    filters = [str(entry["name"]) for entry in (config.filter_list or [])] or ["none"]
+    higher = task.higher_is_better() or {}
+    aggregation = task.aggregation() or {}
+    metrics = [{"metric": str(m), "higher_is_better": higher.get(m),
+                "aggregation": getattr(aggregation.get(m), "__name__", str(aggregation.get(m)))}
+               for m in task._metric_fn_list]
+    dumped = json.loads(json.dumps(task.dump_config(), default=handle_non_serializable))
+    return {"task": name, "version": task.VERSION, "num_fewshot": int(config.num_fewshot or 0),
+            "output_type": str(task.OUTPUT_TYPE), "metrics": metrics, "filters": filters, "config": dumped}
+
+
 def _records(task, name: str) -> list[dict]:
     """lm-eval's requests grouped per doc, as its samples files record them (doc_id, doc, target, arguments)."""
     by_doc: dict[int, dict] = {}
@@ -137,6 +161,15 @@ def _records(task, name: str) -> list[dict]:
     if not by_doc:
         raise InputError(f"lm-eval task {name!r} built no request (an empty split?)")
     return [by_doc[k] for k in sorted(by_doc)]
+
+
+def _doc_text(where: str, rec: dict) -> str:
+    """The dataset row and lm-eval's target of one doc, as its samples file records them."""
+    try:
+        return json.dumps({"doc_id": rec["doc_id"], "doc": rec["doc"], "target": rec["target"]})  # the row's key order
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: doc {rec['doc_id']!r} is not plain data (JSON); certeval could not keep it to "
+                         "write lm-eval's samples") from None
 
 
 @contextlib.contextmanager
@@ -176,6 +209,10 @@ def load_task_items(location: str) -> pd.DataFrame:
     for name, task in tasks.items():
         records = _records(task, name)
         mine = [_lm_eval_item(where, name, rec) for rec in records]
+        meta = json.dumps(task_meta(task, name), sort_keys=True)  # one text object for all the task's items
+        for item, rec in zip(mine, records):
+            item[TASK_META] = meta
+            item[DOC] = _doc_text(where, rec)
         if any(GENERATE_UNTIL in item for item in mine):
             scoring = task_scoring(task, name)
             for item, rec in zip(mine, records):

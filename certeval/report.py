@@ -6,14 +6,16 @@ Reads the run layout of docs/architecture.md §5 from a local path or any fsspec
 
 and writes, into the same folder:
 
-* ``interval_curve.png`` — the interval vs items scored, per model (like Arviv et al. 2026, Fig. 1),
-  read from the look log in ``rounds/*.parquet`` (the estimate recorded at every look; a ranking or
+* ``interval_curve.png`` — the interval vs items scored, per model (like Arviv et al. 2026, Fig. 1), drawn as
+  steps at the looks (one panel, or one small panel per model beyond four), read from the look log in
+  ``rounds/*.parquet`` (the estimate recorded at every look; a ranking or
   selection: each model's simultaneous interval); a ``curve`` list in a model's entry of ``results.json``
   (backtests) is used as is. Nothing here re-runs an estimator: a run written before the look log
   existed simply has no curve.
 * ``ranking.png`` — every model's interval, best first, coloured by tie group.
-* ``differences.png`` — compare/rank: each pair's paired difference with its interval, the boundary at 0 and
-  the equivalence-margin band (a compare run adds the running difference per look).
+* ``differences.png`` — compare/rank: each pair's paired difference with its interval, coloured decided /
+  equivalent / undecided for the statement the run made, with its boundaries: 0 and the equivalence-margin band,
+  or −ε and +ε for an ε-ranking (a compare run adds the running difference per look).
 * ``savings.png`` — items saved vs the goal (like Cer-Eval's Fig. 2, Wang et al. 2025, arXiv:2505.03814), when the run is a
   backtest (``results.json`` holds ``cells``) or a benchmark/backtest JSON is given.
 * ``report.md`` — the tables: estimates and decisions (which rule fired), ranking with tie
@@ -40,6 +42,7 @@ from .results_record import read_results
 from .storage import Folder, bounded, filesystem, verify_record
 from .report_plots import (VERDICT_TEXT, _pyplot, model_colours, plot_differences,  # noqa: F401
                            plot_interval_curves, plot_ranking, plot_savings, savings_frame, spell_verdict)
+from .report_plots import differences_caption as pairs_caption
 
 
 # --------------------------------------------------------------------------------------
@@ -257,7 +260,8 @@ class Report:
 
 
 def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, Any]], savings_cells: list[dict],
-                   savings_png: bool, differences_png: bool = False) -> str:
+                   savings_png: bool, differences_png: bool = False, curves_caption: str | None = None,
+                   differences_caption: str | None = None) -> str:
     cfg = run.config
     title = cfg.get("run_id") or run.url.rstrip("/").rsplit("/", 1)[-1]
     lines = [f"# certeval report: {title}", ""]
@@ -278,8 +282,9 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                                    r["reached"], r["detail"]] for r in rows]), ""]
     if curves_png:
         lines += ["## Interval vs items scored", "",
-                  "Each band is the confidence interval after each round; the line is the estimate "
-                  "(compare Arviv et al. 2026, Fig. 1).", "", "![interval vs items scored](interval_curve.png)", ""]
+                  curves_caption or ("Each band is the confidence interval after each round; the line is the "
+                                     "estimate (compare Arviv et al. 2026, Fig. 1)."),
+                  "", "![interval vs items scored](interval_curve.png)", ""]
     if ranking:
         epsilon = (run.results.get("ranking") or {}).get("epsilon")
         meaning = ("Models in one tie group could not be separated at the run's confidence." if epsilon is None else
@@ -302,8 +307,8 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                       "share (their difficulty), so its interval is far narrower than either model's, and a decided "
                       "pair can have overlapping per-model bands.", ""]
         if differences_png:
-            lines += ["Each pair's difference A − B with its interval: a pair is decided when the interval clears "
-                      "0 (the dashed boundary), or lies inside the equivalence margin band.", "",
+            lines += [differences_caption or pairs_caption(pairs, (run.results.get("ranking") or {}).get("epsilon")),
+                      "",
                       "![paired differences](differences.png)", ""]
     if savings_cells:
         frame = savings_frame(savings_cells)
@@ -356,9 +361,12 @@ def write_report(run: str, *, html: bool = False, savings: str | None = None) ->
     files: dict[str, str] = {}
     colours = model_colours([str(m.get("model")) for m in data.models])  # one colour per model in every plot
     curves = model_curves(data)
+    captions: dict[str, str] = {}  # each plot's caption, made with the plot from the same facts
     if curves:
-        folder.write_bytes("interval_curve.png", plot_interval_curves(curves, data.config.get("goal"), colours))
+        drawn = plot_interval_curves(curves, data.config.get("goal"), colours)
+        folder.write_bytes("interval_curve.png", drawn.png)
         files["interval_curve.png"] = folder.url("interval_curve.png")
+        captions["curves_caption"] = drawn.caption
     ranking = ranking_rows(data)
     if ranking:
         folder.write_bytes("ranking.png", plot_ranking(ranking, colours))
@@ -366,15 +374,17 @@ def write_report(run: str, *, html: bool = False, savings: str | None = None) ->
     pairs = [p for p in (data.results.get("pairs") or []) if isinstance(p, dict) and "diff" in p]
     if pairs:
         curve = paired_difference_curve(data, pairs[0]) if len(pairs) == 1 else None
-        folder.write_bytes("differences.png", plot_differences(pairs, curve))
+        drawn = plot_differences(pairs, curve, (data.results.get("ranking") or {}).get("epsilon"))
+        folder.write_bytes("differences.png", drawn.png)
         files["differences.png"] = folder.url("differences.png")
+        captions["differences_caption"] = drawn.caption
     cells = _savings_cells(data, savings)
     savings_ok = bool(cells) and not savings_frame(cells).empty
     if savings_ok:
         folder.write_bytes("savings.png", plot_savings(cells))
         files["savings.png"] = folder.url("savings.png")
     text = build_markdown(data, curves_png=bool(curves), ranking=ranking, savings_cells=cells, savings_png=savings_ok,
-                          differences_png=bool(pairs))
+                          differences_png=bool(pairs), **captions)
     folder.write_bytes("report.md", text.encode())
     files["report.md"] = folder.url("report.md")
     if html:

@@ -24,9 +24,10 @@ def _header(name: str, docs: Path, num_fewshot: int, output_type: str) -> str:
 
 
 def write_mc_task(folder: Path, *, n_docs: int = 10, num_fewshot: int = 0, gold_cycles: bool = False,
-                  metrics: tuple[str, ...] = ("acc",), name: str = "tiny_mc") -> str:
+                  metrics: tuple[str, ...] = ("acc",), name: str = "tiny_mc", version: str | None = None) -> str:
     """``tiny_mc``: "What is i + 1?" with choices i+1, i+2, i (gold the first, or cycling through the three);
-    few-shot examples from its own split. Returns the YAML's path."""
+    few-shot examples from its own split; ``version`` as the YAML's ``metadata.version``. Returns the YAML's
+    path."""
     folder.mkdir(parents=True, exist_ok=True)
     docs = folder / ("docs.jsonl" if name == "tiny_mc" else f"{name}_docs.jsonl")
     docs.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "choices": [str(i + 1), str(i + 2), str(i)],
@@ -38,7 +39,7 @@ def write_mc_task(folder: Path, *, n_docs: int = 10, num_fewshot: int = 0, gold_
         doc_to_choice: "{{choices}}"
         doc_to_target: label
         metric_list:
-        """) + metric_list)
+        """) + metric_list + (f"metadata:\n  version: {version}\n" if version is not None else ""))
     return str(path)
 
 

@@ -126,7 +126,8 @@ def test_harness_flags_lm_eval_blocks_and_log_samples(infra, tmp_path, capsys):
     line = json.loads(open(files[0]).readline())
     assert {"doc_id", "doc", "target", "resps", "filtered_resps", "score"} <= set(line)
     assert line["doc"]["question"].startswith("q")
-    assert line["arguments"][0][0] == (line["doc"].get("prompt") or line["doc"]["question"])  # the context sent
+    # the context sent, as lm-eval's samples file records requests
+    assert line["arguments"]["gen_args_0"]["arg_0"] == (line["doc"].get("prompt") or line["doc"]["question"])
     assert load_history(files).models == ["model-a", "model-b"]
     # beside each samples file the model's results_<stamp>.json: the folder is an lm-eval output tree
     for path in files:

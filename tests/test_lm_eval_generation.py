@@ -136,8 +136,8 @@ HF_RUNNER = textwrap.dedent("""
     results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32", device="cpu",
                                       batch_size=1, tasks=["tiny_gen"], log_samples=True,
                                       task_manager=TaskManager(include_path=tasks, include_defaults=False))
-    print(json.dumps([[s["filter"], f"tiny_gen/{s['doc_id']}", s["exact_match"], s["resps"][0][0]]
-                      for s in results["samples"]["tiny_gen"]]))
+    print(json.dumps([[s["filter"], f"tiny_gen/{s['doc_id']}", s["exact_match"], s["resps"][0][0],
+                       s["filtered_resps"][0]] for s in results["samples"]["tiny_gen"]]))
 """)
 
 
@@ -156,8 +156,9 @@ def test_smollm2_generates_and_scores_each_item_as_lm_eval_does_per_filter_and_s
     done = subprocess.run([sys.executable, "-c", HF_RUNNER, str(tmp_path / "tasks"), str(ensure_converted())],
                           check=True, timeout=600, env={**os.environ}, capture_output=True, text=True)
     samples = json.loads(done.stdout.strip().splitlines()[-1])
-    lm_eval_scores = {f: {item: s for g, item, s, _ in samples if g == f} for f in FILTERS}
-    answers = {item: text for _, item, _, text in samples}
+    lm_eval_scores = {f: {item: s for g, item, s, _, _ in samples if g == f} for f in FILTERS}
+    answers = {item: text for _, item, _, text, _ in samples}
+    kept = {f: {item: str(text) for g, item, _, _, text in samples if g == f} for f in FILTERS}
     # the two filters disagree on some item, so the comparison below shows which filter ran
     assert lm_eval_scores["strict-match"] != lm_eval_scores["flexible-extract"]
     assert 0 < sum(lm_eval_scores["flexible-extract"].values()) < 12
@@ -174,8 +175,18 @@ def test_smollm2_generates_and_scores_each_item_as_lm_eval_does_per_filter_and_s
         stored = json.loads((runs / filt / "results.json").read_text())
         block = next(iter(stored["lm_eval"].values()))["results"]["tiny_gen"]
         assert f"exact_match,{filt}" in block and f"exact_match_ci_upper,{filt}" in block
-        line = json.loads(next((runs / filt / "samples").rglob("samples_*.jsonl")).read_text().splitlines()[0])
-        assert line["filter"] == filt and line["arguments"][0][1] == {"until": ["\n", "Question:"], "max_gen_toks": 12}
+        # the other filter from the same answers, with its own interval
+        other = next(f for f in FILTERS if f != filt)
+        entry = stored["models"][0]["metrics"][f"exact_match,{other}"]
+        assert block[f"exact_match,{other}"] == entry["mean"] and block[f"exact_match_ci_lower,{other}"] == entry["lower"]
+        assert entry["mean"] == pytest.approx(sum(lm_eval_scores[other].values()) / 12)  # all 12 scored
+        lines = [json.loads(text) for text in
+                 next((runs / filt / "samples").rglob("samples_*.jsonl")).read_text().splitlines()]
+        # filtered_resps: the answer after the run's filter, as lm-eval's own samples hold it
+        assert {line["item_id"]: line["filtered_resps"][0] for line in lines} == kept[filt]
+        line = lines[0]
+        assert line["filter"] == filt
+        assert line["arguments"]["gen_args_0"]["arg_1"] == {"until": ["\n", "Question:"], "max_gen_toks": 12}
         assert set(line["doc"]) == {"a", "b", "answer"} and line["target"] == line["doc"]["answer"]
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.45",
                "--batch-size", "3", "--output", str(runs), "--run-id", "early", "--json"])

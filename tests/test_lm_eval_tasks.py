@@ -199,11 +199,23 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
         run_id = f"{source[2:]}-{scorer}"
         rc = main(["certify", "--model", "hf:bundled:smollm2", source, yaml if source == "--tasks" else str(samples),
                    "--scorer", scorer, "--goal", "halfwidth:0.0001", "--batch-size", "12", "--output", str(runs),
-                   "--run-id", run_id])
+                   "--run-id", run_id, "--log_samples"])
         out = capsys.readouterr()
         assert rc in (0, 1), out.err
         ours = _scores(runs / run_id)
         assert ours == {item: pair[column] for item, pair in lm_eval_scores.items()}, (run_id, ours, lm_eval_scores)
+    # the task run's samples as lm-eval's own: the same doc, target, requests and hashes, (loglik, is_greedy) per
+    # choice, and acc and acc_norm both (one run, one set of log-likelihoods)
+    theirs = {line["doc_id"]: line for line in map(json.loads, samples.read_text().splitlines())}
+    mine = next((runs / "tasks-mc-loglik" / "samples").rglob("samples_tiny_mc_*.jsonl"))
+    for line in map(json.loads, mine.read_text().splitlines()):
+        other = theirs[line["doc_id"]]
+        for key in ("doc", "target", "arguments", "filter", "metrics", "doc_hash", "prompt_hash", "target_hash", "acc",
+                    "acc_norm"):
+            assert line[key] == other[key], (key, line[key], other[key])
+        assert [g for _, g in line["filtered_resps"]] == [g for _, g in other["filtered_resps"]]
+        assert [float(ll) for ll, _ in line["filtered_resps"]] == pytest.approx(
+            [float(ll) for ll, _ in other["filtered_resps"]], abs=1e-3)
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
                "--batch-size", "3", "--output", str(runs), "--run-id", "early", "--json"])
     out = capsys.readouterr()
@@ -214,3 +226,65 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
     assert main(["rescore", str(runs / "early"), "--scorer", "exact", "--output", str(tmp_path / "re")]) == 2
     err = capsys.readouterr().err.strip()
     assert "was built from the lm-eval task" in err and len(err.splitlines()) == 1 and not (tmp_path / "re").exists()
+
+
+def _table_rows(table: str) -> list[list[str]]:
+    """lm-eval's make_table (Markdown) as rows of cells."""
+    lines = [line for line in table.splitlines() if line.startswith("|")][2:]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+
+
+@pytest.mark.slow
+def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric_with_its_certified_interval(
+        infra, tmp_path, offline, capsys):
+    """One ``--tasks`` run of a 3-shot task of version 1.0 listing acc and acc_norm: lm-eval's own table shows
+    n-shot 3, the version, both metrics (acc_norm read off the same log-likelihoods, no second run) each with its
+    certified interval, and says that ± is the stderr; the samples hold lm-eval's fields (the dataset row, the
+    gold's index as text, (loglik, is_greedy) per choice)."""
+    from lm_eval.utils import make_table
+
+    yaml = write_mc_task(tmp_path / "tasks", n_docs=12, num_fewshot=3, gold_cycles=True, metrics=("acc", "acc_norm"),
+                         version="1.0")
+    runs = tmp_path / "runs"
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
+               "--batch-size", "4", "--output", str(runs), "--run-id", "table", "--log_samples"])
+    assert rc == 0, capsys.readouterr().err
+    stored = json.loads((runs / "table" / "results.json").read_text())
+    entry = stored["models"][0]
+    other = entry["metrics"]["acc_norm,none"]
+    assert entry["metric"] == "acc,none" and other["anytime_valid"] and "same draws" in other["interval"]
+    assert other["lower"] <= other["mean"] <= other["upper"] and other["n_scored"] == entry["n_scored"]
+    block = stored["lm_eval"][entry["model"]]
+    assert block["n-shot"] == {"tiny_mc": 3} and block["versions"] == {"tiny_mc": 1.0}
+    assert block["configs"]["tiny_mc"]["output_type"] == "multiple_choice"
+    assert block["configs"]["tiny_mc"]["num_fewshot"] == 3
+    rows = _table_rows(make_table(block))
+    assert rows[0][0].startswith("tiny_mc (± is the stderr; certified 95% interval")
+    assert rows[0][1] == "1" and {row[3] for row in rows} == {"3"}  # 1.0 as lm-eval's table prints it
+    assert entry["n_scored"] < 12 and entry["upper"] - entry["lower"] > 0  # stopped early: a real interval
+    cells = {row[4]: row[6] for row in rows}
+    assert cells["acc"] == f"{entry['mean']:.4f}" and cells["acc_norm"] == f"{other['mean']:.4f}"
+    assert cells["acc_ci_lower"] == f"{entry['lower']:.4f}" and cells["acc_ci_upper"] == f"{entry['upper']:.4f}"
+    assert cells["acc_norm_ci_lower"] == f"{other['lower']:.4f}"
+    assert cells["acc_norm_ci_upper"] == f"{other['upper']:.4f}"
+    samples = next((runs / "table" / "samples").rglob("samples_tiny_mc_*.jsonl"))
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert len(lines) == entry["n_scored"]
+    for line in lines:
+        doc = line["doc"]
+        assert set(doc) == {"question", "choices", "label"} and line["target"] == str(doc["label"])
+        assert line["metrics"] == ["acc", "acc_norm"] and line["filter"] == "none"
+        assert len(line["arguments"]) == 3 and line["arguments"]["gen_args_1"]["arg_1"] == " " + doc["choices"][1]
+        lls = [float(ll) for ll, greedy in line["filtered_resps"]]
+        assert all(greedy in ("True", "False") for _, greedy in line["filtered_resps"])
+        assert line["resps"] == [[pair] for pair in line["filtered_resps"]]
+        best = max(range(3), key=lambda i: lls[i] / len(doc["choices"][i]))
+        assert line["acc_norm"] == float(best == doc["label"])
+        assert line["acc"] == float(max(range(3), key=lambda i: lls[i]) == doc["label"])
+    # the same run again under the same --output: every item answered from the score cache, which kept the
+    # log-likelihoods, so acc_norm is still there, the same
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
+               "--batch-size", "4", "--output", str(runs), "--run-id", "again", "--json"])
+    again = json.loads(capsys.readouterr().out)["models"][0]
+    assert rc == 0 and again["items_sent_to_model"] == 0
+    assert again["metrics"]["acc_norm,none"]["upper"] == other["upper"]

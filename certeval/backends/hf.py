@@ -94,6 +94,12 @@ class HFHost(ModelHost):
 
     def loglikelihoods(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int]]:
         """Sum of continuation-token log-probs for each (context, continuation), and tokens per pair."""
+        sums, tokens, _ = self.loglikelihoods_greedy(pairs)
+        return sums, tokens
+
+    def loglikelihoods_greedy(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int], list[bool]]:
+        """:meth:`loglikelihoods`, and whether each continuation is the greedy one (every token the argmax), as
+        lm-eval's ``loglikelihood`` answers ``(loglik, is_greedy)``."""
         import torch
 
         encoded = []
@@ -103,6 +109,7 @@ class HFHost(ModelHost):
             encoded.append((tokens, min(len(cont), len(tokens) - 1)))
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i][0]))  # similar lengths share a batch
         sums = [0.0] * len(encoded)
+        greedy = [False] * len(encoded)
         pad_id = self._pad_id()
         device = self.options.device
         bs = self.options.batch_size
@@ -124,10 +131,12 @@ class HFHost(ModelHost):
                 logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
                 targets = ids[:, width - keep + 1:].to(device)
                 token_lp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu()
+                top = (logprobs.argmax(dim=-1) == targets).cpu()
                 for row, i in enumerate(chunk):
                     n_cont = encoded[i][1]
                     sums[i] = float(token_lp[row, keep - 1 - n_cont:].sum())
-        return sums, [len(tokens) for tokens, _ in encoded]
+                    greedy[i] = bool(top[row, keep - 1 - n_cont:].all())
+        return sums, [len(tokens) for tokens, _ in encoded], greedy
 
     def generate(self, requests: list[GenerationRequest]) -> tuple[list[str], list[int]]:
         """Greedy completions, each stopped at its request's stop strings or budget (lm-eval's ``generate_until``:
@@ -188,19 +197,22 @@ class HFHost(ModelHost):
         if scorer.kind == sc.LOGLIK:
             requests = [sc.mc_request(item) for item in items]
             pairs = [(ctx, cont) for ctx, conts in requests for cont in conts]
-            logliks, tokens = self.loglikelihoods(pairs)
-            outputs, used, pos = [], [], 0
+            logliks, tokens, greedy = self.loglikelihoods_greedy(pairs)
+            outputs, used, resps, pos = [], [], [], 0
             for _, conts in requests:
                 outputs.append(logliks[pos:pos + len(conts)])
                 used.append(sum(tokens[pos:pos + len(conts)]))
+                resps.append([[ll, g] for ll, g in zip(logliks[pos:pos + len(conts)], greedy[pos:pos + len(conts)])])
                 pos += len(conts)
         else:
             outputs, used = self.generate(sc.generation_requests(items, self.options.max_new_tokens))
+            resps = [None] * len(items)
         scores = [sc.judge(scorer, out, item) for out, item in zip(outputs, items)]
         share = (time.perf_counter() - t0) / len(items)  # per-item share of this call's wall time
+        # resps: lm-eval's answer to each log-likelihood request, (loglik, is_greedy) per choice
         return [{"item_id": str(item["item_id"]), "score": s, "tokens": int(n), "latency_s": share,
-                 "output": sc.output_text(out, item)}
-                for item, s, n, out in zip(items, scores, used, outputs)]
+                 "output": sc.output_text(out, item), **({"resps": r} if r is not None else {})}
+                for item, s, n, out, r in zip(items, scores, used, outputs, resps)]
 
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec.text, "kind": "hf", "device": self.options.device, "dtype": self.options.dtype,

@@ -96,6 +96,12 @@ class VLLMHost(ModelHost):
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def loglikelihoods(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int]]:
+        sums, tokens, _ = self.loglikelihoods_greedy(pairs)
+        return sums, tokens
+
+    def loglikelihoods_greedy(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int], list[bool | None]]:
+        """Log-likelihoods, tokens, and whether each continuation is the greedy one (every token of rank 1; None
+        where vLLM gives no rank)."""
         prompts, n_cont = [], []
         for context, continuation in pairs:
             ctx, whole = self._encode(context), self._encode(context + continuation)
@@ -105,15 +111,18 @@ class VLLMHost(ModelHost):
             n_cont.append(min(len(cont), len(tokens) - 1))
         params = self.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        sums = []
+        sums, greedy = [], []
         for out, prompt, n in zip(outputs, prompts, n_cont):
             ids = prompt["prompt_token_ids"]
             # prompt_logprobs[j] maps token ids to Logprob objects for position j (None at j = 0)
-            total = 0.0
+            total, ranks = 0.0, []
             for j in range(len(ids) - n, len(ids)):
-                total += float(out.prompt_logprobs[j][ids[j]].logprob)
+                entry = out.prompt_logprobs[j][ids[j]]
+                total += float(entry.logprob)
+                ranks.append(getattr(entry, "rank", None))
             sums.append(total)
-        return sums, [len(p["prompt_token_ids"]) for p in prompts]
+            greedy.append(None if any(r is None for r in ranks) else all(r == 1 for r in ranks))
+        return sums, [len(p["prompt_token_ids"]) for p in prompts], greedy
 
     def generate(self, requests: list[GenerationRequest]) -> tuple[list[str], list[int]]:
         """Greedy completions at each request's stop strings and budget (vLLM leaves the stop string out; the text
@@ -136,18 +145,20 @@ class VLLMHost(ModelHost):
             scorer.check_item(item)
         if scorer.kind == sc.LOGLIK:
             requests = [sc.mc_request(item) for item in items]
-            logliks, tokens = self.loglikelihoods([(c, x) for c, xs in requests for x in xs])
-            outputs, used, pos = [], [], 0
+            logliks, tokens, greedy = self.loglikelihoods_greedy([(c, x) for c, xs in requests for x in xs])
+            outputs, used, resps, pos = [], [], [], 0
             for _, conts in requests:
                 outputs.append(logliks[pos:pos + len(conts)])
                 used.append(sum(tokens[pos:pos + len(conts)]))
+                resps.append([[ll, g] for ll, g in zip(logliks[pos:pos + len(conts)], greedy[pos:pos + len(conts)])])
                 pos += len(conts)
         else:
             outputs, used = self.generate(sc.generation_requests(items, self.options.max_new_tokens))
+            resps = [None] * len(items)
         share = (time.perf_counter() - t0) / len(items)
         return [{"item_id": str(item["item_id"]), "score": sc.judge(scorer, out, item), "tokens": int(n),
-                 "latency_s": share, "output": sc.output_text(out, item)}
-                for item, out, n in zip(items, outputs, used)]
+                 "latency_s": share, "output": sc.output_text(out, item), **({"resps": r} if r is not None else {})}
+                for item, out, n, r in zip(items, outputs, used, resps)]
 
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec.text, "kind": "vllm", **self.options.llm_kwargs(),

@@ -3,12 +3,14 @@ raylet. What it logs and where it caches come from its ``options`` argument, nev
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
 import ray
 
+from ..lm_eval_metrics import pack_output, unpack_output
 from ..runtime_options import RuntimeOptions, runtime_options
 
 
@@ -76,10 +78,11 @@ class ModelWorker:
             if cache is not None and fresh:
                 rows = [{**{c: r.get(c) for c in ScoreCache.COLUMNS if c != "item_key"}, "item_key": k,
                          "prompt_hash": prompt_hash(it)} for r, (it, k) in zip(fresh, todo)]
-                for row in rows:
+                for row, r in zip(rows, fresh):
                     row["tokens"] = int(row["tokens"] or 0)
                     row["latency_s"] = float(row["latency_s"] or 0.0)
                     row["output"] = None if row["output"] is None else str(row["output"])  # replay: none, kept null
+                    row["output"] = pack_output(row["output"], r.get("resps"))  # a log-likelihood item's resps too
                 paid_now.append((cache, rows))
             log.extend(f"{label}\t{r['item_id']}\n" for r in fresh)
             by_key = {**paid, **{k: r for (_, k), r in zip(todo, fresh)}}
@@ -96,8 +99,13 @@ class ModelWorker:
         if cache is None:
             return {}
         known = cache.load()
-        return {k: {"item_id": it["item_id"], "score": known[k], "output": cache.outputs.get(k), "tokens": 0, "latency_s": 0.0,
-                    "from_cache": True} for it, k in zip(items, keys) if k in known}
+        out = {}
+        for it, k in zip(items, keys):
+            if k in known:
+                output, resps = unpack_output(cache.outputs.get(k))
+                out[k] = {"item_id": it["item_id"], "score": known[k], "output": output, "tokens": 0, "latency_s": 0.0,
+                          "from_cache": True, **({"resps": json.loads(resps)} if resps is not None else {})}
+        return out
 
     def close(self) -> None:
         for host in self.hosts.values():

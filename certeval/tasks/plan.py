@@ -142,6 +142,19 @@ class RunPlan:
                             precision=parse_goal(self.goal).value if self.paired and self.goal else None)
 
 
+LOGLIK_SCORERS = {"acc": "mc-loglik", "acc_norm": "mc-loglik-norm"}  # lm-eval's metric -> certeval's judge of it
+
+
+def task_scorer(frame: Any) -> str | None:
+    """The scorer a multiple-choice lm-eval task bank stops on by default: the judge of the first metric its task
+    lists (acc, or acc_norm); None (certeval's default) for a bank of no task."""
+    from ..lm_eval_metrics import task_metas
+
+    metas = task_metas(frame)
+    first = [m["metric"] for m in metas[0]["metrics"]][:1] if metas else []
+    return LOGLIK_SCORERS.get(first[0]) if first else None
+
+
 # options that change how a model is run, not what it answers (kept out of the cache key)
 _RUNTIME_OPTIONS = {"latency", "device", "batch", "replicas"}
 
@@ -352,6 +365,8 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         from ..lm_eval_scoring import SCORING, is_lm_eval_scorer, qualified
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
+        if scorer in (None, "", "auto") and SCORING not in columns:
+            scorer = task_scorer(loaded.frame)
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
         if is_lm_eval_scorer(scorer):  # named by the metric and filter it judges, as lm-eval's results name it
             scorer = qualified(scorer, str(loaded.frame[SCORING].dropna().iloc[0]))

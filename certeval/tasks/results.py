@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 
 from ..estimators.results import Estimate
+from ..estimators._validation import InputError
 from ..harness_output import filter_name, lm_eval_block, metric_name, task_block
+from ..lm_eval_metrics import interval_on_same_draws, item_scores, listed_pairs, other_interval_text, task_metas
 from ..looks import last_looks
 from ..results_record import RunResults
 
@@ -33,6 +35,11 @@ def run_results(run: Any) -> dict[str, Any]:
     by_model = {m: g["score"].to_numpy(float) for m, g in rounds.groupby("model", sort=False)} if len(rounds) else {}
     looks = last_looks(rounds)  # every number below is the one recorded at the model's last look
     metric = metric_name(plan.scorer)  # lm-eval's name for what was judged ("score": recorded scores replayed)
+    filt = filter_name(plan.scorer)
+    kind = scorer_kind(plan.scorer)
+    # every other metric the task lists that the same requests give (acc_norm beside acc, other filters)
+    pairs, cannot = listed_pairs(run.bank.frame, (metric, filt), kind) if kind else ([(metric, filt)], {})
+    metas = task_metas(run.bank.frame)
     aggregate = aggregate_of(run.spec)
     claim = run.engine.group.interval_claim() if plan.paired else None
     for label, spec in zip(run.labels, plan.models):
@@ -47,10 +54,10 @@ def run_results(run: Any) -> dict[str, Any]:
             est = replace(live, n_scored=look.n_scored, mean=look.mean, lower=look.lower, upper=look.upper)
         scored = by_model.get(label, np.zeros(0))
         n, total = est.n_scored, run.bank.n_items
-        stderr = float("nan")
-        if n > 1:
-            fpc = max(0.0, 1.0 - n / total) if plan.paired or est.target == "bank" else 1.0
-            stderr = float(np.std(scored, ddof=1) / math.sqrt(n) * math.sqrt(fpc)) if len(scored) > 1 else float("nan")
+        finite = plan.paired or est.target == "bank"
+        stderr = _stderr(scored, n, total, finite)
+        others, not_reported = _other_metrics(run, label, rounds, pairs, kind, metric, finite)
+        not_reported.update({f"{m},{f}": why for (m, f), why in cannot.items()})
         entry = {
             "model": label, "spec": spec, "mean": est.mean, "lower": est.lower, "upper": est.upper,
             "halfwidth": est.halfwidth, "n_scored": n, "n_total": total, "confidence": est.confidence,
@@ -61,15 +68,21 @@ def run_results(run: Any) -> dict[str, Any]:
         }
         if label in run.history:
             entry["history"] = run.history[label].describe()
+        entry["metric"] = f"{metric},{filt}"  # what the run stopped on: the interval above
+        if others or not_reported:
+            entry["metrics"] = {f"{o['metric']},{o['filter']}": o for o in others}
+            entry["metrics_not_reported"] = not_reported
         # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
         block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
-                           n_scored=n, n_total=total, metric=metric, filter_key=filter_name(plan.scorer))
+                           n_scored=n, n_total=total, metric=metric, filter_key=filt, others=others,
+                           confidence=est.confidence)
         entry["results"] = {plan.task_name: block}
         lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
         lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
                                              limit=plan.max_items, seed=plan.seed, metric=metric,
                                              aggregation=AGGREGATION[aggregate["name"]],
-                                             date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
+                                             date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
+                                             metas=metas, output_type=OUTPUT_TYPES.get(kind))
         models.append(entry)
     group = run.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
     if plan.kind == "select" and group is not None:  # (names kept from before one interval per model)
@@ -127,6 +140,64 @@ def run_results(run: Any) -> dict[str, Any]:
 
 
 AGGREGATION = {"mean": "mean", "subset-mean": "mean_of_subset_means"}  # in lm-eval's metric_list
+OUTPUT_TYPES = {"loglik": "multiple_choice", "generate": "generate_until"}  # lm-eval's, for a bank of no task
+
+
+def scorer_kind(scorer: str | None) -> str | None:
+    """``loglik`` / ``generate`` for the run's scorer; None for recorded scores (or a scorer not importable)."""
+    from ..backends.scorers import get_scorer
+
+    if not scorer or scorer == "auto":
+        return None
+    try:
+        return get_scorer(scorer, allow_import=False).kind
+    except InputError:
+        return None
+
+
+def _stderr(scored: np.ndarray, n: int, total: int, finite: bool) -> float:
+    """The descriptive standard error of the scored items' mean (lm-eval's ``_stderr``), with the finite-population
+    correction where the estimand is the bank's own mean."""
+    if n <= 1 or len(scored) <= 1:
+        return float("nan")
+    fpc = max(0.0, 1.0 - n / total) if finite else 1.0
+    return float(np.std(scored, ddof=1) / math.sqrt(n) * math.sqrt(fpc))
+
+
+def _other_metrics(run: Any, label: str, rounds: pd.DataFrame, pairs: list, kind: str | None, stopped_on: str,
+                   finite: bool) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The task's other metrics for one model, each read off the run's stored answers, with the run's method fed
+    their scores on the same draws (:mod:`certeval.lm_eval_metrics`); and those that could not be, with why."""
+    others: list[dict[str, Any]] = []
+    missing: dict[str, str] = {}
+    if len(pairs) < 2 or run.bank.frame is None:
+        return others, missing
+    mine = rounds[rounds["model"] == label] if len(rounds) else rounds
+    method = run.methods.get(label)
+    if method is None or not len(mine) or method.n_scored == 0:
+        return others, missing
+    state = method.state()
+    looks = np.cumsum(mine.groupby("round", sort=True).size().to_numpy()).tolist()  # items after each look
+    for metric, filt in pairs[1:]:
+        key = f"{metric},{filt}"
+        scores = item_scores((metric, filt), mine, run.bank.frame, kind)
+        if isinstance(scores, str):
+            missing[key] = scores
+            continue
+        positions = run.bank.positions(list(scores))
+        at = dict(zip(positions.tolist(), scores.values()))
+        if not set(int(p) for p in state["order"]) <= set(at):
+            missing[key] = "the method's draws are not the stored rounds' items"
+            continue
+        est = interval_on_same_draws(state, at, looks)
+        values = np.fromiter(scores.values(), dtype=float)
+        others.append({
+            "metric": metric, "filter": filt, "mean": est.mean, "lower": est.lower, "upper": est.upper,
+            "halfwidth": est.halfwidth, "stderr": _stderr(values, len(values), run.bank.n_items, finite),
+            "n_scored": est.n_scored, "confidence": est.confidence, "method": est.method,
+            "anytime_valid": est.anytime_valid, "guarantee": est.guarantee,
+            "interval": other_interval_text(est, metric, stopped_on, run.plan.paired)})
+    return others, missing
 
 
 def aggregate_of(spec: Any) -> dict[str, Any]:

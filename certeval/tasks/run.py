@@ -26,6 +26,8 @@ from ..estimators._validation import InputError
 from ..engine import PairedRounds, SingleModelRounds
 from ..estimators.groups import GroupRequest
 from ..estimators.results import Decision
+from ..lm_eval_metrics import RESPS, pack_output, resps_text, unpack_output
+from ..lm_eval_tasks import DOC as LM_EVAL_DOC, TASK_META as LM_EVAL_TASK_META
 from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord
 from ..progress import run_progress
 from ..storage import RunStore, item_key, prompt_hash, safe_name
@@ -42,6 +44,7 @@ class RoundScores:
     scores: dict[str, np.ndarray] = field(default_factory=dict)
     fresh: dict[str, int] = field(default_factory=dict)  # items sent to a model (not from the cache)
     outputs: dict[str, list] = field(default_factory=dict)  # the model's answer per item (None: replay, none)
+    resps: dict[str, list] = field(default_factory=dict)  # lm-eval's resps of a log-likelihood item (JSON text)
 
 
 class Run:
@@ -313,23 +316,27 @@ class Run:
         todo = {label: reqs for label, reqs in requests.items() if reqs}
         got = pool.score(todo, chunk, on_result=absorb) if todo else {}
         self.pool_stats = pool.stats
-        outputs_known = self.cached_outputs
+        outputs_known = self.cached_outputs  # as the score cache keeps them (with a log-likelihood item's resps)
         for label, pos in batch.items.items():
             by_id = {r["item_id"]: r for r in got.get(label, [])}
-            scores, outputs = np.empty(len(pos)), []
+            scores, outputs, resps = np.empty(len(pos)), [], []
             for i, p in enumerate(pos):
                 key = self.keys[p]
                 if key in hits[label]:
                     scores[i] = hits[label][key]
-                    outputs.append(outputs_known.get(label, {}).get(key))
+                    output, resp = unpack_output(outputs_known.get(label, {}).get(key))
                 else:
                     result = by_id[self.bank.item_ids[p]]
                     scores[i] = float(result["score"])
-                    outputs.append(None if result.get("output") is None else str(result["output"]))
+                    output = None if result.get("output") is None else str(result["output"])
+                    resp = resps_text(result.get("resps"))
                     self.cached.setdefault(label, {})[key] = scores[i]
-                    outputs_known.setdefault(label, {})[key] = outputs[-1]
+                    outputs_known.setdefault(label, {})[key] = pack_output(output, result.get("resps"))
+                outputs.append(output)
+                resps.append(resp)
             batch.scores[label] = scores
             batch.outputs[label] = outputs
+            batch.resps[label] = resps
             batch.fresh[label] = len(requests[label])
             self.sent[label] += len(requests[label])
             if self.progress is not None and hits[label]:
@@ -383,12 +390,16 @@ class Run:
             known = self._look_records
             records = [(known[1].get(label) if known is not None and known[0] == self.round else None)
                        or self.look_record(label) for label in labels]
+            resps = list(itertools.chain.from_iterable(
+                batch.resps.get(label) or [None] * len(batch.items[label]) for label in labels))
             columns = {
                 "model": np.repeat(np.asarray(labels, dtype=object), counts),
                 "item_id": ids[pos],
                 "score": np.concatenate([np.asarray(batch.scores[label], dtype=float) for label in labels]),
                 # generation kept apart from judging: `certeval rescore` re-judges these without the model
                 "output": pd.Series(outputs, dtype=object),
+                # a log-likelihood item's (loglik, is_greedy) per choice: every metric of the task is read off them
+                **({RESPS: pd.Series(resps, dtype=object)} if any(r is not None for r in resps) else {}),
                 "prompt_hash": pd.Series(self._prompt_hash_array(np.unique(pos))[pos], dtype=object),
                 "round": self.round,
                 "prob": np.concatenate([np.asarray(batch.probs[label], dtype=float) for label in labels]),
@@ -490,5 +501,6 @@ def _item_record(frame: pd.DataFrame, pos: int) -> dict[str, Any]:
         elif isinstance(v, float) and math.isnan(v):
             v = None
         out[k] = v
-    out.pop("embedding", None)
+    for column in ("embedding", LM_EVAL_TASK_META, LM_EVAL_DOC):  # what the model is never shown
+        out.pop(column, None)
     return out
