@@ -25,7 +25,7 @@ from ..estimators import make_method, method_for_goal, method_from_state, parse_
 from ..estimators._validation import InputError
 from ..engine import PairedRounds, SingleModelRounds
 from ..estimators.groups import GroupRequest
-from ..estimators.results import Decision
+from ..estimators.results import Decision, to_jsonable
 from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord
 from ..progress import run_progress
 from ..storage import RunStore, item_key, prompt_hash, safe_name
@@ -481,14 +481,6 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _item_record(frame: pd.DataFrame, pos: int) -> dict[str, Any]:
-    """One bank row as a plain dict (numpy arrays as lists) for a model actor."""
-    rec = frame.iloc[int(pos)].to_dict()
-    out = {}
-    for k, v in rec.items():
-        if isinstance(v, np.ndarray):
-            v = v.tolist()
-        elif isinstance(v, float) and math.isnan(v):
-            v = None
-        out[k] = v
-    out.pop("embedding", None)
-    return out
+    """One bank row as plain data for a model actor (the one converter of stored values: numpy arrays as lists,
+    NaN as None), without its embedding."""
+    return {k: to_jsonable(v) for k, v in frame.iloc[int(pos)].items() if k != "embedding"}
