@@ -32,12 +32,12 @@ def say(text: str) -> None:
 
 
 def _model_text(run: Any, label: str) -> str:
-    est = run.methods[label].result()
-    text = interval_text(est.n_scored, est.mean, est.lower, est.upper)
+    look = run.shown_look(label)  # the look log's record: the interval results.json and the report show
+    text = interval_text(look.n_scored, look.mean, look.lower, look.upper)
     decision = run.decisions.get(label)
     if decision is not None and decision.done:
         text += f" {decision.verdict or decision.rule}"
-    return f"{label} {est.n_scored} scored {text}"
+    return f"{label} {look.n_scored} scored {text}"
 
 
 class RunLines:
@@ -92,12 +92,12 @@ class RunBars:
 
     def refresh(self) -> None:
         for label, task in self.tasks.items():
-            est = self.run.methods[label].result()
-            text = interval_text(est.n_scored, est.mean, est.lower, est.upper) if est.n_scored else ""
+            look = self.run.shown_look(label)  # the same record as the lines, results.json and the report
+            text = interval_text(look.n_scored, look.mean, look.lower, look.upper) if look.n_scored else ""
             decision = self.run.decisions.get(label)
             if decision is not None and decision.done:
                 text += f"  {decision.verdict or decision.rule}"
-            self.bar.update(task, completed=est.n_scored, interval=text)
+            self.bar.update(task, completed=self.run.n_scored(label), interval=text)
 
     def close(self) -> None:
         self.bar.stop()

@@ -78,6 +78,7 @@ class Run:
         self._prompt_hash_known = np.zeros(bank.n_items, dtype=bool)
         self._item_id_array = np.asarray(bank.item_ids, dtype=object)
         self._look_records: tuple[int, dict[str, LookRecord]] | None = None  # the round's, made by decide
+        self.shown: dict[str, LookRecord] = {}  # each model's latest look record: what every screen shows of it
 
     # -- load -----------------------------------------------------------------
     @classmethod
@@ -146,6 +147,8 @@ class Run:
         else:
             self._open_single()
         self._verify_record()
+        if self.round:  # resumed: the models as their last looks left them (paired: the group re-decided above)
+            self.shown = {label: self.look_record(label) for label in self.labels}
         self.progress = run_progress(self, progress)  # None, live bars or one line per round (certeval.progress)
 
     def _item_keys(self) -> list[str]:
@@ -353,6 +356,7 @@ class Run:
         self.active = self.engine.active
         # the look log's entries are statistics of this look: computed here, written by store_round
         self._look_records = (self.round, {label: self.look_record(label) for label in batch.items})
+        self.shown.update(self._look_records[1])
         if self.progress is not None:
             self.progress.refresh()
         return dict(self.decisions)
@@ -421,6 +425,11 @@ class Run:
                 "decisions": {k: v.to_dict() for k, v in self.decisions.items()},
             })
         self.round += 1
+
+    def shown_look(self, label: str) -> LookRecord:
+        """What every screen shows of ``label`` now: its latest look record (the progress line, then results.json,
+        the report and the summary read the same record), or its method's state before any look."""
+        return self.shown.get(label) or self.look_record(label)
 
     def look_record(self, label: str) -> LookRecord:
         """The look log entry of ``label`` at this look (DESIGN §5, :mod:`certeval.looks`), recorded once with
