@@ -27,6 +27,17 @@ def interval_text(n_scored: int, mean: float, lower: float, upper: float) -> str
     return "no item yet" if n_scored == 0 else f"{mean:.3f} [{lower:.3f}, {upper:.3f}]"
 
 
+# a selection's statuses in words: the same on the progress lines, the console summary and report.md
+SELECTION_WORDS = {"selected": "selected", "not-selected": "not selected", "not-best": "dropped (not among the best)",
+                   "below": "dropped (below the threshold)", "discarded": "dropped", "running": "undecided"}
+
+
+def verdict_text(kind: str, decision: Any) -> str:
+    """A decided model's verdict as every screen words it (a selection's status in words, else as decided)."""
+    note = str(decision.verdict or decision.rule or "")
+    return SELECTION_WORDS.get(note, note) if kind == "select" else note
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -36,7 +47,7 @@ def _model_text(run: Any, label: str) -> str:
     text = interval_text(look.n_scored, look.mean, look.lower, look.upper)
     decision = run.decisions.get(label)
     if decision is not None and decision.done:
-        text += f" {decision.verdict or decision.rule}"
+        text += f" {verdict_text(run.plan.kind, decision)}"
     return f"{label} {look.n_scored} scored {text}"
 
 
@@ -96,7 +107,7 @@ class RunBars:
             text = interval_text(look.n_scored, look.mean, look.lower, look.upper) if look.n_scored else ""
             decision = self.run.decisions.get(label)
             if decision is not None and decision.done:
-                text += f"  {decision.verdict or decision.rule}"
+                text += f"  {verdict_text(self.run.plan.kind, decision)}"
             self.bar.update(task, completed=self.run.n_scored(label), interval=text)
 
     def close(self) -> None:

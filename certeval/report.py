@@ -37,6 +37,7 @@ import pandas as pd
 
 from .estimators._validation import InputError
 from .estimators.ranking import rank_numbers
+from .progress import SELECTION_WORDS as STATUS_TEXT  # a selection's statuses: one wording on every screen
 from .storage import Folder, bounded, filesystem, verify_record
 from .report_plots import (VERDICT_TEXT, _pyplot, model_colours, plot_differences,  # noqa: F401
                            plot_interval_curves, plot_ranking, plot_savings, savings_frame, spell_verdict)
@@ -242,8 +243,6 @@ def ranking_rows(run: RunData) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------
 
 
-STATUS_TEXT = {"selected": "selected", "not-selected": "not selected", "not-best": "dropped (not among the best)",
-               "below": "dropped (below the threshold)", "discarded": "dropped", "running": "undecided"}
 
 
 def _statement(results: dict[str, Any]) -> str | None:

@@ -119,6 +119,8 @@ def test_every_model_shows_one_interval_on_every_screen(screens, case):
         assert int(table[name]["items scored"]) == m["n_scored"]
         # the model's verdict: the same words on the console, in the report's table and on the last progress line
         assert console[name][4] == table[name]["verdict"].replace("\\|", "|"), name
+        if case != "compare":  # (the progress line keeps a pair's verdict short: a>b)
+            assert last[name][4] == console[name][4], name
         estimate = m["estimate"]  # the live estimator's numbers at the end are the look log's
         assert (estimate["mean"], estimate["lower"], estimate["upper"]) == (mean, lower, upper)
 
