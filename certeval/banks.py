@@ -21,6 +21,7 @@ import pandas as pd
 
 from .estimators._validation import InputError
 from .estimators.protocol import BankSpec
+from .estimators.results import to_jsonable
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SCORE_COLUMNS = ("model", "item_id", "score")
@@ -56,7 +57,7 @@ def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
         elif lower.endswith(".json"):
             frame = pd.read_json(resolved)
         elif lower.endswith(".csv"):
-            frame = pd.read_csv(resolved)
+            frame = list_cells(pd.read_csv(resolved))
         else:
             raise InputError(f"{what} {str(path)!r} must be .parquet, .jsonl, .json or .csv")
     except InputError:
@@ -65,6 +66,36 @@ def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
         raise InputError(f"{what} {str(path)!r} does not exist") from None
     except Exception as exc:  # unreadable file: one line, not a traceback
         raise InputError(f"{what} {str(path)!r} could not be read: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    return frame
+
+
+def _as_list(text: str) -> list | None:
+    """A CSV cell written from a list (JSON ``["a", "b"]`` or pandas' ``['a', 'b']``) as that list; else None."""
+    import ast
+    import json
+
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        return value if isinstance(value, list) else None
+    return None
+
+
+def list_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """A CSV's list columns (``choices``, ``answers``, ``embedding``) as lists: CSV has no list type, so a table
+    saved with one holds its text (``to_csv`` writes ``['a', 'b']``). A text column becomes a list column only when
+    every one of its cells is a bracketed list."""
+    for column in frame.columns:
+        if not (pd.api.types.is_object_dtype(frame[column]) or pd.api.types.is_string_dtype(frame[column])):
+            continue
+        cells = frame[column].dropna()
+        if cells.empty or not all(isinstance(c, str) and c.strip()[:1] == "[" and c.strip()[-1:] == "]" for c in cells):
+            continue
+        parsed = {i: _as_list(c) for i, c in cells.items()}
+        if all(v is not None for v in parsed.values()):
+            frame[column] = pd.Series([parsed.get(i) for i in frame.index], index=frame.index, dtype=object)
     return frame
 
 
@@ -154,14 +185,6 @@ def _encode_subsets(values: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
     return np.array([lookup[v] for v in values.astype(str)], dtype=np.int64), names
 
 
-def _plain_value(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return [_plain_value(v) for v in value.tolist()]
-    if isinstance(value, list):
-        return [_plain_value(v) for v in value]
-    return value
-
-
 def bank_from_frame(frame: pd.DataFrame, source: str = "bank") -> Bank:
     """Validate an items table and build a :class:`Bank` (order of rows is kept)."""
     if len(frame) == 0:
@@ -171,8 +194,9 @@ def bank_from_frame(frame: pd.DataFrame, source: str = "bank") -> Bank:
     frame = frame.reset_index(drop=True).copy()
     frame["item_id"] = frame["item_id"].astype(str)
     for column in frame.columns[frame.dtypes == object]:
-        # list columns (choices, answers) read from Parquet come back as numpy arrays: plain lists, as from JSONL
-        frame[column] = frame[column].map(_plain_value)
+        # list columns (choices, answers) read from Parquet come back as numpy arrays, gaps as NaN or pd.NA: plain
+        # lists and None, as from JSONL (the one converter of stored values, also the cache's hash input)
+        frame[column] = pd.Series([to_jsonable(v) for v in frame[column]], index=frame.index, dtype=object)
     dup = frame["item_id"].duplicated()
     if dup.any():
         raise InputError(f"{source} has duplicate item_id {frame.loc[dup, 'item_id'].iloc[0]!r}")

@@ -20,6 +20,7 @@ Pure: numpy and the estimators only.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
@@ -193,6 +194,8 @@ class PairedRounds:
             if label in active:
                 self.decisions[label] = Decision(False, None, looks, False, None, "")
             elif prev is not None and prev.done:
+                if kind == "rank" and prev.rule == "rank":  # its rank as of this look: the final table's, at the end
+                    self.decisions[label] = replace(prev, verdict=self.verdict(label))
                 continue
             elif label in still:  # stopped by the bank or the budget, not by the test
                 self.decisions[label] = Decision(True, "exhausted" if exhausted else "budget", looks, False, None,

@@ -27,17 +27,28 @@ def interval_text(n_scored: int, mean: float, lower: float, upper: float) -> str
     return "no item yet" if n_scored == 0 else f"{mean:.3f} [{lower:.3f}, {upper:.3f}]"
 
 
+# a selection's statuses in words: the same on the progress lines, the console summary and report.md
+SELECTION_WORDS = {"selected": "selected", "not-selected": "not selected", "not-best": "dropped (not among the best)",
+                   "below": "dropped (below the threshold)", "discarded": "dropped", "running": "undecided"}
+
+
+def verdict_text(kind: str, decision: Any) -> str:
+    """A decided model's verdict as every screen words it (a selection's status in words, else as decided)."""
+    note = str(decision.verdict or decision.rule or "")
+    return SELECTION_WORDS.get(note, note) if kind == "select" else note
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
 def _model_text(run: Any, label: str) -> str:
-    est = run.methods[label].result()
-    text = interval_text(est.n_scored, est.mean, est.lower, est.upper)
+    look = run.shown_look(label)  # the look log's record: the interval results.json and the report show
+    text = interval_text(look.n_scored, look.mean, look.lower, look.upper)
     decision = run.decisions.get(label)
     if decision is not None and decision.done:
-        text += f" {decision.verdict or decision.rule}"
-    return f"{label} {est.n_scored} scored {text}"
+        text += f" {verdict_text(run.plan.kind, decision)}"
+    return f"{label} {look.n_scored} scored {text}"
 
 
 class RunLines:
@@ -92,12 +103,12 @@ class RunBars:
 
     def refresh(self) -> None:
         for label, task in self.tasks.items():
-            est = self.run.methods[label].result()
-            text = interval_text(est.n_scored, est.mean, est.lower, est.upper) if est.n_scored else ""
+            look = self.run.shown_look(label)  # the same record as the lines, results.json and the report
+            text = interval_text(look.n_scored, look.mean, look.lower, look.upper) if look.n_scored else ""
             decision = self.run.decisions.get(label)
             if decision is not None and decision.done:
-                text += f"  {decision.verdict or decision.rule}"
-            self.bar.update(task, completed=est.n_scored, interval=text)
+                text += f"  {verdict_text(self.run.plan.kind, decision)}"
+            self.bar.update(task, completed=self.run.n_scored(label), interval=text)
 
     def close(self) -> None:
         self.bar.stop()

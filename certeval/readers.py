@@ -292,15 +292,18 @@ def read_inspect_log(path: str, metric: str | None = None) -> pd.DataFrame:
 
 
 def read_inspect_items(path: str) -> pd.DataFrame:
-    """One Inspect log as an item bank: ``item_id, subset, question, answer`` (sample input and target)."""
+    """One Inspect log as an item bank: ``item_id, subset, question, answer`` (sample input and target), and
+    ``choices`` where its samples have them (a multiple-choice task: the target is the choice's letter)."""
     log = _read_inspect(path)
     task = log.eval.task
     rows = {}
     for sample in _inspect_samples(path, log):
         question = sample.input if isinstance(sample.input, str) else "\n".join(
             str(getattr(m, "text", m)) for m in sample.input)
-        rows.setdefault(f"{task}/{sample.id}", {"item_id": f"{task}/{sample.id}", "subset": task,
-                                                 "question": question, "answer": _text(sample.target)})
+        row = {"item_id": f"{task}/{sample.id}", "subset": task, "question": question, "answer": _text(sample.target)}
+        if getattr(sample, "choices", None):
+            row["choices"] = [str(c) for c in sample.choices]
+        rows.setdefault(row["item_id"], row)
     return pd.DataFrame(list(rows.values()))
 
 

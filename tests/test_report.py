@@ -98,7 +98,7 @@ def test_report_writes_valid_png_markdown_and_html(run_dir):
     for name in MODELS:
         row = next(ln for ln in table if ln.startswith(f"| {name} "))
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[4:8] == ["160", "300", "budget", "False"], row
+        assert cells[4:9] == ["160", "300", "budget", "budget", "False"], row  # items, bank, verdict, rule, reached
 
 
 def test_a_run_without_a_look_log_gets_no_curve_and_nothing_is_re_run(run_dir):

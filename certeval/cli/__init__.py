@@ -101,8 +101,8 @@ def _prefect_termination(exc: BaseException) -> bool:
 
 def _interrupted(exc: KeyboardInterrupt) -> int:
     terminated = isinstance(exc, Terminated)
-    print(f"certeval: {'terminated (SIGTERM)' if terminated else 'interrupted'}; the run folder is resumable "
-          "with the same --run-id", file=sys.stderr)
+    print(f"certeval: {'terminated (SIGTERM)' if terminated else 'interrupted'}; the run folder is resumable: "
+          "rerun the same command (same --run-id) to go on from its last round", file=sys.stderr)
     return EXIT_SIGTERM if terminated else EXIT_SIGINT
 
 
@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         if interrupt is not None:
             return _interrupted(interrupt)
         where = _failure.record(exc)
-        print(f"certeval: runtime failure: {_failure.one_line(exc)}"
+        step = _failure.next_step(exc)  # what to try, before the run folder is forgotten
+        print(f"certeval: runtime failure: {_failure.one_line(exc)}" + (f"; {step}" if step else "")
               + (f" (traceback: {where})" if where else ""), file=sys.stderr)
         return EXIT_RUNTIME
     except BaseException as exc:

@@ -40,6 +40,31 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    out, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append(exc)
+        cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError
+        exc = cause if isinstance(cause, BaseException) else (exc.__cause__ or exc.__context__)
+    return out
+
+
+def next_step(exc: BaseException) -> str:
+    """What to try after a runtime failure, for its one line: a start failure already names it (retry, or
+    ``certeval up``); a claimed run folder is resumed by the same command; a failure of Ray or Prefect may need
+    them started once with ``certeval up``."""
+    causes = _causes(exc)
+    if any(type(c).__name__ == "StartError" for c in causes):
+        return ""  # its message ends with what to try
+    services = any(type(c).__module__.split(".")[0] in ("ray", "prefect", "grpc") for c in causes)
+    also = "; if Ray or Prefect keeps failing, start them once with `certeval up` and run from the same folder" \
+        if services else ""
+    if _RUN_FOLDER.get("store") is None:
+        return "retry the command" + also
+    return "the run folder is resumable: rerun the same command (same --run-id) to go on from its last round" + also
+
+
 def record(exc: BaseException) -> str | None:
     """Write the traceback; return where it went (a URL or local path), or None when nothing could be written."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")

@@ -420,20 +420,12 @@ def summary(results: dict[str, Any]) -> str:
     aggregate = (results.get("aggregate") or {}).get("text")
     lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}{target}), "
              f"{results['rounds']} round(s)" + (f"; estimand: {aggregate}" if aggregate else "")]
-    from ..report import VERDICT_TEXT, rank_numbers, spell_verdict
+    from ..report import model_verdicts, spell_verdict
 
-    rank_of = {}  # the report's numbering: ties share a rank, the next group skips places (1, 2, 2, 4)
-    tie_groups = (results.get("ranking") or {}).get("tie_groups", [])
-    for group, rank in zip(tie_groups, rank_numbers(tie_groups)):
-        rank_of.update({m: rank for m in group})
+    verdicts = model_verdicts(results)  # the report's words: rank (ties share one), status, the pair's verdict
     for m in results["models"]:
         mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
-        d = m.get("decision") or {}
-        note = d.get("verdict") or d.get("rule") or ""
-        if note in VERDICT_TEXT and results.get("pairs"):  # a pair's verdict, spelled with the models' names
-            note = spell_verdict(results["pairs"][0])
-        if m["model"] in rank_of:
-            note = f"rank {rank_of[m['model']]}" + (f" ({d.get('rule')})" if not d.get("reached") else "")
+        note = verdicts.get(m["model"], "")
         lines.append(f"  {m['model']:<40} {mean} [{m['lower']:.4f}, {m['upper']:.4f}]  "
                      f"{m['n_scored']}/{m['n_total']} items  {note}")
     if results.get("ranking"):

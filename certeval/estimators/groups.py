@@ -30,6 +30,7 @@ import numpy as np
 from ._validation import InputError
 
 KINDS = ("compare", "rank", "select")
+GROUP_NOUN = {"compare": "comparison", "rank": "ranking", "select": "selection"}
 
 
 @dataclass(frozen=True)
@@ -147,11 +148,13 @@ class _Group:
         exact = r.target == "bank"
         how = ("exact without-replacement betting confidence sequences for the bank means" if exact else
                "group-sequential normal intervals for the expected scores (asymptotic, at the planned looks)")
+        uses = ("on the items both models scored, the same estimator as the pair's difference (the two means differ "
+                "by it)" if r.kind == "compare" else "the intervals its verdicts use")
         return {"method": r.kind, "validity": "exact" if exact else "asymptotic", "anytime_valid": exact,
                 "confidence": r.confidence, "subsets": (),
-                "guarantee": f"the {'ranking' if r.kind == 'rank' else 'selection'}'s own interval for each model: "
-                             f"{how}, each at level 1 - alpha/{m}, simultaneous over the {m} models with probability "
-                             f">= {r.confidence:g} (the intervals its verdicts use)"}
+                "guarantee": f"the {GROUP_NOUN[r.kind]}'s own interval for each model: {how}, each at level "
+                             f"1 - alpha/{m}, simultaneous over the {m} models with probability >= {r.confidence:g} "
+                             f"({uses})"}
 
 
 class BankGroup(_Group):
@@ -206,8 +209,10 @@ class BankGroup(_Group):
         return self.estimator_.active
 
     def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
-        model_intervals = getattr(self.estimator_, "model_intervals", None)  # BankRanking's, at alpha / M
-        if self.request.kind == "rank" and model_intervals is not None:
+        # BankRanking's, at alpha / M: a comparison is its ranking of two, whose model streams see the pair's items
+        # (drawn ∝ the estimand's weights), so the two means differ by the pair's difference
+        model_intervals = getattr(self.estimator_, "model_intervals", None)
+        if self.request.kind in ("rank", "compare") and model_intervals is not None:
             return model_intervals()
         return super().intervals(outcome)
 
@@ -224,6 +229,13 @@ class HistoryPairGroup(_Group):
         self.order_ = np.asarray(order, dtype=np.int64)
         self.estimator_ = PairDifferenceMethod(confidence=self.request.confidence, subset_intervals=False).start(
             replace(spec, history=prior))
+        # each model's bank mean: certify --history's exact CS with its own prediction as control variate, at
+        # alpha / 2, on the same draws (the comparison's per-model intervals; the pair's CS decides)
+        from .single.history import HistoryMethod
+
+        level = 1.0 - self.request.alpha / 2
+        self.models_ = [HistoryMethod(confidence=level, subset_intervals=False).start(
+            replace(spec, history=self.request.history[label])) for label in (a, b)]
         self.outcome_, self.looks_ = None, 0
         return self
 
@@ -233,6 +245,18 @@ class HistoryPairGroup(_Group):
         if fresh.any():  # the shared order's draws (probability w_j / undrawn weight), logged before their scores
             pair.propose_shared_order(pos[fresh])
         pair.update_pair(pos, block[0], block[1])
+        for method, x in zip(self.models_, block):
+            fresh = ~method.in_log_[pos]
+            if fresh.any():
+                method.propose_shared_order(pos[fresh])
+            method.update(pos, x)
+
+    def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
+        out = {}
+        for label, method in zip(self.request.labels, self.models_):
+            est = method.result()
+            out[label] = (float(est.mean), float(est.lower), float(est.upper), int(est.n_scored))
+        return out
 
     def _result(self) -> Any:
         from .paired_history import bank_comparison
@@ -282,6 +306,27 @@ class DistributionGroup(_Group):
 
     def _result(self) -> Any:
         return self.estimator_.result()
+
+    def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
+        if self.request.kind != "compare":
+            return super().intervals(outcome)
+        # each model by the pair's own design (statistic, sub-dataset weights, boundary) at alpha / 2, on the
+        # items both scored: the two means differ by the pair's difference
+        pair = self.estimator_
+        n = len(pair.items)
+        if n == 0:
+            return {}
+        design = replace(pair.design, alpha=pair.design.alpha / 2)
+        codes = None if pair.subsets is None else pair.subsets[pair.items]
+        out = {}
+        for label, x in zip(self.request.labels, (pair.a, pair.b)):
+            mean, lower, upper = design.interval(x, np.zeros_like(x), pair.look_n, pair.n_total, codes,
+                                                 pair.n_subsets)
+            mean = float(mean)
+            lower = max(0.0, float(lower)) if np.isfinite(lower) else 0.0
+            upper = min(1.0, float(upper)) if np.isfinite(upper) else 1.0
+            out[label] = (mean, min(lower, mean), max(upper, mean), n)
+        return out
 
     def _still(self) -> list[str]:
         outcome = self.result()

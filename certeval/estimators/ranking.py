@@ -86,6 +86,17 @@ class PairTable:
                 "upper": np.minimum(1.0, self.upper)}
 
 
+def rank_numbers(tie_groups) -> list[int]:
+    """The rank of each tie group, best first: ties share a rank and the next group skips as many places
+    (1, 2, 2, 4). The one numbering of every screen: the progress lines, a model's decision, the CLI summary,
+    report.md and ranking.png."""
+    ranks, rank = [], 1
+    for group in tie_groups:
+        ranks.append(rank)
+        rank += len(group)
+    return ranks
+
+
 @dataclass(frozen=True)
 class Ranking:
     """Ordered models, tie groups (models not separable at the margin) and each pair's comparison."""
@@ -115,10 +126,10 @@ class Ranking:
 
     @cached_property
     def _rank(self) -> dict[str, int]:
-        return {m: i + 1 for i, group in enumerate(self.tie_groups) for m in group}
+        return {m: rank for group, rank in zip(self.tie_groups, rank_numbers(self.tie_groups)) for m in group}
 
     def rank_of(self, model: str) -> int:
-        """1-based tie-group rank of a model."""
+        """A model's rank (:func:`rank_numbers`: ties share a rank, the next group skips as many places)."""
         if model not in self._rank:
             raise InputError(f"model {model!r} is not in the ranking")
         return self._rank[model]

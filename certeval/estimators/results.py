@@ -17,10 +17,16 @@ import numpy as np
 def to_jsonable(value: Any, strict: bool = True) -> Any:
     """JSON-safe copy: numpy scalars/arrays to Python, tuples to lists, NaN/inf to None (strict JSON).
 
-    The one converter of certeval's JSON (``certeval.storage.dumps`` encodes with it). ``strict=False`` keeps
-    non-finite floats as they are (a method's in-memory ``state()``, which the storage layer encodes)."""
+    The one converter of a stored value to plain data: certeval's JSON files and outputs
+    (``certeval.storage.dumps``), a bank's cells (a Parquet list column reads back as numpy arrays, a CSV or
+    Parquet gap as NaN or ``pd.NA``: plain lists and None, as from JSONL), the items sent to a model and the hash
+    inputs of the score cache (``certeval.storage.cache``) all go through it, so the same item reads the same
+    whatever file it came from. ``strict=False`` keeps non-finite floats as they are (a method's in-memory
+    ``state()``, which the storage layer encodes)."""
     if isinstance(value, float):
         return float(value) if (not strict or math.isfinite(value)) else None
+    if isinstance(value, (str, bool, int)) or value is None:
+        return value
     if isinstance(value, dict):
         return {str(k): to_jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -28,8 +34,12 @@ def to_jsonable(value: Any, strict: bool = True) -> Any:
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":  # whole arrays at once (features: 10^5+)
         if value.dtype.kind != "f" or not strict or bool(np.isfinite(value).all()):
             return value.tolist()
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas' missing values (nullable columns, dates)
+        return None
+    if hasattr(value, "tolist") and not isinstance(value, bytes):
         return to_jsonable(value.tolist(), strict)
+    if hasattr(value, "isoformat"):  # datetime, date, pd.Timestamp
+        return value.isoformat()
     return value
 
 

@@ -13,34 +13,47 @@ import pandas as pd
 import pyarrow as pa
 
 from ..estimators._validation import InputError
-from .io import Folder, _json_default, bounded
+from ..estimators.results import to_jsonable
+from .io import Folder, bounded
 
 
 PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt")
 ASKED_FIELDS = ("question", "choices", "prompt")  # what the model is shown (answers are the judge's business)
 
 
+def item_fields(item: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """``fields`` of an item as plain data (:func:`~certeval.estimators.results.to_jsonable`), the missing ones
+    (absent, None, NaN, pd.NA) left out: the same item gives the same hash input whichever format its bank was
+    read from (a Parquet list column's numpy array, a CSV gap's NaN, JSONL's list and null)."""
+    out = {}
+    for name in fields:
+        if name in item:
+            value = to_jsonable(item[name])
+            if value is not None:
+                out[name] = value
+    return out
+
+
+def _digest(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, sort_keys=True, allow_nan=False).encode()
+
+
 def item_key(item: dict[str, Any], prompt_fields: tuple[str, ...] = PROMPT_FIELDS) -> str:
     """Cache key of one item: its id plus a digest of its prompt fields (same id, other text → other key)."""
-    fields = {f: item[f] for f in prompt_fields if f in item and item[f] is not None}
+    fields = item_fields(item, prompt_fields)
     if not fields:
         return str(item["item_id"])
-    digest = hashlib.sha1(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()[:12]
-    return f"{item['item_id']}|{digest}"
+    return f"{item['item_id']}|{hashlib.sha1(_digest(fields)).hexdigest()[:12]}"
 
 
 def prompt_hash(item: dict[str, Any]) -> str | None:
     """sha256 (16 hex) of what the model was shown — the item's ``question`` / ``choices`` / ``prompt`` — or None
     when it has none (a recorded-scores bank). Stored next to every output: ``certeval rescore`` checks that the
     bank still asks the same thing (its accepted answers may have been corrected since)."""
-    fields = {f: item[f] for f in ASKED_FIELDS if f in item and _text_or_value(item[f]) is not None}
+    fields = item_fields(item, ASKED_FIELDS)
     if not fields:
         return None
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()[:16]
-
-
-def _text_or_value(value: Any) -> Any:
-    return None if value is None or (isinstance(value, float) and value != value) else value
+    return hashlib.sha256(_digest(fields)).hexdigest()[:16]
 
 
 def cache_key(spec_text: str, scorer: str, generation: dict[str, Any]) -> str:

@@ -12,7 +12,6 @@ import uuid
 from typing import Any
 
 import fsspec
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -57,24 +56,13 @@ def bounded(fs: fsspec.AbstractFileSystem, method: str, *args: Any, size: int = 
         raise TimeoutError(f"object store did not answer within {timeout:.0f} s ({method} {where})") from None
 
 
-def _json_default(value: Any) -> Any:
-    # arrays before scalars: a numpy array has .item() too, which fails for more than one element (a Parquet
-    # list column reads back as arrays)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if hasattr(value, "item"):
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
-
-
 def dumps(obj: Any, *, indent: int | None = 2, compact: bool = False) -> bytes:
-    """The one JSON encoder of certeval's files and outputs: numpy values to Python, NaN/inf to null (strict
+    """The one JSON encoder of certeval's files and outputs: every value through
+    :func:`~certeval.estimators.results.to_jsonable` (numpy values and arrays to Python, NaN/inf to null: strict
     JSON). ``compact``: no whitespace at all (method states, JSON lines)."""
     if compact:
-        return json.dumps(to_jsonable(obj), separators=(",", ":"), default=_json_default, allow_nan=False).encode()
-    return json.dumps(to_jsonable(obj), indent=indent, default=_json_default, allow_nan=False).encode()
+        return json.dumps(to_jsonable(obj), separators=(",", ":"), allow_nan=False).encode()
+    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False).encode()
 
 
 def safe_name(label: str) -> str:

@@ -25,7 +25,7 @@ from ..estimators import make_method, method_for_goal, method_from_state, parse_
 from ..estimators._validation import InputError
 from ..engine import PairedRounds, SingleModelRounds
 from ..estimators.groups import GroupRequest
-from ..estimators.results import Decision
+from ..estimators.results import Decision, to_jsonable
 from ..lm_eval_metrics import RESPS, pack_output, resps_text, unpack_output
 from ..lm_eval_tasks import DOC as LM_EVAL_DOC, TASK_META as LM_EVAL_TASK_META
 from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord
@@ -81,6 +81,7 @@ class Run:
         self._prompt_hash_known = np.zeros(bank.n_items, dtype=bool)
         self._item_id_array = np.asarray(bank.item_ids, dtype=object)
         self._look_records: tuple[int, dict[str, LookRecord]] | None = None  # the round's, made by decide
+        self.shown: dict[str, LookRecord] = {}  # each model's latest look record: what every screen shows of it
 
     # -- load -----------------------------------------------------------------
     @classmethod
@@ -149,6 +150,8 @@ class Run:
         else:
             self._open_single()
         self._verify_record()
+        if self.round:  # resumed: the models as their last looks left them (paired: the group re-decided above)
+            self.shown = {label: self.look_record(label) for label in self.labels}
         self.progress = run_progress(self, progress)  # None, live bars or one line per round (certeval.progress)
 
     def _item_keys(self) -> list[str]:
@@ -360,6 +363,7 @@ class Run:
         self.active = self.engine.active
         # the look log's entries are statistics of this look: computed here, written by store_round
         self._look_records = (self.round, {label: self.look_record(label) for label in batch.items})
+        self.shown.update(self._look_records[1])
         if self.progress is not None:
             self.progress.refresh()
         return dict(self.decisions)
@@ -433,6 +437,11 @@ class Run:
             })
         self.round += 1
 
+    def shown_look(self, label: str) -> LookRecord:
+        """What every screen shows of ``label`` now: its latest look record (the progress line, then results.json,
+        the report and the summary read the same record), or its method's state before any look."""
+        return self.shown.get(label) or self.look_record(label)
+
     def look_record(self, label: str) -> LookRecord:
         """The look log entry of ``label`` at this look (docs/architecture.md §5, :mod:`certeval.looks`), recorded once with
         the round's rows: the model's interval and decision and, in a paired run, the group's statistics. A
@@ -492,15 +501,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _item_record(frame: pd.DataFrame, pos: int) -> dict[str, Any]:
-    """One bank row as a plain dict (numpy arrays as lists) for a model actor."""
-    rec = frame.iloc[int(pos)].to_dict()
-    out = {}
-    for k, v in rec.items():
-        if isinstance(v, np.ndarray):
-            v = v.tolist()
-        elif isinstance(v, float) and math.isnan(v):
-            v = None
-        out[k] = v
-    for column in ("embedding", LM_EVAL_TASK_META, LM_EVAL_DOC):  # what the model is never shown
-        out.pop(column, None)
-    return out
+    """One bank row as plain data for a model actor (the one converter of stored values: numpy arrays as lists,
+    NaN as None), without what the model is never shown (its embedding, the lm-eval task's metadata and doc)."""
+    hidden = {"embedding", LM_EVAL_TASK_META, LM_EVAL_DOC}
+    return {k: to_jsonable(v) for k, v in frame.iloc[int(pos)].items() if k not in hidden}
