@@ -248,7 +248,8 @@ def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric
     runs = tmp_path / "runs"
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
                "--batch-size", "4", "--output", str(runs), "--run-id", "table", "--log_samples"])
-    assert rc == 0, capsys.readouterr().err
+    first = capsys.readouterr()
+    assert rc == 0, first.err
     stored = json.loads((runs / "table" / "results.json").read_text())
     entry = stored["models"][0]
     other = entry["metrics"]["acc_norm,none"]
@@ -285,6 +286,8 @@ def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric
     # log-likelihoods, so acc_norm is still there, the same
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
                "--batch-size", "4", "--output", str(runs), "--run-id", "again", "--json"])
-    again = json.loads(capsys.readouterr().out)["models"][0]
-    assert rc == 0 and again["items_sent_to_model"] == 0
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    again = json.loads(out.out)["models"][0]
+    assert again["items_sent_to_model"] == 0
     assert again["metrics"]["acc_norm,none"]["upper"] == other["upper"]
