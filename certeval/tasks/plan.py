@@ -21,6 +21,7 @@ from .. import __version__
 from ..estimators import make_method, parse_goal
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
 from ..backends.base import ModelSpec, parse_model_spec
+from ..model_folders import check_model_folder
 from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from ..estimators.groups import GroupRequest
@@ -143,7 +144,7 @@ class RunPlan:
 
 
 # options that change how a model is run, not what it answers (kept out of the cache key)
-_RUNTIME_OPTIONS = {"latency", "device", "batch", "replicas"}
+_RUNTIME_OPTIONS = {"latency", "device", "batch", "replicas", "trust_remote_code"}
 
 
 def _cache_spec(spec_text: str) -> str:
@@ -163,6 +164,11 @@ def _versions() -> dict[str, str]:
         except md.PackageNotFoundError:
             pass
     return out
+
+
+def trusts_code(spec: ModelSpec) -> bool:
+    """Whether the user let this model run its folder's own code (``--trust-remote-code``)."""
+    return str(spec.option("trust_remote_code", "false")).strip().lower() in ("true", "1", "yes")
 
 
 def check_model(spec: ModelSpec) -> None:
@@ -185,8 +191,8 @@ def check_model(spec: ModelSpec) -> None:
         parse_options(spec)
         if importlib.util.find_spec("vllm") is None:
             raise InputError(f"model {spec.text!r}: {NOT_INSTALLED}")
-        if not spec.location.startswith("bundled:") and not (Path(spec.location).expanduser() / "config.json").is_file():
-            raise InputError(f"vllm model {spec.location!r} is not a local model directory (no config.json)")
+        if not spec.location.startswith("bundled:"):
+            check_model_folder(spec.location, "--model", spec.text, trust_remote_code=trusts_code(spec))
     elif spec.kind == "hf":
         if spec.location.startswith("bundled:"):
             from ..backends.smollm import gguf_path, resolve_model_dir
@@ -195,9 +201,7 @@ def check_model(spec: ModelSpec) -> None:
                 resolve_model_dir(spec.location)  # raises the backend's own message
             gguf_path()
         else:
-            path = Path(spec.location).expanduser()
-            if not (path / "config.json").is_file():
-                raise InputError(f"hf model {spec.location!r} is not a local transformers model directory (no config.json)")
+            check_model_folder(spec.location, "--model", spec.text, trust_remote_code=trusts_code(spec))
         from ..backends.hf import parse_options
 
         parse_options(spec)
