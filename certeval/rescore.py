@@ -192,6 +192,10 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
     bank = load_run_bank(config.get("bank"), tuple(config["models"]))
     columns = [c for c in bank.frame.columns if bank.frame[c].notna().any()] if bank.frame is not None else ["item_id"]
     scorer_obj = _check_scorer(scorer, source_scorer, columns, config.get("bank"))
+    from .lm_eval_scoring import check_scoring_column, is_lm_eval_scorer
+
+    if is_lm_eval_scorer(scorer_obj.name):  # the bank's metric and filter names: lm-eval's registered ones only
+        check_scoring_column(bank.frame, f"rescore --scorer {scorer}: bank {config.get('bank')!r}")
     # the bank must still ask what the run asked: the recorded prompt hash of every item
     hashes = {str(r["item_id"]): prompt_hash(r) for r in bank.frame.to_dict("records")} if bank.frame is not None else {}
     # (accepted answers are not part of it: a corrected answer key is what a rescore may be for)

@@ -353,11 +353,12 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         check_replay_coverage(specs, loaded)
     if any(s.kind != "replay" for s in specs):
         from ..backends.scorers import resolve_scorer
-        from ..lm_eval_scoring import SCORING, is_lm_eval_scorer, qualified
+        from ..lm_eval_scoring import SCORING, check_scoring_column, is_lm_eval_scorer, qualified
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
         if is_lm_eval_scorer(scorer):  # named by the metric and filter it judges, as lm-eval's results name it
+            check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")  # registered names only
             scorer = qualified(scorer, str(loaded.frame[SCORING].dropna().iloc[0]))
     # fitted here, so unreadable sources or unmatched items are found before any write, and once
     priors = run_history_priors(history, loaded, labels) if history else {}
