@@ -83,11 +83,20 @@ def proc_identity(pid: int) -> tuple[int, tuple[str, ...], int] | None:
         return None
 
 
-def describe_process(role: str, pid: int) -> Proc:
-    ident = proc_identity(pid)
-    if ident is None:
-        raise RuntimeError(f"process {pid} ({role}) ended as it started")
-    return Proc(role, pid, ident[0], ident[1])
+def describe_process(role: str, pid: int, wait_s: float = 10.0) -> Proc:
+    """A process just started, as the record names it. Popen returns once the child began its exec, which may be
+    before the kernel set the new command line: read until it is there and the same twice."""
+    deadline, last = time.monotonic() + wait_s, None
+    while True:
+        ident = proc_identity(pid)
+        if ident is None:
+            raise RuntimeError(f"process {pid} ({role}) ended as it started")
+        if ident[1] and ident == last:
+            return Proc(role, pid, ident[0], ident[1])
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} ({role}) shows no command line")
+        last = ident
+        time.sleep(0.05)
 
 
 @dataclass(frozen=True)

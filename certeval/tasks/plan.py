@@ -275,6 +275,10 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     if not models:
         raise InputError("at least one --model is required")
     specs = [parse_model_spec(m) for m in models]
+    from ..redact import register_secret_names
+
+    # the variables openai specs read their keys from: secrets in every message from here on, whatever their names
+    register_secret_names(str(s.option("api_key_env", "OPENAI_API_KEY")) for s in specs if s.kind == "openai")
     if len({s.text for s in specs}) != len(specs):
         raise InputError("the same --model was given twice")
     counts = {"compare": (2, 2), "rank": (2, None), "select": (1, None), "certify": (1, None)}[kind]
