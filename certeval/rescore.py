@@ -325,19 +325,50 @@ def _copy(memory: RunStore, dest: RunStore, result: dict, *, output: str, source
     config = memory.read_config() or {}
     config.update(output=output, rescore={"source_run": source, "scorer": result["scorer"]})
     took = dest.acquire_lock()
+    started = False
     try:
         if dest.read_config() is not None:
             raise InputError(f"rescore: run folder {dest.url} already exists; pass another --run-id or --output")
-        for sub in ("rounds", "state"):
-            for name in memory.folder.list(sub):
-                dest.folder.write_bytes(f"{sub}/{name}", memory.folder.read_bytes(f"{sub}/{name}"))
-        for name in memory.folder.list(""):
-            if name.endswith(".parquet") or name == "manifest.json":
-                dest.folder.write_bytes(name, memory.folder.read_bytes(name))
-        if result.get("pairs_file"):
-            result["pairs_file"] = dest.folder.url("pairs.parquet")
-        dest.folder.write_json("config.json", config)
-        dest.write_results(result)
+        started = True  # from here on the folder is this command's own (it was not there: _taken)
+        _write_all(memory, dest, result, config)
+    except BaseException:
+        if took and started:  # a folder this command made and could not finish: none is left
+            _remove(dest)
+            took = False
+        raise
     finally:
         if took:
             dest.release_lock()
+
+
+def _remove(dest: RunStore) -> None:
+    """Remove a run folder :func:`_copy` created and could not finish (a full disk, a read-only store, an
+    interrupt): no half-written run is left to be taken for a whole one."""
+    folder = dest.folder
+    try:
+        dest.release_lock()
+    except Exception:  # the lock's own storage may be what failed
+        pass
+    try:
+        if folder.local:
+            import shutil
+
+            shutil.rmtree(folder.path, ignore_errors=True)
+        else:
+            bounded(folder.fs, "rm", folder.path, recursive=True)
+    except Exception:  # best effort: the first failure is the one reported
+        pass
+
+
+def _write_all(memory: RunStore, dest: RunStore, result: dict, config: dict) -> None:
+    """Data first, config.json, results.json last."""
+    for sub in ("rounds", "state"):
+        for name in memory.folder.list(sub):
+            dest.folder.write_bytes(f"{sub}/{name}", memory.folder.read_bytes(f"{sub}/{name}"))
+    for name in memory.folder.list(""):
+        if name.endswith(".parquet") or name == "manifest.json":
+            dest.folder.write_bytes(name, memory.folder.read_bytes(name))
+    if result.get("pairs_file"):
+        result["pairs_file"] = dest.folder.url("pairs.parquet")
+    dest.folder.write_json("config.json", config)
+    dest.write_results(result)
