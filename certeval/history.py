@@ -81,7 +81,14 @@ def load_history(sources: Sequence[str], *, metric: str | None = None) -> Histor
         raise InputError("no --history source given")
     frames = []
     for source in sources:
-        frame = _read_source(str(source), metric)
+        try:
+            frame = _read_source(str(source), metric)
+        except InputError as exc:  # every refusal names the flag and the source it was given
+            if str(exc).startswith("--history"):
+                raise
+            raise InputError(f"--history {str(source)!r}: {exc}") from None
+        if not len(frame):
+            raise InputError(f"--history {str(source)!r} holds no score")
         frames.append(frame.assign(item_id=frame["item_id"].astype(str), model=frame["model"].astype(str)))
     frame = pd.concat(frames, ignore_index=True)
     scores = pd.to_numeric(frame["score"], errors="coerce")

@@ -71,16 +71,25 @@ class CertevalStopping:
         self.method = method
         self.scorer = scorer
         self.min_samples = min_samples
+        self.check()  # refused when made, before any Inspect eval starts
 
     # -- validation (before any sample runs) ------------------------------------------------
     def check(self) -> "CertevalStopping":
-        """Validate the parameters (scipy-style one-line errors); called by ``start_task``."""
-        parse_goal(self.goal)
+        """Validate the parameters, each by its type and range (one-line errors naming the parameter and echoing
+        its value); called when the manager is made and again by ``start_task``."""
+        if not isinstance(self.goal, str):
+            raise InputError(f"goal must be text such as 'halfwidth:0.05', got {self.goal!r}")
+        parse_goal(self.goal)  # its refusals name the goal and echo it
+        if isinstance(self.confidence, bool) or not isinstance(self.confidence, (int, float)):
+            raise InputError(f"confidence must be a number in (0, 1), got {self.confidence!r} "
+                             f"(a {type(self.confidence).__name__})")
         check_confidence(self.confidence)
-        if self.method not in STOPPING_METHODS:
+        if not isinstance(self.method, str) or self.method not in STOPPING_METHODS:
             raise InputError(f"method must be one of {', '.join(STOPPING_METHODS)} inside Inspect (it decides "
                              f"the order); got {self.method!r}")
-        if not isinstance(self.min_samples, int) or self.min_samples < 0:
+        if self.scorer is not None and (not isinstance(self.scorer, str) or not self.scorer):
+            raise InputError(f"scorer must be a scorer's name (text) or None, got {self.scorer!r}")
+        if isinstance(self.min_samples, bool) or not isinstance(self.min_samples, int) or self.min_samples < 0:
             raise InputError(f"min_samples must be a non-negative integer, got {self.min_samples!r}")
         return self
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from .estimators._validation import InputError
-from .readers import SAMPLES_NAME
+from .readers import MAX_RESULTS_BYTES, MAX_SAMPLES_BYTES, SAMPLES_NAME, declared_size
 from .storage import filesystem, is_local
 from .storage.io import bounded
 
@@ -73,6 +73,7 @@ def _model_args(raw, path: str) -> dict[str, str]:
 
 def read_settings(path: str) -> dict[str, str]:
     """What made a run's model: ``--model``, its ``model_args`` and the generation settings lm-eval records."""
+    declared_size(path, "lm-eval results file", MAX_RESULTS_BYTES)
     fs, local = filesystem(path)
     try:
         data = json.loads(bounded(fs, "cat_file", local))
@@ -151,7 +152,7 @@ def _urls(fs, found: list[str]) -> list[str]:
 def walk(folder: str) -> list[Run]:
     """The runs below one folder: samples files paired with the results file of their folder and timestamp."""
     fs, local = filesystem(folder)
-    files = _urls(fs, list(bounded(fs, "find", local)))
+    files = _local_files(local, folder) if is_local(fs) else _urls(fs, list(bounded(fs, "find", local)))
     if not files:
         raise InputError(f"lm-eval PATH {folder!r} is a folder with no files in it; give lm-eval's --output_path "
                          "(or a folder below it) or a samples file")
@@ -168,9 +169,51 @@ def walk(folder: str) -> list[Run]:
     if not runs:
         raise InputError(f"lm-eval folder {folder!r} holds no samples file (samples_<task>_<timestamp>.jsonl); "
                          "was lm-eval run with --log_samples?")
+    for run in runs.values():  # every size is checked before any file is read
+        for path in run.samples:
+            declared_size(path, "lm-eval samples file", MAX_SAMPLES_BYTES)
+    for paths in results.values():
+        for path in paths:
+            declared_size(path, "lm-eval results file", MAX_RESULTS_BYTES)
     for key, run in runs.items():
         _pair(run, results.get(key, []))
     return list(runs.values())
+
+
+MAX_ENTRIES = 1_000_000  # files and folders one lm-eval PATH may hold
+
+
+def _local_files(root: str, given: str) -> list[str]:
+    """Every file below a local folder, links followed (a run linked into lm-eval's tree counts), each folder read
+    once: a link back to a folder already read (a loop, or a second link to it) is refused in one line."""
+    import os
+
+    seen: dict[tuple[int, int], str] = {}
+    files: list[str] = []
+    stack, count = [root], 0
+    while stack:
+        folder = stack.pop()
+        try:
+            st = os.stat(folder)
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            raise InputError(f"lm-eval PATH {given!r}: the folder {folder!r} cannot be read "
+                             f"({exc.strerror or type(exc).__name__})") from None
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise InputError(f"lm-eval PATH {given!r}: {folder!r} leads back to {seen[key]!r}, a folder already "
+                             "read (a symlink loop, or a second link to it); remove the link")
+        seen[key] = folder
+        for entry in entries:
+            count += 1
+            if count > MAX_ENTRIES:
+                raise InputError(f"lm-eval PATH {given!r} holds more than {MAX_ENTRIES} files and folders; give "
+                                 "lm-eval's --output_path or a folder below it")
+            if entry.is_dir(follow_symlinks=True):
+                stack.append(entry.path)
+            else:  # files, and what is not one (checked by its reader when its name is a samples file's)
+                files.append(entry.path)
+    return sorted(files)
 
 
 def _pair(run: Run, results: list[str]) -> None:

@@ -28,6 +28,9 @@ GENERATION = "lm_eval_generation"  # bank column: the JSON of the request's gene
 SCORER = "lm-eval"  # the scorer's name; "lm-eval:METRIC,FILTER" picks one of a task's metric/filter pairs
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's models' default when a request names no maximum
 BOUNDED_METRICS = ("exact_match",)  # lm-eval generate_until metrics whose per-item value lies in [0, 1]
+# what each metric may be given (lm-eval's exact_match passes these to HF's exact match): data, never callables
+METRIC_KWARGS = {"exact_match": ("regexes_to_ignore", "ignore_case", "ignore_punctuation", "ignore_numbers")}
+CODE_FILTERS = ("custom",)  # a registered filter that calls a function it is given: never run from data
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,9 @@ def task_scoring(task, name: str) -> dict[str, Any]:
             raise InputError(f"lm-eval task {name!r}: metric {metric!r} is HF evaluate's (a download); certeval "
                              "runs lm-eval's own")
         metrics.append({"name": str(metric), "kwargs": dict(kwargs)})
-    return {"filters": filters, "metrics": metrics, "multiple_target": bool(task.multiple_target)}
+    out = {"filters": filters, "metrics": metrics, "multiple_target": bool(task.multiple_target)}
+    check_scoring(out, f"lm-eval task {name!r}")  # what a bank keeps is what any later judge accepts
+    return out
 
 
 def item_fields(task, name: str, scoring: dict[str, Any], doc: dict, gen_kwargs: Any) -> dict[str, str]:
@@ -159,15 +164,76 @@ def _pick(scoring: dict[str, Any], choice: tuple[str, str] | None) -> tuple[dict
     return metric, filt
 
 
+def _plain(value: Any) -> bool:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return True
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def check_scoring(text: Any, where: str) -> dict[str, Any]:
+    """One item's lm-eval scoring read as data: every metric and filter a name in lm-eval's own registries (the
+    metrics certeval certifies, the filters that take no function), their arguments plain values. A name read from
+    a bank or a run folder is never looked up any other way: lm-eval's ``get_metric`` loads an unknown name with HF
+    evaluate, which imports a path as a module (issue 48)."""
+    try:
+        scoring = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        raise InputError(f"{where}: its {SCORING} is not JSON") from None
+    if not isinstance(scoring, dict) or not isinstance(scoring.get("metrics"), list) or \
+            not isinstance(scoring.get("filters"), list) or not scoring["metrics"] or not scoring["filters"]:
+        raise InputError(f"{where}: its {SCORING} is not lm-eval scoring (metrics and filters)")
+    from lm_eval.api import metrics as _metrics  # noqa: F401 - fills lm-eval's metric registry
+    from lm_eval import filters as _filters  # noqa: F401 - fills lm-eval's filter registry
+    from lm_eval.api.registry import filter_registry, metric_registry
+
+    for metric in scoring["metrics"]:
+        name = metric.get("name") if isinstance(metric, dict) else metric
+        if not isinstance(name, str) or name not in BOUNDED_METRICS or name not in metric_registry:
+            raise InputError(f"{where}: metric {name!r} is not one of lm-eval's registered metrics certeval runs "
+                             f"({', '.join(BOUNDED_METRICS)}); a name read from data is never loaded as a file or "
+                             "module")
+        kwargs = metric.get("kwargs") or {}
+        extra = sorted(set(kwargs) - set(METRIC_KWARGS.get(name, ()))) if isinstance(kwargs, dict) else [kwargs]
+        if extra or not _plain(kwargs):
+            raise InputError(f"{where}: metric {name!r} is given {extra[0] if extra else kwargs!r}, not an argument "
+                             f"it takes ({', '.join(METRIC_KWARGS.get(name, ()))})")
+    for entry in scoring["filters"]:
+        steps = entry.get("components") if isinstance(entry, dict) else None
+        if not isinstance(steps, list) or not steps:
+            raise InputError(f"{where}: filter {entry!r} has no steps")
+        for step in steps:
+            fn = step[0] if isinstance(step, (list, tuple)) and len(step) == 2 else None
+            if not isinstance(fn, str) or fn not in filter_registry or fn in CODE_FILTERS:
+                raise InputError(f"{where}: filter step {fn if fn is not None else step!r} is not one of lm-eval's "
+                                 "registered filters that take no function; a name read from data is never loaded "
+                                 "as a file or module")
+            if not _plain(step[1]):
+                raise InputError(f"{where}: filter step {fn!r} is given {step[1]!r}, not plain values")
+    return scoring
+
+
+def check_scoring_column(frame: Any, where: str) -> None:
+    """Every distinct lm-eval scoring of a bank's items (:func:`check_scoring`), before any item is judged."""
+    if frame is None or SCORING not in frame.columns:
+        return
+    for item_id, text in frame[["item_id", SCORING]].drop_duplicates(SCORING).itertuples(index=False):
+        if isinstance(text, str) and text:
+            check_scoring(text, f"{where}, item {str(item_id)!r}")
+
+
 def pairs(item: dict[str, Any]) -> list[tuple[str, str]]:
     """Every (metric, filter) pair an lm-eval generation item is judged by, in lm-eval's order."""
-    scoring = json.loads(item[SCORING])
+    scoring = check_scoring(item[SCORING], f"item {str(item.get('item_id'))!r}")
     return [(m["name"], f["name"]) for f in scoring["filters"] for m in scoring["metrics"]]
 
 
 def filtered(output: str, item: dict[str, Any], filter_name: str) -> Any:
     """One answer after the task's filter pipeline ``filter_name``, run by lm-eval (its ``filtered_resps``)."""
-    scoring = json.loads(item[SCORING])
+    scoring = check_scoring(item[SCORING], f"item {str(item.get('item_id'))!r}")
     return _filtered(output, item, scoring, next(f for f in scoring["filters"] if f["name"] == filter_name))
 
 
@@ -185,12 +251,12 @@ def _filtered(output: str, item: dict[str, Any], scoring: dict[str, Any], filt: 
 
 def judge(output: str, item: dict[str, Any], choice: tuple[str, str] | None = None) -> float:
     """lm-eval's score of one answer: its filter pipeline, then ``process_results``' rule for one metric."""
-    from lm_eval.api.registry import get_metric
+    from lm_eval.api.registry import metric_registry
 
-    scoring = json.loads(item[SCORING])
+    scoring = check_scoring(item[SCORING], f"item {str(item.get('item_id'))!r}")
     metric, filt = _pick(scoring, choice)
     result = _filtered(output, item, scoring, filt)
-    fn, kwargs, gold = get_metric(metric["name"]), metric["kwargs"], scoring["gold"]
+    fn, kwargs, gold = metric_registry.get(metric["name"]), metric["kwargs"], scoring["gold"]
     if scoring["multiple_target"]:
         golds = gold if isinstance(gold, list) else [gold]
         if metric["name"] == "exact_match":  # process_results: any gold matched

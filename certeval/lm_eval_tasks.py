@@ -25,6 +25,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,14 @@ FEWSHOT_SEED = 1234  # lm-eval's default (simple_evaluate's fewshot_random_seed)
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+(,[A-Za-z0-9_\-]+)*$")
 
 
+def _split(location: str) -> tuple[str, dict[str, str]]:
+    """A task bank's location and its query (``include_path``, ``num_fewshot``)."""
+    text, _, query = str(location).partition("?")
+    return text, dict(parse_qsl(query))
+
+
 def is_task_yaml(location: str | None) -> bool:
-    return bool(location) and str(location).lower().endswith(TASK_SUFFIXES)
+    return bool(location) and _split(str(location))[0].lower().endswith(TASK_SUFFIXES)
 
 
 def is_lm_eval_task(location: str | None) -> bool:
@@ -52,42 +59,65 @@ def is_lm_eval_task(location: str | None) -> bool:
     return is_task_yaml(location) or (bool(location) and str(location).startswith(NAMES_PREFIX))
 
 
-def tasks_bank(tasks: str, include_path: str | None) -> str:
-    """The bank ``--tasks`` names: a YAML file as it is, lm-eval task names as ``lm-eval:NAMES[?include_path=…]``;
-    InputError for a value that is neither."""
-    if is_task_yaml(tasks) or (include_path is None and (not _NAME.match(tasks) or Path(tasks).exists())):
-        return tasks  # a YAML, or a bank file given as --tasks (lm-eval's flag for what certeval calls --bank)
+def check_include_path(include_path: str) -> Path:
+    """``--include_path``: an existing folder holding at least one task YAML (looked for without following links,
+    at most 100,000 entries)."""
+    folder = Path(include_path).expanduser()
+    if not folder.is_dir():
+        raise InputError(f"--include_path {include_path!r} is not a folder of lm-eval task YAMLs")
+    seen = 0
+    for _, dirs, files in os.walk(folder):
+        if any(f.lower().endswith(TASK_SUFFIXES) for f in files):
+            return folder
+        seen += len(dirs) + len(files)
+        if seen > 100_000:
+            break
+    raise InputError(f"--include_path {include_path!r} holds no lm-eval task YAML (*.yaml)")
+
+
+def tasks_bank(tasks: str, include_path: str | None, num_fewshot: int | None = None) -> str:
+    """The bank ``--tasks`` names: a YAML file as it is, lm-eval task names as ``lm-eval:NAMES[?include_path=…]``
+    (``num_fewshot=N`` added to either for ``--num_fewshot``); InputError for a value that is neither."""
+    from .lm_eval_yaml import check_num_fewshot
+
+    check_num_fewshot(num_fewshot, "--num_fewshot", str(num_fewshot))
+    shots = {} if num_fewshot is None else {"num_fewshot": str(num_fewshot)}
+    if is_task_yaml(tasks):
+        return tasks + (f"?{urlencode(shots)}" if shots else "")
+    if include_path is None and (not _NAME.match(tasks) or Path(tasks).exists()):
+        if shots:  # a bank file given as --tasks (lm-eval's flag for what certeval calls --bank)
+            raise InputError(f"--num_fewshot {num_fewshot!r} applies to lm-eval tasks (a task YAML or task names); "
+                             f"--tasks {tasks!r} is a bank file")
+        return tasks
     if not _NAME.match(tasks):
         raise InputError(f"--include_path applies to lm-eval task names (--tasks NAME[,NAME...]); --tasks {tasks!r} "
                          "is not one")
     if include_path is None:
-        return NAMES_PREFIX + tasks
-    folder = Path(include_path).expanduser()
-    if not folder.is_dir():
-        raise InputError(f"--include_path {include_path!r} is not a folder of lm-eval task YAMLs")
-    return f"{NAMES_PREFIX}{tasks}?{urlencode({'include_path': str(folder.resolve())})}"
+        return NAMES_PREFIX + tasks + (f"?{urlencode(shots)}" if shots else "")
+    folder = check_include_path(include_path)
+    return f"{NAMES_PREFIX}{tasks}?{urlencode({'include_path': str(folder.resolve()), **shots})}"
 
 
 def _first_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def _manager(include_path: str | None, with_defaults: bool = False):
+def _manager(include_path: str | None, value: str, with_defaults: bool = False):
     """lm-eval's task index: of ``include_path`` alone when given one (indexing lm-eval's ~14,000 built-in tasks
     takes half a minute), with lm-eval's own tasks when there is no folder or ``with_defaults``."""
     try:
         from lm_eval.tasks import TaskManager
     except ImportError:
-        raise InputError("--tasks names an lm-eval task; it needs the package lm-eval") from None
+        raise InputError(f"--tasks {value!r} names an lm-eval task; it needs the package lm-eval") from None
     try:
         with _quiet():
             return TaskManager(include_path=include_path, include_defaults=with_defaults or include_path is None)
     except Exception as exc:
-        raise InputError(f"lm-eval could not read the tasks in {include_path or 'its own index'!r}: "
-                         f"{_first_line(exc)}") from None
+        raise InputError(f"--tasks {value!r}: lm-eval could not read the tasks in "
+                         f"{include_path or 'its own index'!r}: {_first_line(exc)}") from None
 
 
-def _yaml_name(manager, path: Path) -> str:
+def _yaml_name(manager, path: Path, value: str) -> str:
     """The one task or group the YAML defines, as lm-eval's index of its folder records it."""
     resolved = path.resolve()
     names = [name for name, entry in manager.task_index.items()
@@ -96,32 +126,71 @@ def _yaml_name(manager, path: Path) -> str:
     chosen = [name for name in names if "tag" not in kinds[name]]
     if len(chosen) != 1:
         found = ", ".join(f"{n} ({kinds[n] or 'task'})" for n in names) or "nothing lm-eval could index"
-        raise InputError(f"lm-eval task {str(path)!r} must define exactly one task or group ('task: NAME' or "
-                         f"'group: NAME'); it defines {found}")
+        raise InputError(f"--tasks {value!r}: lm-eval task {str(path)!r} must define exactly one task or group "
+                         f"('task: NAME' or 'group: NAME'); it defines {found}")
     return chosen[0]
 
 
-def _resolve(location: str) -> tuple[Any, list[str], str]:
-    """lm-eval's task manager, the names to load and how to name the source in messages."""
-    if is_task_yaml(location):
-        path = Path(location).expanduser()
+def _check_entries(manager, names: list[str], value: str, where: str) -> None:
+    """The static checks (certeval.lm_eval_yaml) of every named task or group's YAML, and a group's members known
+    to the index: lm-eval would otherwise fail deep inside its loader, or import a missing hook."""
+    from .lm_eval_yaml import check_task_yaml
+
+    todo, seen = list(names), set()
+    while todo and len(seen) < 10_000:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        yaml_path = getattr(manager.task_index.get(name), "yaml_path", None)
+        if not yaml_path or not str(yaml_path).lower().endswith(TASK_SUFFIXES):
+            continue
+        config = check_task_yaml(Path(str(yaml_path)), "--tasks", value)
+        if "group" in config:
+            for member in config.get("task") or []:
+                if isinstance(member, str):
+                    if member not in manager.task_index:
+                        raise InputError(f"--tasks {value!r}: group {config['group']!r} names task {member!r}, which "
+                                         f"lm-eval does not know {where}")
+                    todo.append(member)
+
+
+def _resolve(location: str) -> tuple[Any, list[str], str, str, int | None]:
+    """lm-eval's task manager, the names to load, how to name the source in messages, the value given to --tasks
+    and the --num_fewshot override."""
+    from .lm_eval_yaml import check_num_fewshot, check_task_yaml
+
+    text, params = _split(location)
+    shots = params.get("num_fewshot")
+    if shots is not None:
+        try:
+            shots = int(shots)
+        except ValueError:
+            pass
+        check_num_fewshot(shots, "--num_fewshot", str(shots))
+    if is_task_yaml(text):
+        path = Path(text).expanduser()
         if not path.is_file():
-            raise InputError(f"lm-eval task {location!r} does not exist (give the task's YAML file)")
-        manager = _manager(str(path.parent))
-        return manager, [_yaml_name(manager, path)], f"lm-eval task {location}"
-    names_text, _, query = location[len(NAMES_PREFIX):].partition("?")
-    include_path = dict(parse_qsl(query)).get("include_path")
+            raise InputError(f"--tasks {text!r}: lm-eval task {text!r} does not exist (give the task's YAML file)")
+        check_task_yaml(path, "--tasks", text)  # read as data first: nothing of it is imported before this
+        manager = _manager(str(path.parent), text)
+        name = _yaml_name(manager, path, text)
+        _check_entries(manager, [name], text, f"in {str(path.parent)!r}")
+        return manager, [name], f"lm-eval task {text}", text, shots
+    names_text = text[len(NAMES_PREFIX):]
+    include_path = params.get("include_path")
     names = names_text.split(",")
-    manager = _manager(include_path)
+    manager = _manager(include_path, names_text)
     missing = [n for n in names if n not in manager.task_index]
     if missing and include_path:  # as lm_eval --include_path: the folder's tasks beside lm-eval's own
-        manager = _manager(include_path, with_defaults=True)
+        manager = _manager(include_path, names_text, with_defaults=True)
         missing = [n for n in names if n not in manager.task_index]
+    where = f"in {include_path!r}" if include_path else "in lm-eval's own tasks (add --include_path DIR for yours)"
     if missing:
-        where = f"in {include_path!r}" if include_path else "in lm-eval's own tasks (add --include_path DIR for yours)"
         raise InputError(f"--tasks {names_text!r} is no file, and lm-eval knows no task or group {missing[0]!r} "
                          f"{where}")
-    return manager, names, f"lm-eval tasks {names_text}"
+    _check_entries(manager, names, names_text, where)
+    return manager, names, f"lm-eval tasks {names_text}", names_text, shots
 
 
 def _group_aggregate(groups: dict) -> str | None:
@@ -188,23 +257,51 @@ def _quiet():
             logger.setLevel(level)
 
 
+def _fewshot(task, name: str, shots: int | None, value: str) -> None:
+    """``--num_fewshot`` over the task's own count, and the count against the examples its few-shot split holds."""
+    if shots is not None:
+        task.set_config("num_fewshot", shots)
+    count = getattr(task.config, "num_fewshot", None)
+    if not count:
+        return
+    docs = task.fewshot_docs()
+    if docs is not None and count > len(docs):
+        raise InputError(f"--tasks {value!r}: num_fewshot {count} asks task {name!r} for more few-shot examples than "
+                         f"its few-shot split holds ({len(docs)})")
+
+
 def load_task_items(location: str) -> pd.DataFrame:
     """The items of an lm-eval task or group (see the module docstring): ``<task>/<doc_id>``, sub-dataset the task."""
+    manager, names, where, value, shots = _resolve(location)
+    try:
+        return _load_items(manager, names, where, value, shots)
+    except InputError as exc:  # every refusal names the flag and the value it was given
+        text = str(exc)
+        if text.startswith(("--tasks", "--num_fewshot")):
+            raise
+        raise InputError(f"--tasks {value!r}: {text}") from None
+
+
+def _load_items(manager, names: list[str], where: str, value: str, shots: int | None) -> pd.DataFrame:
     from .lm_eval_scoring import item_fields, task_scoring
     from .readers import GENERATE_UNTIL, _lm_eval_item
 
-    manager, names, where = _resolve(location)
     try:
         with _quiet():
             loaded = manager.load(names)
             tasks = loaded["tasks"]
-            for task in tasks.values():
+            for name, task in tasks.items():
+                _fewshot(task, name, shots, value)
                 task.set_fewshot_seed(seed=FEWSHOT_SEED)
                 task.build_all_requests(limit=None, rank=0, world_size=1)
     except InputError:
         raise
     except Exception as exc:
-        raise InputError(f"lm-eval could not build {', '.join(names)!r} ({where}): {_first_line(exc)}") from None
+        shots_text = "" if shots is None else f", --num_fewshot {shots}"
+        raise InputError(f"lm-eval could not build {', '.join(names)!r} ({where}{shots_text}): "
+                         f"{_first_line(exc)}") from None
+    if not tasks:
+        raise InputError(f"{', '.join(names)!r} holds no task ({where})")
     items = []
     for name, task in tasks.items():
         records = _records(task, name)

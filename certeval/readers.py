@@ -36,6 +36,45 @@ SAMPLES_NAME = re.compile(r"^samples_(?P<task>.+?)_(?P<stamp>\d{4}-\d{2}-\d{2}T[
 
 SCORE_WORDS = {"c": 1.0, "i": 0.0, "p": 0.5, "n": 0.0, "yes": 1.0, "no": 0.0, "true": 1.0, "false": 0.0}
 MAX_EVAL_LOG_BYTES = 2 << 30  # an .eval log's members, unpacked: refused beyond this before reading
+MAX_SAMPLES_BYTES = 2 << 30  # an lm-eval samples file: refused from its declared size before it is read
+MAX_RESULTS_BYTES = 256 << 20  # an lm-eval results file (a summary: kilobytes)
+
+
+def declared_size(path: str, what: str, limit: int) -> int:
+    """The size ``path`` declares (its file system's, a sparse file's full length), checked before anything is
+    read: InputError for what is missing, not a regular file (a folder, pipe, socket, device, a link to nothing)
+    or larger than ``limit``."""
+    import os
+    import stat
+
+    from .storage import bounded, is_local
+
+    fs, local = filesystem(str(path))
+    if is_local(fs):
+        try:
+            st = os.stat(local)
+        except FileNotFoundError:
+            dangling = " (a link to nothing)" if os.path.islink(local) else ""
+            raise InputError(f"{what} {path!r} does not exist{dangling}") from None
+        except OSError as exc:
+            raise InputError(f"{what} {path!r} cannot be read ({exc.strerror})") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{what} {path!r} is a folder, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {path!r} is not a regular file (a pipe, socket or device); refused unread")
+        size = st.st_size
+    else:
+        try:
+            info = bounded(fs, "info", local)
+        except FileNotFoundError:
+            raise InputError(f"{what} {path!r} does not exist") from None
+        if info.get("type") == "directory":
+            raise InputError(f"{what} {path!r} is a folder, not a file")
+        size = int(info.get("size") or 0)
+    if size > limit:
+        raise InputError(f"{what} {path!r} declares {size} bytes, over the {limit} bytes it is read with; refused "
+                         "before reading")
+    return size
 
 
 def is_lm_eval_samples(path: str) -> bool:
@@ -50,14 +89,17 @@ def _lm_eval_records(path: str) -> tuple[str, str, list[dict]]:
         raise InputError(f"{path!r} is not an lm-eval samples file (samples_<task>_<timestamp>.jsonl)")
     task = match.group("task")
     model = PurePosixPath(str(path)).parent.name or "model"
+    declared_size(str(path), "lm-eval samples file", MAX_SAMPLES_BYTES)
     fs, local = filesystem(str(path))
     try:
         with fs.open(local, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(MAX_SAMPLES_BYTES + 1)
     except FileNotFoundError:
         raise InputError(f"lm-eval samples file {path!r} does not exist") from None
     except IsADirectoryError:
         raise InputError(f"lm-eval samples file {path!r} is a folder, not a file") from None
+    except OSError as exc:
+        raise InputError(f"lm-eval samples file {path!r} cannot be read ({exc.strerror or type(exc).__name__})") from None
     try:
         lines = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
     except UnicodeDecodeError as exc:
@@ -70,9 +112,9 @@ def _lm_eval_records(path: str) -> tuple[str, str, list[dict]]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            raise InputError(f"{path!r} line {number} is not JSON") from None
+            raise InputError(f"lm-eval samples file {path!r} line {number} is not JSON") from None
         if not isinstance(rec, dict) or "doc_id" not in rec:
-            raise InputError(f"{path!r} line {number} has no doc_id (not an lm-eval sample)")
+            raise InputError(f"lm-eval samples file {path!r} line {number} has no doc_id (not an lm-eval sample)")
         records.append(rec)
     return task, model, records
 
@@ -85,13 +127,14 @@ def read_lm_eval_samples(path: str, metric: str | None = None) -> pd.DataFrame:
         metrics = [k for k in rec if k not in LM_EVAL_FIELDS]
         key = metric or (metrics[0] if metrics else None)
         if key is None or key not in rec:
-            raise InputError(f"{path!r} line {number} has no metric {key or ''!r}; metrics there: "
+            raise InputError(f"lm-eval samples file {path!r} line {number} has no metric {key or ''!r}; metrics there: "
                              f"{', '.join(metrics) or 'none'}")
         value = rec[key]
         if isinstance(value, bool):
             value = float(value)
         if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-            raise InputError(f"{path!r} line {number}: metric {key!r} is {value!r}, not a number in [0, 1]")
+            raise InputError(f"lm-eval samples file {path!r} line {number}: metric {key!r} is {value!r}, not a number "
+                             "in [0, 1]")
         rows.append({"model": model, "item_id": _item_id(task, rec), "score": float(value), "subset": task})
     return pd.DataFrame(rows)
 

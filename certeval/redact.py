@@ -14,9 +14,18 @@ def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(name)) and not name.endswith(("_PATH", "_FILE"))
 
 
+_KEY_NAMES: set[str] = set()  # variables model specs read their keys from (api_key_env=NAME): secrets whatever the name
+
+
+def register_secret_names(names) -> None:
+    """Variables whose values are secrets whatever their names (an openai spec's ``api_key_env``)."""
+    _KEY_NAMES.update(str(n) for n in names)
+
+
 def secret_values() -> list[str]:
-    """Values of secret-looking environment variables, longest first."""
-    values = {v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= MIN_SECRET_LEN}
+    """Values of secret-looking environment variables (and registered key variables), longest first."""
+    values = {v for k, v in os.environ.items()
+              if (is_secret_name(k) or k in _KEY_NAMES) and len(v) >= MIN_SECRET_LEN}
     return sorted(values, key=len, reverse=True)
 
 
@@ -25,9 +34,13 @@ INLINE_SECRET = re.compile(r"(?i)\b([a-z_]*(?:secret|token|password|passwd|crede
                            r"=([^&,\s'\"]+)")  # the name ends in the secret word: max_new_tokens, api_key_env are not
 
 
-def redact(text: str) -> str:
-    """``text`` with the values of secret-looking environment variables and inline ``key=value`` options
-    replaced by ``***``."""
-    for value in secret_values():
+BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")  # an Authorization header's value
+
+
+def redact(text: str, *extra: str | None) -> str:
+    """``text`` with the values of secret-looking environment variables (and of ``extra`` secrets: a key the caller
+    holds), inline ``key=value`` options and ``Bearer <token>`` values replaced by ``***``."""
+    for value in sorted({v for v in extra if v and len(v) >= 4} | set(secret_values()), key=len, reverse=True):
         text = text.replace(value, "***")
+    text = BEARER.sub(lambda m: f"{m.group(1)} ***", text)
     return INLINE_SECRET.sub(lambda m: f"{m.group(1)}=***", text)

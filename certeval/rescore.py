@@ -194,6 +194,10 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
     bank = load_run_bank(config.get("bank"), tuple(config["models"]))
     columns = [c for c in bank.frame.columns if bank.frame[c].notna().any()] if bank.frame is not None else ["item_id"]
     scorer_obj = _check_scorer(scorer, source_scorer, columns, config.get("bank"))
+    from .lm_eval_scoring import check_scoring_column, is_lm_eval_scorer
+
+    if is_lm_eval_scorer(scorer_obj.name):  # the bank's metric and filter names: lm-eval's registered ones only
+        check_scoring_column(bank.frame, f"rescore --scorer {scorer}: bank {config.get('bank')!r}")
     # the bank must still ask what the run asked: the recorded prompt hash of every item
     hashes = {str(r["item_id"]): prompt_hash(r) for r in bank.frame.to_dict("records")} if bank.frame is not None else {}
     # (accepted answers are not part of it: a corrected answer key is what a rescore may be for)
@@ -326,19 +330,50 @@ def _copy(memory: RunStore, dest: RunStore, result: dict, *, output: str, source
     config = memory.read_config() or {}
     config.update(output=output, rescore={"source_run": source, "scorer": result["scorer"]})
     took = dest.acquire_lock()
+    started = False
     try:
         if dest.read_config() is not None:
             raise InputError(f"rescore: run folder {dest.url} already exists; pass another --run-id or --output")
-        for sub in ("rounds", "state"):
-            for name in memory.folder.list(sub):
-                dest.folder.write_bytes(f"{sub}/{name}", memory.folder.read_bytes(f"{sub}/{name}"))
-        for name in memory.folder.list(""):
-            if name.endswith(".parquet") or name == "manifest.json":
-                dest.folder.write_bytes(name, memory.folder.read_bytes(name))
-        if result.get("pairs_file"):
-            result["pairs_file"] = dest.folder.url("pairs.parquet")
-        dest.folder.write_json("config.json", config)
-        dest.write_results(result)
+        started = True  # from here on the folder is this command's own (it was not there: _taken)
+        _write_all(memory, dest, result, config)
+    except BaseException:
+        if took and started:  # a folder this command made and could not finish: none is left
+            _remove(dest)
+            took = False
+        raise
     finally:
         if took:
             dest.release_lock()
+
+
+def _remove(dest: RunStore) -> None:
+    """Remove a run folder :func:`_copy` created and could not finish (a full disk, a read-only store, an
+    interrupt): no half-written run is left to be taken for a whole one."""
+    folder = dest.folder
+    try:
+        dest.release_lock()
+    except Exception:  # the lock's own storage may be what failed
+        pass
+    try:
+        if folder.local:
+            import shutil
+
+            shutil.rmtree(folder.path, ignore_errors=True)
+        else:
+            bounded(folder.fs, "rm", folder.path, recursive=True)
+    except Exception:  # best effort: the first failure is the one reported
+        pass
+
+
+def _write_all(memory: RunStore, dest: RunStore, result: dict, config: dict) -> None:
+    """Data first, config.json, results.json last."""
+    for sub in ("rounds", "state"):
+        for name in memory.folder.list(sub):
+            dest.folder.write_bytes(f"{sub}/{name}", memory.folder.read_bytes(f"{sub}/{name}"))
+    for name in memory.folder.list(""):
+        if name.endswith(".parquet") or name == "manifest.json":
+            dest.folder.write_bytes(name, memory.folder.read_bytes(name))
+    if result.get("pairs_file"):
+        result["pairs_file"] = dest.folder.url("pairs.parquet")
+    dest.folder.write_json("config.json", config)
+    dest.write_results(result)

@@ -61,7 +61,7 @@ def test_lm_evals_model_form_maps_to_a_spec(tmp_path, capsys):
     # the mapped spec reaches the hf backend's own check (a folder without a model config)
     assert main(["certify", "--model", "hf", "--model_args", f"pretrained={tmp_path}", "--goal", "halfwidth:0.1",
                  "--bank", "bundled:trivia", "--output_path", str(tmp_path / "runs")]) == 2
-    assert f"hf model {str(tmp_path)!r} is not a local transformers model directory" in capsys.readouterr().err
+    assert f"{str(tmp_path)!r} is not a model folder: it has no readable config.json" in capsys.readouterr().err
     assert main(["certify", "--model", "hf", "--goal", "halfwidth:0.1", "--bank", "bundled:trivia",
                  "--output_path", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err.strip()

@@ -81,8 +81,8 @@ def test_a_task_yaml_is_a_bank_for_a_run_and_bad_ones_exit_2_in_one_line(tmp_pat
     (tmp_path / "tasks" / "nothing.yaml").write_text("description: no task here\n")
     (tmp_path / "tasks" / "broken.yaml").write_text("task: broken\ndataset_path: json\noutput_type: nothing\n")
     cases = [(str(tmp_path / "tasks" / "missing.yaml"), "does not exist"),
-             (str(tmp_path / "tasks" / "nothing.yaml"), "must define exactly one task or group"),
-             (str(tmp_path / "tasks" / "broken.yaml"), "lm-eval could not build 'broken'")]
+             (str(tmp_path / "tasks" / "nothing.yaml"), "defines no task or group"),
+             (str(tmp_path / "tasks" / "broken.yaml"), "output_type 'nothing' is not one lm-eval knows")]
     for path, message in cases:
         rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", path, "--goal", "halfwidth:0.1",
                    "--output", str(tmp_path / "out")])

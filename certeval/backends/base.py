@@ -82,6 +82,10 @@ def parse_model_spec(text: str) -> ModelSpec:
                 raise InputError(f"model spec option {part!r} in {text!r} must look like key=value")
         # percent-decoding as in any URL query (a value may hold '&', '=' or '#' written as %26, %3D, %23)
         options = parse_qsl(query, keep_blank_values=True)
+        keys = [k for k, _ in options]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise InputError(f"--model {text!r} gives option {twice!r} twice; give each option once")
     location, _, name = rest.partition("#")
     if kind == "openai":
         # openai:http://127.0.0.1:8000/v1#model — the URL itself contains ':'

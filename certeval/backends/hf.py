@@ -40,11 +40,12 @@ class HFOptions:
     max_length: int | None = None  # None: the model's own limit (model_max_length below)
     scorer: str | None = None  # None: mc-loglik when items have choices, else normalized
     threads: int | None = None  # torch CPU threads; None leaves torch's default
+    trust_remote_code: bool = False  # the folder's own code (auto_map): only with --trust-remote-code
 
 
 def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
     """Options from keyword arguments, overridden by the spec's query string."""
-    known = {"device", "dtype", "batch", "max_new_tokens", "max_length", "scorer", "threads"}
+    known = {"device", "dtype", "batch", "max_new_tokens", "max_length", "scorer", "threads", "trust_remote_code"}
     unknown = [k for k, _ in spec.options if k not in known]
     if unknown:
         raise InputError(f"unknown hf option {unknown[0]!r} in {spec.text!r}; options: {', '.join(sorted(known))}")
@@ -62,7 +63,15 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
         max_length=spec.number_option("max_length", kwargs.get("max_length"), low=8),
         scorer=spec.option("scorer", kwargs.get("scorer")),
         threads=spec.number_option("threads", kwargs.get("threads")),
+        trust_remote_code=_flag(spec, "trust_remote_code"),
     )
+
+
+def _flag(spec: ModelSpec, key: str) -> bool:
+    value = str(spec.option(key, "false")).strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be true or false")
+    return value in ("true", "1", "yes")
 
 
 class HFHost(ModelHost):
@@ -226,16 +235,26 @@ class HFHost(ModelHost):
             torch.cuda.empty_cache()
 
 
-def load_model(model_dir: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
-    """Load a local transformers causal LM and its tokenizer, offline, in eval mode on ``device``."""
+def load_model(model_dir: str, device: str = "cpu", dtype: str = "float32",
+               trust_remote_code: bool = False) -> tuple[Any, Any]:
+    """Load a local transformers causal LM and its tokenizer, offline, in eval mode on ``device``; the folder's own
+    code (``auto_map``) only when ``trust_remote_code`` (``--trust-remote-code``), else it is refused here too."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"model option device={device!r}, but no CUDA GPU is visible to torch")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    if not trust_remote_code:
+        from ..model_folders import custom_code
+
+        asks = custom_code(model_dir, "--model", model_dir) if os.path.isdir(model_dir) else None
+        if asks:
+            raise InputError(f"--model {model_dir!r} asks to run its own code ({asks}); certeval loads it only with "
+                             "--trust-remote-code")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
+                                                 trust_remote_code=trust_remote_code)
     model.to(device).eval()
     return model, tokenizer
 
@@ -251,7 +270,7 @@ def build_host(spec: ModelSpec, *, cache_dir: str | None = None, **kwargs: Any) 
         import torch
 
         torch.set_num_threads(options.threads)
-    model, tokenizer = load_model(str(model_dir), options.device, options.dtype)
+    model, tokenizer = load_model(str(model_dir), options.device, options.dtype, options.trust_remote_code)
     return HFHost(spec, model, tokenizer, options)
 
 

@@ -82,6 +82,7 @@ class LocalRayCluster:
                        for i, name in enumerate(["head"] + [f"w{j + 1}" for j in range(workers)])}
         self.nodes: dict[str, _Node] = {}
         self._orphans: set[int] = set()  # processes of killed nodes, reaped at stop
+        self.on_process = None  # called with (node name, Popen) as each node's process starts (certeval up's record)
 
     @property
     def address(self) -> str:
@@ -176,6 +177,8 @@ class LocalRayCluster:
             node = _Node(name, proc)
             threading.Thread(target=self._drain, args=(node,), daemon=True).start()
         self.nodes[name] = node
+        if self.on_process is not None:
+            self.on_process(name, proc)
 
     @staticmethod
     def _follow(node: _Node, log: Path) -> None:
@@ -293,6 +296,7 @@ class LocalPrefectServer:
         self.base_dir = Path(base_dir)
         self.proc: subprocess.Popen | None = None
         self.port = 0
+        self.on_process = None  # called with the server's Popen as it starts (certeval up's record)
 
     @property
     def api_url(self) -> str:
@@ -315,6 +319,8 @@ class LocalPrefectServer:
         log = open(self.base_dir / "prefect-server.log", "w")
         self.proc = subprocess.Popen([*cli, "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
                                      env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        if self.on_process is not None:
+            self.on_process(self.proc)
         deadline = time.monotonic() + timeout_s
         while True:  # bounded: the health endpoint answers, the process dies, or the deadline passes
             if self.proc.poll() is not None:

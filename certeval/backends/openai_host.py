@@ -31,6 +31,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from ..estimators._validation import InputError
 from ..lm_eval_scoring import GenerationRequest, cut_at_stop
+from ..redact import redact
 from . import scorers as sc
 from .base import ModelHost, ModelSpec
 
@@ -47,7 +48,8 @@ class _Transient(Exception):
 
 class OpenAIHost(ModelHost):
     def __init__(self, spec: ModelSpec, *, concurrency: int = 4, max_new_tokens: int = 16, timeout: float = 60.0,
-                 scorer: str | None = None, mc_mode: str = "generate", api_key: str | None = None, retries: int = 2) -> None:
+                 scorer: str | None = None, mc_mode: str = "generate", api_key: str | None = None, retries: int = 2,
+                 key_env: str = "OPENAI_API_KEY") -> None:
         self.spec = spec
         self.base_url = spec.location.rstrip("/")
         self.model = spec.name
@@ -57,6 +59,7 @@ class OpenAIHost(ModelHost):
         self.scorer_name = scorer
         self.mc_mode = mc_mode
         self.api_key = api_key
+        self.key_env = key_env  # the variable the key came from: named in messages, never its value
         self.retries = retries
         self.calls = 0
         self.client_: httpx.Client | None = None
@@ -79,9 +82,9 @@ class OpenAIHost(ModelHost):
             try:
                 response = self._client().post(url, json=payload)
             except httpx.TransportError as exc:  # refused, reset, timed out
-                raise _Transient(f"{type(exc).__name__}: {exc}") from None
-            if response.status_code >= 400:
-                error = f"{url} answered HTTP {response.status_code}: {response.text[:300]}"
+                raise _Transient(self._scrub(f"{type(exc).__name__}: {exc}")) from None
+            if response.status_code >= 400:  # the body may echo the key (a 401 quoting the header it got)
+                error = self._scrub(f"{url} answered HTTP {response.status_code}: {response.text[:300]}")
                 if response.status_code < 500 and response.status_code != 429:
                     raise EndpointError(error)
                 raise _Transient(error)
@@ -97,12 +100,23 @@ class OpenAIHost(ModelHost):
             raise EndpointError(f"{url} failed after {self.retries + 1} tries: {exc}") from None
         raise AssertionError("unreachable: tenacity re-raises the last failure")
 
+    def _scrub(self, text: str) -> str:
+        """``text`` without the key (and any other secret): what leaves this host never carries it, so neither a
+        message, Ray's logs, Prefect's records nor the run folder can (issue 48)."""
+        return redact(text, self.api_key)
+
     def ping(self) -> None:
-        """Fail with :class:`InputError` when the endpoint is unreachable (``GET {base_url}/models``)."""
+        """Fail with :class:`InputError` when the endpoint is unreachable (``GET {base_url}/models``) or refuses the
+        key (401/403: the variable is named, never its value, nor the answer that may echo it)."""
         try:
-            self._client().get(f"{self.base_url}/models", timeout=min(self.timeout, 10.0))
-        except httpx.TransportError as exc:  # any HTTP answer will do: some servers have no /models route
-            raise InputError(f"openai endpoint {self.base_url!r} is unreachable: {type(exc).__name__}: {exc}") from None
+            response = self._client().get(f"{self.base_url}/models", timeout=min(self.timeout, 10.0))
+        except httpx.TransportError as exc:  # any other HTTP answer will do: some servers have no /models route
+            raise InputError(self._scrub(f"openai endpoint {self.base_url!r} is unreachable: "
+                                         f"{type(exc).__name__}: {exc}")) from None
+        if response.status_code in (401, 403):
+            held = f"the key in ${self.key_env}" if self.api_key else f"no key (${self.key_env} is not set)"
+            raise InputError(f"openai endpoint {self.base_url!r} answered HTTP {response.status_code} to {held} "
+                             f"(GET /models); set api_key_env=NAME to the variable holding a valid key")
 
     def complete(self, prompt: str, request: GenerationRequest | None = None) -> tuple[str, int]:
         """A greedy completion: at a newline within ``max_new_tokens``, or at the request's own stop strings and
@@ -179,6 +193,8 @@ class OpenAIHost(ModelHost):
             request = sc.generation_requests([item], self.max_new_tokens)[0]
             text, tokens = self.complete(request.prompt, request)
             score, output = sc.judge(scorer, text, item), sc.output_text(text, item)
+        if isinstance(output, str):  # judged as answered; kept without the key should the reply quote it
+            output = self._scrub(output)
         return {"item_id": str(item["item_id"]), "score": score, "tokens": tokens,
                 "latency_s": time.perf_counter() - t0, "output": output}
 
@@ -220,6 +236,11 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> dict[str, Any]:
         raise InputError(f"unknown openai option {unknown[0]!r} in {spec.text!r}; options: {', '.join(sorted(_KNOWN))}")
     if not spec.location.startswith(("http://", "https://")):
         raise InputError(f"openai model spec {spec.text!r} needs an http(s) base URL, e.g. openai:http://127.0.0.1:8000/v1#model")
+    from urllib.parse import urlsplit
+
+    if "@" in urlsplit(spec.location).netloc:  # user:key@host would be stored with the run, and echoed
+        raise InputError(f"openai model spec for {spec.name!r}: the base URL holds credentials (user:key@host); "
+                         "give the key by api_key_env=NAME (an environment variable) instead")
     mc_mode = str(spec.option("mc", kwargs.get("mc", "generate")))
     if mc_mode not in ("echo", "generate"):
         raise InputError(f"model spec option mc={mc_mode!r} in {spec.text!r} must be generate or echo")
@@ -237,6 +258,9 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> dict[str, Any]:
 def build_host(spec: ModelSpec, **kwargs: Any) -> OpenAIHost:
     options = parse_options(spec, **kwargs)
     key_env = options.pop("key_env")
-    host = OpenAIHost(spec, api_key=os.environ.get(key_env), **options)
+    from ..redact import register_secret_names
+
+    register_secret_names([key_env])  # its value is a secret whatever the variable is called
+    host = OpenAIHost(spec, api_key=os.environ.get(key_env), key_env=key_env, **options)
     host.ping()
     return host

@@ -29,7 +29,8 @@ from . import scorers as sc
 from .base import ModelHost, ModelSpec
 
 NOT_INSTALLED = "vLLM is not installed (pip install certeval[vllm]); it needs a CUDA GPU"
-_KNOWN = {"gpus", "load_format", "dtype", "max_model_len", "gpu_memory_utilization", "max_new_tokens", "scorer", "seed"}
+_KNOWN = {"gpus", "load_format", "dtype", "max_model_len", "gpu_memory_utilization", "max_new_tokens", "scorer", "seed",
+          "trust_remote_code"}
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,13 @@ class VLLMOptions:
     max_new_tokens: int = 16
     scorer: str | None = None
     seed: int = 0
+    trust_remote_code: bool = False  # only with --trust-remote-code (certeval.model_folders)
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``vllm.LLM`` (tensor parallel size = GPUs per replica)."""
         out: dict[str, Any] = {"tensor_parallel_size": self.gpus, "load_format": self.load_format,
                                "dtype": self.dtype, "gpu_memory_utilization": self.gpu_memory_utilization,
-                               "seed": self.seed}
+                               "seed": self.seed, "trust_remote_code": self.trust_remote_code}
         if self.max_model_len is not None:
             out["max_model_len"] = self.max_model_len
         return out
@@ -80,7 +82,15 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> VLLMOptions:
         max_new_tokens=number("max_new_tokens", 16, int, 1),
         scorer=scorer,
         seed=number("seed", 0, int, 0),
+        trust_remote_code=_flag(spec, "trust_remote_code"),
     )
+
+
+def _flag(spec: ModelSpec, key: str) -> bool:
+    value = str(spec.option(key, "false")).strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be true or false")
+    return value in ("true", "1", "yes")
 
 
 class VLLMHost(ModelHost):

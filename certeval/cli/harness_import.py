@@ -107,12 +107,19 @@ def write_all(files: list[tuple[str, bytes]]) -> None:
 
     from ..storage import bounded, filesystem, is_local, stage_file
 
+    from ..storage import nearest_existing
+
     staged: list[tuple[str, str]] = []
     put: list[tuple[object, str]] = []
+    made: list[tuple[str, str]] = []  # (folder created for a target, the folder that existed above it)
     try:
         for path, data in files:
             fs, target = filesystem(str(path))
             if is_local(fs):
+                folder = os.path.dirname(target)
+                above = nearest_existing(folder)
+                if above != folder:
+                    made.append((folder, above))
                 staged.append((stage_file(target, data), target))
             else:
                 bounded(fs, "pipe_file", target, data, size=len(data))
@@ -120,6 +127,13 @@ def write_all(files: list[tuple[str, bytes]]) -> None:
     except BaseException:
         for tmp, _ in staged:
             os.remove(tmp)
+        for folder, above in made:  # folders made for the outputs: gone again, so nothing is left half-written
+            while folder != above and os.path.isdir(folder):
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break
+                folder = os.path.dirname(folder)
         for fs, target in put:
             try:
                 bounded(fs, "rm_file", target)

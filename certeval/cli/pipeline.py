@@ -16,6 +16,7 @@ from typing import Any
 
 from ._common import add_common, print_json
 from ._runtime import ALL, add_runtime_options, runtime_options
+from .surfaces import add_lm_eval_flags, check_surfaces, checkpoint_specs, with_model_args  # noqa: F401
 
 PIPELINE_COMMANDS = ("certify", "compare", "rank", "select")
 
@@ -45,8 +46,7 @@ def add_parser(subparsers) -> None:
                             "bundled:<name>, bundled:trivia); optional with replay models only. --tasks: lm-eval's "
                             "name for it, which also takes an lm-eval task or group: a YAML file, or NAME[,NAME...] "
                             "from lm-eval's index (or --include_path)")
-        p.add_argument("--include_path", "--include-path", dest="include_path", default=None, metavar="DIR",
-                       help="a folder of your lm-eval task YAMLs, for --tasks NAME (as lm_eval --include_path)")
+        add_lm_eval_flags(p)
         p.add_argument("--aggregate", choices=("subset-mean", "mean"), default=None,
                        help="a bank with sub-datasets (a 'subset' column): subset-mean (default) makes each "
                             "sub-dataset count once (the mean of their means), mean each item once (the plain "
@@ -186,58 +186,6 @@ def user_prefect_configured() -> bool:
     return (Path.home() / ".prefect" / "profiles.toml").is_file()
 
 
-LM_EVAL_MODELS = ("hf", "vllm")  # lm-eval's --model names that certeval hosts under the same kind
-
-
-def with_model_args(specs: list[str], model_args: str | None) -> list[str]:
-    """lm-eval's ``--model_args k=v,k2=v2`` as spec options (``?k=v&k2=v2``) of every model; lm-eval's own form
-    ``--model hf --model_args pretrained=DIR,...`` becomes ``hf:DIR?...``."""
-    from ..estimators._validation import InputError
-
-    parts = [p.strip() for p in (model_args or "").split(",") if p.strip()]
-    for part in parts:
-        if "=" not in part or not part.partition("=")[0]:
-            raise InputError(f"--model_args must look like key=value,key=value; got {part!r} in {model_args!r}")
-    out = []
-    for spec in specs:
-        if spec in LM_EVAL_MODELS:
-            pretrained = [p.partition("=")[2] for p in parts if p.partition("=")[0] == "pretrained"]
-            if not pretrained or not pretrained[0]:
-                raise InputError(f"--model {spec} is lm-eval's form: it needs --model_args pretrained=DIR (or write "
-                                 f"--model {spec}:DIR); got --model_args {model_args!r}")
-            rest = [p for p in parts if p.partition("=")[0] != "pretrained"]
-            out.append(f"{spec}:{pretrained[0]}" + (f"?{'&'.join(rest)}" if rest else ""))
-        elif parts:
-            out.append(f"{spec}{'&' if '?' in spec else '?'}{'&'.join(parts)}")
-        else:
-            out.append(spec)
-    return out
-
-
-def checkpoint_specs(patterns: list[str] | None) -> list[str]:
-    """``select --checkpoints``: every folder the patterns name (globs expanded, in natural order: ckpt-20 before
-    ckpt-100) as an ``hf:`` spec; a pattern that names nothing, or a folder without a model config, is bad input."""
-    import glob
-    import re
-
-    from ..estimators._validation import InputError
-
-    specs: list[str] = []
-    for pattern in patterns or []:
-        found = sorted(glob.glob(os.path.expanduser(pattern)),
-                       key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)])
-        if not found:
-            raise InputError(f"--checkpoints {pattern!r} names no folder")
-        for path in found:
-            if not os.path.isfile(os.path.join(path, "config.json")):
-                raise InputError(f"--checkpoints {pattern!r}: {path!r} is not a checkpoint folder (it has no "
-                                 "config.json)")
-            spec = f"hf:{os.path.abspath(path)}"
-            if spec not in specs:
-                specs.append(spec)
-    return specs
-
-
 AUTO_HISTORY = "auto"
 
 
@@ -291,15 +239,14 @@ def plan_from_args(args, options=None) -> tuple[Any, Any]:
 
     from ..lm_eval_tasks import tasks_bank
 
-    include_path = getattr(args, "include_path", None)
+    check_surfaces(args)  # --limit, --num_fewshot / --include_path without --tasks
     if args.bank is not None:  # lm-eval task names become the bank lm-eval builds from them
-        args.bank = tasks_bank(args.bank, include_path)
-    elif include_path is not None:
-        raise InputError(f"--include_path {include_path!r} needs --tasks NAME (the lm-eval tasks it holds)")
+        args.bank = tasks_bank(args.bank, getattr(args, "include_path", None), getattr(args, "num_fewshot", None))
     models = list(args.model or []) + checkpoint_specs(getattr(args, "checkpoints", None))
     if not models:
         raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")
-    models = with_model_args(models, getattr(args, "model_args", None))
+    models = with_model_args(models, getattr(args, "model_args", None),
+                             trust_remote_code=getattr(args, "trust_remote_code", False))
     history = history_sources(args, models)
     return make_plan(PlanRequest(
         args.command, models=models, bank=args.bank,
@@ -317,28 +264,9 @@ def plan_from_args(args, options=None) -> tuple[Any, Any]:
 
 def dry_run(args, options=None) -> int:
     """``rank|select --dry-run``: validated like the run (without its history), then previewed on the history."""
-    from ..estimators._validation import InputError
-    from ..history import load_history
-    from ..preview import describe, history_matrix, preview_cost
+    from .surfaces import dry_run as preview
 
-    sources = list(args.history or [])
-    if AUTO_HISTORY in sources:
-        raise InputError(f"{args.command} --dry-run previews on recorded models named by --history SOURCE; "
-                         f"--history {AUTO_HISTORY} names none")
-    if not sources:
-        raise InputError(f"{args.command} --dry-run predicts the cells from recorded models: give --history SOURCE "
-                         "(a scores file, bundled:<name>, run folders)")
-    args.history = None  # the preview plays the statement on the history models; it does not learn from them
-    plan, prepared = plan_from_args(args, options)
-    history = load_history(sources)
-    matrix, _ = history_matrix(history.frame, prepared.bank.item_ids, set(plan.labels) | _model_names(plan))
-    preview = preview_cost(plan.group_request(), prepared.bank.spec(mean_of_means=plan.mean_of_means), matrix,
-                           len(plan.labels), seed=plan.seed)
-    if args.json:
-        print_json({"preview": preview.to_dict(), "history": sources})
-    else:
-        print(describe(preview))
-    return 0
+    return preview(args, options, plan_from_args)
 
 
 def _model_names(plan) -> set[str]:

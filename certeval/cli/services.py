@@ -1,5 +1,5 @@
 """``certeval up`` / ``certeval down``: a Ray head and a Prefect server that later commands reuse
-(certeval.services)."""
+(certeval.services). The record they share is checked as data; ``down`` signals only processes it verifies."""
 
 from __future__ import annotations
 
@@ -18,36 +18,50 @@ def add_parser(subparsers) -> None:
     up.set_defaults(func=run_up, command="up")
     down = subparsers.add_parser("down", help="stop what certeval up started in this folder",
                                  description="Stop the Ray head and Prefect server certeval up started from this "
-                                             "working folder, and forget them.")
+                                             "working folder, and forget them. Only processes that are still the "
+                                             "ones up started (same id, start time and command line) are signalled.")
     down.set_defaults(func=run_down, command="down")
 
 
 def run_up(args) -> int:
     from ..envsetup import configure_offline_env
-    from ..services import read_services, services_file, start_services
+    from ..services import load_services, record_lock, services_file, start_services
 
     cpus = (os.cpu_count() or 2) if args.num_cpus is None else args.num_cpus
     if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
         raise InputError(f"--num-cpus must be a positive integer, got {args.num_cpus!r}")
-    known = read_services()
+    known = load_services()  # a record that is not one: exit 2, nothing started or changed
     if known is not None and known.alive():
         print(f"certeval: already up (Ray {known.ray_address}, Prefect {known.prefect_api_url}); "
               f"{services_file()}")
         return 0
+    if known is not None and known.verified():
+        raise InputError(f"{services_file()} names processes of a certeval up that is still running or was stopped "
+                         "half-way; run certeval down first")
     configure_offline_env()
-    services = start_services(cpus)
+    with record_lock(services_file().parent):
+        services = start_services(cpus)
     print(f"certeval: up: Ray {services.ray_address} ({cpus} CPUs), Prefect {services.prefect_api_url}; runs from "
           f"this folder use them until certeval down ({services_file()})")
     return 0
 
 
 def run_down(args) -> int:
-    from ..services import read_services, services_file, stop_services
+    from ..services import load_services, record_lock, services_file, stop_services
 
-    known = read_services()
-    if known is None:
-        print(f"certeval: nothing to stop ({services_file()} does not exist)")
+    path = services_file()
+    if load_services() is None:
+        print(f"certeval: nothing to stop ({path} does not exist)")
         return 0
-    stop_services(known)
-    print("certeval: down: Ray and Prefect stopped")
+    with record_lock(path.parent):
+        known = load_services()  # again, under the lock: another down may have stopped them meanwhile
+        if known is None:
+            print(f"certeval: nothing to stop ({path} does not exist)")
+            return 0
+        done = stop_services(known)
+    left = done["left_alone"]
+    note = (f"; left alone pid {', '.join(map(str, left))}: no longer what certeval up started (a stale record)"
+            if left else "")
+    what = "Ray and Prefect stopped" if done["stopped"] else "nothing was running"
+    print(f"certeval: down: {what}{note}; {path} removed")
     return 0

@@ -20,7 +20,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ._validation import InputError, check_in_range, check_positive
+from ._validation import InputError
 from .protocol import BankSpec
 from .results import Decision, Estimate
 
@@ -243,36 +243,49 @@ class Goal:
 
 
 def parse_goal(text: str) -> Goal:
-    """Parse ``halfwidth:E``, ``above:T`` or ``below:T`` (optionally ``+diminishing:G``) into a :class:`Goal`."""
-    if isinstance(text, str) and "+" in text:
+    """Parse ``halfwidth:E``, ``above:T`` or ``below:T`` (optionally ``+diminishing:G``) into a :class:`Goal`;
+    every refusal names the goal and echoes it (``goal 'halfwidth:nan': ...``)."""
+    if not isinstance(text, str) or ":" not in text:
+        raise InputError(f"goal must look like halfwidth:E, above:T or below:T; got {text!r}")
+    if "+" in text:
         main, *more = text.split("+")
         goal = parse_goal(main)
         gains = []
         for part in more:
             name, _, raw = part.partition(":")
             if name.strip().lower() != "diminishing":
-                raise InputError(f"a goal's added rule must look like +diminishing:G, got {part!r} in {text!r}")
-            try:
-                gains.append(check_positive(float(raw), f"diminishing-returns gain in {text!r}"))
-            except ValueError:
-                raise InputError(f"diminishing-returns gain must be a number; got {raw!r} in {text!r}") from None
+                raise InputError(f"a goal's added rule must look like +diminishing:G, got {part!r} in goal {text!r}")
+            gain = _finite(raw, text, "diminishing-returns gain")
+            if not gain > 0:
+                raise InputError(f"goal {text!r}: the diminishing-returns gain must be a positive number, got {raw!r}")
+            gains.append(gain)
         if len(gains) != 1:
             raise InputError(f"at most one +diminishing:G per goal, got {text!r}")
         return Goal(goal.kind, goal.value, gains[0])
-    if not isinstance(text, str) or ":" not in text:
-        raise InputError(f"goal must look like halfwidth:E, above:T or below:T; got {text!r}")
     kind, _, raw = text.partition(":")
     kind = kind.strip().lower()
     if kind not in GOAL_KINDS:
-        raise InputError(f"goal kind must be one of {', '.join(GOAL_KINDS)}; got {kind!r} in {text!r}")
+        raise InputError(f"goal kind must be one of {', '.join(GOAL_KINDS)}; got {kind!r} in goal {text!r}")
+    if kind == "halfwidth":
+        value = _finite(raw, text, "half-width (epsilon)")
+        if not 0.0 < value < 1.0:
+            raise InputError(f"goal {text!r}: the half-width (epsilon) must be a positive number below 1 for scores "
+                             f"in [0, 1], got {value!r}")
+    else:
+        value = _finite(raw, text, "threshold")
+        if not 0.0 < value < 1.0:
+            raise InputError(f"goal {text!r}: the threshold must lie strictly between 0 and 1, got {value!r}")
+    return Goal(kind, value)
+
+
+def _finite(raw: str, text: str, what: str) -> float:
+    """A goal's number: finite (nan and inf are refused, and text that is not a number)."""
+    import math
+
     try:
         value = float(raw)
     except ValueError:
-        raise InputError(f"goal value must be a number; got {raw!r} in {text!r}") from None
-    if kind == "halfwidth":
-        value = check_positive(value, "goal half-width (epsilon)")
-        if value >= 1:
-            raise InputError(f"goal half-width (epsilon) must be below 1 for scores in [0, 1], got {value!r}")
-    else:
-        value = check_in_range(value, f"goal threshold in {text!r}", 0.0, 1.0, closed=False)
-    return Goal(kind, value)
+        raise InputError(f"goal {text!r}: the {what} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise InputError(f"goal {text!r}: the {what} must be a finite number, got {raw!r}")
+    return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -14,7 +15,7 @@ import pyarrow as pa
 
 from ..estimators._validation import InputError
 from ..estimators.results import to_jsonable
-from .io import Folder, bounded
+from .io import Folder, bounded, parquet_bytes
 
 
 PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt")
@@ -63,6 +64,45 @@ def cache_key(spec_text: str, scorer: str, generation: dict[str, Any]) -> str:
 
 
 MAX_PARTS = 16  # a cache folder holding more parts than this is merged into one (at a run's start and end)
+_PART = re.compile(r"^(?:[0-9a-f]{32}-(?P<digest>[0-9a-f]{16})|[^/]+)\.parquet$")  # older parts: no digest
+
+
+def write_part(folder: Folder, frame: pd.DataFrame) -> str:
+    """One immutable part, named ``<uuid>-<sha256 of its bytes, 16 hex>.parquet``: a reader recomputes the digest,
+    so a part changed after it was written (a flipped bit Parquet itself would read) is never read as scores."""
+    data = parquet_bytes(frame)
+    name = f"{uuid.uuid4().hex}-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
+    folder.write_bytes(f"parts/{name}", data)
+    return name
+
+
+def read_part(folder: Folder, name: str, columns: tuple[str, ...] = ("item_key", "score")) -> pd.DataFrame | None:
+    """A part's rows, or None when it is damaged: unreadable, its bytes not those its name's digest records, a
+    column missing, or a score that is not a number in [0, 1] (the part's items are then scored again: the cache
+    is a saving, never a record)."""
+    match = _PART.match(name)
+    if match is None:
+        return None
+    try:
+        raw = folder.read_bytes(f"parts/{name}")
+    except (OSError, TimeoutError):
+        return None
+    if raw is None or (match.group("digest") and hashlib.sha256(raw).hexdigest()[:16] != match.group("digest")):
+        return None
+    try:
+        import io
+
+        import pyarrow.parquet as pq
+
+        part = pq.read_table(io.BytesIO(raw)).to_pandas()
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    if not set(columns) <= set(part.columns) or part["item_key"].isna().any():
+        return None
+    scores = pd.to_numeric(part["score"], errors="coerce")
+    if scores.isna().any() or not scores.between(0.0, 1.0).all():
+        return None
+    return part.assign(score=scores.astype(float))
 COMPACT_BUDGET_S = 60.0  # reading parts to merge stops after this long; what was read is merged
 
 
@@ -87,10 +127,7 @@ def compact_parts(folder: Folder, keys: list[str], *, max_parts: int = MAX_PARTS
         if part is None:
             if time.monotonic() > deadline:
                 break
-            try:
-                part = folder.read_parquet(f"parts/{name}")
-            except InputError:  # damaged: skipped by readers, left alone here
-                continue
+            part = read_part(folder, name, tuple(keys))  # damaged: skipped by readers, left alone here
         if part is None or not set(keys) | {"score"} <= set(part.columns):
             continue
         frames.append(part)
@@ -98,7 +135,7 @@ def compact_parts(folder: Folder, keys: list[str], *, max_parts: int = MAX_PARTS
     if len(merged) < 2:
         return 0
     whole = pd.concat(frames, ignore_index=True).drop_duplicates(subset=keys, keep="first")
-    folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", whole)
+    write_part(folder, whole)
     for name in merged:
         try:
             bounded(folder.fs, "rm_file", folder.full(f"parts/{name}"))
@@ -153,7 +190,7 @@ class ScoreCache:
             frame = pd.DataFrame({c: pd.Series(v, dtype=object) if c in ("output", "prompt_hash")
                                   else pd.to_numeric(pd.Series(v, dtype=object)) if c in ("score", "tokens", "latency_s")
                                   else v for c, v in cols.items()})
-            folder.write_parquet(f"parts/{uuid.uuid4().hex}.parquet", frame)
+            write_part(folder, frame)
 
     def load(self) -> dict[str, float]:
         """``item_key -> score`` of every cached score (first one wins if parts overlap).
@@ -170,14 +207,8 @@ class ScoreCache:
         for name in self.folder.list("parts"):
             if not name.endswith(".parquet"):
                 continue
-            try:
-                part = self.folder.read_parquet(f"parts/{name}")
-            except InputError:
-                part = None
-                self.skipped.append(name)
-            if part is None:
-                continue
-            if not {"item_key", "score"} <= set(part.columns):
+            part = read_part(self.folder, name)
+            if part is None:  # damaged: its items are scored again
                 self.skipped.append(name)
                 continue
             if keep:
@@ -213,15 +244,8 @@ class ScoreCache:
             for name in folder.list("parts"):
                 if not name.endswith(".parquet"):
                     continue
-                try:
-                    part = folder.read_parquet(f"parts/{name}")
-                except InputError:  # damaged: its items are scored again
-                    part = None
-                    for i in (i for ids in index.values() for i in ids):
-                        caches[i].skipped.append(f"{ScoreCache.SHARED}/parts/{name}")
-                if part is None:
-                    continue
-                if not {"cache", "item_key", "score"} <= set(part.columns):
+                part = read_part(folder, name, ("cache", "item_key", "score"))
+                if part is None:  # damaged: its items are scored again
                     for i in (i for ids in index.values() for i in ids):
                         caches[i].skipped.append(f"{ScoreCache.SHARED}/parts/{name}")
                     continue

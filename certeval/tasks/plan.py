@@ -21,6 +21,7 @@ from .. import __version__
 from ..estimators import make_method, parse_goal
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
 from ..backends.base import ModelSpec, parse_model_spec
+from ..model_folders import check_model_folder
 from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from ..estimators.groups import GroupRequest
@@ -156,7 +157,7 @@ def task_scorer(frame: Any) -> str | None:
 
 
 # options that change how a model is run, not what it answers (kept out of the cache key)
-_RUNTIME_OPTIONS = {"latency", "device", "batch", "replicas"}
+_RUNTIME_OPTIONS = {"latency", "device", "batch", "replicas", "trust_remote_code"}
 
 
 def _cache_spec(spec_text: str) -> str:
@@ -176,6 +177,11 @@ def _versions() -> dict[str, str]:
         except md.PackageNotFoundError:
             pass
     return out
+
+
+def trusts_code(spec: ModelSpec) -> bool:
+    """Whether the user let this model run its folder's own code (``--trust-remote-code``)."""
+    return str(spec.option("trust_remote_code", "false")).strip().lower() in ("true", "1", "yes")
 
 
 def check_model(spec: ModelSpec) -> None:
@@ -198,8 +204,8 @@ def check_model(spec: ModelSpec) -> None:
         parse_options(spec)
         if importlib.util.find_spec("vllm") is None:
             raise InputError(f"model {spec.text!r}: {NOT_INSTALLED}")
-        if not spec.location.startswith("bundled:") and not (Path(spec.location).expanduser() / "config.json").is_file():
-            raise InputError(f"vllm model {spec.location!r} is not a local model directory (no config.json)")
+        if not spec.location.startswith("bundled:"):
+            check_model_folder(spec.location, "--model", spec.text, trust_remote_code=trusts_code(spec))
     elif spec.kind == "hf":
         if spec.location.startswith("bundled:"):
             from ..backends.smollm import gguf_path, resolve_model_dir
@@ -208,9 +214,7 @@ def check_model(spec: ModelSpec) -> None:
                 resolve_model_dir(spec.location)  # raises the backend's own message
             gguf_path()
         else:
-            path = Path(spec.location).expanduser()
-            if not (path / "config.json").is_file():
-                raise InputError(f"hf model {spec.location!r} is not a local transformers model directory (no config.json)")
+            check_model_folder(spec.location, "--model", spec.text, trust_remote_code=trusts_code(spec))
         from ..backends.hf import parse_options
 
         parse_options(spec)
@@ -284,6 +288,10 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     if not models:
         raise InputError("at least one --model is required")
     specs = [parse_model_spec(m) for m in models]
+    from ..redact import register_secret_names
+
+    # the variables openai specs read their keys from: secrets in every message from here on, whatever their names
+    register_secret_names(str(s.option("api_key_env", "OPENAI_API_KEY")) for s in specs if s.kind == "openai")
     if len({s.text for s in specs}) != len(specs):
         raise InputError("the same --model was given twice")
     counts = {"compare": (2, 2), "rank": (2, None), "select": (1, None), "certify": (1, None)}[kind]
@@ -362,13 +370,14 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         check_replay_coverage(specs, loaded)
     if any(s.kind != "replay" for s in specs):
         from ..backends.scorers import resolve_scorer
-        from ..lm_eval_scoring import SCORING, is_lm_eval_scorer, qualified
+        from ..lm_eval_scoring import SCORING, check_scoring_column, is_lm_eval_scorer, qualified
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
         if scorer in (None, "", "auto") and SCORING not in columns:
             scorer = task_scorer(loaded.frame)
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
         if is_lm_eval_scorer(scorer):  # named by the metric and filter it judges, as lm-eval's results name it
+            check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")  # registered names only
             scorer = qualified(scorer, str(loaded.frame[SCORING].dropna().iloc[0]))
     # fitted here, so unreadable sources or unmatched items are found before any write, and once
     priors = run_history_priors(history, loaded, labels) if history else {}
