@@ -16,7 +16,8 @@ from typing import Any
 
 from ._common import add_common, print_json
 from ._runtime import ALL, add_runtime_options, runtime_options
-from .surfaces import add_lm_eval_flags, check_surfaces, checkpoint_specs, with_model_args  # noqa: F401
+from .surfaces import (AUTO_HISTORY, add_lm_eval_flags, check_surfaces, checkpoint_specs,  # noqa: F401
+                       with_model_args)
 
 PIPELINE_COMMANDS = ("certify", "compare", "rank", "select")
 
@@ -186,9 +187,6 @@ def user_prefect_configured() -> bool:
     return (Path.home() / ".prefect" / "profiles.toml").is_file()
 
 
-AUTO_HISTORY = "auto"
-
-
 def history_sources(args, models: list[str]) -> list[str] | None:
     """``--history`` as given, with ``auto`` (select only) replaced by the earlier select runs it names (announced in
     one line on stderr). Without ``--history`` there is no history: the same command twice gives the same answer."""
@@ -267,13 +265,6 @@ def dry_run(args, options=None) -> int:
     from .surfaces import dry_run as preview
 
     return preview(args, options, plan_from_args)
-
-
-def _model_names(plan) -> set[str]:
-    """The recorded names of the plan's replay models (a model never stands in for itself)."""
-    from ..backends.base import parse_model_spec
-
-    return {spec.name for spec in map(parse_model_spec, plan.models) if spec.kind == "replay" and spec.name}
 
 
 def run(args) -> int:

@@ -12,6 +12,8 @@ from ..estimators._validation import InputError
 from ..model_folders import TRUST_FLAG
 from ._common import print_json
 
+AUTO_HISTORY = "auto"  # select --history auto: earlier select runs under --output as history
+
 LM_EVAL_MODELS = ("hf", "vllm")  # lm-eval's --model names that certeval hosts under the same kind
 RESERVED = "&#?"  # a model spec's own syntax: options, the name, the query
 TRUSTING_KINDS = ("hf", "vllm")  # backends that load a folder's code when trust_remote_code is on
@@ -148,7 +150,6 @@ def dry_run(args, options, plan_from_args) -> int:
     history that is missing, empty or shares no complete model with the bank is refused naming --history."""
     from ..history import load_history
     from ..preview import describe, history_matrix, preview_cost
-    from .pipeline import AUTO_HISTORY, _model_names
 
     sources = list(args.history or [])
     if AUTO_HISTORY in sources:
@@ -177,3 +178,10 @@ def dry_run(args, options, plan_from_args) -> int:
     else:
         print(describe(preview))
     return 0
+
+
+def _model_names(plan) -> set[str]:
+    """The recorded names of the plan's replay models (a model never stands in for itself)."""
+    from ..backends.base import parse_model_spec
+
+    return {spec.name for spec in map(parse_model_spec, plan.models) if spec.kind == "replay" and spec.name}
