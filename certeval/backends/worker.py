@@ -26,11 +26,14 @@ class ModelWorker:
     their score caches and the call log."""
 
     def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], options: RuntimeOptions | None,
-                 host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None) -> None:
+                 host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None,
+                 threads: int | None = None) -> None:
         from .base import make_host
         from ..startup import configure
 
         os.environ.update(secret_env or {})  # before any host or filesystem reads its credentials
+        if threads is not None:  # the CPUs this actor was given (a host's own threads= option still wins)
+            set_torch_threads(threads)
         options = runtime_options(options)
         configure(options.startup_log)  # this actor's process: its first_call mark goes to the command's timeline
         self.hosts = {label: make_host(text, cache_dir=options.cache_dir, **(host_kwargs or {}))
@@ -48,7 +51,7 @@ class ModelWorker:
     def ping(self) -> dict[str, Any]:
         """Where this actor runs: its process and Ray node (the placement recorded in results.json)."""
         ctx = ray.get_runtime_context()
-        return {"pid": os.getpid(), "node_id": ctx.get_node_id()}
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "torch_threads": _torch_threads()}
 
     @ray.method(max_task_retries=0)  # a retried call could score a batch twice; lost batches are re-sent by the driver
     def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]],
@@ -102,6 +105,27 @@ class ModelWorker:
     def close(self) -> None:
         for host in self.hosts.values():
             host.close()
+
+
+def set_torch_threads(threads: int) -> None:
+    """torch's CPU threads (intra-op, and OpenMP's / MKL's for anything started later) set to ``threads``: the
+    CPUs a model actor was given. Ray sets ``OMP_NUM_THREADS=1`` in an actor given no CPU count and the floor
+    of its CPUs otherwise, unless the variable was already set (a driver's environment passes it on), and torch
+    reads it once: set here, explicitly, before the host imports torch."""
+    threads = max(1, int(threads))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _torch_threads() -> int | None:
+    """torch's intra-op CPU threads in this process, if a host imported torch (None: no torch here)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else None
 
 
 def _exit_with_raylet(poll_s: float = 0.05) -> None:
