@@ -36,8 +36,12 @@ class ModelWorker:
             set_torch_threads(threads)
         options = runtime_options(options)
         configure(options.startup_log)  # this actor's process: its first_call mark goes to the command's timeline
+        from ..startup import mark
+
+        mark("actor_started")  # the actor's process is up (Ray worker started, certeval imported): load begins
         self.hosts = {label: make_host(text, cache_dir=options.cache_dir, **(host_kwargs or {}))
                       for label, text in specs.items()}
+        mark("model_loaded")  # every host built: the model is in memory
         self.caches: dict[str, Any] = {}
         for label, url in cache_urls.items():
             if url:
