@@ -24,7 +24,8 @@ DEFAULT_BATCH_TIMEOUT_S = 1800.0  # a slow model's batch; a hung one still ends 
 # the command-line flag of each option: messages name what the user typed
 FLAGS = {"actor_start_timeout_s": "--actor-start-timeout", "batch_timeout_s": "--batch-timeout",
          "call_log": "--call-log", "watchdog": "--no-watchdog", "parallel_start": "--sequential-start",
-         "startup_log": "--startup-log", "cache_dir": "--cache-dir", "propose_ahead": "--propose-ahead"}
+         "startup_log": "--startup-log", "cache_dir": "--cache-dir", "propose_ahead": "--propose-ahead",
+         "keep_actors": "--keep-actors"}
 PROPOSE_AHEAD = ("auto", "on", "off")
 
 
@@ -49,7 +50,9 @@ class RuntimeOptions:
     on the machine that uses it, so a cluster node uses its own);
     ``propose_ahead``: queue each round's predicted successor on the model actors while the controller updates
     and decides (``on``/``off``; ``auto``: on unless every model replays recorded scores). Results are the same
-    either way: only the items a round selects are ever used.
+    either way: only the items a round selects are ever used;
+    ``keep_actors``: on a Ray that outlives the command (``certeval up``, ``--ray-address``), leave the model
+    actors running, loaded, for the next command on the same models, and take such actors when they exist.
     """
 
     actor_start_timeout_s: float = DEFAULT_ACTOR_START_TIMEOUT_S
@@ -60,11 +63,12 @@ class RuntimeOptions:
     startup_log: str | None = None
     cache_dir: str | None = None
     propose_ahead: str = "auto"
+    keep_actors: bool = False
 
     def __post_init__(self) -> None:
         for name in ("actor_start_timeout_s", "batch_timeout_s"):
             object.__setattr__(self, name, _seconds(getattr(self, name), FLAGS[name]))
-        for name in ("watchdog", "parallel_start"):
+        for name in ("watchdog", "parallel_start", "keep_actors"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("call_log", "startup_log"):

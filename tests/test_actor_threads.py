@@ -13,6 +13,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
+def local_ray(state_dir):
+    """The shared local Ray (no Prefect: these tests start actors directly)."""
+    from test_pipeline_support import ray_address
+
+    return ray_address(state_dir)
+
+
+@pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -50,7 +58,7 @@ def _free_cpus(at_least: int = 0, wait_s: float = 60.0) -> int:
         time.sleep(0.2)
 
 
-def test_the_actor_runs_as_many_torch_threads_as_cpus_it_was_given(infra, tiny_model):
+def test_the_actor_runs_as_many_torch_threads_as_cpus_it_was_given(local_ray, tiny_model):
     from certeval.backends.pool import ModelPool
 
     spec = f"hf:{tiny_model}?batch=4"
@@ -70,7 +78,7 @@ def test_the_actor_runs_as_many_torch_threads_as_cpus_it_was_given(infra, tiny_m
             pool.shutdown()
 
 
-def test_two_cpu_hosted_models_split_the_free_cpus_and_replay_takes_none(infra, tiny_model):
+def test_two_cpu_hosted_models_split_the_free_cpus_and_replay_takes_none(local_ray, tiny_model):
     import ray
 
     from certeval.backends.pool import ModelPool
@@ -90,3 +98,38 @@ def test_two_cpu_hosted_models_split_the_free_cpus_and_replay_takes_none(infra, 
         assert threads["r"] is None  # replay imports no torch
     finally:
         pool.shutdown()
+
+
+def test_kept_actors_serve_the_next_command_with_the_model_loaded(local_ray, tiny_model, tmp_path):
+    """--keep-actors: a pool's actors outlive its shutdown (named, detached) and the next pool on the same model
+    spec takes the same process, whatever its labels, writing to its own score cache."""
+    import ray
+
+    from certeval.backends.pool import ModelPool, kill_kept_actors
+    from certeval.storage import ScoreCache, filesystem
+
+    spec = f"hf:{tiny_model}?batch=4"
+    item = {"item_id": "q", "question": "What is 2 + 2?", "choices": ["4", "5"], "answer": 0}
+    first_cache, second_cache = str(tmp_path / "first"), str(tmp_path / "second")
+    kill_kept_actors()
+    try:
+        first = ModelPool({"a": spec}, keep=True, num_cpus=1, cache_urls={"a": first_cache}).start()
+        one = _placement(first)
+        assert one["kept"] and not one["reused"]
+        first.score({"a": [("k1", item)]}, 1)
+        first.shutdown()
+        assert ray.get_actor(one["actor"], namespace="certeval") is not None  # still there, model loaded
+        second = ModelPool({"b": spec}, keep=True, num_cpus=1, cache_urls={"b": second_cache}).start()
+        two = _placement(second)
+        assert two["reused"] and two["actor"] == one["actor"] and two["pid"] == one["pid"]
+        (result,) = second.score({"b": [("k2", item)]}, 1)["b"]
+        assert result["score"] in (0.0, 1.0)
+        second.shutdown()
+        assert set(ScoreCache(*filesystem(second_cache)).load()) == {"k2"}  # the second command's cache
+        assert set(ScoreCache(*filesystem(first_cache)).load()) == {"k1"}
+        other = ModelPool({"c": spec}, num_cpus=1).start()  # without keep: an actor of its own, killed after
+        assert not _placement(other)["kept"] and _placement(other)["pid"] != one["pid"]
+        other.shutdown()
+    finally:
+        killed = kill_kept_actors()
+    assert one["actor"] in killed

@@ -45,6 +45,7 @@ from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, init_ray, key_var
 from .worker import ModelWorker, _ping_answer  # noqa: F401
 
 MAX_ATTEMPTS = 3
+KEPT_PREFIX = "kept/"  # the names of actors kept alive across commands (ModelPool(keep=True))
 
 
 @dataclass
@@ -66,6 +67,7 @@ class _Slot:
     name: str
     generation: int = 0
     outstanding: int = 0
+    kept: bool = False  # a detached actor that outlives the command (keep=True): never killed by shutdown
 
 
 @dataclass
@@ -97,7 +99,7 @@ class ModelPool:
     def __init__(self, models: dict[str, str], *, replicas: int = 1, num_gpus: float = 0.0,
                  num_cpus: float | None = None, in_flight: int = 2, cache_urls: dict[str, str] | None = None,
                  options: RuntimeOptions | None = None, run_id: str | None = None,
-                 host_kwargs: dict[str, Any] | None = None) -> None:
+                 host_kwargs: dict[str, Any] | None = None, keep: bool = False) -> None:
         if replicas < 1:
             raise InputError(f"--replicas must be at least 1, got {replicas!r}")
         if in_flight < 1:
@@ -110,6 +112,7 @@ class ModelPool:
         self.cache_urls = dict(cache_urls or {})
         self.options = runtime_options(options)
         self.host_kwargs = dict(host_kwargs or {})
+        self.keep = bool(keep)  # --keep-actors: named detached actors, found again by the next command
         self.key_variables = key_variables(self.models.values())
         self.prefix = f"{run_id or 'pool'}-{uuid.uuid4().hex[:6]}"
         self.groups = group_models(self.models)  # actor group -> labels it serves
@@ -128,23 +131,59 @@ class ModelPool:
     def _actor_class(self):
         return ray.remote(ModelWorker)
 
+    def _kept_name(self, group: str, replica: int) -> str:
+        """A kept actor's name: what it hosts (spec texts, host options, GPUs) and its replica, never the labels
+        or the run, so another command on the same models finds it."""
+        import hashlib
+        import json
+
+        what = json.dumps([sorted(self.models[label] for label in self.groups[group]),
+                           sorted((str(k), str(v)) for k, v in self.host_kwargs.items()), self.num_gpus])
+        return f"{KEPT_PREFIX}{hashlib.sha256(what.encode()).hexdigest()[:16]}/{replica}"
+
+    def _adopt(self, group: str, replica: int) -> _Slot | None:
+        """The kept actor for ``group``/``replica`` if one is alive, adopted for this command; else None."""
+        name = self._kept_name(group, replica)
+        try:
+            handle = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:  # none by that name
+            return None
+        labels = self.groups[group]
+        answer = handle.adopt.remote({label: self.models[label] for label in labels},
+                                     {label: self.cache_urls.get(label) for label in labels}, self.options,
+                                     _secret_env(self.key_variables))
+        self._pings.append((name, group, replica, 0, answer))
+        return _Slot(group, replica, handle, name, 0, kept=True)
+
     def _new_actor(self, group: str, replica: int, generation: int, avoid: str | None = None) -> _Slot:
+        kept = self.keep and generation == 0  # a replacement after a death is the command's own
+        if kept:
+            found = self._adopt(group, replica)
+            if found is not None:
+                return found
         labels = self.groups[group]
         cpus = self._actor_cpus(group)
-        name = f"{self.prefix}/{group}/{replica}/g{generation}"
+        name = self._kept_name(group, replica) if kept else f"{self.prefix}/{group}/{replica}/g{generation}"
         threads = self._actor_threads(group, cpus)
         env = _forwarded_env(self.key_variables)
         if threads is not None:  # OpenMP's pool sized before torch starts; the worker sets torch's own too
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        extra = dict(lifetime="detached", get_if_exists=True) if kept else {}  # two commands at once: one actor
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
             max_task_retries=0, runtime_env={"env_vars": env},
-            scheduling_strategy=self._spread(replica, cpus, avoid),
+            scheduling_strategy=self._spread(replica, cpus, avoid), **extra,
         ).remote({label: self.models[label] for label in labels},
                  {label: self.cache_urls.get(label) for label in labels}, self.options, self.host_kwargs,
                  _secret_env(self.key_variables), threads)
-        self._pings.append((name, group, replica, generation, handle.ping.remote()))
-        return _Slot(group, replica, handle, name, generation)
+        if kept:  # adopt, not ping: the actor may be another command's, created a moment before
+            answer = handle.adopt.remote({label: self.models[label] for label in labels},
+                                         {label: self.cache_urls.get(label) for label in labels}, self.options,
+                                         _secret_env(self.key_variables))
+        else:
+            answer = handle.ping.remote()
+        self._pings.append((name, group, replica, generation, answer))
+        return _Slot(group, replica, handle, name, generation, kept=kept)
 
     def _spread(self, replica: int, cpus: float, avoid: str | None = None) -> Any:
         """Replica ``r`` of every group goes to the ``r``-th live node able to host it (round robin), so the
@@ -183,7 +222,8 @@ class ModelPool:
                 self.stats.placement.append({
                     "actor": name, "group": group, "replica": replica, "generation": generation,
                     "node_id": where.get("node_id"), "node_resources": custom, "pid": where.get("pid"),
-                    "cpus": self._actor_cpus(group), "torch_threads": where.get("torch_threads")})
+                    "cpus": self._actor_cpus(group), "torch_threads": where.get("torch_threads"),
+                    "kept": name.startswith(KEPT_PREFIX), "reused": bool(where.get("reused", False))})
             self._pings = []
         return list(self.stats.placement)
 
@@ -570,9 +610,11 @@ class ModelPool:
         return queue
 
     def shutdown(self) -> None:
-        """Kill every actor."""
+        """Kill every actor but the kept ones (``keep``: they outlive the command, for the next one)."""
         for slots in self.slots.values():
             for slot in slots:
+                if slot.kept:
+                    continue
                 try:
                     ray.kill(slot.handle, no_restart=True)
                 except Exception:  # already dead or its node gone: nothing left to release
@@ -589,6 +631,23 @@ def _text_length(item: dict[str, Any]) -> int:
         elif isinstance(value, (list, tuple)):
             total += sum(len(v) for v in value if isinstance(v, str))
     return total
+
+
+def kill_kept_actors() -> list[str]:
+    """Kill every actor a ``--keep-actors`` command left on the connected Ray (their CPUs and memory back); their
+    names. ``certeval down`` ends them with the cluster anyway."""
+    names = [a["name"] if isinstance(a, dict) else a for a in ray.util.list_named_actors(all_namespaces=True)
+             if (a.get("namespace") if isinstance(a, dict) else NAMESPACE) == NAMESPACE]
+    killed = []
+    for name in names:
+        if not str(name).startswith(KEPT_PREFIX):
+            continue
+        try:
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+            killed.append(name)
+        except Exception:  # gone meanwhile
+            pass
+    return killed
 
 
 def _cluster_summary() -> str:

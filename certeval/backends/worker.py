@@ -41,6 +41,8 @@ class ModelWorker:
         mark("actor_started")  # the actor's process is up (Ray worker started, certeval imported): load begins
         self.hosts = {label: make_host(text, cache_dir=options.cache_dir, **(host_kwargs or {}))
                       for label, text in specs.items()}
+        self._by_spec = {specs[label]: host for label, host in self.hosts.items()}  # adopt(): kept actors
+        self._adoptions = 0
         mark("model_loaded")  # every host built: the model is in memory
         self.caches: dict[str, Any] = {}
         for label, url in cache_urls.items():
@@ -56,6 +58,28 @@ class ModelWorker:
         """Where this actor runs: its process and Ray node (the placement recorded in results.json)."""
         ctx = ray.get_runtime_context()
         return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "torch_threads": _torch_threads()}
+
+    def adopt(self, specs: dict[str, str], cache_urls: dict[str, str | None], options: RuntimeOptions | None,
+              secret_env: dict[str, str] | None = None) -> dict[str, Any]:
+        """A command takes this actor (kept alive by an earlier ``--keep-actors`` command, or just created): its
+        labels, score caches, call log and start-up timeline replace the previous command's; the models stay
+        loaded. Answers as :meth:`ping`, with ``reused`` (whether an earlier command had it)."""
+        from ..startup import configure
+
+        os.environ.update(secret_env or {})
+        options = runtime_options(options)
+        configure(options.startup_log)
+        self.hosts = {label: self._by_spec[text] for label, text in specs.items()}
+        self.caches = {}
+        for label, url in cache_urls.items():
+            if url:
+                from ..storage import ScoreCache, filesystem
+
+                self.caches[label] = ScoreCache(*filesystem(url))
+        self.call_log = options.call_log
+        self._first_call = True
+        self._adoptions += 1
+        return {**self.ping(), "reused": self._adoptions > 1}
 
     @ray.method(max_task_retries=0)  # a retried call could score a batch twice; lost batches are re-sent by the driver
     def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]],

@@ -40,6 +40,10 @@ def add_runtime_options(parser: argparse.ArgumentParser, only: tuple[str, ...] =
                               help="queue the next round's items on the models while this round's scores are "
                                    "absorbed and decided on (auto: unless every model replays recorded scores); "
                                    "results are the same, items scored beyond the stop are kept and reported"),
+        "keep_actors": dict(action="store_true",
+                            help="on a Ray that outlives this command (certeval up, --ray-address): leave the "
+                                 "model actors loaded for the next --keep-actors command on the same models, and "
+                                 "take such actors when they exist (certeval down ends them)"),
     }
     for name in only:
         group.add_argument(FLAGS[name], dest=name, **helps[name])
