@@ -276,6 +276,9 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
             "certeval_torch_threads": [p.get("torch_threads") for p in cert.get("placement") or []],
             "lm_eval_items_per_s": round(lm_items / sum(lm_inf), 2) if None not in lm_inf and sum(lm_inf) else None,
             "certeval_items_per_s": cert["inference"]["items_per_s"],  # per model actor: items / its scoring seconds
+            # the issue's throughput-parity number: per-item inference speed, certeval's actor over lm-eval's
+            "items_per_s_ratio": (round(cert["inference"]["items_per_s"] / (lm_items / sum(lm_inf)), 3)
+                                  if cert["inference"]["items_per_s"] and None not in lm_inf and sum(lm_inf) else None),
             # all actors together: items sent / the rounds' wall time (several actors share the CPUs)
             "certeval_rounds_items_per_s": round(sent / cert["phases"]["rounds"], 2) if cert["phases"].get("rounds")
             else None,
