@@ -16,8 +16,9 @@ folder; each run is one subprocess, timed by its wall clock, one after the other
 * ``generation`` (``--generation``): the same questions as short-answer generation, certify at ±0.1 vs lm-eval.
 
 Per run: wall clocks (lm-eval summed over its models), their ratio, the items each scored (certeval: ``n_scored``
-and items sent), certeval's phases from ``--startup-log`` and the run folder (imports and checks, Ray + Prefect
-start, actor start and model load, rounds, results and report), items/s of inference alone (lm-eval: its progress
+and items sent, plus the items scored ahead of a round and never used: ``pipeline.ahead``), certeval's phases
+from ``--startup-log`` and the run folder (imports and checks, Ray + Prefect start, the actor's process start, model load, rounds, results and report; beside them, overlapping: Prefect's
+embedded server start and the first actor's own model load), items/s of inference alone (lm-eval: its progress
 bar over the scoring requests; certeval: the ``latency_s`` its model actor records per scored batch), and the
 per-item agreement of certeval's scores with lm-eval's samples on the items certeval scored (doc_id = item
 ``live_trivia_mc/<doc_id>``). Load averages before each run are kept: the numbers swing with the machine's load.
@@ -49,9 +50,11 @@ ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFI
 TIMEOUT_S = 4 * 3600
 # certeval phases: (name, start mark, end mark); None = the launch, "results" = results.json written, "exit"
 PHASES = (("imports_and_checks", None, "plan_ready"), ("ray_and_prefect_start", "plan_ready", "ray_ready"),
-          ("actor_start_and_model_load", "ray_ready", "actors_ready"),
+          ("actor_process_start", "ray_ready", "actor_started"), ("model_load", "actor_started", "actors_ready"),
           ("flow_to_first_call", "actors_ready", "first_call"),
           ("rounds", "first_call", "results"), ("results_and_report", "results", "exit"))
+OVERLAPPING = (("prefect_server_start", "prefect_launched", "prefect_ready"),
+               ("first_actor_model_load", "actor_started", "model_loaded"))
 _BAR = re.compile(r"Running (?:loglikelihood|generate_until) requests[^|\r\n]*\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*"
                   r"\[(?:(\d+):)?(\d+):(\d+)<")
 
@@ -214,6 +217,10 @@ def certeval_run(verb: str, models: list[Path], task: str, work: Path, batch: in
         begin = run["launched"] if start is None else marks.get(start)
         if begin is not None and end in marks:
             phases[name] = round(marks[end] - begin, 2)
+    # beside the chain (they overlap it): Prefect's embedded server, launched with Ray; one actor's own model load
+    for name, start, end in OVERLAPPING:
+        if start in marks and end in marks:
+            phases[name] = round(marks[end] - marks[start], 2)
     scores: list[dict[int, float]] = []
     metric = "acc" if task == MC_TASK else "exact_match"
     for entry in res["models"]:
@@ -228,6 +235,7 @@ def certeval_run(verb: str, models: list[Path], task: str, work: Path, batch: in
                n_scored=[m.get("n_scored") for m in res["models"]], means=[m.get("mean") for m in res["models"]],
                intervals=[[m.get("lower"), m.get("upper")] for m in res["models"]],
                items_sent=res["pipeline"].get("items_sent"), pipeline_wall_s=res["pipeline"].get("wall_s"),
+               ahead=res["pipeline"].get("ahead"), placement=res["pipeline"].get("placement"),
                marks={k: round(v - run["launched"], 2) for k, v in marks.items()}, phases=phases,
                inference=inference_stats(root), prefect_db_existed=prefect_db_existed, scores=scores,
                verdict=res.get("pairs") and res["pairs"][0].get("verdict") if verb == "compare" else None,
@@ -263,8 +271,14 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
             "cpu_ratio": round(cert["cpu_s"] / lm_cpu, 3) if lm_cpu else None,
             "lm_eval_items": lm_items, "certeval_items": int(sum(n or 0 for n in cert["n_scored"])),
             "certeval_items_sent": sent,
+            # proposing ahead: items scored past the stop (or mispredicted), kept in the cache, never used
+            "certeval_items_ahead_unused": int((cert.get("ahead") or {}).get("scored_unused", 0)),
+            "certeval_torch_threads": [p.get("torch_threads") for p in cert.get("placement") or []],
             "lm_eval_items_per_s": round(lm_items / sum(lm_inf), 2) if None not in lm_inf and sum(lm_inf) else None,
             "certeval_items_per_s": cert["inference"]["items_per_s"],  # per model actor: items / its scoring seconds
+            # the issue's throughput-parity number: per-item inference speed, certeval's actor over lm-eval's
+            "items_per_s_ratio": (round(cert["inference"]["items_per_s"] / (lm_items / sum(lm_inf)), 3)
+                                  if cert["inference"]["items_per_s"] and None not in lm_inf and sum(lm_inf) else None),
             # all actors together: items sent / the rounds' wall time (several actors share the CPUs)
             "certeval_rounds_items_per_s": round(sent / cert["phases"]["rounds"], 2) if cert["phases"].get("rounds")
             else None,
@@ -276,17 +290,17 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| run | lm-eval s | certeval s | ratio | CPU s (lm-eval, certeval) | lm-eval items "
-            "| certeval items (sent) "
+            "| certeval items (sent, +scored ahead unused) "
             "| agreement | lm-eval items/s | certeval items/s (actor, rounds) |\n|---" + "|---:" * 9 + "|")
     lines = [head]
     for r in rows:
         a = r["agreement"]
         lines.append(f"| {r['run']} | {r['lm_eval_wall_s']:.1f} | {r['certeval_wall_s']:.1f} | {r['ratio']:.2f} "
                      f"| {r['lm_eval_cpu_s']:.0f}, {r['certeval_cpu_s']:.0f} | {r['lm_eval_items']} "
-                     f"| {r['certeval_items']} ({r['certeval_items_sent']}) "
+                     f"| {r['certeval_items']} ({r['certeval_items_sent']}, +{r['certeval_items_ahead_unused']}) "
                      f"| {a['equal']}/{a['items']} | {r['lm_eval_items_per_s']} "
                      f"| {r['certeval_items_per_s']}, {r['certeval_rounds_items_per_s']} |")
-    names = [name for name, _, _ in PHASES]
+    names = [name for name, _, _ in PHASES + OVERLAPPING]
     lines += ["", "| certeval run | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for r in rows:
         lines.append(f"| {r['run']} | " + " | ".join(str(r["certeval_phases"].get(n, "-")) for n in names) + " |")

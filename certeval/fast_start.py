@@ -227,8 +227,26 @@ def _launch_pool(plan: Any) -> Any:
     cache_urls = {label: store.cache(key).folder.url() for label, key in plan.cache_keys().items()}
     pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
                      in_flight=plan.in_flight, cache_urls=cache_urls, options=plan.options,
-                     run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None)
+                     run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None,
+                     keep=keeps_actors(plan))
     return pool.launch()
+
+
+def keeps_actors(plan: Any) -> bool:
+    """``--keep-actors`` where it can work: on a Ray that outlives the command (``certeval up``'s, or
+    ``--ray-address``). On the command's own local Ray it is said once on stderr and ignored."""
+    if not getattr(plan.options, "keep_actors", False):
+        return False
+    if plan.ray_address:
+        return True
+    if not _WARNED:
+        _WARNED.append(True)
+        print("certeval: --keep-actors: this command's own Ray ends with it, so its actors do too; start Ray once "
+              "with `certeval up` (then run from the same folder) or pass --ray-address", file=sys.stderr, flush=True)
+    return False
+
+
+_WARNED: list[bool] = []
 
 
 def take_pool(plan: Any, cache_urls: dict[str, str]) -> Any:

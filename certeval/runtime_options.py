@@ -24,7 +24,9 @@ DEFAULT_BATCH_TIMEOUT_S = 1800.0  # a slow model's batch; a hung one still ends 
 # the command-line flag of each option: messages name what the user typed
 FLAGS = {"actor_start_timeout_s": "--actor-start-timeout", "batch_timeout_s": "--batch-timeout",
          "call_log": "--call-log", "watchdog": "--no-watchdog", "parallel_start": "--sequential-start",
-         "startup_log": "--startup-log", "cache_dir": "--cache-dir"}
+         "startup_log": "--startup-log", "cache_dir": "--cache-dir", "propose_ahead": "--propose-ahead",
+         "keep_actors": "--keep-actors"}
+PROPOSE_AHEAD = ("auto", "on", "off")
 
 
 def default_cache_dir() -> Path:
@@ -45,7 +47,12 @@ class RuntimeOptions:
     ``parallel_start``: start Prefect's server, Ray and the actors side by side (``certeval.fast_start``);
     ``startup_log``: a file the command and its actors append start-up phases to (``certeval.startup``);
     ``cache_dir``: where converted models and embeddings are kept (None: :func:`default_cache_dir`, resolved
-    on the machine that uses it, so a cluster node uses its own).
+    on the machine that uses it, so a cluster node uses its own);
+    ``propose_ahead``: queue each round's predicted successor on the model actors while the controller updates
+    and decides (``on``/``off``; ``auto``: on unless every model replays recorded scores). Results are the same
+    either way: only the items a round selects are ever used;
+    ``keep_actors``: on a Ray that outlives the command (``certeval up``, ``--ray-address``), leave the model
+    actors running, loaded, for the next command on the same models, and take such actors when they exist.
     """
 
     actor_start_timeout_s: float = DEFAULT_ACTOR_START_TIMEOUT_S
@@ -55,16 +62,21 @@ class RuntimeOptions:
     parallel_start: bool = True
     startup_log: str | None = None
     cache_dir: str | None = None
+    propose_ahead: str = "auto"
+    keep_actors: bool = False
 
     def __post_init__(self) -> None:
         for name in ("actor_start_timeout_s", "batch_timeout_s"):
             object.__setattr__(self, name, _seconds(getattr(self, name), FLAGS[name]))
-        for name in ("watchdog", "parallel_start"):
+        for name in ("watchdog", "parallel_start", "keep_actors"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("call_log", "startup_log"):
             object.__setattr__(self, name, _log_file(getattr(self, name), FLAGS[name]))
         object.__setattr__(self, "cache_dir", _folder(self.cache_dir, FLAGS["cache_dir"]))
+        if self.propose_ahead not in PROPOSE_AHEAD:
+            raise InputError(f"{FLAGS['propose_ahead']} must be one of {', '.join(PROPOSE_AHEAD)}, "
+                             f"got {self.propose_ahead!r}")
 
     def cache_path(self) -> Path:
         return Path(self.cache_dir) if self.cache_dir else default_cache_dir()

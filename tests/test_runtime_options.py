@@ -134,7 +134,7 @@ def test_an_actor_takes_its_call_log_and_timeline_from_its_arguments(tmp_path, m
     worker = ModelWorker({"m": MODEL}, {"m": None}, RuntimeOptions(call_log=str(log), startup_log=str(timeline)))
     worker.score([("m", [{"item_id": i} for i in ids], ["k1", "k2"])])
     assert log.read_text().splitlines() == [f"m\t{i}" for i in ids]
-    assert [m[0] for m in startup.read(timeline)] == ["first_call"]
+    assert [m[0] for m in startup.read(timeline)] == ["actor_started", "model_loaded", "first_call"]
 
 
 def test_certeval_variables_no_longer_travel_to_the_actors(monkeypatch):

@@ -4,15 +4,18 @@ Options in the spec query: ``?device=cpu|cuda[:i]&dtype=float32|bfloat16|float16
 &max_new_tokens=16&scorer=NAME&max_length=N&threads=N``. ``max_length`` (tokens a request may hold; longer
 contexts lose their start) defaults to the model's own limit, found as lm-eval's hf model finds it (the config's
 ``n_positions`` / ``max_position_embeddings`` / ``n_ctx``, else the tokenizer's, else 2048). ``threads`` sets torch's CPU thread
-count for the hosting process (on a shared, oversubscribed CPU, OpenMP threads spin-waiting for
-each other made one 2-thread forward pass 11x slower than a 1-thread one, measured here).
+count for the hosting process; without it, a model actor runs as many threads as the CPUs it was given
+(:meth:`certeval.backends.pool.ModelPool._cpu_shares`: one model on a 2-core machine gets both, as lm-eval's
+torch does). On a shared, oversubscribed CPU, OpenMP threads spin-waiting for each other made one 2-thread
+forward pass 11x slower than a 1-thread one (measured here): ``threads=1`` there.
 
 Multiple choice (``mc-loglik``): every (prompt, choice) pair of a call is scored in padded
-batches of ``batch`` pairs, one forward pass each; the score of a choice is the sum of the
+batches of ``batch`` pairs, longest first, one forward pass each; the score of a choice is the sum of the
 log-probabilities of its continuation tokens (lm-eval-harness ``loglikelihood``, Gao et al.
 2021). Pairs are left-padded so the continuation sits at the end of every row and only the
-last ``max continuation + 1`` positions' logits are materialised (``logits_to_keep``), which
-keeps the vocabulary-sized log-softmax small. Open questions: batched greedy generation, stopped at the
+last ``max continuation`` positions' logits are materialised (``logits_to_keep``), which
+keeps the vocabulary-sized log-softmax small; the choices of a question that differ only in their last token
+(one-token answers) share one forward pass, as in lm-eval's hf model. Open questions: batched greedy generation, stopped at the
 first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model.
 """
 
@@ -93,10 +96,16 @@ class HFHost(ModelHost):
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _pair_tokens(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    def _pair_tokens(self, context: str, continuation: str, contexts: dict[str, list[int]] | None = None
+                     ) -> tuple[list[int], list[int]]:
         # lm-eval's split: encode the whole string, the continuation is what follows the context's tokens.
         whole = self._encode(context + continuation)
-        ctx = self._encode(context)
+        if contexts is None:
+            ctx = self._encode(context)
+        else:  # a call's choices share their context: encoded once
+            ctx = contexts.get(context)
+            if ctx is None:
+                ctx = contexts[context] = self._encode(context)
         if whole[: len(ctx)] != ctx or len(ctx) == len(whole):
             return ctx, self._encode(continuation)
         return ctx, whole[len(ctx):]
@@ -108,43 +117,53 @@ class HFHost(ModelHost):
 
     def loglikelihoods_greedy(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int], list[bool]]:
         """:meth:`loglikelihoods`, and whether each continuation is the greedy one (every token the argmax), as
-        lm-eval's ``loglikelihood`` answers ``(loglik, is_greedy)``."""
+        lm-eval's ``loglikelihood`` answers ``(loglik, is_greedy)``.
+
+        Pairs whose token sequences differ only in their last token (the choices of one question that are one
+        token each, lm-eval's one-token-continuation cache) share one forward pass: the model reads the common
+        prefix once and each pair reads its last token's log-prob off the same logits. Prefixes are scored
+        longest first, ``batch`` per forward pass, so a batch holds similar lengths (lm-eval's order)."""
         import torch
 
         encoded = []
+        contexts: dict[str, list[int]] = {}
         for context, continuation in pairs:
-            ctx, cont = self._pair_tokens(context, continuation)
+            ctx, cont = self._pair_tokens(context, continuation, contexts)
             tokens = (ctx + cont)[-self.options.max_length:]
             encoded.append((tokens, min(len(cont), len(tokens) - 1)))
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i][0]))  # similar lengths share a batch
         sums = [0.0] * len(encoded)
         greedy = [False] * len(encoded)
+        groups: dict[tuple[int, ...], list[int]] = {}  # the model's input (all tokens but the last) -> its pairs
+        for i, (tokens, n_cont) in enumerate(encoded):
+            if n_cont > 0:
+                groups.setdefault(tuple(tokens[:-1]), []).append(i)
+        prefixes = sorted(groups, key=lambda p: (-len(p), p))  # similar lengths share a batch
         pad_id = self._pad_id()
         device = self.options.device
         bs = self.options.batch_size
         with torch.inference_mode():
-            for start in range(0, len(order), bs):
-                chunk = order[start:start + bs]
-                width = max(len(encoded[i][0]) for i in chunk)
-                keep = max(encoded[i][1] for i in chunk) + 1
+            for start in range(0, len(prefixes), bs):
+                chunk = prefixes[start:start + bs]
+                width = max(len(p) for p in chunk)
+                keep = max(encoded[i][1] for p in chunk for i in groups[p])
                 ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
                 mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, i in enumerate(chunk):
-                    tokens = encoded[i][0]
-                    ids[row, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
-                    mask[row, width - len(tokens):] = 1
+                for row, prefix in enumerate(chunk):
+                    ids[row, width - len(prefix):] = torch.tensor(prefix, dtype=torch.long)
+                    mask[row, width - len(prefix):] = 1
                 positions = (mask.cumsum(1) - 1).clamp(min=0)
                 logits = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
                                     position_ids=positions.to(device), logits_to_keep=keep).logits
-                # logits[:, j] predicts token width-keep+j+1; the last position predicts nothing we need.
-                logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-                targets = ids[:, width - keep + 1:].to(device)
-                token_lp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu()
-                top = (logprobs.argmax(dim=-1) == targets).cpu()
-                for row, i in enumerate(chunk):
-                    n_cont = encoded[i][1]
-                    sums[i] = float(token_lp[row, keep - 1 - n_cont:].sum())
-                    greedy[i] = bool(top[row, keep - 1 - n_cont:].all())
+                # logits[:, j] predicts the token after input position width-keep+j: the last n_cont positions
+                # predict a pair's n_cont continuation tokens (the last one its own, past the shared prefix)
+                logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+                for row, prefix in enumerate(chunk):
+                    for i in groups[prefix]:
+                        tokens, n_cont = encoded[i]
+                        targets = torch.tensor(tokens[-n_cont:], dtype=torch.long)
+                        window = logprobs[row, keep - n_cont:]
+                        sums[i] = float(window.gather(-1, targets.unsqueeze(-1)).sum())
+                        greedy[i] = bool((window.argmax(dim=-1) == targets).all())
         return sums, [len(tokens) for tokens, _ in encoded], greedy
 
     def generate(self, requests: list[GenerationRequest]) -> tuple[list[str], list[int]]:

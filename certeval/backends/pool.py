@@ -29,6 +29,7 @@ and actor-failure tests read), ``startup_log`` the start-up timeline, ``cache_di
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import uuid
@@ -45,6 +46,7 @@ from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, init_ray, key_var
 from .worker import ModelWorker, _ping_answer  # noqa: F401
 
 MAX_ATTEMPTS = 3
+KEPT_PREFIX = "kept/"  # the names of actors kept alive across commands (ModelPool(keep=True))
 
 
 @dataclass
@@ -66,6 +68,7 @@ class _Slot:
     name: str
     generation: int = 0
     outstanding: int = 0
+    kept: bool = False  # a detached actor that outlives the command (keep=True): never killed by shutdown
 
 
 @dataclass
@@ -80,6 +83,11 @@ class PoolStats:
     max_in_flight: int = 0  # most batches outstanding at once
     placement: list[dict[str, Any]] = field(default_factory=list)  # one entry per actor ever started
     shared: dict[str, list[str]] = field(default_factory=dict)  # actors that host several models: their labels
+    ahead_sent: int = 0  # items sent ahead of their round (score(..., ahead=...))
+    ahead_used: int = 0  # of those, items a round took
+    ahead_cancelled: int = 0  # items of batches cancelled before an actor started them
+    ahead_lost: int = 0  # items of batches lost with their actor (sent again when a round needed them)
+    ahead_sent_per_model: dict[str, int] = field(default_factory=dict)
 
 
 class ModelPool:
@@ -92,7 +100,7 @@ class ModelPool:
     def __init__(self, models: dict[str, str], *, replicas: int = 1, num_gpus: float = 0.0,
                  num_cpus: float | None = None, in_flight: int = 2, cache_urls: dict[str, str] | None = None,
                  options: RuntimeOptions | None = None, run_id: str | None = None,
-                 host_kwargs: dict[str, Any] | None = None) -> None:
+                 host_kwargs: dict[str, Any] | None = None, keep: bool = False) -> None:
         if replicas < 1:
             raise InputError(f"--replicas must be at least 1, got {replicas!r}")
         if in_flight < 1:
@@ -105,6 +113,7 @@ class ModelPool:
         self.cache_urls = dict(cache_urls or {})
         self.options = runtime_options(options)
         self.host_kwargs = dict(host_kwargs or {})
+        self.keep = bool(keep)  # --keep-actors: named detached actors, found again by the next command
         self.key_variables = key_variables(self.models.values())
         self.prefix = f"{run_id or 'pool'}-{uuid.uuid4().hex[:6]}"
         self.groups = group_models(self.models)  # actor group -> labels it serves
@@ -113,24 +122,73 @@ class ModelPool:
         self.stats = PoolStats()
         self._pings: list[tuple[str, str, int, int, Any]] = []  # placement still to read
         self._node_of: dict[str, str] = {}  # actor name -> the Ray node it answered from
+        self._cpu_share: dict[str, float] = {}  # CPU-hosted groups -> the CPUs each actor asks for (launch)
+        self._ahead_refs: dict[Any, tuple[_Batch, _Slot, int]] = {}  # batches sent ahead, not yet collected
+        self._ahead_key: dict[tuple[str, str], Any] = {}  # (label, item key) -> its batch sent ahead
+        self._ahead_done: dict[tuple[str, str], dict[str, Any]] = {}  # scored ahead, not yet taken by a round
+        self._ahead_load: dict[str, int] = {}  # actor name -> its batches sent ahead, not yet collected
 
     # -- actors -------------------------------------------------------------
     def _actor_class(self):
         return ray.remote(ModelWorker)
 
+    def _kept_name(self, group: str, replica: int) -> str:
+        """A kept actor's name: what it hosts (spec texts, host options, GPUs) and its replica, never the labels
+        or the run, so another command on the same models finds it."""
+        import hashlib
+        import json
+
+        what = json.dumps([sorted(self.models[label] for label in self.groups[group]),
+                           sorted((str(k), str(v)) for k, v in self.host_kwargs.items()), self.num_gpus])
+        return f"{KEPT_PREFIX}{hashlib.sha256(what.encode()).hexdigest()[:16]}/{replica}"
+
+    def _adopt(self, group: str, replica: int) -> _Slot | None:
+        """The kept actor for ``group``/``replica`` if one is alive, adopted for this command; else None."""
+        name = self._kept_name(group, replica)
+        try:
+            handle = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:  # none by that name
+            return None
+        labels = self.groups[group]
+        answer = handle.adopt.remote({label: self.models[label] for label in labels},
+                                     {label: self.cache_urls.get(label) for label in labels}, self.options,
+                                     _secret_env(self.key_variables))
+        self._pings.append((name, group, replica, 0, answer))
+        return _Slot(group, replica, handle, name, 0, kept=True)
+
     def _new_actor(self, group: str, replica: int, generation: int, avoid: str | None = None) -> _Slot:
+        kept = self.keep and generation == 0  # a replacement after a death is the command's own
+        if kept:
+            found = self._adopt(group, replica)
+            if found is not None:
+                return found
         labels = self.groups[group]
         cpus = self._actor_cpus(group)
-        name = f"{self.prefix}/{group}/{replica}/g{generation}"
+        name = self._kept_name(group, replica) if kept else f"{self.prefix}/{group}/{replica}/g{generation}"
+        threads = self._actor_threads(group, cpus)
+        env = _forwarded_env(self.key_variables)
+        if threads is not None:  # OpenMP's pool sized before torch starts; the worker sets torch's own too
+            env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+            if threads > 1 and "OMP_WAIT_POLICY" not in os.environ:
+                # idle OpenMP threads sleep instead of spinning: on a shared 2-core box (load 16-36) 24 items took
+                # 26-42 s on 2 passive threads, 102-271 s on 2 spinning ones, 10-34 s on 1 (issue 42)
+                env["OMP_WAIT_POLICY"] = "PASSIVE"
+        extra = dict(lifetime="detached", get_if_exists=True) if kept else {}  # two commands at once: one actor
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
-            max_task_retries=0, runtime_env={"env_vars": _forwarded_env(self.key_variables)},
-            scheduling_strategy=self._spread(replica, cpus, avoid),
+            max_task_retries=0, runtime_env={"env_vars": env},
+            scheduling_strategy=self._spread(replica, cpus, avoid), **extra,
         ).remote({label: self.models[label] for label in labels},
                  {label: self.cache_urls.get(label) for label in labels}, self.options, self.host_kwargs,
-                 _secret_env(self.key_variables))
-        self._pings.append((name, group, replica, generation, handle.ping.remote()))
-        return _Slot(group, replica, handle, name, generation)
+                 _secret_env(self.key_variables), threads)
+        if kept:  # adopt, not ping: the actor may be another command's, created a moment before
+            answer = handle.adopt.remote({label: self.models[label] for label in labels},
+                                         {label: self.cache_urls.get(label) for label in labels}, self.options,
+                                         _secret_env(self.key_variables))
+        else:
+            answer = handle.ping.remote()
+        self._pings.append((name, group, replica, generation, answer))
+        return _Slot(group, replica, handle, name, generation, kept=kept)
 
     def _spread(self, replica: int, cpus: float, avoid: str | None = None) -> Any:
         """Replica ``r`` of every group goes to the ``r``-th live node able to host it (round robin), so the
@@ -168,7 +226,9 @@ class ModelPool:
                                 if k not in ("CPU", "GPU", "memory", "object_store_memory") and not k.startswith("node:"))
                 self.stats.placement.append({
                     "actor": name, "group": group, "replica": replica, "generation": generation,
-                    "node_id": where.get("node_id"), "node_resources": custom, "pid": where.get("pid")})
+                    "node_id": where.get("node_id"), "node_resources": custom, "pid": where.get("pid"),
+                    "cpus": self._actor_cpus(group), "torch_threads": where.get("torch_threads"),
+                    "kept": name.startswith(KEPT_PREFIX), "reused": bool(where.get("reused", False))})
             self._pings = []
         return list(self.stats.placement)
 
@@ -183,6 +243,7 @@ class ModelPool:
         self._check_resources()
         self._share_when_short()
         self._cls = self._actor_class()
+        self._cpu_share = self._cpu_shares()
         for group in self.groups:
             self.slots[group] = [self._new_actor(group, r, 0) for r in range(self.replicas)]
         return self
@@ -207,8 +268,50 @@ class ModelPool:
         return self
 
     def _actor_cpus(self, group: str) -> float:
+        """The CPUs an actor of ``group`` asks Ray for: ``num_cpus`` when given; 0 for replay; a CPU-hosted
+        model's share of the free CPUs (:meth:`_cpu_shares`, set at launch); else 1."""
         replay = all(self.models[label].startswith("replay:") for label in self.groups[group])
-        return self.num_cpus if self.num_cpus is not None else (0.0 if replay else 1.0)
+        if self.num_cpus is not None:
+            return self.num_cpus
+        return 0.0 if replay else self._cpu_share.get(group, 1.0)
+
+    def _on_cpu(self, group: str) -> bool:
+        """Whether the group's models compute on the actor's CPUs (hf on its default device, cpu): their speed
+        is the CPUs, and torch's threads, the actor is given."""
+        from .base import parse_model_spec
+
+        try:
+            specs = [parse_model_spec(self.models[label]) for label in self.groups[group]]
+        except InputError:  # the actor raises it at start
+            return False
+        device = str(self.host_kwargs.get("device", "cpu"))
+        return self.num_gpus <= 0 and all(s.kind == "hf" and str(s.option("device", device)) == "cpu" for s in specs)
+
+    def _actor_threads(self, group: str, cpus: float) -> int | None:
+        """torch threads of a CPU-hosted model's actor: the CPUs it was given (at least 1); None for the others."""
+        return max(1, int(cpus)) if self._on_cpu(group) else None
+
+    def _cpu_shares(self) -> dict[str, float]:
+        """CPU-hosted models split the CPUs Ray has free among their actors (whole CPUs, at least 1 each, at
+        most one node's): one model on a 2-core machine gets both cores and runs torch on two threads, as
+        lm-eval does there, where one CPU each (Ray's OMP_NUM_THREADS=1) left one core idle; two models get
+        one core each and run side by side. Other non-replay actors (openai, vllm on a GPU) keep 1 CPU."""
+        if self.num_cpus is not None:
+            return {}
+        mine = [g for g in self.groups if self._on_cpu(g)]
+        if not mine:
+            return {}
+        others = sum(1 for g in self.groups if g not in mine
+                     and not all(self.models[label].startswith("replay:") for label in self.groups[g]))
+        try:
+            free = float(ray.available_resources().get("CPU", 0.0))
+            node = max((float(n.get("Resources", {}).get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")),
+                       default=1.0)
+        except Exception:  # no answer from the cluster: Ray's own default of one CPU
+            return {}
+        share = int((free - others * self.replicas) // (len(mine) * self.replicas))
+        share = max(1, min(int(node), share))
+        return {g: float(share) for g in mine}
 
     def _share_when_short(self) -> None:
         """Models whose actors would need more CPUs than the cluster has share actors instead (each actor hosts
@@ -263,27 +366,59 @@ class ModelPool:
         self.stats.replaced_actors += 1
 
     # -- scoring ------------------------------------------------------------
+    supports_ahead = True  # score(..., ahead=...): the next round's items queued behind this one's
+
     def score(self, requests: dict[str, list[tuple[str, dict[str, Any]]]], batch_size: int,
-              on_result: Callable[[str, list[dict[str, Any]]], None] | None = None) -> dict[str, list[dict[str, Any]]]:
+              on_result: Callable[[str, list[dict[str, Any]]], None] | None = None,
+              ahead: Callable[[], dict[str, list[tuple[str, dict[str, Any]]]]] | None = None,
+              ) -> dict[str, list[dict[str, Any]]]:
         """Score ``requests[label] = [(item_key, item), ...]``; return results per label.
 
         Batches of at most ``batch_size`` items go to the model's replicas, up
         to ``in_flight`` per replica; ``on_result(label, results)`` is called in
         arrival order. A batch lost with its actor is re-submitted to a fresh
         actor (at most ``MAX_ATTEMPTS`` times).
+
+        ``ahead``: called once every batch of this call is submitted; the requests it returns (the next round's
+        items as the caller predicts them) are queued on the actors behind this call's batches and not waited
+        for, so the models work while the caller decides. A later call takes an item scored or still in flight
+        ahead from there instead of sending it again; what no call takes is reported by :meth:`settle`.
         """
         t0 = time.perf_counter()
         queues: dict[str, deque[_Batch]] = {}
         for label in requests:
             if label not in self.group_of:
                 raise InputError(f"model {label!r} is not hosted by this pool")
+        out: dict[str, list[dict[str, Any]]] = {label: [] for label in requests}
+        waiting: dict[Any, list[tuple[str, str, dict[str, Any]]]] = {}  # ahead batch -> (label, key, item) taken
+        taken: dict[str, list[dict[str, Any]]] = {}
+        todo: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for label, pairs in requests.items():
+            rest = []
+            for key, item in pairs:
+                done = self._ahead_done.pop((label, key), None)
+                if done is not None:
+                    taken.setdefault(label, []).append(done)
+                elif (label, key) in self._ahead_key:
+                    waiting.setdefault(self._ahead_key[(label, key)], []).append((label, key, item))
+                else:
+                    rest.append((key, item))
+            todo[label] = rest
         for group, labels in self.groups.items():
-            queue = self._batches(group, [(label, requests[label]) for label in labels if requests.get(label)],
+            queue = self._batches(group, [(label, todo[label]) for label in labels if todo.get(label)],
                                   max(1, batch_size))
             if queue:
                 queues[group] = queue
-        out: dict[str, list[dict[str, Any]]] = {label: [] for label in requests}
         running: dict[Any, tuple[_Batch, _Slot, int]] = {}
+
+        def deliver(label: str, results: list[dict[str, Any]], from_ahead: bool = False) -> None:
+            out[label].extend(results)
+            self.stats.items += len(results)
+            self.stats.per_model_items[label] = self.stats.per_model_items.get(label, 0) + len(results)
+            if from_ahead:
+                self.stats.ahead_used += len(results)
+            if on_result is not None:
+                on_result(label, results)
 
         def fill() -> None:
             for group, queue in queues.items():
@@ -295,17 +430,41 @@ class ModelPool:
                         slot.outstanding += 1
                         running[ref] = (batch, slot, slot.generation)
                         self.stats.batches += 1
+            if ahead_fn and not any(queues.values()):  # this call's batches all sent: queue the next round's
+                self._send_ahead(ahead_fn.pop()(), max(1, batch_size), current)
 
+        current = {(label, key) for label, pairs in requests.items() for key, _ in pairs}
+        ahead_fn = [ahead] if ahead is not None else []
+        for label, results in taken.items():
+            deliver(label, results, from_ahead=True)
         fill()
         stall_s = self.options.batch_timeout_s
-        while running:
+        while running or waiting:
             self.stats.max_in_flight = max(self.stats.max_in_flight, len(running))
             # bounded: a hung actor (deadlocked model, lost GPU) fails the round instead of waiting for ever
-            done, _ = ray.wait(list(running), num_returns=1, timeout=stall_s)
+            done, _ = ray.wait(list(running) + list(waiting), num_returns=1, timeout=stall_s)
             if not done:
                 raise RuntimeError(f"no batch came back from the model actors within {stall_s:g} s "
-                                   f"({len(running)} in flight); raise {FLAGS['batch_timeout_s']} for slower models")
+                                   f"({len(running) + len(waiting)} in flight); raise {FLAGS['batch_timeout_s']} "
+                                   "for slower models")
             ref = done[0]
+            if ref in waiting:  # a batch sent ahead that holds items of this call
+                wanted = waiting.pop(ref)
+                self._collect_ahead(ref)
+                lost: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+                for label, key, item in wanted:
+                    result = self._ahead_done.pop((label, key), None)
+                    if result is not None:
+                        deliver(label, [result], from_ahead=True)
+                    else:  # lost with its actor, or cancelled: sent again as any other batch
+                        lost.setdefault(label, []).append((key, item))
+                for group, labels in self.groups.items():
+                    again = self._batches(group, [(label, lost[label]) for label in labels if lost.get(label)],
+                                          max(1, batch_size))
+                    if again:
+                        queues.setdefault(group, deque()).extend(again)
+                fill()
+                continue
             batch, slot, generation = running.pop(ref)
             if slot.generation == generation:
                 slot.outstanding -= 1
@@ -330,23 +489,114 @@ class ModelPool:
             replica = f"{batch.group}/{slot.replica}"
             self.stats.per_replica_batches[replica] = self.stats.per_replica_batches.get(replica, 0) + 1
             for (label, _, _), results in zip(batch.parts, results_per_part):
-                out[label].extend(results)
-                self.stats.items += len(results)
-                self.stats.per_model_items[label] = self.stats.per_model_items.get(label, 0) + len(results)
-                if on_result is not None:
-                    on_result(label, results)
+                deliver(label, results)
             fill()
+        if ahead_fn:  # nothing was sent in this call
+            self._send_ahead(ahead_fn.pop()(), max(1, batch_size), current)
         if self._pings:  # replacements started during this call: record where they run
             self.placement()
         self.stats.seconds += time.perf_counter() - t0
         return out
+
+    # -- proposing ahead ----------------------------------------------------
+    def _send_ahead(self, requests: dict[str, list[tuple[str, dict[str, Any]]]], batch_size: int,
+                    current: set[tuple[str, str]]) -> None:
+        """Queue ``requests`` on the actors now (each replica's least loaded first), without waiting: items
+        already scored or in flight, here or ahead, are left out."""
+        for group, labels in self.groups.items():
+            parts = []
+            for label in labels:
+                fresh = [(key, item) for key, item in requests.get(label, [])
+                         if (label, key) not in current and (label, key) not in self._ahead_key
+                         and (label, key) not in self._ahead_done]
+                if fresh:
+                    parts.append((label, fresh))
+            for batch in self._batches(group, parts, batch_size):
+                slot = min(self.slots[group], key=lambda s: s.outstanding + self._ahead_load.get(s.name, 0))
+                batch.attempts = 1
+                ref = slot.handle.score.remote(batch.parts, False)
+                self._ahead_refs[ref] = (batch, slot, slot.generation)
+                self._ahead_load[slot.name] = self._ahead_load.get(slot.name, 0) + 1
+                for label, _, keys in batch.parts:
+                    for key in keys:
+                        self._ahead_key[(label, key)] = ref
+                self.stats.batches += 1
+                self.stats.ahead_sent += batch.size
+                for label, items, _ in batch.parts:
+                    self.stats.ahead_sent_per_model[label] = self.stats.ahead_sent_per_model.get(label, 0) + len(items)
+
+    def _collect_ahead(self, ref: Any) -> bool:
+        """A finished (or failed) batch sent ahead: its results kept for a later call; False when it was lost
+        (its actor died: replaced here, once) or cancelled."""
+        batch, slot, generation = self._ahead_refs.pop(ref)
+        self._ahead_load[slot.name] = max(0, self._ahead_load.get(slot.name, 0) - 1)
+        for label, _, keys in batch.parts:
+            for key in keys:
+                if self._ahead_key.get((label, key)) is ref:
+                    del self._ahead_key[(label, key)]
+        try:
+            results_per_part = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
+            if slot.generation == generation:
+                self._replace(slot)
+                slot.outstanding = 0
+            self.stats.ahead_lost += batch.size
+            return False
+        except ray.exceptions.RayError:  # cancelled, or the host failed on an item (sent again, it fails there)
+            self.stats.ahead_lost += batch.size
+            return False
+        for (label, _, keys), results in zip(batch.parts, results_per_part):
+            for key, result in zip(keys, results):
+                self._ahead_done[(label, key)] = result
+        return True
+
+    def cancel_ahead(self, labels: Any) -> None:
+        """Models that left (``labels``) stop consuming: their batches sent ahead are cancelled where an actor has
+        not started them (a started one finishes, and is kept and reported like any other)."""
+        gone = set(labels)
+        for ref, (batch, _, _) in list(self._ahead_refs.items()):
+            if all(label in gone for label, _, _ in batch.parts):
+                self._end_ahead(ref)
+
+    def _end_ahead(self, ref: Any) -> None:
+        if ray.wait([ref], timeout=0)[0]:
+            self._collect_ahead(ref)
+            return
+        try:
+            ray.cancel(ref)
+        except Exception:  # already finished or gone: nothing left to stop
+            pass
+        batch, slot, _ = self._ahead_refs.pop(ref)
+        self._ahead_load[slot.name] = max(0, self._ahead_load.get(slot.name, 0) - 1)
+        for label, _, keys in batch.parts:
+            for key in keys:
+                if self._ahead_key.get((label, key)) is ref:
+                    del self._ahead_key[(label, key)]
+        self.stats.ahead_cancelled += batch.size
+
+    def settle(self) -> dict[str, Any]:
+        """The run is decided: batches sent ahead that finished are kept (the actors cached their scores), the
+        rest are cancelled. Returns what proposing ahead cost: items sent ahead, used by a round, scored but
+        never used (per model), cancelled or lost."""
+        for ref in list(self._ahead_refs):
+            self._end_ahead(ref)
+        unused: dict[str, int] = {}
+        for label, _ in self._ahead_done:
+            unused[label] = unused.get(label, 0) + 1
+        stats = self.stats
+        return {"sent": stats.ahead_sent, "used": stats.ahead_used, "scored_unused": sum(unused.values()),
+                "scored_unused_per_model": unused, "cancelled": stats.ahead_cancelled, "lost": stats.ahead_lost,
+                "sent_per_model": dict(stats.ahead_sent_per_model)}
 
     def _batches(self, group: str, requests: list[tuple[str, list[tuple[str, dict[str, Any]]]]],
                  batch_size: int) -> deque[_Batch]:
         """Chunks of at most ``batch_size`` items per model; an actor serving many models gets them packed
         into about ``replicas * in_flight`` calls (one Ray round trip per call, not per model)."""
         chunks = []
+        on_cpu = self._on_cpu(group)
         for label, pairs in requests:
+            if on_cpu:  # a round's items longest first across its calls, as each call sorts its own pairs
+                pairs = sorted(pairs, key=lambda pair: -_text_length(pair[1]))
             for i in range(0, len(pairs), batch_size):
                 chunk = pairs[i:i + batch_size]
                 chunks.append((label, [it for _, it in chunk], [k for k, _ in chunk]))
@@ -365,14 +615,44 @@ class ModelPool:
         return queue
 
     def shutdown(self) -> None:
-        """Kill every actor."""
+        """Kill every actor but the kept ones (``keep``: they outlive the command, for the next one)."""
         for slots in self.slots.values():
             for slot in slots:
+                if slot.kept:
+                    continue
                 try:
                     ray.kill(slot.handle, no_restart=True)
                 except Exception:  # already dead or its node gone: nothing left to release
                     pass
         self.slots = {}
+
+
+def _text_length(item: dict[str, Any]) -> int:
+    """Characters of an item's text fields (a cheap stand-in for its tokens)."""
+    total = 0
+    for value in item.values():
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, (list, tuple)):
+            total += sum(len(v) for v in value if isinstance(v, str))
+    return total
+
+
+def kill_kept_actors() -> list[str]:
+    """Kill every actor a ``--keep-actors`` command left on the connected Ray (their CPUs and memory back); their
+    names. ``certeval down`` ends them with the cluster anyway."""
+    names = [a["name"] if isinstance(a, dict) else a for a in ray.util.list_named_actors(all_namespaces=True)
+             if (a.get("namespace") if isinstance(a, dict) else NAMESPACE) == NAMESPACE]
+    killed = []
+    for name in names:
+        if not str(name).startswith(KEPT_PREFIX):
+            continue
+        try:
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+            killed.append(name)
+        except Exception:  # gone meanwhile
+            pass
+    return killed
 
 
 def _cluster_summary() -> str:

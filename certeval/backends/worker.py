@@ -28,15 +28,24 @@ class ModelWorker:
     their score caches and the call log."""
 
     def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], options: RuntimeOptions | None,
-                 host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None) -> None:
+                 host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None,
+                 threads: int | None = None) -> None:
         from .base import make_host
         from ..startup import configure
 
         os.environ.update(secret_env or {})  # before any host or filesystem reads its credentials
+        if threads is not None:  # the CPUs this actor was given (a host's own threads= option still wins)
+            set_torch_threads(threads)
         options = runtime_options(options)
         configure(options.startup_log)  # this actor's process: its first_call mark goes to the command's timeline
+        from ..startup import mark
+
+        mark("actor_started")  # the actor's process is up (Ray worker started, certeval imported): load begins
         self.hosts = {label: make_host(text, cache_dir=options.cache_dir, **(host_kwargs or {}))
                       for label, text in specs.items()}
+        self._by_spec = {specs[label]: host for label, host in self.hosts.items()}  # adopt(): kept actors
+        self._adoptions = 0
+        mark("model_loaded")  # every host built: the model is in memory
         self.caches: dict[str, Any] = {}
         for label, url in cache_urls.items():
             if url:
@@ -50,7 +59,29 @@ class ModelWorker:
     def ping(self) -> dict[str, Any]:
         """Where this actor runs: its process and Ray node (the placement recorded in results.json)."""
         ctx = ray.get_runtime_context()
-        return {"pid": os.getpid(), "node_id": ctx.get_node_id()}
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "torch_threads": _torch_threads()}
+
+    def adopt(self, specs: dict[str, str], cache_urls: dict[str, str | None], options: RuntimeOptions | None,
+              secret_env: dict[str, str] | None = None) -> dict[str, Any]:
+        """A command takes this actor (kept alive by an earlier ``--keep-actors`` command, or just created): its
+        labels, score caches, call log and start-up timeline replace the previous command's; the models stay
+        loaded. Answers as :meth:`ping`, with ``reused`` (whether an earlier command had it)."""
+        from ..startup import configure
+
+        os.environ.update(secret_env or {})
+        options = runtime_options(options)
+        configure(options.startup_log)
+        self.hosts = {label: self._by_spec[text] for label, text in specs.items()}
+        self.caches = {}
+        for label, url in cache_urls.items():
+            if url:
+                from ..storage import ScoreCache, filesystem
+
+                self.caches[label] = ScoreCache(*filesystem(url))
+        self.call_log = options.call_log
+        self._first_call = True
+        self._adoptions += 1
+        return {**self.ping(), "reused": self._adoptions > 1}
 
     @ray.method(max_task_retries=0)  # a retried call could score a batch twice; lost batches are re-sent by the driver
     def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]],
@@ -110,6 +141,27 @@ class ModelWorker:
     def close(self) -> None:
         for host in self.hosts.values():
             host.close()
+
+
+def set_torch_threads(threads: int) -> None:
+    """torch's CPU threads (intra-op, and OpenMP's / MKL's for anything started later) set to ``threads``: the
+    CPUs a model actor was given. Ray sets ``OMP_NUM_THREADS=1`` in an actor given no CPU count and the floor
+    of its CPUs otherwise, unless the variable was already set (a driver's environment passes it on), and torch
+    reads it once: set here, explicitly, before the host imports torch."""
+    threads = max(1, int(threads))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _torch_threads() -> int | None:
+    """torch's intra-op CPU threads in this process, if a host imported torch (None: no torch here)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else None
 
 
 def _exit_with_raylet(poll_s: float = 0.05) -> None:

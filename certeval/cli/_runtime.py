@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..runtime_options import DEFAULT_ACTOR_START_TIMEOUT_S, DEFAULT_BATCH_TIMEOUT_S, FLAGS, RuntimeOptions
+from ..runtime_options import DEFAULT_ACTOR_START_TIMEOUT_S, DEFAULT_BATCH_TIMEOUT_S, FLAGS, PROPOSE_AHEAD, RuntimeOptions
 
 ALL = tuple(FLAGS)
 
@@ -36,6 +36,14 @@ def add_runtime_options(parser: argparse.ArgumentParser, only: tuple[str, ...] =
         "cache_dir": dict(default=None, metavar="DIR",
                           help="where converted models and embeddings are cached (default "
                                "$XDG_CACHE_HOME/certeval or ~/.cache/certeval)"),
+        "propose_ahead": dict(default="auto", choices=PROPOSE_AHEAD,
+                              help="queue the next round's items on the models while this round's scores are "
+                                   "absorbed and decided on (auto: unless every model replays recorded scores); "
+                                   "results are the same, items scored beyond the stop are kept and reported"),
+        "keep_actors": dict(action="store_true",
+                            help="on a Ray that outlives this command (certeval up, --ray-address): leave the "
+                                 "model actors loaded for the next --keep-actors command on the same models, and "
+                                 "take such actors when they exist (certeval down ends them)"),
     }
     for name in only:
         group.add_argument(FLAGS[name], dest=name, **helps[name])

@@ -34,6 +34,7 @@ def run_rounds(plan: RunPlan, progress: str | None = None, prepared: PreparedRun
         steps.restore(quote(run), progress)
         pool = steps.start_models(plan, quote(run)) if not run.done else None
         play(steps.FlowSteps(run, pool))
+        run.settle_ahead(pool)  # batches sent ahead of a round the run never reached: kept or cancelled
         run.compact_cache()  # the batches' cache parts merged (bounded housekeeping, not a step of the loop)
         return steps.store_results(quote(run))
     finally:

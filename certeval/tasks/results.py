@@ -133,10 +133,26 @@ def run_results(run: Any) -> dict[str, Any]:
                   # which Ray node each model actor ran on (replacements after a node loss included)
                   "placement": list(getattr(run.pool_stats, "placement", [])),
                   # models that shared an actor because the cluster had too few CPUs for one each
-                  "shared_actors": dict(getattr(run.pool_stats, "shared", {}))},
+                  "shared_actors": dict(getattr(run.pool_stats, "shared", {})),
+                  # the next round's items queued while the controller decided: items scored vs items used
+                  "ahead": _ahead_report(run)},
         **kinds,
     )
     return record.to_json()
+
+
+def _ahead_report(run: Any) -> dict[str, Any] | None:
+    """Proposing ahead's account (None when the run did not): items sent ahead of their round, used by a round,
+    scored and never used (kept in the score cache), cancelled; per model, the items scored (items sent plus
+    those scored ahead and never used) beside the items its statistics used."""
+    ahead = getattr(run, "ahead", None)
+    if not ahead:
+        return None
+    unused = ahead.get("scored_unused_per_model", {})
+    per_model = {label: {"scored": int(run.sent.get(label, 0)) + int(unused.get(label, 0)),
+                         "used": int(run.methods[label].n_scored) if label in run.methods else None}
+                 for label in run.labels}
+    return {**ahead, "items": per_model}
 
 
 AGGREGATION = {"mean": "mean", "subset-mean": "mean_of_subset_means"}  # in lm-eval's metric_list

@@ -71,6 +71,7 @@ class Run:
         self.sent: dict[str, int] = {label: 0 for label in self.labels}
         self.progress: Any = None  # certeval.progress.RunBars / RunLines
         self.pool_stats: Any = None
+        self.ahead: dict[str, Any] | None = None  # what proposing ahead sent, used and left (ModelPool.settle)
         self.started = time.time()
         self.history: dict[str, Any] = {}  # label -> HistoryPrior (method 'history')
         self.cached_outputs: dict[str, Any] = {}  # label -> the score cache's stored outputs
@@ -317,7 +318,11 @@ class Run:
                 self.progress.advance(label, len(results))
 
         todo = {label: reqs for label, reqs in requests.items() if reqs}
-        got = pool.score(todo, chunk, on_result=absorb) if todo else {}
+        if self.proposes_ahead(pool):
+            pool.cancel_ahead(set(self.labels) - set(batch.items))  # models that left stop consuming
+            got = pool.score(todo, chunk, on_result=absorb, ahead=lambda: self.propose_ahead(batch))
+        else:
+            got = pool.score(todo, chunk, on_result=absorb) if todo else {}
         self.pool_stats = pool.stats
         outputs_known = self.cached_outputs  # as the score cache keeps them (with a log-likelihood item's resps)
         for label, pos in batch.items.items():
@@ -345,6 +350,53 @@ class Run:
             if self.progress is not None and hits[label]:
                 self.progress.advance(label, len(hits[label]))
         return batch
+
+    # -- proposing ahead --------------------------------------------------------
+    def proposes_ahead(self, pool: Any) -> bool:
+        """Whether this run queues the next round's items while it decides (``--propose-ahead``: ``auto`` when
+        a model is not a replay of recorded scores, whose calls cost nothing to wait for)."""
+        mode = getattr(self.plan.options, "propose_ahead", "auto")
+        if mode == "off" or not getattr(pool, "supports_ahead", False):
+            return False
+        return mode == "on" or any(not spec.startswith("replay:") for spec in self.plan.models)
+
+    def propose_ahead(self, batch: RoundScores) -> dict[str, list[tuple[str, dict]]]:
+        """The next round's requests as predicted before this round's scores arrive (DESIGN §1, "proposing
+        ahead"). A paired run's next items are the next slice of its shared order, fixed before any score, for
+        every model in play now; a certify model's are what a copy of its method proposes now, with the
+        generator the next round will use (:meth:`rng`). Only a prediction: the next round selects as it always
+        does, after this round's update and decision, and takes from what was scored ahead only the items it
+        selected; nothing scored ahead reaches a method, a look or a decision."""
+        import copy
+
+        items: dict[str, np.ndarray] = {}
+        if self.plan.paired:
+            engine = self.engine
+            now = len(next(iter(batch.items.values()), ()))
+            start, k = engine.n_shared + now, self.plan.batch_size
+            if engine.max_items is not None:
+                k = min(k, max(0, engine.max_items - start))
+            chunk = engine.order[start:start + k].astype(np.int64)
+            if len(chunk):
+                items = {label: chunk for label in batch.items}
+        else:
+            for label, pos in batch.items.items():
+                k = min(self.plan.batch_size, self.engine.budget_left(label) - len(pos))
+                if k <= 0:
+                    continue
+                try:
+                    peek = copy.deepcopy(self.methods[label]).propose(k, self.rng(self.round + 1))
+                except Exception:  # a method that cannot be copied or asked twice: its next round is not predicted
+                    continue
+                if peek is not None and len(peek):
+                    items[label] = np.asarray(peek.items, dtype=np.int64)
+        requests, _ = self.requests(RoundScores(items, {}))
+        return {label: reqs for label, reqs in requests.items() if reqs}
+
+    def settle_ahead(self, pool: Any) -> None:
+        """After the last round: what was scored ahead and never used is kept (the score cache) and reported."""
+        if pool is not None and self.proposes_ahead(pool):
+            self.ahead = pool.settle()
 
     # -- update ---------------------------------------------------------------
     def update(self, batch: RoundScores) -> None:

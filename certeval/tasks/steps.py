@@ -54,7 +54,7 @@ def start_models(plan: RunPlan, run: Run) -> Any:
     mark("models_starting")
     if run.progress is not None:
         run.progress.status("starting Ray + model hosts…")
-    from ..fast_start import take_pool
+    from ..fast_start import keeps_actors, take_pool
 
     init_ray(plan.ray_address, num_cpus=plan.num_cpus or os.cpu_count() or 2)  # no-op when the CLI started it
     mark("ray_ready")
@@ -63,7 +63,8 @@ def start_models(plan: RunPlan, run: Run) -> Any:
     if pool is None:
         pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
                          in_flight=plan.in_flight, cache_urls=cache_urls, options=plan.options,
-                         run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None)
+                         run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None,
+                         keep=keeps_actors(plan))
     started = pool.start()
     mark("actors_ready")
     if run.progress is not None:

@@ -1,0 +1,135 @@
+"""A CPU-hosted model's actor runs torch on as many threads as the CPUs it was given (issue 42: Ray sets
+``OMP_NUM_THREADS=1`` for an actor without a CPU count, so the hf host once ran one thread where lm-eval ran one
+per core). A tiny random llama (SmolLM2's tokenizer) keeps the actor's start short; no speed is asserted."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local_ray(state_dir):
+    """The shared local Ray (no Prefect: these tests start actors directly)."""
+    from test_pipeline_support import ray_address
+
+    return ray_address(state_dir)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from certeval.backends.smollm import converted_dir
+
+    source = converted_dir()
+    if not (source / "tokenizer.json").is_file():
+        pytest.skip("SmolLM2 is not converted (scripts/test.sh converts it)")
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(str(source))
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256)
+    LlamaForCausalLM(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def _placement(pool) -> dict:
+    (entry,) = pool.placement()
+    return entry
+
+
+def _free_cpus(at_least: int = 0, wait_s: float = 60.0) -> int:
+    """The CPUs the shared Ray has free, once an actor killed just before has given its CPUs back (Ray frees them
+    a moment after ray.kill)."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        free = int(ray.available_resources().get("CPU", 0))
+        if free >= at_least or time.monotonic() > deadline:
+            return free
+        time.sleep(0.2)
+
+
+def test_the_actor_runs_as_many_torch_threads_as_cpus_it_was_given(local_ray, tiny_model):
+    from certeval.backends.pool import ModelPool
+
+    spec = f"hf:{tiny_model}?batch=4"
+    free = _free_cpus()
+    for asked in (1.0, None):  # given one CPU; then the default: the free CPUs (one model, one actor)
+        _free_cpus(free)
+        pool = ModelPool({"tiny": spec}, num_cpus=asked).start()
+        try:
+            placed = _placement(pool)
+            expected = 1 if asked else max(1, free)
+            assert placed["cpus"] == expected, placed
+            assert placed["torch_threads"] == expected, placed
+            item = {"item_id": "q", "question": "What is 2 + 2?", "choices": ["4", "5"], "answer": 0}
+            (result,) = pool.score({"tiny": [("k", item)]}, 1)["tiny"]
+            assert result["score"] in (0.0, 1.0)
+        finally:
+            pool.shutdown()
+
+
+def test_two_cpu_hosted_models_split_the_free_cpus_and_replay_takes_none(local_ray, tiny_model):
+    import ray
+
+    from certeval.backends.pool import ModelPool
+
+    free = _free_cpus(int(ray.cluster_resources().get("CPU", 0)))
+    pool = ModelPool({"a": f"hf:{tiny_model}", "b": f"hf:{tiny_model}?threads=1",
+                      "r": "replay:bundled:helm_mmlu#openai_ada"})
+    try:
+        pool.launch()
+        share = max(1, free // 2) if free >= 2 else None
+        if share is None:  # one CPU: the two models share an actor (ModelPool._share_when_short)
+            pytest.skip("the shared Ray has fewer than 2 CPUs free")
+        assert pool._actor_cpus("a") == pool._actor_cpus("b") == share and pool._actor_cpus("r") == 0.0
+        pool.wait_started()
+        threads = {p["group"]: p["torch_threads"] for p in pool.placement()}
+        assert threads["a"] == share and threads["b"] == 1  # the spec's own threads= wins
+        assert threads["r"] is None  # replay imports no torch
+    finally:
+        pool.shutdown()
+
+
+def test_kept_actors_serve_the_next_command_with_the_model_loaded(local_ray, tiny_model, tmp_path):
+    """--keep-actors: a pool's actors outlive its shutdown (named, detached) and the next pool on the same model
+    spec takes the same process, whatever its labels, writing to its own score cache."""
+    import ray
+
+    from certeval.backends.pool import ModelPool, kill_kept_actors
+    from certeval.storage import ScoreCache, filesystem
+
+    spec = f"hf:{tiny_model}?batch=4"
+    item = {"item_id": "q", "question": "What is 2 + 2?", "choices": ["4", "5"], "answer": 0}
+    first_cache, second_cache = str(tmp_path / "first"), str(tmp_path / "second")
+    kill_kept_actors()
+    try:
+        first = ModelPool({"a": spec}, keep=True, num_cpus=1, cache_urls={"a": first_cache}).start()
+        one = _placement(first)
+        assert one["kept"] and not one["reused"]
+        first.score({"a": [("k1", item)]}, 1)
+        first.shutdown()
+        assert ray.get_actor(one["actor"], namespace="certeval") is not None  # still there, model loaded
+        second = ModelPool({"b": spec}, keep=True, num_cpus=1, cache_urls={"b": second_cache}).start()
+        two = _placement(second)
+        assert two["reused"] and two["actor"] == one["actor"] and two["pid"] == one["pid"]
+        (result,) = second.score({"b": [("k2", item)]}, 1)["b"]
+        assert result["score"] in (0.0, 1.0)
+        second.shutdown()
+        assert set(ScoreCache(*filesystem(second_cache)).load()) == {"k2"}  # the second command's cache
+        assert set(ScoreCache(*filesystem(first_cache)).load()) == {"k1"}
+        other = ModelPool({"c": spec}, num_cpus=1).start()  # without keep: an actor of its own, killed after
+        assert not _placement(other)["kept"] and _placement(other)["pid"] != one["pid"]
+        other.shutdown()
+    finally:
+        killed = kill_kept_actors()
+    assert one["actor"] in killed
