@@ -13,7 +13,6 @@ import datetime as _dt
 import os
 import uuid
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 

@@ -25,14 +25,15 @@ from ..estimators import make_method, method_for_goal, method_from_state, parse_
 from ..estimators._validation import InputError
 from ..engine import PairedRounds, SingleModelRounds
 from ..estimators.groups import GroupRequest
-from ..estimators.results import Decision, to_jsonable
+from ..estimators.results import Decision
 from ..lm_eval_metrics import RESPS, pack_output, resps_text, unpack_output
-from ..lm_eval_tasks import DOC as LM_EVAL_DOC, TASK_META as LM_EVAL_TASK_META
 from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord
 from ..progress import run_progress
-from ..storage import RunStore, item_key, prompt_hash, safe_name
+from ..storage import RunStore, item_key, safe_name
 from .inputs import PreparedRun, prepare_run
 from .plan import RunPlan
+from .run_ahead import ProposeAhead
+from .run_requests import RunRequests, _item_record  # noqa: F401
 
 
 @dataclass
@@ -47,7 +48,7 @@ class RoundScores:
     resps: dict[str, list] = field(default_factory=dict)  # lm-eval's resps of a log-likelihood item (JSON text)
 
 
-class Run:
+class Run(RunRequests, ProposeAhead):
     """Everything a running flow carries from round to round."""
 
     def __init__(self, plan: RunPlan, bank: Bank, store: RunStore) -> None:
@@ -270,45 +271,6 @@ class Run:
         return RoundScores(items, probs)
 
     # -- infer ----------------------------------------------------------------
-    def requests(self, batch: RoundScores) -> tuple[dict[str, list[tuple[str, dict]]], dict[str, dict[str, float]]]:
-        """Split a round into cached scores and requests for the model actors."""
-        requests, hits = {}, {}
-        for label, pos in batch.items.items():
-            cache = self.cached.get(label, {})
-            found, todo = {}, []
-            for p in pos:
-                key = self.keys[p]
-                if key in cache:
-                    found[key] = cache[key]
-                else:
-                    todo.append((key, self._record(int(p))))
-            hits[label], requests[label] = found, todo
-        return requests, hits
-
-    def _record(self, pos: int) -> dict[str, Any]:
-        """The item sent to a model actor, built once per bank position (a ranking sends each item to
-        every model)."""
-        records = self._records
-        if pos not in records:
-            frame = self.bank.frame
-            records[pos] = _item_record(frame, pos) if frame is not None else {"item_id": self.bank.item_ids[pos]}
-        return records[pos]
-
-    def _prompt_hash(self, pos: int) -> str:
-        """The prompt hash of a bank position, computed once (a ranking stores each item for every model)."""
-        hashes = self._prompt_hashes
-        if pos not in hashes:
-            hashes[pos] = prompt_hash(self._record(pos))
-        return hashes[pos]
-
-    def _prompt_hash_array(self, needed: np.ndarray) -> np.ndarray:
-        """Prompt hashes by bank position (object array; filled for ``needed`` positions, once each)."""
-        hashes = self._prompt_hash_by_pos
-        for p in needed[~self._prompt_hash_known[needed]]:
-            hashes[p] = self._prompt_hash(int(p))
-            self._prompt_hash_known[p] = True
-        return hashes
-
     def infer(self, pool: Any, batch: RoundScores) -> RoundScores:
         requests, hits = self.requests(batch)
         chunk = self.plan.chunk_size or max(1, math.ceil(self.plan.batch_size / (self.plan.replicas * self.plan.in_flight)))
@@ -350,53 +312,6 @@ class Run:
             if self.progress is not None and hits[label]:
                 self.progress.advance(label, len(hits[label]))
         return batch
-
-    # -- proposing ahead --------------------------------------------------------
-    def proposes_ahead(self, pool: Any) -> bool:
-        """Whether this run queues the next round's items while it decides (``--propose-ahead``: ``auto`` when
-        a model is not a replay of recorded scores, whose calls cost nothing to wait for)."""
-        mode = getattr(self.plan.options, "propose_ahead", "auto")
-        if mode == "off" or not getattr(pool, "supports_ahead", False):
-            return False
-        return mode == "on" or any(not spec.startswith("replay:") for spec in self.plan.models)
-
-    def propose_ahead(self, batch: RoundScores) -> dict[str, list[tuple[str, dict]]]:
-        """The next round's requests as predicted before this round's scores arrive (DESIGN §1, "proposing
-        ahead"). A paired run's next items are the next slice of its shared order, fixed before any score, for
-        every model in play now; a certify model's are what a copy of its method proposes now, with the
-        generator the next round will use (:meth:`rng`). Only a prediction: the next round selects as it always
-        does, after this round's update and decision, and takes from what was scored ahead only the items it
-        selected; nothing scored ahead reaches a method, a look or a decision."""
-        import copy
-
-        items: dict[str, np.ndarray] = {}
-        if self.plan.paired:
-            engine = self.engine
-            now = len(next(iter(batch.items.values()), ()))
-            start, k = engine.n_shared + now, self.plan.batch_size
-            if engine.max_items is not None:
-                k = min(k, max(0, engine.max_items - start))
-            chunk = engine.order[start:start + k].astype(np.int64)
-            if len(chunk):
-                items = {label: chunk for label in batch.items}
-        else:
-            for label, pos in batch.items.items():
-                k = min(self.plan.batch_size, self.engine.budget_left(label) - len(pos))
-                if k <= 0:
-                    continue
-                try:
-                    peek = copy.deepcopy(self.methods[label]).propose(k, self.rng(self.round + 1))
-                except Exception:  # a method that cannot be copied or asked twice: its next round is not predicted
-                    continue
-                if peek is not None and len(peek):
-                    items[label] = np.asarray(peek.items, dtype=np.int64)
-        requests, _ = self.requests(RoundScores(items, {}))
-        return {label: reqs for label, reqs in requests.items() if reqs}
-
-    def settle_ahead(self, pool: Any) -> None:
-        """After the last round: what was scored ahead and never used is kept (the score cache) and reported."""
-        if pool is not None and self.proposes_ahead(pool):
-            self.ahead = pool.settle()
 
     # -- update ---------------------------------------------------------------
     def update(self, batch: RoundScores) -> None:
@@ -550,10 +465,3 @@ class Run:
 
 def _first_line(exc: BaseException) -> str:
     return next((line for line in str(exc).splitlines() if line.strip()), "")[:200]
-
-
-def _item_record(frame: pd.DataFrame, pos: int) -> dict[str, Any]:
-    """One bank row as plain data for a model actor (the one converter of stored values: numpy arrays as lists,
-    NaN as None), without what the model is never shown (its embedding, the lm-eval task's metadata and doc)."""
-    hidden = {"embedding", LM_EVAL_TASK_META, LM_EVAL_DOC}
-    return {k: to_jsonable(v) for k, v in frame.iloc[int(pos)].items() if k not in hidden}
