@@ -30,7 +30,6 @@ and actor-failure tests read), ``startup_log`` the start-up timeline, ``cache_di
 from __future__ import annotations
 
 import os
-import sys
 import time
 import uuid
 from collections import deque
@@ -44,9 +43,11 @@ from ..runtime_options import FLAGS, RuntimeOptions, runtime_options
 
 from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, init_ray, key_variables  # noqa: F401
 from .worker import ModelWorker, _ping_answer  # noqa: F401
+from .pool_ahead import PoolAhead
+from .pool_groups import KEPT_PREFIX, _cluster_summary, _text_length, group_models, kill_kept_actors  # noqa: F401
+from .pool_cpus import PoolCpus
 
 MAX_ATTEMPTS = 3
-KEPT_PREFIX = "kept/"  # the names of actors kept alive across commands (ModelPool(keep=True))
 
 
 @dataclass
@@ -90,7 +91,7 @@ class PoolStats:
     ahead_sent_per_model: dict[str, int] = field(default_factory=dict)
 
 
-class ModelPool:
+class ModelPool(PoolCpus, PoolAhead):
     """Named actors per model; ``score`` fans batches out and gathers them in arrival order.
 
     ``models`` maps a display label to a model spec string; ``cache_urls`` maps
@@ -267,81 +268,6 @@ class ModelPool:
             raise RuntimeError(f"a model actor failed to start: {cause}") from None
         return self
 
-    def _actor_cpus(self, group: str) -> float:
-        """The CPUs an actor of ``group`` asks Ray for: ``num_cpus`` when given; 0 for replay; a CPU-hosted
-        model's share of the free CPUs (:meth:`_cpu_shares`, set at launch); else 1."""
-        replay = all(self.models[label].startswith("replay:") for label in self.groups[group])
-        if self.num_cpus is not None:
-            return self.num_cpus
-        return 0.0 if replay else self._cpu_share.get(group, 1.0)
-
-    def _on_cpu(self, group: str) -> bool:
-        """Whether the group's models compute on the actor's CPUs (hf on its default device, cpu): their speed
-        is the CPUs, and torch's threads, the actor is given."""
-        from .base import parse_model_spec
-
-        try:
-            specs = [parse_model_spec(self.models[label]) for label in self.groups[group]]
-        except InputError:  # the actor raises it at start
-            return False
-        device = str(self.host_kwargs.get("device", "cpu"))
-        return self.num_gpus <= 0 and all(s.kind == "hf" and str(s.option("device", device)) == "cpu" for s in specs)
-
-    def _actor_threads(self, group: str, cpus: float) -> int | None:
-        """torch threads of a CPU-hosted model's actor: the CPUs it was given (at least 1); None for the others."""
-        return max(1, int(cpus)) if self._on_cpu(group) else None
-
-    def _cpu_shares(self) -> dict[str, float]:
-        """CPU-hosted models split the CPUs Ray has free among their actors (whole CPUs, at least 1 each, at
-        most one node's): one model on a 2-core machine gets both cores and runs torch on two threads, as
-        lm-eval does there, where one CPU each (Ray's OMP_NUM_THREADS=1) left one core idle; two models get
-        one core each and run side by side. Other non-replay actors (openai, vllm on a GPU) keep 1 CPU."""
-        if self.num_cpus is not None:
-            return {}
-        mine = [g for g in self.groups if self._on_cpu(g)]
-        if not mine:
-            return {}
-        others = sum(1 for g in self.groups if g not in mine
-                     and not all(self.models[label].startswith("replay:") for label in self.groups[g]))
-        try:
-            free = float(ray.available_resources().get("CPU", 0.0))
-            node = max((float(n.get("Resources", {}).get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")),
-                       default=1.0)
-        except Exception:  # no answer from the cluster: Ray's own default of one CPU
-            return {}
-        share = int((free - others * self.replicas) // (len(mine) * self.replicas))
-        share = max(1, min(int(node), share))
-        return {g: float(share) for g in mine}
-
-    def _share_when_short(self) -> None:
-        """Models whose actors would need more CPUs than the cluster has share actors instead (each actor hosts
-        several models and serves their batches one after another): queued, never left waiting for a CPU that
-        no node will free. Said on stderr and kept in ``stats.shared`` (results.json: pipeline.shared_actors)."""
-        need = {g: self._actor_cpus(g) for g in self.groups}
-        per_actor = max(need.values(), default=0.0)
-        have = float(ray.cluster_resources().get("CPU", 0.0))
-        if per_actor <= 0 or self.num_gpus > 0 or sum(need.values()) * self.replicas <= have:
-            return
-        slots = max(1, int(have // (per_actor * self.replicas)))
-        merged: dict[str, list[str]] = {}
-        for n, labels in enumerate(self.groups.values()):
-            merged.setdefault(f"shared-{n % slots}", []).extend(labels)
-        self.groups = merged
-        self.group_of = {label: g for g, labels in merged.items() for label in labels}
-        self.stats.shared = {g: list(labels) for g, labels in merged.items() if len(labels) > 1}
-        print(f"certeval: {len(self.models)} models would need {sum(need.values()) * self.replicas:g} CPUs for their "
-              f"actors, the Ray cluster has {have:g}: they share {slots * self.replicas} actor(s), each serving its "
-              "models one batch at a time", file=sys.stderr, flush=True)
-
-    def _check_resources(self) -> None:
-        """An actor asking for GPUs no node has would wait for ever: refuse it before creating any."""
-        if self.num_gpus <= 0:
-            return
-        have = float(ray.cluster_resources().get("GPU", 0.0))
-        if have < self.num_gpus:
-            raise InputError(f"--num-gpus {self.num_gpus:g} asks each model actor for GPUs, but the Ray cluster "
-                             f"has {have:g} GPU(s) in all; drop --num-gpus or use a cluster with GPUs")
-
     def actor_names(self, label: str | None = None) -> list[str]:
         """Names of all actors, or of those serving ``label``."""
         group = None if label is None else self.group_of.get(label)
@@ -499,95 +425,6 @@ class ModelPool:
         return out
 
     # -- proposing ahead ----------------------------------------------------
-    def _send_ahead(self, requests: dict[str, list[tuple[str, dict[str, Any]]]], batch_size: int,
-                    current: set[tuple[str, str]]) -> None:
-        """Queue ``requests`` on the actors now (each replica's least loaded first), without waiting: items
-        already scored or in flight, here or ahead, are left out."""
-        for group, labels in self.groups.items():
-            parts = []
-            for label in labels:
-                fresh = [(key, item) for key, item in requests.get(label, [])
-                         if (label, key) not in current and (label, key) not in self._ahead_key
-                         and (label, key) not in self._ahead_done]
-                if fresh:
-                    parts.append((label, fresh))
-            for batch in self._batches(group, parts, batch_size):
-                slot = min(self.slots[group], key=lambda s: s.outstanding + self._ahead_load.get(s.name, 0))
-                batch.attempts = 1
-                ref = slot.handle.score.remote(batch.parts, False)
-                self._ahead_refs[ref] = (batch, slot, slot.generation)
-                self._ahead_load[slot.name] = self._ahead_load.get(slot.name, 0) + 1
-                for label, _, keys in batch.parts:
-                    for key in keys:
-                        self._ahead_key[(label, key)] = ref
-                self.stats.batches += 1
-                self.stats.ahead_sent += batch.size
-                for label, items, _ in batch.parts:
-                    self.stats.ahead_sent_per_model[label] = self.stats.ahead_sent_per_model.get(label, 0) + len(items)
-
-    def _collect_ahead(self, ref: Any) -> bool:
-        """A finished (or failed) batch sent ahead: its results kept for a later call; False when it was lost
-        (its actor died: replaced here, once) or cancelled."""
-        batch, slot, generation = self._ahead_refs.pop(ref)
-        self._ahead_load[slot.name] = max(0, self._ahead_load.get(slot.name, 0) - 1)
-        for label, _, keys in batch.parts:
-            for key in keys:
-                if self._ahead_key.get((label, key)) is ref:
-                    del self._ahead_key[(label, key)]
-        try:
-            results_per_part = ray.get(ref)
-        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
-            if slot.generation == generation:
-                self._replace(slot)
-                slot.outstanding = 0
-            self.stats.ahead_lost += batch.size
-            return False
-        except ray.exceptions.RayError:  # cancelled, or the host failed on an item (sent again, it fails there)
-            self.stats.ahead_lost += batch.size
-            return False
-        for (label, _, keys), results in zip(batch.parts, results_per_part):
-            for key, result in zip(keys, results):
-                self._ahead_done[(label, key)] = result
-        return True
-
-    def cancel_ahead(self, labels: Any) -> None:
-        """Models that left (``labels``) stop consuming: their batches sent ahead are cancelled where an actor has
-        not started them (a started one finishes, and is kept and reported like any other)."""
-        gone = set(labels)
-        for ref, (batch, _, _) in list(self._ahead_refs.items()):
-            if all(label in gone for label, _, _ in batch.parts):
-                self._end_ahead(ref)
-
-    def _end_ahead(self, ref: Any) -> None:
-        if ray.wait([ref], timeout=0)[0]:
-            self._collect_ahead(ref)
-            return
-        try:
-            ray.cancel(ref)
-        except Exception:  # already finished or gone: nothing left to stop
-            pass
-        batch, slot, _ = self._ahead_refs.pop(ref)
-        self._ahead_load[slot.name] = max(0, self._ahead_load.get(slot.name, 0) - 1)
-        for label, _, keys in batch.parts:
-            for key in keys:
-                if self._ahead_key.get((label, key)) is ref:
-                    del self._ahead_key[(label, key)]
-        self.stats.ahead_cancelled += batch.size
-
-    def settle(self) -> dict[str, Any]:
-        """The run is decided: batches sent ahead that finished are kept (the actors cached their scores), the
-        rest are cancelled. Returns what proposing ahead cost: items sent ahead, used by a round, scored but
-        never used (per model), cancelled or lost."""
-        for ref in list(self._ahead_refs):
-            self._end_ahead(ref)
-        unused: dict[str, int] = {}
-        for label, _ in self._ahead_done:
-            unused[label] = unused.get(label, 0) + 1
-        stats = self.stats
-        return {"sent": stats.ahead_sent, "used": stats.ahead_used, "scored_unused": sum(unused.values()),
-                "scored_unused_per_model": unused, "cancelled": stats.ahead_cancelled, "lost": stats.ahead_lost,
-                "sent_per_model": dict(stats.ahead_sent_per_model)}
-
     def _batches(self, group: str, requests: list[tuple[str, list[tuple[str, dict[str, Any]]]]],
                  batch_size: int) -> deque[_Batch]:
         """Chunks of at most ``batch_size`` items per model; an actor serving many models gets them packed
@@ -625,62 +462,3 @@ class ModelPool:
                 except Exception:  # already dead or its node gone: nothing left to release
                     pass
         self.slots = {}
-
-
-def _text_length(item: dict[str, Any]) -> int:
-    """Characters of an item's text fields (a cheap stand-in for its tokens)."""
-    total = 0
-    for value in item.values():
-        if isinstance(value, str):
-            total += len(value)
-        elif isinstance(value, (list, tuple)):
-            total += sum(len(v) for v in value if isinstance(v, str))
-    return total
-
-
-def kill_kept_actors() -> list[str]:
-    """Kill every actor a ``--keep-actors`` command left on the connected Ray (their CPUs and memory back); their
-    names. ``certeval down`` ends them with the cluster anyway."""
-    names = [a["name"] if isinstance(a, dict) else a for a in ray.util.list_named_actors(all_namespaces=True)
-             if (a.get("namespace") if isinstance(a, dict) else NAMESPACE) == NAMESPACE]
-    killed = []
-    for name in names:
-        if not str(name).startswith(KEPT_PREFIX):
-            continue
-        try:
-            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
-            killed.append(name)
-        except Exception:  # gone meanwhile
-            pass
-    return killed
-
-
-def _cluster_summary() -> str:
-    try:
-        res = ray.cluster_resources()
-        return f"{res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s)"
-    except Exception:  # the cluster itself is gone
-        return "no answer"
-
-
-def group_models(models: dict[str, str]) -> dict[str, list[str]]:
-    """Actor groups: replay models of one scores file (same options) share a group; any other model,
-    or a replay file with a single model, is a group of its own, named by its label."""
-    from .base import parse_model_spec
-
-    by_file: dict[tuple, list[str]] = {}
-    for label, text in models.items():
-        try:
-            spec = parse_model_spec(text)
-        except InputError:  # the actor raises it at start, as for any bad spec
-            spec = None
-        key = ("replay", spec.location, spec.options) if spec is not None and spec.kind == "replay" else ("own", label)
-        by_file.setdefault(key, []).append(label)
-    groups: dict[str, list[str]] = {}
-    for n, (key, labels) in enumerate(by_file.items()):
-        if len(labels) == 1:
-            groups[labels[0]] = labels
-        else:
-            stem = str(key[1]).rstrip("/").split("/")[-1].replace(":", "-") or "scores"
-            groups[f"replay-{n}-{stem}"] = labels
-    return groups
