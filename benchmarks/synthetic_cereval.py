@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 for eps in EPSILONS:
                     per[label][eps].append(summarise(looks, truth, eps))
             print(f"{scenario} rep {rep + 1}/{reps} done ({time.time() - t0:.0f}s)", flush=True)
-        for label, _name, _params in CONFIGS:
+        for label, _name, params in CONFIGS:
             for e_idx, eps in enumerate(EPSILONS):
                 vals = per[label][eps]
                 rows.append({

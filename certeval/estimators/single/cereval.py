@@ -172,8 +172,8 @@ class CerEvalMethod(BankMethod):
             for s in np.unique(self.base_codes_):
                 js = owner == s
                 mask = self.base_codes_ == s
-                p, lo, up = self._interval(w * js, n * js, mean, eps, mask)
-                out.append(SubsetEstimate(names[s], p, lo, up, int(self.scored_[mask].sum()), int(mask.sum()),
+                p, s_lo, s_hi = self._interval(w * js, n * js, mean, eps, mask)
+                out.append(SubsetEstimate(names[s], p, s_lo, s_hi, int(self.scored_[mask].sum()), int(mask.sum()),
                                           float(self.item_weights_[mask].sum())))
             subsets = tuple(out)
         return Estimate(
