@@ -85,7 +85,7 @@ def metadata(name: str, *, seed: int | None, quick: bool) -> dict[str, Any]:
         "seed": seed,
         "git_commit": git_commit(),
         "command": _command(),
-        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "versions": {
             "python": platform.python_version(),

@@ -42,7 +42,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2 shared cores: no BLAS ov
 
 from benchmarks._meta import ROOT, read_result, write_result  # noqa: E402
 from certeval.backtest.ray_fanout import (  # noqa: E402
-    FAQ_LABELS, FAQ_MAX_DRAWS_PER_ITEM, Cell, dataset_arrays, faq_cell, faq_planned_draws, history_cell, run_cells,
+    FAQ_LABELS,
+    FAQ_MAX_DRAWS_PER_ITEM,
+    Cell,
+    dataset_arrays,
+    faq_cell,
+    faq_planned_draws,
+    history_cell,
+    run_cells,
     summarise,
 )
 from certeval.banks import bundled_datasets  # noqa: E402

@@ -22,10 +22,10 @@ import numpy as np
 
 from benchmarks._meta import write_result
 from certeval.backtest.comparative import ComparativeBacktest, compare_backtest
-from certeval.estimators.groups import GroupRequest
-from certeval.estimators.protocol import BankSpec
 from certeval.banks import bank_from_scores, load_scores, score_matrix
 from certeval.estimators.comparison import ComparisonDesign
+from certeval.estimators.groups import GroupRequest
+from certeval.estimators.protocol import BankSpec
 
 DATASETS = ("vlm_ocrbench", "openllm_arc")
 VARIANTS = (

@@ -68,9 +68,9 @@ def run_one(sel, x: np.ndarray, order: np.ndarray, w: np.ndarray) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.pair_history import _bank, half_split
     from certeval.estimators.bank_selection import BankSelection
     from certeval.estimators.paired_history import HistorySelection
-    from benchmarks.pair_history import _bank, half_split
 
     class PairCSSelection(BankSelection):  # the baseline: the rule with its top-1 tests off
         TESTED = False

@@ -34,7 +34,6 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
 
@@ -66,11 +65,11 @@ class InlinePool:
         return out
 
 
-def drive(plan) -> "object":
+def drive(plan) -> object:
     """The flow's round loop without Prefect and Ray: the same Run methods, in the same order."""
     from certeval.engine import play
-    from certeval.tasks.run import Run
     from certeval.tasks.round_steps import RunSteps
+    from certeval.tasks.run import Run
 
     run = Run.open(plan)
     try:

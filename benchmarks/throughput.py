@@ -64,7 +64,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def task_items(work: Path, n: int, seed: int) -> list[dict[str, Any]]:
     """The live task's items as certeval sends them to a host (lm-eval's context as ``prompt``)."""
     from benchmarks._live_build import MC_TASK, trivia_items, write_mc_task
-
     from certeval.lm_eval_tasks import load_task_items
 
     write_mc_task(work / "task", trivia_items(n, seed=seed))

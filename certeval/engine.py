@@ -20,8 +20,9 @@ Pure: numpy and the estimators only.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -113,7 +114,7 @@ class PairedRounds:
         self.max_items = max_items
         self.methods = methods if methods is not None else {}
 
-    def start(self, spec: Any, rng: np.random.Generator) -> "PairedRounds":
+    def start(self, spec: Any, rng: np.random.Generator) -> PairedRounds:
         labels = self.request.labels
         weights = spec.weights() if self.request.target == "bank" else None
         self.order, self.order_prob = shared_order(weights, self.n_items, rng)

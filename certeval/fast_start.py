@@ -66,7 +66,7 @@ class EmbeddedPrefect:
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/api"
 
-    def launch(self, port: int | None = None) -> "EmbeddedPrefect":
+    def launch(self, port: int | None = None) -> EmbeddedPrefect:
         """Start the server on ``port`` (a free one by default) and point ``PREFECT_API_URL`` at it."""
         self.port = port or _free_port()
         self._attempts += 1

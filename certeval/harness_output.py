@@ -23,7 +23,8 @@ import pandas as pd
 from .backends.base import parse_model_spec
 from .lm_eval_metrics import RESPS, item_scores
 from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, parse_choice
-from .lm_eval_tasks import DOC as TASK_DOC, TASK_META
+from .lm_eval_tasks import DOC as TASK_DOC
+from .lm_eval_tasks import TASK_META
 from .storage import Folder, dumps, safe_name
 
 FILTER = "none"

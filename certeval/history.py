@@ -15,8 +15,8 @@ the result says so. :func:`history_prior` fits :func:`~certeval.estimators.histo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

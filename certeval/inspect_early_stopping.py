@@ -74,7 +74,7 @@ class CertevalStopping:
         self.check()  # refused when made, before any Inspect eval starts
 
     # -- validation (before any sample runs) ------------------------------------------------
-    def check(self) -> "CertevalStopping":
+    def check(self) -> CertevalStopping:
         """Validate the parameters, each by its type and range (one-line errors naming the parameter and echoing
         its value); called when the manager is made and again by ``start_task``."""
         if not isinstance(self.goal, str):

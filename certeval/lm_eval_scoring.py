@@ -186,8 +186,8 @@ def check_scoring(text: Any, where: str) -> dict[str, Any]:
     if not isinstance(scoring, dict) or not isinstance(scoring.get("metrics"), list) or \
             not isinstance(scoring.get("filters"), list) or not scoring["metrics"] or not scoring["filters"]:
         raise InputError(f"{where}: its {SCORING} is not lm-eval scoring (metrics and filters)")
-    from lm_eval.api import metrics as _metrics  # noqa: F401 - fills lm-eval's metric registry
     from lm_eval import filters as _filters  # noqa: F401 - fills lm-eval's filter registry
+    from lm_eval.api import metrics as _metrics  # noqa: F401 - fills lm-eval's metric registry
     from lm_eval.api.registry import filter_registry, metric_registry
 
     for metric in scoring["metrics"]:

@@ -12,8 +12,9 @@ comparison is recorded beside it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -52,7 +53,7 @@ class LookRecord:
         return {PREFIX + n: getattr(self, n) for n in names}
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "LookRecord":
+    def from_row(cls, row: Mapping[str, Any]) -> LookRecord:
         """The record from a round file's row (older runs lack the later columns: defaults)."""
         values: dict[str, Any] = {}
         for f in fields(cls):

@@ -11,8 +11,9 @@ history's needs more cells, and fewer history models than M play a sparser board
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -127,7 +127,7 @@ class BacktestProgress:
         self.bar = self.task = None
         self.t0 = time.monotonic()
 
-    def __enter__(self) -> "BacktestProgress":
+    def __enter__(self) -> BacktestProgress:
         if self.mode == BARS:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -39,14 +39,31 @@ import pandas as pd
 
 from .estimators._validation import InputError
 from .estimators.ranking import rank_numbers
-from .report_answer import (_fmt, _listing, _num, _statement, answer_section, answer_text,  # noqa: F401
-                            model_verdicts, question_and_statement, statement_keys)
+from .report_answer import (  # noqa: F401
+    _fmt,
+    _listing,
+    _num,
+    _statement,
+    answer_section,
+    answer_text,
+    model_verdicts,
+    question_and_statement,
+    statement_keys,
+)
+from .report_plots import (  # noqa: F401
+    VERDICT_TEXT,
+    _pyplot,
+    model_colours,
+    plot_differences,
+    plot_interval_curves,
+    plot_ranking,
+    plot_savings,
+    savings_frame,
+    spell_verdict,
+)
+from .report_plots import differences_caption as pairs_caption
 from .results_record import read_results
 from .storage import Folder, bounded, filesystem, verify_record
-from .report_plots import (VERDICT_TEXT, _pyplot, model_colours, plot_differences,  # noqa: F401
-                           plot_interval_curves, plot_ranking, plot_savings, savings_frame, spell_verdict)
-from .report_plots import differences_caption as pairs_caption
-
 
 # --------------------------------------------------------------------------------------
 # reading a run

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-
 MAX_OVERLAY = 4  # up to this many models share one panel; more get one small panel each (small multiples)
 MAX_CURVES = 24  # small multiples drawn at most (a 6 x 4 grid)
 MAX_FOREST = 60

@@ -36,12 +36,12 @@ import pandas as pd
 
 from .backends import scorers as sc
 from .backends.base import parse_model_spec
+from .engine import play
 from .estimators._validation import InputError
 from .estimators.results import Decision
-from .engine import play
 from .results_record import RunResults, read_results
-from .tasks.round_steps import RunSteps
 from .storage import Folder, RunStore, bounded, check_reachable, filesystem, prompt_hash, safe_name
+from .tasks.round_steps import RunSteps
 
 RULE = "recorded"  # decision rule of a model whose replay reached the end of what the source run scored
 GENERATION_SCORERS = ("exact", "normalized", "numeric")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ class SyntheticScores:
     seed: int = 0
 
     @classmethod
-    def parse(cls, location: str) -> "SyntheticScores":
+    def parse(cls, location: str) -> SyntheticScores:
         """The table a ``synthetic:<M>x<N>[:<seed>]`` location names (checked: M >= 1, N >= 1)."""
         match = _PATTERN.match(str(location))
         if match is None:

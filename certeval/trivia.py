@@ -19,8 +19,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -47,7 +47,7 @@ def categories() -> list[str]:
     return sorted(p.stem for p in lists_dir().glob("*.yaml"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read_category(path: Path) -> list[tuple[str, tuple[str, ...]]]:
     import yaml  # PyYAML comes with transformers/prefect; imported here to keep `import certeval` light
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from certeval.banks import bank_from_scores, load_scores
 from certeval.backtest.single import run_single_backtest
+from certeval.banks import bank_from_scores, load_scores
 from certeval.cli import main
 from certeval.estimators import parse_goal
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from certeval.backtest.cells import FAQ_BUDGET, PAIRED, Cell, DatasetArrays
-from certeval.backtest.kinds import run_chunk
 from certeval.backtest.comparative import ComparativeBacktest, compare_backtest, rank_backtest
 from certeval.backtest.faq import evaluate_new_models
+from certeval.backtest.kinds import run_chunk
 from certeval.backtest.ray_fanout import run_cells, uninformative_factors
 from certeval.estimators import BankSpec, InputError
 from certeval.estimators.faq_simulation import simulate_faq

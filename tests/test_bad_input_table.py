@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_readers import write_samples
 
 from certeval.cli import main
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK
-from test_readers import write_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from certeval.backends.local_cluster import LocalRayCluster
+
 from test_pipeline_support import MIDDLE, PYTHON, STRONG, WEAK, cli_env, read_log, replay, small_scores
 
 pytestmark = pytest.mark.slow

@@ -26,9 +26,22 @@ from certeval.engine import PairedRounds
 from certeval.estimators import REGISTRY, AdaptiveMethod, Estimate, InputError, method_from_state, method_names
 from certeval.estimators import groups as groups_module
 from certeval.estimators.groups import KINDS, GroupEstimator, make_group
+
 from conformance_support import (
-    DELTA, GROUP_CASES, LOOK, MAX_MISSES, REPS, SELECT_MODES, ShrunkInterval, build, check_power, group_request,
-    misses_with_peeking, play_rounds, run_looks, targets_of,
+    DELTA,
+    GROUP_CASES,
+    LOOK,
+    MAX_MISSES,
+    REPS,
+    SELECT_MODES,
+    ShrunkInterval,
+    build,
+    check_power,
+    group_request,
+    misses_with_peeking,
+    play_rounds,
+    run_looks,
+    targets_of,
 )
 
 # every registered method, as the suite knows them (the registry test below keeps this list complete)

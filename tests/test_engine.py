@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from certeval.engine import replay_once
-from certeval.engine import SingleModelRounds, draw_budget, lookup, run_until_decided
+from certeval.engine import SingleModelRounds, draw_budget, lookup, replay_once, run_until_decided
 from certeval.estimators import BankSpec, make_method, method_for_goal, parse_goal
 
 

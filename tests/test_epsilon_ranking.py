@@ -14,8 +14,7 @@ from scipy import stats
 
 from certeval.backtest.comparative import epsilon_errors
 from certeval.estimators.bank_ranking import BankRanking, epsilon_groups
-from certeval.estimators.comparison import (A_OVER_B, B_OVER_A, EITHER_ORDER, UNDECIDED, VERDICTS,
-                                            epsilon_verdicts)
+from certeval.estimators.comparison import A_OVER_B, B_OVER_A, EITHER_ORDER, UNDECIDED, VERDICTS, epsilon_verdicts
 
 
 def test_epsilon_verdicts_certify_a_listing_once_the_interval_allows_it():

@@ -17,7 +17,6 @@ from certeval.estimators.faq import (
     hybrid_policy,
     laplace_update,
     pai_interval,
-    predict_probs,
 )
 from certeval.estimators.faq_simulation import simulate_faq, terms_from_simulation
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_readers import write_samples
 
 from certeval.banks import load_scores
 from certeval.cli import main
 from certeval.harness_output import model_config
 from certeval.history import load_history
-
-from test_readers import write_samples
 
 pytestmark = pytest.mark.slow
 

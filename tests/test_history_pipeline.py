@@ -12,7 +12,7 @@ import pytest
 from certeval.banks import load_scores
 from certeval.cli import main
 from certeval.estimators import InputError
-from certeval.report import model_curves, load_run
+from certeval.report import load_run, model_curves
 from certeval.tasks.plan import PlanRequest, make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
@@ -59,10 +59,10 @@ def test_certify_with_history_uses_the_other_models_and_costs_no_more_items(infr
 
 def test_the_flow_takes_the_validated_bank_and_priors_and_loads_fits_and_claims_nothing_again(infra, tmp_path,
                                                                                           monkeypatch):
-    import certeval.tasks.plan as plan_module
-    import certeval.tasks.run as run_module
     from prefect.client.orchestration import get_client
 
+    import certeval.tasks.plan as plan_module
+    import certeval.tasks.run as run_module
     from certeval.flows.pipeline import run_plan
 
     plan, prepared = make_plan(PlanRequest("certify", models=[replay(MIDDLE)], goal="halfwidth:0.1", batch_size=50,

@@ -39,7 +39,8 @@ def correct_table(seed: int = 3, n: int = N_SAMPLES) -> np.ndarray:
 
 def run_inspect_eval(log_dir, correct: np.ndarray, stopping, *, shuffle_seed: int | None = 11, log_format="eval",
                      metrics: list | None = None):
-    from inspect_ai import Task, eval as inspect_eval
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import MemoryDataset, Sample
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
     from inspect_ai.scorer import match

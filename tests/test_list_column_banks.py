@@ -22,7 +22,7 @@ from certeval.storage.cache import item_key, prompt_hash
 from certeval.storage.io import dumps
 from certeval.tasks.plan import PlanRequest, make_plan
 
-from test_pipeline_support import MIDDLE, STRONG, WEAK, SCORES, needs_small_lm, replay
+from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, needs_small_lm, replay
 
 # inspect-ai 0.3.285 passes a deprecated argument to tenacity 9.2 on every model call: not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
@@ -113,7 +113,8 @@ def _lm_eval_samples(folder, n: int) -> str:
 def _inspect_log(folder, n: int) -> str:
     """A real Inspect eval (mock model, offline) over multiple-choice samples: its log keeps their choices."""
     pytest.importorskip("inspect_ai")
-    from inspect_ai import Task, eval as inspect_eval
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import MemoryDataset, Sample
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
     from inspect_ai.scorer import match

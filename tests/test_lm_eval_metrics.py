@@ -13,8 +13,14 @@ import pytest
 from certeval.backends.scorers import get_scorer
 from certeval.estimators import BankSpec, method_for_goal, parse_goal
 from certeval.harness_output import lm_eval_block, task_block
-from certeval.lm_eval_metrics import (interval_on_same_draws, item_scores, listed_pairs, loglik_scores, pack_output,
-                                      unpack_output)
+from certeval.lm_eval_metrics import (
+    interval_on_same_draws,
+    item_scores,
+    listed_pairs,
+    loglik_scores,
+    pack_output,
+    unpack_output,
+)
 from certeval.lm_eval_tasks import TASK_META
 
 

@@ -11,7 +11,6 @@ import json
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from certeval.banks import load_scores
@@ -280,7 +279,6 @@ def test_a_users_prefect_profile_is_used(infra, tmp_path):
     """A user whose ~/.prefect/profiles.toml points at a Prefect server gets their flow runs there
     (certeval only falls back to its embedded server when nothing is configured)."""
     import asyncio
-    import os
     import subprocess
 
     from prefect.client.orchestration import get_client

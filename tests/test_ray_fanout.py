@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from certeval.backtest.ray_fanout import (
-    Cell, DatasetArrays, dataset_arrays, rep_seed, replay_one, run_cells, store_backtest, summarise,
+    Cell,
+    DatasetArrays,
+    dataset_arrays,
+    rep_seed,
+    replay_one,
+    run_cells,
+    store_backtest,
+    summarise,
 )
 from certeval.estimators import BankSpec, Estimate, parse_goal, register
 from certeval.estimators.single.uniform import UniformMethod
@@ -181,8 +188,8 @@ def test_faq_uniform_draws_uniformly_and_estimates_the_plain_mean():
 
 def test_faq_cells_check_their_inputs():
     from certeval.backtest.ray_fanout import faq_cell, faq_planned_draws
-    from certeval.estimators.faq import anytime_radius
     from certeval.estimators._validation import InputError
+    from certeval.estimators.faq import anytime_radius
 
     d = _synthetic()
     with pytest.raises(InputError, match="without FAQ inputs"):

@@ -11,7 +11,13 @@ import pytest
 from certeval.cli import main
 from certeval.estimators import BankSpec, make_method, parse_goal
 from certeval.report import (
-    load_run, markdown_to_html, model_curves, publish_artifacts, ranking_rows, report_run, write_report,
+    load_run,
+    markdown_to_html,
+    model_curves,
+    publish_artifacts,
+    ranking_rows,
+    report_run,
+    write_report,
 )
 from certeval.storage import Folder, filesystem, safe_name
 

@@ -15,8 +15,17 @@ import jsonschema
 import pytest
 
 from certeval.estimators._validation import InputError
-from certeval.results_record import (ABSENT, SCHEMA_FILE, SCHEMA_VERSION, BacktestResults,
-                                     ResultsSchemaError, RunResults, load_schema, read_results, validate)
+from certeval.results_record import (
+    ABSENT,
+    SCHEMA_FILE,
+    SCHEMA_VERSION,
+    BacktestResults,
+    ResultsSchemaError,
+    RunResults,
+    load_schema,
+    read_results,
+    validate,
+)
 
 from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
 

@@ -17,10 +17,10 @@ import time
 
 import pandas as pd
 import pytest
+from test_network_loopback import connect_targets, is_loopback
 
 from certeval.tasks.plan import PlanRequest, make_plan
 
-from test_network_loopback import connect_targets, is_loopback
 from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, read_log, replay, small_scores
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,6 @@ test_faults (--startup-log), test_resume_crash / test_rescore / test_cluster_ray
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 

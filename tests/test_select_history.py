@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_best_arm_tests import _PeekingOpponent
 
 from certeval.estimators.best_arm_tests import LeaderListings
 from certeval.estimators.history import fit_history_prior
 from certeval.estimators.paired_history import HistorySelection
 from certeval.estimators.protocol import BankSpec
 from certeval.estimators.wor_streams import weighted_order
-from test_best_arm_tests import _PeekingOpponent
 
 
 def _factor_bank(rng, models: int, items: int, factors: int = 3) -> np.ndarray:

@@ -16,7 +16,6 @@ import pytest
 from scipy.stats import binom
 
 from certeval.estimators import BankSpec, make_method
-from certeval.estimators.protocol import register
 from certeval.estimators.single.strata import StratifiedMethod
 
 DELTA = 0.1  # confidence 0.9: misses are frequent enough to catch a bad radius with few reps

@@ -11,8 +11,17 @@ import pandas as pd
 import pytest
 
 from certeval.estimators import BankSpec, InputError, make_method, method_from_state
-from certeval.storage import (MAX_PARTS, REF_KEY, Folder, RunStore, ScoreCache, compact_parts, dumps, filesystem,
-                              safe_name)
+from certeval.storage import (
+    MAX_PARTS,
+    REF_KEY,
+    Folder,
+    RunStore,
+    ScoreCache,
+    compact_parts,
+    dumps,
+    filesystem,
+    safe_name,
+)
 
 
 def _started(name: str, n: int = 300, dim: int = 16, rounds: int = 3, seed: int = 0, **params):
@@ -276,8 +285,8 @@ def test_a_run_of_many_rounds_leaves_few_cache_parts_and_a_rerun_scores_nothing(
 
 
 def test_a_resumed_run_continues_from_states_by_reference_and_refuses_a_lost_features_file(tmp_path):
-    from certeval.tasks.run import Run
     from benchmarks.state_size import drive
+    from certeval.tasks.run import Run
 
     bank = _bank(tmp_path)
     plan = _plan(tmp_path, bank, "r", goal="halfwidth:0.2", batch_size=10)

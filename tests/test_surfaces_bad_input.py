@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from surface_table_support import assert_refused, children, listing, no_new_children, run_cli
+from test_readers import write_samples
 
 from lm_eval_support import write_mc_task
-from surface_table_support import assert_refused, children, listing, no_new_children, run_cli
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK
-from test_readers import write_samples
 
 HUGE = 3 << 30  # declared by sparse files: 3 GiB that take no disk space
 

@@ -17,15 +17,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from surface_table_support import children, no_new_children
 
 ROOT = Path(__file__).resolve().parents[1]

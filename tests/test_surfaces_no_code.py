@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from surface_table_support import assert_refused, children, listing, no_new_children, run_cli
 
 pytest.importorskip("lm_eval")
@@ -172,7 +171,7 @@ QUIET_CASES = [
                                                            "--output", fx["root"] + "/rescored-2"], (0, 1)),
     ("report-of-a-run-naming-hooks-and-scorers", lambda fx: ["report", fx["run_yaml-bank"]], (0,)),
     ("history-run-folder-naming-a-task-yaml", lambda fx: [
-        "rank", "--model", f"replay:bundled:helm_mmlu#openai_ada", "--model", "replay:bundled:helm_mmlu#openai_davinci",
+        "rank", "--model", "replay:bundled:helm_mmlu#openai_ada", "--model", "replay:bundled:helm_mmlu#openai_davinci",
         "--dry-run", "--history", fx["run_yaml-bank"], "--output", fx["root"] + "/none"], (2,)),
 ]
 

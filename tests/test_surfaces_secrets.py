@@ -24,7 +24,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from surface_table_support import assert_refused, children, listing, no_new_children, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from surface_table_support import children, listing, no_new_children, run_cli
 
 from certeval.services import FILE, FOLDER, proc_identity
-from surface_table_support import children, listing, no_new_children, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 LEADER = "import subprocess, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"

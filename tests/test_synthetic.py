@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from certeval.backends.replay import ReplayHost
 from certeval.backends.base import parse_model_spec
+from certeval.backends.replay import ReplayHost
 from certeval.cli import main
 from certeval.estimators._validation import InputError
 from certeval.synthetic import SyntheticScores, synthetic_scores

@@ -16,8 +16,14 @@ from scipy.stats import binom
 
 from certeval.estimators import InputError
 from certeval.estimators.comparison import wor_confidence_sequence
-from certeval.estimators.wor_streams import (BettingStreams, WorStreams, absorb_rows, make_streams,
-                                             streams_from_state, weighted_order)
+from certeval.estimators.wor_streams import (
+    BettingStreams,
+    WorStreams,
+    absorb_rows,
+    make_streams,
+    streams_from_state,
+    weighted_order,
+)
 
 DELTA = 0.1
 

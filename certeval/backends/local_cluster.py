@@ -108,7 +108,7 @@ class LocalRayCluster:
         return env
 
     # -- start --------------------------------------------------------------
-    def start(self, timeout_s: float = 120.0) -> "LocalRayCluster":
+    def start(self, timeout_s: float = 120.0) -> LocalRayCluster:
         try:
             for i, name in enumerate(["head"] + [f"w{j + 1}" for j in range(self.n_workers)]):
                 self._start_with_retry(name, head=i == 0, timeout_s=timeout_s)
@@ -280,7 +280,7 @@ class LocalRayCluster:
         except psutil.NoSuchProcess:
             return None
 
-    def __enter__(self) -> "LocalRayCluster":
+    def __enter__(self) -> LocalRayCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -309,7 +309,7 @@ class LocalPrefectServer:
                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"})
         return env
 
-    def start(self, timeout_s: float = 120.0) -> "LocalPrefectServer":
+    def start(self, timeout_s: float = 120.0) -> LocalPrefectServer:
         import urllib.request
 
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -350,7 +350,7 @@ class LocalPrefectServer:
                 continue
         self.proc = None
 
-    def __enter__(self) -> "LocalPrefectServer":
+    def __enter__(self) -> LocalPrefectServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -33,19 +33,19 @@ import os
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import ray
 
 from ..estimators._validation import InputError
 from ..runtime_options import FLAGS, RuntimeOptions, runtime_options
-
+from .pool_ahead import PoolAhead
+from .pool_cpus import PoolCpus
+from .pool_groups import KEPT_PREFIX, _cluster_summary, _text_length, group_models, kill_kept_actors  # noqa: F401
 from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, init_ray, key_variables  # noqa: F401
 from .worker import ModelWorker, _ping_answer  # noqa: F401
-from .pool_ahead import PoolAhead
-from .pool_groups import KEPT_PREFIX, _cluster_summary, _text_length, group_models, kill_kept_actors  # noqa: F401
-from .pool_cpus import PoolCpus
 
 MAX_ATTEMPTS = 3
 
@@ -233,11 +233,11 @@ class ModelPool(PoolCpus, PoolAhead):
             self._pings = []
         return list(self.stats.placement)
 
-    def start(self) -> "ModelPool":
+    def start(self) -> ModelPool:
         """Create every actor and wait until each host is built (errors surface here, once)."""
         return self.launch().wait_started()
 
-    def launch(self) -> "ModelPool":
+    def launch(self) -> ModelPool:
         """Create every actor without waiting for it (:meth:`wait_started` waits); idempotent."""
         if self.slots:
             return self
@@ -249,7 +249,7 @@ class ModelPool(PoolCpus, PoolAhead):
             self.slots[group] = [self._new_actor(group, r, 0) for r in range(self.replicas)]
         return self
 
-    def wait_started(self) -> "ModelPool":
+    def wait_started(self) -> ModelPool:
         """Wait until every host :meth:`launch` created is built (errors surface here, once)."""
         timeout = self.options.actor_start_timeout_s
         try:

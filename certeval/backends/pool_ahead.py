@@ -9,7 +9,6 @@ from typing import Any
 import ray
 
 
-
 class PoolAhead:
     """Mixed into :class:`certeval.backends.pool.ModelPool` (its actors, batches and stats)."""
 

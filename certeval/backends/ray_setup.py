@@ -12,8 +12,8 @@ from typing import Any
 import ray
 
 from ..envsetup import configure_offline_env, ray_bootstrap_home
-from ..redact import is_secret_name
 from ..estimators._validation import InputError
+from ..redact import is_secret_name
 
 NAMESPACE = "certeval"
 # the user's infrastructure an actor needs from the driver even when Ray was started earlier (e.g. a test

@@ -27,7 +27,7 @@ from .base import ModelHost, ModelSpec
 class ReplayTable:
     """Recorded scores of one file: ``matrix[model_row, item_col]`` (NaN = not recorded)."""
 
-    _cache: dict[str, "ReplayTable"] = {}
+    _cache: dict[str, ReplayTable] = {}
     _lock = threading.Lock()
 
     def __init__(self, models: list[str], items: list[str], matrix: np.ndarray, location: str) -> None:
@@ -39,7 +39,7 @@ class ReplayTable:
         self.matrix = matrix
 
     @classmethod
-    def shared(cls, location: str) -> "ReplayTable":
+    def shared(cls, location: str) -> ReplayTable:
         """The table of ``location``, loaded once per process."""
         with cls._lock:
             if location not in cls._cache:
@@ -51,7 +51,7 @@ class ReplayTable:
         return self.matrix[self.model_row[name]]
 
     @classmethod
-    def load(cls, location: str) -> "ReplayTable":
+    def load(cls, location: str) -> ReplayTable:
         """Read only ``model, item_id, score``; anything a quick check cannot vouch for goes through
         :func:`certeval.banks.load_scores`, whose validation raises the usual one-line errors."""
         frame = None

@@ -30,8 +30,8 @@ class ModelWorker:
     def __init__(self, specs: dict[str, str], cache_urls: dict[str, str | None], options: RuntimeOptions | None,
                  host_kwargs: dict[str, Any] | None = None, secret_env: dict[str, str] | None = None,
                  threads: int | None = None) -> None:
-        from .base import make_host
         from ..startup import configure
+        from .base import make_host
 
         os.environ.update(secret_env or {})  # before any host or filesystem reads its credentials
         if threads is not None:  # the CPUs this actor was given (a host's own threads= option still wins)

@@ -13,15 +13,15 @@ from __future__ import annotations
 import math
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..estimators import BankSpec, parse_goal
 from ..estimators._validation import InputError, check_positive_int
 from ..estimators.goals import Goal
-
 
 # --------------------------------------------------------------------------------------
 # one rep: the pure replay loop

@@ -18,8 +18,9 @@ decisions are checked against the whole bank:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -30,9 +31,18 @@ from ..estimators.comparison import A_GT_B, B_GT_A, EQUIVALENT, VERDICTS, Compar
 from ..estimators.groups import GroupRequest
 from ..estimators.protocol import BankSpec
 from .cells import PAIRED, Cell, DatasetArrays
+
 # a rep's rows: their own module (the driver calls them through backtest.kinds); the names stay importable here
-from .paired_rows import (_ROW_ONLY, _statement_errors, epsilon_errors, history_count,  # noqa: F401
-                          history_split, kendall_tau, paired_rows, play_paired)
+from .paired_rows import (  # noqa: F401
+    _ROW_ONLY,
+    _statement_errors,
+    epsilon_errors,
+    history_count,
+    history_split,
+    kendall_tau,
+    paired_rows,
+    play_paired,
+)
 
 
 def parse_comparative_goal(text: str) -> tuple[str, tuple[float, ...]]:

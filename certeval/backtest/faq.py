@@ -16,8 +16,9 @@ The persistence of fitted factors (``.npz``) is :mod:`certeval.backtest.factor_f
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -6,7 +6,8 @@ budgets, one (model, rep) run per row. Pure: no driver, no printing; the one bac
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats

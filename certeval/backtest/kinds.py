@@ -12,7 +12,8 @@ needs, never beside the driver, so the driver can import this table without a cy
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .cells import CERTIFY, FAQ_BUDGET, PAIRED, Cell, DatasetArrays, certify_rows
 from .faq_rows import faq_budget_rows

@@ -6,8 +6,9 @@ checked against the exact bank means of the models it ran. Pure: no driver, no p
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -32,23 +32,46 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..estimators import make_method, parse_goal
 from ..estimators._validation import InputError, check_positive_int
 
-
 # one rep and its cells, summaries: their own modules; the names stay importable from here
-from .cells import (CELL_KINDS, CERTIFY, FAQ_BUDGET, FAQ_FACTORS, FAQ_FACTORS_KEY, FAQ_LABELS,  # noqa: F401
-                    FAQ_MAX_DRAWS_PER_ITEM, FAQ_METHOD, HISTORY_METHOD, HISTORY_PERMUTE_KEY, MEAN_FACTOR_PRIOR_VAR,
-                    PAIRED, Cell, DatasetArrays, RepResult, _chunks, bank_truth, certify_rows, faq_cell, faq_params,
-                    faq_planned_draws, history_cell, history_spec, rep_seed, replay_one, uninformative_factors)
+from .cells import (  # noqa: F401
+    CELL_KINDS,
+    CERTIFY,
+    FAQ_BUDGET,
+    FAQ_FACTORS,
+    FAQ_FACTORS_KEY,
+    FAQ_LABELS,
+    FAQ_MAX_DRAWS_PER_ITEM,
+    FAQ_METHOD,
+    HISTORY_METHOD,
+    HISTORY_PERMUTE_KEY,
+    MEAN_FACTOR_PRIOR_VAR,
+    PAIRED,
+    Cell,
+    DatasetArrays,
+    RepResult,
+    _chunks,
+    bank_truth,
+    certify_rows,
+    faq_cell,
+    faq_params,
+    faq_planned_draws,
+    history_cell,
+    history_spec,
+    rep_seed,
+    replay_one,
+    uninformative_factors,
+)
 from .kinds import ROWS, run_chunk  # noqa: F401  (the table of cell kinds)
 from .summary import SAME_GUARANTEE_BASELINE, store_backtest, summarise  # noqa: F401
-
 
 # --------------------------------------------------------------------------------------
 # Ray

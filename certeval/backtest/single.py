@@ -17,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -27,8 +28,8 @@ import pandas as pd
 from ..banks import Bank, embed_texts, score_matrix
 from ..estimators import REGISTRY, make_method
 from ..estimators._validation import InputError, check_confidence, check_positive_int
-from .ray_fanout import Cell, DatasetArrays, run_cells
 from ..estimators.goals import Goal
+from .ray_fanout import Cell, DatasetArrays, run_cells
 
 if TYPE_CHECKING:  # annotations only
     from ..history import HistoryScores
@@ -147,7 +148,7 @@ def run_single_backtest(
     progress: Callable[[int, int, str], None] | None = None,
     on_rows: Callable[[list[dict]], None] | None = None,
     features: str = "auto",
-    history: "HistoryScores | None" = None,
+    history: HistoryScores | None = None,
     history_fraction: float | None = None,
     history_permute: bool = False,
     baseline: str | None = None,

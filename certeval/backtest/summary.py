@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
-
-
 
 # --------------------------------------------------------------------------------------
 # summaries and storage
@@ -118,8 +117,8 @@ def store_backtest(output: str | Path, config: dict[str, Any], rows: list[dict[s
     """
     import pandas as pd
 
-    from ..storage import Folder, filesystem
     from ..results_record import BacktestResults
+    from ..storage import Folder, filesystem
 
     fs, path = filesystem(str(output))
     folder = Folder(fs, path)

@@ -67,7 +67,7 @@ def next_step(exc: BaseException) -> str:
 
 def record(exc: BaseException) -> str | None:
     """Write the traceback; return where it went (a URL or local path), or None when nothing could be written."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
     body = redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__))).encode()
     store = _RUN_FOLDER.get("store")
     if store is not None:

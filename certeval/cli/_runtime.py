@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import argparse
 
-from ..runtime_options import DEFAULT_ACTOR_START_TIMEOUT_S, DEFAULT_BATCH_TIMEOUT_S, FLAGS, PROPOSE_AHEAD, RuntimeOptions
+from ..runtime_options import (
+    DEFAULT_ACTOR_START_TIMEOUT_S,
+    DEFAULT_BATCH_TIMEOUT_S,
+    FLAGS,
+    PROPOSE_AHEAD,
+    RuntimeOptions,
+)
 
 ALL = tuple(FLAGS)
 

@@ -160,9 +160,9 @@ def run(args) -> int:
 
 
 def run_single(args) -> int:
+    from ..backtest.single import run_single_backtest
     from ..banks import bank_from_scores, load_items, load_scores
     from ..estimators import method_names
-    from ..backtest.single import run_single_backtest
 
     # validate everything cheap before reading data
     confidence = check_confidence(args.confidence)

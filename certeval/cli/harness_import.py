@@ -105,9 +105,7 @@ def write_all(files: list[tuple[str, bytes]]) -> None:
     object already put is deleted when a later one fails."""
     import os
 
-    from ..storage import bounded, filesystem, is_local, stage_file
-
-    from ..storage import nearest_existing
+    from ..storage import bounded, filesystem, is_local, nearest_existing, stage_file
 
     staged: list[tuple[str, str]] = []
     put: list[tuple[object, str]] = []

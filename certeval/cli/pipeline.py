@@ -16,8 +16,7 @@ from typing import Any
 
 from ._common import add_common, print_json
 from ._runtime import ALL, add_runtime_options, runtime_options
-from .surfaces import (AUTO_HISTORY, add_lm_eval_flags, check_surfaces, checkpoint_specs,  # noqa: F401
-                       with_model_args)
+from .surfaces import AUTO_HISTORY, add_lm_eval_flags, check_surfaces, checkpoint_specs, with_model_args  # noqa: F401
 
 PIPELINE_COMMANDS = ("certify", "compare", "rank", "select")
 
@@ -233,9 +232,8 @@ def earlier_select_runs(args, models: list[str]) -> list[str]:
 
 def plan_from_args(args, options=None) -> tuple[Any, Any]:
     from ..estimators._validation import InputError
-    from ..tasks.plan import PlanRequest, make_plan
-
     from ..lm_eval_tasks import tasks_bank
+    from ..tasks.plan import PlanRequest, make_plan
 
     check_surfaces(args)  # --limit, --num_fewshot / --include_path without --tasks
     if args.bank is not None:  # lm-eval task names become the bank lm-eval builds from them
@@ -281,8 +279,8 @@ def run(args) -> int:
     plan, prepared = plan_from_args(args, options)  # every InputError happens here, before Ray/Prefect
     mark("plan_ready")
     from ..fast_start import prestart
-    from ..tasks.plan import claim_run
     from ..progress import BARS, progress_mode, say
+    from ..tasks.plan import claim_run
     from ._failure import set_run_folder
 
     if not options.parallel_start:  # --sequential-start (benchmarks/startup.py's "before")

@@ -17,9 +17,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..report import report_run  # lazy: matplotlib only when a report is asked for
-
     from ..estimators._validation import InputError
+    from ..report import report_run  # lazy: matplotlib only when a report is asked for
     from ._failure import one_line
 
     try:

@@ -12,7 +12,7 @@ models whose intervals overlap share a tie group. On the event that every model'
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

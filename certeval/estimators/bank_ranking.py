@@ -34,13 +34,25 @@ the method before the tests, kept for comparison and for runs stored with it).
 from __future__ import annotations
 
 import heapq
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ._validation import InputError, check_alpha, check_in_range
-from .comparison import (A_GT_B, A_OVER_B, B_GT_A, B_OVER_A, EITHER_ORDER, RULES, UNDECIDED, VERDICTS, Comparison,
-                         epsilon_verdicts, pair_verdicts)
+from .comparison import (
+    A_GT_B,
+    A_OVER_B,
+    B_GT_A,
+    B_OVER_A,
+    EITHER_ORDER,
+    RULES,
+    UNDECIDED,
+    VERDICTS,
+    Comparison,
+    epsilon_verdicts,
+    pair_verdicts,
+)
 from .epsilon_tests import EpsilonTests, test_verdicts
 from .wor_streams import WorStreams, absorb_rows, check_weights, make_streams, streams_from_state
 
@@ -248,7 +260,7 @@ class BankRanking:
         self.epsilon = epsilon
 
     # -- life cycle -------------------------------------------------------------------------------------
-    def start(self, weights: np.ndarray, bet_horizon: int | None = None) -> "BankRanking":
+    def start(self, weights: np.ndarray, bet_horizon: int | None = None) -> BankRanking:
         """``weights``: the estimand's item weights in the positions ``update`` receives; the order of the items
         must be drawn ∝ these weights (:func:`~.wor_streams.weighted_order`). ``bet_horizon``: the run's item
         budget, if any (bets tuned to stop there; any value keeps the guarantee)."""
@@ -310,7 +322,7 @@ class BankRanking:
         self._absorb_models(live, y, w, items)
         return items, live, y, w
 
-    def update(self, items: Any, scores: Any) -> "BankRanking":
+    def update(self, items: Any, scores: Any) -> BankRanking:
         look = self._begin_look(items, scores)
         if look is None:
             return self
@@ -427,7 +439,7 @@ class BankRanking:
                 **{k: getattr(self, k).copy() for k in self.ARRAYS}}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "BankRanking":
+    def from_state(cls, state: dict[str, Any]) -> BankRanking:
         obj = cls(state["names"], alpha=float(state["alpha"]), margin=float(state["margin"]),
                   correction=str(state["correction"]), epsilon=state.get("epsilon"),
                   epsilon_method=str(state.get("epsilon_method", "intervals")))

@@ -11,8 +11,9 @@ than two separate means suggest). The rule is LUCB's (Kalyanakrishnan et al. 201
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -113,7 +114,7 @@ class BankSelection:
         self.threshold = check_in_range(threshold, "threshold", 0.0, 1.0)
         self.paired = bool(paired)
 
-    def start(self, weights: np.ndarray, bet_horizon: int | None = None) -> "BankSelection":
+    def start(self, weights: np.ndarray, bet_horizon: int | None = None) -> BankSelection:
         """As :meth:`BankRanking.start`: weights in ``update``'s positions, the order drawn ∝ them."""
         self.w = check_weights(weights)
         m = len(self.names)
@@ -169,7 +170,7 @@ class BankSelection:
         self.looks += 1
         return items, x, live
 
-    def update(self, items: Any, scores: Any) -> "BankSelection":
+    def update(self, items: Any, scores: Any) -> BankSelection:
         look = self.open_look(items, scores)
         if look is None:
             return self
@@ -349,7 +350,7 @@ class BankSelection:
                    for k in self.ARRAYS}}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "BankSelection":
+    def from_state(cls, state: dict[str, Any]) -> BankSelection:
         obj = cls(state["names"], alpha=float(state["alpha"]), top=int(state["top"]),
                   epsilon=float(state["epsilon"]), threshold=float(state["threshold"]),
                   paired=bool(state.get("paired", False)))  # states stored before pairs had none

@@ -121,7 +121,7 @@ class NotBestTests:
                 "n": self.n, "drawn": self.drawn, **{f: getattr(self, f).copy() for f in self.FIELDS}}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "NotBestTests":
+    def from_state(cls, state: dict[str, Any]) -> NotBestTests:
         obj = cls(len(state["total"]), int(state["n_total"]), float(state["delta"]), float(state["c"]))
         obj.n, obj.drawn = int(state["n"]), float(state["drawn"])
         for f in cls.FIELDS:
@@ -196,7 +196,7 @@ class LeaderListings:
                 "seen_items": self.seen_items.copy(), "seen_x": self.seen_x.copy()}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "LeaderListings":
+    def from_state(cls, state: dict[str, Any]) -> LeaderListings:
         tests = EpsilonTests.from_state(state["tests"])
         seen_x = np.asarray(state["seen_x"], dtype=float).reshape(int(state["models"]), -1)
         obj = cls(seen_x.shape[0], tests.n_total, tests.delta, tests.epsilon)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import InputError, check_alpha, check_choice, check_positive_int, check_scores, check_same_length
+from ._validation import InputError, check_alpha, check_choice, check_positive_int, check_same_length, check_scores
 from .boundaries import parse_spending
 from .results import Decision, to_jsonable
 from .sequential import boundary_multiplier, mean_of_means
@@ -283,7 +283,7 @@ class PairedComparison:
         alpha = 1.0 - check_alpha(confidence, "confidence")
         self.design = design if design is not None else ComparisonDesign(alpha=alpha)
 
-    def start(self, n_total: int, subsets: np.ndarray | None = None) -> "PairedComparison":
+    def start(self, n_total: int, subsets: np.ndarray | None = None) -> PairedComparison:
         self.n_total = check_positive_int(n_total, "n_total (shared items)")
         self.subsets = None if subsets is None else np.asarray(subsets, dtype=np.int64)
         if self.subsets is not None and self.subsets.shape != (self.n_total,):

@@ -175,7 +175,7 @@ class EpsilonTests:
         for f in self.FIELDS:
             setattr(self, f, getattr(self, f)[mask])
 
-    def extend(self, other: "EpsilonTests") -> None:
+    def extend(self, other: EpsilonTests) -> None:
         """Append ``other``'s tests: the same order so far (a late pair's replay), levels and epsilon."""
         if other.n != self.n or other.delta != self.delta or other.epsilon != self.epsilon:
             raise InputError(f"tests to append must have seen the same {self.n} values at the same level and epsilon")
@@ -188,7 +188,7 @@ class EpsilonTests:
                 **{f: getattr(self, f).copy() for f in self.FIELDS}}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "EpsilonTests":
+    def from_state(cls, state: dict[str, Any]) -> EpsilonTests:
         obj = cls(0, int(state["n_total"]), float(state["delta"]), float(state["epsilon"]), float(state["c"]))
         obj.n, obj.remaining = int(state["n"]), float(state["remaining"])
         older = {"total_v": state["total"], "rest": np.zeros(len(state["total"]))}  # stored before the control variate

@@ -17,8 +17,9 @@ with ``np.savez`` outside this pure package): never pickle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
@@ -130,7 +131,7 @@ def one_se_choice(factor_grid: Sequence[int], penalty_grid: Sequence[float], mea
     best = np.unravel_index(np.nanargmin(mean_loss), mean_loss.shape)
     threshold = mean_loss[best] + se_loss[best]
     order = sorted(
-        ((int(factor_grid[a]), -float(penalty_grid[b]), a, b) for a in range(len(factor_grid)) for b in range(len(penalty_grid)))
+        (int(factor_grid[a]), -float(penalty_grid[b]), a, b) for a in range(len(factor_grid)) for b in range(len(penalty_grid))
     )
     for _, _, a, b in order:
         if mean_loss[a, b] <= threshold:
@@ -226,7 +227,7 @@ class FactorModel:
         check_positive_int(self.n_folds, "n_folds", minimum=2)
         return np.where(observed, z, 0.0), observed
 
-    def fit(self, scores: Any, mask: Any = None, *, rng: np.random.Generator | None = None) -> "FactorModel":
+    def fit(self, scores: Any, mask: Any = None, *, rng: np.random.Generator | None = None) -> FactorModel:
         """Fit on ``scores`` (M×N; NaN = missing unless ``mask`` is given). ``rng`` makes it deterministic."""
         z, observed = self._validate(scores, mask)
         rng = np.random.default_rng(0) if rng is None else rng
@@ -266,7 +267,7 @@ class FactorModel:
         return out
 
     @classmethod
-    def from_arrays(cls, arrays: Any) -> "FactorModel":
+    def from_arrays(cls, arrays: Any) -> FactorModel:
         u = np.asarray(arrays["model_factors"], dtype=float)
         v = np.asarray(arrays["item_factors"], dtype=float)
         if u.ndim != 2 or v.ndim != 2 or u.shape[1] != v.shape[1]:

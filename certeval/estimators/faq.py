@@ -31,7 +31,16 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import expit
 
-from ._validation import InputError, check_choice, check_in_range, check_item_indices, check_positive, check_positive_int, check_same_length, check_scores
+from ._validation import (
+    InputError,
+    check_choice,
+    check_in_range,
+    check_item_indices,
+    check_positive,
+    check_positive_int,
+    check_same_length,
+    check_scores,
+)
 from .protocol import BankMethod, BankSpec, Proposal, _jsonable, register
 from .results import Estimate
 
@@ -437,7 +446,7 @@ class FAQ(BankMethod):
         )
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "FAQ":
+    def from_state(cls, state: dict[str, Any]) -> FAQ:
         if state.get("method") != cls.name:
             raise InputError(f"state is for method {state.get('method')!r}, not {cls.name!r}")
         obj = cls(**state["params"])

@@ -3,7 +3,7 @@ Draw for draw the same as the ``faq`` method (:mod:`certeval.estimators.faq`) dr
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -15,8 +15,9 @@ goal was nevertheless reached. :class:`SequentialTest` runs any method look by l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -186,7 +187,7 @@ class SequentialTest:
         self.rules = tuple(rules) + (Exhausted(),)
         self.history: list[Look] = []
 
-    def start(self, bank: BankSpec) -> "SequentialTest":
+    def start(self, bank: BankSpec) -> SequentialTest:
         self.method.start(bank)
         self.history = []
         return self

@@ -22,8 +22,9 @@ the groups keep no separate state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class GroupRequest:
 class GroupEstimator(Protocol):
     """One paired run's decision-maker (see the module docstring)."""
 
-    def start(self, spec: Any, order: np.ndarray) -> "GroupEstimator": ...
+    def start(self, spec: Any, order: np.ndarray) -> GroupEstimator: ...
 
     def update(self, start: int, stop: int, block: np.ndarray) -> None: ...
 
@@ -163,7 +164,7 @@ class BankGroup(_Group):
     (:class:`~.paired_history.HistoryRanking`, :class:`~.paired_history.HistorySelection`,
     :class:`~.paired_history.HistoryPrecision`). Updates take the looks' bank positions."""
 
-    def start(self, spec: Any, order: np.ndarray) -> "BankGroup":
+    def start(self, spec: Any, order: np.ndarray) -> BankGroup:
         from .bank_ranking import BankRanking
         from .bank_selection import BankSelection
         from .paired_history import HistoryRanking, HistorySelection
@@ -221,7 +222,7 @@ class HistoryPairGroup(_Group):
     """compare --history: :class:`~.paired_history.PairDifferenceMethod`, the exact bank-target CS of the
     difference with both models' predicted scores as control variate."""
 
-    def start(self, spec: Any, order: np.ndarray) -> "HistoryPairGroup":
+    def start(self, spec: Any, order: np.ndarray) -> HistoryPairGroup:
         from .paired_history import PairDifferenceMethod, PairPrior
 
         a, b = self.request.labels
@@ -273,7 +274,7 @@ class DistributionGroup(_Group):
     :class:`~.ranking.SequentialRanking`, :class:`~.selection.SequentialSelection`); their sub-dataset codes are
     in the shared order."""
 
-    def start(self, spec: Any, order: np.ndarray) -> "DistributionGroup":
+    def start(self, spec: Any, order: np.ndarray) -> DistributionGroup:
         from .comparison import ComparisonDesign, PairedComparison
         from .ranking import SequentialRanking
         from .selection import SequentialSelection

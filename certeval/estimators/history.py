@@ -81,7 +81,7 @@ class HistoryPrior:
     def _design(self) -> np.ndarray:
         return np.column_stack([np.ones(self.n_items), self.factors])
 
-    def permuted(self, rng: np.random.Generator) -> "HistoryPrior":
+    def permuted(self, rng: np.random.Generator) -> HistoryPrior:
         """The same prior with its items shuffled: history that says nothing true about any item."""
         perm = rng.permutation(self.n_items)
         return HistoryPrior(self.item_mean[perm], self.factors[perm], self.loading_var, self.offset_var,
@@ -108,7 +108,7 @@ class HistoryPrior:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "HistoryPrior":
+    def from_state(cls, state: dict[str, Any]) -> HistoryPrior:
         n = len(state["item_mean"])
         factors = np.asarray(state["factors"], dtype=float).reshape(n, -1)
         return cls(

@@ -21,7 +21,8 @@ intervals, reported only, are the O(1) empirical-Bernstein CSs whatever M (as in
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,7 @@ class HistoryRanking(BankRanking):
         self.models.rest[live] = pred[live] @ np.where(self.drawn, 0.0, self.w)  # Σ_undrawn w p_k per model
         return pred[np.ix_(live, items)]
 
-    def update(self, items: Any, scores: Any) -> "HistoryRanking":
+    def update(self, items: Any, scores: Any) -> HistoryRanking:
         positions = check_item_indices(items, self.n_total)  # the shared order's rule, before anything changes
         if self.drawn[positions].any() or np.unique(positions).size != positions.size:
             raise InputError("a look of the shared order names an item twice or one of an earlier look")

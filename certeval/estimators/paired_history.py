@@ -15,17 +15,18 @@ lies below −D, ``equivalent`` once it lies inside (−D, D); at exhaustion the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from ._validation import InputError, check_item_indices, check_scores, check_same_length
-from .comparison import EQUIVALENT, UNDECIDED, VERDICTS, Comparison, pair_verdicts
+from ._validation import InputError, check_item_indices, check_same_length, check_scores
 from .bank_selection import BankSelection
+from .comparison import EQUIVALENT, UNDECIDED, VERDICTS, Comparison, pair_verdicts
 from .history import HistoryPrior
-from .single.history import HistoryMethod
 from .history_ranking import HistoryRanking  # noqa: F401  (HistoryRanking: rank --history)
+from .single.history import HistoryMethod
 
 GUARANTEE = ("anytime-valid and exact for the bank's difference: without-replacement betting confidence "
              "sequence (Waudby-Smith & Ramdas 2020) on the paired difference minus its history prediction")
@@ -142,7 +143,7 @@ class HistorySelection:
         if len(self.priors) != len(self.names):
             raise InputError(f"one history prior per model: {len(self.names)} models, {len(self.priors)} priors")
 
-    def start(self) -> "HistorySelection":
+    def start(self) -> HistorySelection:
         rule = self.rule.start(self.spec.weights())
         # beside the rule's pair CSs or tests alpha is split: half for the models, half for the pairs
         confidence = 1.0 - rule.model_alpha()
@@ -158,7 +159,7 @@ class HistorySelection:
     def active(self) -> list[str]:
         return self.rule.active
 
-    def update(self, items: Any, scores: Any) -> "HistorySelection":
+    def update(self, items: Any, scores: Any) -> HistorySelection:
         rule = self.rule
         look = rule.open_look(items, scores)
         if look is None:

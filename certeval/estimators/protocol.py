@@ -114,7 +114,7 @@ class BankSpec:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "BankSpec":
+    def from_state(cls, state: dict[str, Any]) -> BankSpec:
         return cls(
             n_items=int(state["n_items"]),
             subsets=None if state.get("subsets") is None else np.asarray(state["subsets"], dtype=np.int64),
@@ -151,7 +151,7 @@ class Proposal:
 class AdaptiveMethod(Protocol):
     name: ClassVar[str]
 
-    def start(self, bank: BankSpec) -> "AdaptiveMethod": ...
+    def start(self, bank: BankSpec) -> AdaptiveMethod: ...
 
     def propose(self, k: int, rng: np.random.Generator) -> Proposal: ...
 
@@ -162,7 +162,7 @@ class AdaptiveMethod(Protocol):
     def state(self) -> dict: ...
 
     @classmethod
-    def from_state(cls, state: dict) -> "AdaptiveMethod": ...
+    def from_state(cls, state: dict) -> AdaptiveMethod: ...
 
 
 def _jsonable(value: Any) -> Any:
@@ -208,7 +208,7 @@ class BankMethod:
         return 1.0 - float(self.confidence)
 
     # -- life cycle ------------------------------------------------------
-    def start(self, bank: BankSpec) -> "BankMethod":
+    def start(self, bank: BankSpec) -> BankMethod:
         self._validate_params()
         self.bank_ = bank
         n = bank.n_items
@@ -327,7 +327,7 @@ class BankMethod:
         """Hook: restore learned state that cannot be replayed from the scores."""
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "BankMethod":
+    def from_state(cls, state: dict[str, Any]) -> BankMethod:
         if state.get("method") != cls.name:
             raise InputError(f"state is for method {state.get('method')!r}, not {cls.name!r}")
         obj = cls(**state["params"])

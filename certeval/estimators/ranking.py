@@ -24,15 +24,15 @@ pairs equivalent within the margin or undecided when the bank ran out are not se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ._validation import InputError, check_alpha
-from .comparison import (A_GT_B, B_GT_A, RULES, UNDECIDED, VERDICTS, Comparison, ComparisonDesign,
-                         run_sequential_pairs)
+from .comparison import A_GT_B, B_GT_A, RULES, UNDECIDED, VERDICTS, Comparison, ComparisonDesign, run_sequential_pairs
 from .results import to_jsonable
 from .sequential import boundary_multiplier
 
@@ -276,7 +276,7 @@ def model_used(m: int, ii: np.ndarray, jj: np.ndarray, pair_used: np.ndarray) ->
 
 def ranking_from_pairs(names: Sequence[str], ii: np.ndarray, jj: np.ndarray, res: dict[str, np.ndarray],
                        means: np.ndarray, used: np.ndarray, n: int, pair_design: ComparisonDesign, alpha: float,
-                       correction: str) -> "Ranking":
+                       correction: str) -> Ranking:
     """The :class:`Ranking` of the pair outcomes ``res`` (verdict, look, used, diff, lower, upper per pair)."""
     m = len(names)
     n_pairs = len(ii)
@@ -438,11 +438,11 @@ class SequentialRanking:
         self.n_total = int(n_total)
         self.pairs = GramPairs(len(self.names), self.ii, self.jj, self.pair_design, self.n_total, subsets, n_subsets)
 
-    def update(self, block: np.ndarray) -> "Ranking":
+    def update(self, block: np.ndarray) -> Ranking:
         self.pairs.absorb(np.where(np.isnan(block), 0.0, block))  # rows of models that left: never read
         return self.result()
 
-    def result(self) -> "Ranking":
+    def result(self) -> Ranking:
         if not self.pairs.looks:
             raise InputError("a ranking needs at least one look")
         res = self.pairs.result()

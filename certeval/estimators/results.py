@@ -66,7 +66,7 @@ class Estimate:
     # grows (CLT / martingale-CLT intervals such as FAQ's, anytime or not) — never to be mistaken for exact;
     # "heuristic": no proof covers the interval as run (Cer-Eval's Alg. 1–2 as printed, measured below level)
     validity: str = "exact"
-    subsets: tuple["SubsetEstimate", ...] = field(default_factory=tuple)
+    subsets: tuple[SubsetEstimate, ...] = field(default_factory=tuple)
     extra: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
     @property

@@ -16,8 +16,9 @@ with probability >= 1 - alpha, and the best model is among the candidates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -13,15 +13,25 @@ fraction ``n_k / N`` — valid at unplanned looks, not anytime-valid.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ._validation import check_choice, check_in_range, check_positive
 from .boundaries import CLASSICAL, group_sequential_boundary, parse_spending
+
 # one stopping-rule system: the rules and SequentialTest live in .goals (a CLI goal is a named set of them)
 from .goals import (  # noqa: F401
-    Budget, DiminishingReturns, Exhausted, Futility, Look, Precision, SequentialTest, StoppingRule, Threshold,
+    Budget,
+    DiminishingReturns,
+    Exhausted,
+    Futility,
+    Look,
+    Precision,
+    SequentialTest,
+    StoppingRule,
+    Threshold,
     first_decision,
 )
 from .protocol import BankMethod, register

@@ -123,7 +123,7 @@ class _Streams:
         for f in self.FIELDS:
             setattr(self, f, getattr(self, f)[mask])
 
-    def rows(self, rows: np.ndarray) -> "_Streams":
+    def rows(self, rows: np.ndarray) -> _Streams:
         """A view-free copy of streams ``rows`` (same order position), to absorb for those only."""
         sub = object.__new__(type(self))
         sub.__dict__.update({k: v for k, v in self.__dict__.items() if k not in self.FIELDS})
@@ -131,7 +131,7 @@ class _Streams:
             setattr(sub, f, getattr(self, f)[rows].copy())
         return sub
 
-    def put_rows(self, rows: np.ndarray, sub: "_Streams") -> None:
+    def put_rows(self, rows: np.ndarray, sub: _Streams) -> None:
         for f in self.FIELDS:
             getattr(self, f)[rows] = getattr(sub, f)
         self.n, self.remaining = sub.n, sub.remaining
@@ -208,7 +208,7 @@ class WorStreams(_Streams):
             self.lower[crossed], self.upper[crossed] = f_lo[crossed], f_hi[crossed]
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "WorStreams":
+    def from_state(cls, state: dict[str, Any]) -> WorStreams:
         obj = cls(0, int(state["n_total"]), float(state["delta"]))
         obj.n, obj.remaining = int(state["n"]), float(state["remaining"])
         for f in cls.FIELDS:
@@ -333,7 +333,7 @@ class BettingStreams(_Streams):
         self.upper = np.where(crossed, f_hi, new_upper)
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "BettingStreams":
+    def from_state(cls, state: dict[str, Any]) -> BettingStreams:
         horizon = state.get("bet_horizon")
         obj = cls(0, int(state["n_total"]), float(state["delta"]), int(state["grid_size"]),
                   None if horizon is None else int(horizon))

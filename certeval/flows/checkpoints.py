@@ -109,8 +109,8 @@ def _tick_stamp() -> str:
     Outside a deployment run it is the current time."""
     from prefect.runtime import flow_run
 
-    when = flow_run.scheduled_start_time or _dt.datetime.now(_dt.timezone.utc)
-    return when.astimezone(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    when = flow_run.scheduled_start_time or _dt.datetime.now(_dt.UTC)
+    return when.astimezone(_dt.UTC).strftime("%Y%m%d-%H%M%S")
 
 
 def _report_artifact(report: dict[str, Any]) -> None:
@@ -174,7 +174,7 @@ def rank_models_flow(models: list[str], bank: str | None = None, output: str | N
                      epsilon: float | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """A scheduled ranking run over fixed model specs (``epsilon``: an epsilon-correct ranking instead of strict
     verdicts at ``margin``)."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
     plan, prepared = make_plan(PlanRequest(
         "rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
         confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address, num_cpus=num_cpus,

@@ -17,8 +17,8 @@ from typing import Any
 
 from prefect import flow
 
-from ..tasks.inputs import PreparedRun
 from ..runtime_options import RuntimeOptions
+from ..tasks.inputs import PreparedRun
 from ..tasks.plan import PlanRequest, RunPlan, make_plan
 from .pipeline import certify_flow, rank_flow
 

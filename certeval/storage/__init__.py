@@ -33,8 +33,21 @@ from __future__ import annotations
 # by concept: io (filesystems, bounded calls, atomic writes), state_codec (states with arrays by reference),
 # runstore (layout, manifest, RunStore), lock (one writer per run), cache (the shared score cache)
 from .cache import ASKED_FIELDS, MAX_PARTS, PROMPT_FIELDS, ScoreCache, cache_key, compact_parts, item_key, prompt_hash
-from .io import (CACHE_DIR, CALL_TIMEOUT_S, DEFAULT_OUTPUT, Folder, bounded, check_reachable, dumps, filesystem,
-                 is_local, nearest_existing, parquet_bytes, safe_name, stage_file)
+from .io import (
+                 CACHE_DIR,
+                 CALL_TIMEOUT_S,
+                 DEFAULT_OUTPUT,
+                 Folder,
+                 bounded,
+                 check_reachable,
+                 dumps,
+                 filesystem,
+                 is_local,
+                 nearest_existing,
+                 parquet_bytes,
+                 safe_name,
+                 stage_file,
+)
 from .lock import LEASE_S, LOCK_NAME, STALE_LEASE_WAIT_S, RunLock, clean_temporaries
 from .runstore import MANIFEST, RUN_MARKER, RunStore, round_name, verify_record
 from .state_codec import REF_KEY, REFS_DIR, StateArrays, array_digest

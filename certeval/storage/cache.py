@@ -17,7 +17,6 @@ from ..estimators._validation import InputError
 from ..estimators.results import to_jsonable
 from .io import Folder, bounded, parquet_bytes
 
-
 PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt")
 ASKED_FIELDS = ("question", "choices", "prompt")  # what the model is shown (answers are the judge's business)
 
@@ -171,7 +170,7 @@ class ScoreCache:
         ScoreCache.add_many([(self, rows)])
 
     @staticmethod
-    def add_many(entries: list[tuple["ScoreCache", list[dict[str, Any]]]]) -> None:
+    def add_many(entries: list[tuple[ScoreCache, list[dict[str, Any]]]]) -> None:
         """Write the rows of several caches: one part per shared folder."""
         # columns gathered across caches and ONE DataFrame per shared folder: a DataFrame per cache cost the
         # replay actor ~4 s a round at 1,989 models (benchmarks/scale.py)
@@ -220,7 +219,7 @@ class ScoreCache:
         return out
 
     @staticmethod
-    def load_many(caches: list["ScoreCache"], threads: int = 16, compact: bool = False) -> list[dict[str, float]]:
+    def load_many(caches: list[ScoreCache], threads: int = 16, compact: bool = False) -> list[dict[str, float]]:
         """``load()`` of many caches, reading each shared folder once (not once per model).
 
         ``compact``: a folder found holding more than ``MAX_PARTS`` parts is merged into one from the parts
@@ -264,7 +263,7 @@ class ScoreCache:
         return out
 
     @staticmethod
-    def compact_many(caches: list["ScoreCache"]) -> int:
+    def compact_many(caches: list[ScoreCache]) -> int:
         """Merge the shared part folders of ``caches`` that hold more than ``MAX_PARTS`` parts (a run's end:
         the parts its batches wrote). Returns the number of parts merged away."""
         folders = {cache.shared.path: cache.shared for cache in caches}

@@ -19,7 +19,6 @@ import pyarrow.parquet as pq
 from ..estimators._validation import InputError
 from ..estimators.results import to_jsonable
 
-
 DEFAULT_OUTPUT = "./certeval-runs"
 CACHE_DIR = "_cache"
 

@@ -11,17 +11,15 @@ import threading
 import time
 import uuid
 
-
 from ..estimators._validation import InputError
 from .io import CACHE_DIR, Folder, bounded
-
 
 LOCK_NAME = "run.lock"
 RELEASE_WAIT_S = 5.0
 LEASE_S = 60.0  # an object-store lease not renewed for this long belongs to a dead writer
 # A flow retried by an orchestrator after its worker died finds the dead worker's lease: it waits it out.
 STALE_LEASE_WAIT_S = LEASE_S + 10.0
-_HELD: dict[str, "RunLock"] = {}
+_HELD: dict[str, RunLock] = {}
 _TEMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # Folder.write_bytes' temporaries
 STALE_CACHE_TEMP_S = 600.0  # cache parts are shared by concurrent runs: only old temporaries are dead
 

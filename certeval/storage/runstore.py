@@ -17,7 +17,6 @@ from .io import CACHE_DIR, Folder, _damaged, dumps, filesystem, parquet_bytes, s
 from .lock import _HELD, STALE_LEASE_WAIT_S, RunLock, clean_temporaries
 from .state_codec import StateArrays
 
-
 RUN_MARKER = "state/_run.json"
 MANIFEST = "manifest.json"  # rounds written: size, sha256 and rows per model of each (checked on resume)
 MANIFEST_VERSION = 1
@@ -232,5 +231,5 @@ class RunStore:
         if lock is not None:
             lock.release()
 
-    def cache(self, key: str) -> "ScoreCache":
+    def cache(self, key: str) -> ScoreCache:
         return ScoreCache(self.root.fs, f"{self.root.path}/{CACHE_DIR}/{key}")

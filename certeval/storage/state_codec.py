@@ -16,7 +16,6 @@ import numpy as np
 from ..estimators._validation import InputError
 from .io import Folder, _damaged, _first
 
-
 REFS_DIR = "features"  # per-item constant arrays of a run's method states, one file per content hash
 REF_KEY = "features_ref"
 REF_MIN_VALUES = 256  # smaller arrays stay inline (a reference and a file would cost more than they save)

@@ -113,7 +113,7 @@ class PreparedRun:
         self.history = history  # label -> HistoryPrior of method 'history'; empty without --history
         self.resumed = resumed  # None until claimed: the flow claims the folder itself
 
-    def claimed(self, resumed: bool) -> "PreparedRun":
+    def claimed(self, resumed: bool) -> PreparedRun:
         """The same inputs after :func:`claim_run` answered ``resumed``."""
         return PreparedRun(self.bank, self.history, bool(resumed))
 

@@ -15,18 +15,18 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-
 from .. import __version__
+from ..backends.base import ModelSpec, parse_model_spec
 from ..estimators import make_method, parse_goal
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
-from ..backends.base import ModelSpec, parse_model_spec
+from ..estimators.groups import GroupRequest
+from ..lm_eval_tasks import AGGREGATE as LM_EVAL_AGGREGATE
+from ..lm_eval_tasks import NAMES_PREFIX as LM_EVAL_NAMES
 from ..model_folders import check_model_folder
 from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
-from ..estimators.groups import GroupRequest
 from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
 from .plan_checks import check_epsilon, leaderboard_goal
-from ..lm_eval_tasks import AGGREGATE as LM_EVAL_AGGREGATE, NAMES_PREFIX as LM_EVAL_NAMES
 
 KINDS = ("certify", "compare", "rank", "select")
 # keys of config.json a resumed run must match exactly
@@ -111,7 +111,7 @@ class RunPlan:
         out = asdict(self)
         del out["options"]
         out["versions"] = _versions()
-        out["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        out["created"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         out["models"] = list(self.models)
         out["labels"] = list(self.labels)
         out["history"] = list(self.history) or None  # None: runs stored before --history resume unchanged

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..estimators.results import Estimate
 from ..estimators._validation import InputError
+from ..estimators.results import Estimate
 from ..harness_output import filter_name, lm_eval_block, metric_name, task_block
 from ..lm_eval_metrics import interval_on_same_draws, item_scores, listed_pairs, other_interval_text, task_metas
 from ..looks import last_looks

@@ -21,13 +21,14 @@ import numpy as np
 import pandas as pd
 
 from ..banks import Bank, bank_features
+from ..engine import PairedRounds, SingleModelRounds
 from ..estimators import make_method, method_for_goal, method_from_state, parse_goal
 from ..estimators._validation import InputError
-from ..engine import PairedRounds, SingleModelRounds
 from ..estimators.groups import GroupRequest
 from ..estimators.results import Decision
 from ..lm_eval_metrics import RESPS, pack_output, resps_text, unpack_output
-from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS, LookRecord
+from ..looks import TEXT_FIELDS as LOOK_TEXT_FIELDS
+from ..looks import LookRecord
 from ..progress import run_progress
 from ..storage import RunStore, item_key, safe_name
 from .inputs import PreparedRun, prepare_run
@@ -87,7 +88,7 @@ class Run(RunRequests, ProposeAhead):
 
     # -- load -----------------------------------------------------------------
     @classmethod
-    def open(cls, plan: RunPlan, prepared: PreparedRun | None = None) -> "Run":
+    def open(cls, plan: RunPlan, prepared: PreparedRun | None = None) -> Run:
         """Take the bank and history priors validation prepared (or prepare them: a flow started elsewhere),
         claim the run folder unless the command around the flow did (config check on resume), read the score
         cache."""

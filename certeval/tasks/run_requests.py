@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..estimators.results import to_jsonable
-from ..lm_eval_tasks import DOC as LM_EVAL_DOC, TASK_META as LM_EVAL_TASK_META
+from ..lm_eval_tasks import DOC as LM_EVAL_DOC
+from ..lm_eval_tasks import TASK_META as LM_EVAL_TASK_META
 from ..storage import prompt_hash
 
 

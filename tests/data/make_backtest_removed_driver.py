@@ -2,7 +2,9 @@
 (``run_single_backtest``'s own rep loop and seeding, ``SeedSequence(seed, spawn_key=(model index, rep))``), run at
 commit 5da5bb3 before the CLI's backtest moved onto the one driver (``certeval.backtest.ray_fanout.run_cells``).
 Kept for provenance; run today it gives the kept driver's numbers. Used by tests/test_backtest_driver.py."""
-import json, time
+import json
+import time
+
 from certeval.backtest.single import run_single_backtest
 from certeval.banks import bank_from_scores, load_scores
 from certeval.estimators import parse_goal

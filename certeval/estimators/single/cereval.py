@@ -24,7 +24,6 @@ Tables 4–5; see docs/results_single.md.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -32,9 +31,9 @@ import numpy as np
 from .._validation import InputError, check_positive, check_positive_int
 from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
-from .strata import greedy_allocation
 from .bounds import cereval_radius
 from .partition import nn_partition, stratum_stats, update_nearest
+from .strata import greedy_allocation
 
 
 @register

@@ -56,8 +56,8 @@ from .._validation import InputError, check_in_range, check_positive_int
 from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
 from .adaptive import DrawLogReplay
-from .bounds import ControlVariateCS
 from .betting_strata import _pack, _unpack, check_bet_tuning
+from .bounds import ControlVariateCS
 
 CALIBRATION_PSEUDO_DRAWS = 5.0
 
