@@ -143,7 +143,8 @@ def run_actor(model: str, items: list[dict[str, Any]], args: argparse.Namespace,
             out = pool.score({"m": requests}, args.chunk)
             times.append(time.perf_counter() - t0)
         placement = pool.placement()
-        return {"times_s": times, "outputs": [r.get("output") for r in out["m"]],
+        by_id = {r["item_id"]: r.get("output") for r in out["m"]}  # the pool answers longest first: by item
+        return {"times_s": times, "outputs": [by_id.get(str(item["item_id"])) for item in items],
                 "threads": placement[0].get("torch_threads") if placement else None,
                 "actor_cpus": pool._actor_cpus(next(iter(pool.groups)))}
     finally:

@@ -90,3 +90,20 @@ def test_cli_defaults_and_helpers():
     assert bar_seconds(log) == (480, 65)
     assert agreement({0: 1.0, 3: 0.0, 7: 1.0}, {0: 1.0, 3: 1.0}) == {"items": 2, "missing_in_lm_eval": 1, "equal": 1,
                                                                       "rate": 0.5}
+
+
+def test_throughput_benchmark_arguments_and_items(tmp_path):
+    """benchmarks/throughput.py (run by hand: minutes of lm-eval and SmolLM2): its defaults and the items it feeds
+    both tools, as certeval's lm-eval task reader builds them."""
+    from benchmarks.throughput import SETUPS, parse_args, task_items
+
+    quick = parse_args(["--quick"])
+    assert quick.items == 48 and quick.repeats == 1 and quick.setups == list(SETUPS) and quick.batch_size == 16
+    assert parse_args(["--setups", "lm_eval,certeval_actor"]).setups == ["lm_eval", "certeval_actor"]
+    with pytest.raises(SystemExit):
+        parse_args(["--setups", "nope"])
+    _needs_trivia()
+    pytest.importorskip("lm_eval")
+    items = task_items(tmp_path, 3, seed=0)
+    assert len(items) == 3 and all(len(item["choices"]) == 4 for item in items)
+    assert all(item["prompt"].startswith("Question: ") and item["prompt"].endswith("\nAnswer:") for item in items)

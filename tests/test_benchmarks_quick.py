@@ -15,8 +15,9 @@ QUICK = ROOT / "benchmarks" / "results" / "_quick"
 MINE = ("efficiency", "overhead", "scale")
 # benchmarks whose --quick run has a test of its own (test_state_size_quick_... below, test_fast_start.py), or
 # whose --quick run takes many minutes (live: lm-eval and certeval on SmolLM2; its building blocks are tested in
-# test_benchmark_live.py): the all-quick test skips them rather than running them
-OWN_TESTS = ("state_size", "startup", "live")
+# test_benchmark_live.py; throughput: lm-eval's HFLM and certeval's hf host on SmolLM2): the all-quick test skips them
+# rather than running them
+OWN_TESTS = ("state_size", "startup", "live", "throughput")
 
 
 def test_runner_lists_benchmarks_and_rejects_unknown_names():
