@@ -165,6 +165,47 @@ def services_file(cwd: str | Path | None = None) -> Path:
     return Path(cwd or Path.cwd()) / FOLDER / FILE
 
 
+USERS = "users"  # .certeval/users/<pid>-<start ticks>: the runs using the services now
+
+
+def register_user(services: Services) -> Path | None:
+    """Record this process as a run using the services (removed at its exit), so ``down`` does not stop them under
+    it: a run whose Ray went away mid-round failed instead of finishing or stopping resumably."""
+    import atexit
+
+    ident = proc_identity(os.getpid())
+    if ident is None:
+        return None
+    folder = Path(services.folder) / USERS
+    try:
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{os.getpid()}-{ident[0]}"
+        path.write_text("")
+    except OSError:
+        return None
+    atexit.register(lambda: path.unlink(missing_ok=True))
+    return path
+
+
+def live_users(services: Services) -> list[int]:
+    """The runs using the services now (each checked against /proc: pid and start time); stale entries go."""
+    folder = Path(services.folder) / USERS
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    live = []
+    for entry in entries:
+        pid, _, ticks = entry.name.partition("-")
+        ident = proc_identity(int(pid)) if pid.isdigit() and ticks.isdigit() else None
+        if ident is not None and ident[0] == int(ticks) and ident[2] == services.owner_uid:
+            live.append(int(pid))
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+    return sorted(live)
+
+
 def _bad(path: Path, why: str) -> InputError:
     return InputError(f"services record {str(path)!r} {why}; nothing was signalled (stop what it names yourself, "
                       "then remove it)")

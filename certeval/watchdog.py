@@ -22,7 +22,7 @@ import psutil
 
 POLL_S = 1.0
 GRACE_S = 2.0
-_STARTED: dict[int, subprocess.Popen] = {}
+_STARTED: dict[int, int] = {}  # this process's pid -> its watchdog's pid
 
 
 def watch_parent() -> None:
@@ -30,11 +30,14 @@ def watch_parent() -> None:
     me = os.getpid()
     if me in _STARTED:
         return
-    _STARTED[me] = subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "certeval.watchdog", str(me)], stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # survives the parent's group
         close_fds=True,
     )
+    # only its pid is kept: the watchdog outlives this process by design, and a Popen object still holding it at
+    # exit makes Python note on stderr that the subprocess "is still running" (a second line beside the outcome)
+    _STARTED[me] = proc.pid  # the Popen object goes now (subprocess reaps it later), while warnings are quiet
 
 
 def _start_time(pid: int) -> float | None:

@@ -365,3 +365,21 @@ def test_the_table_covers_every_new_surface():
                    "rank-goal-", "dry-run-", "import-"):
         assert sum(i.startswith(prefix) for i in ids) >= 2, prefix
     assert len(ids) + len(INSPECT_CASES) >= 90
+
+
+def test_num_fewshot_sets_every_tasks_count_and_is_part_of_the_bank(fx, tmp_path, monkeypatch):
+    """The accepted side of --num_fewshot: the bank's prompts hold that many examples, and the bank's name records
+    the count (a resumed run with another count is another bank)."""
+    from certeval.banks import load_bank
+    from certeval.lm_eval_tasks import tasks_bank
+
+    monkeypatch.chdir(tmp_path)
+    yaml = str(Path(fx["good_tasks"]) / "tiny_mc.yaml")
+    for shots in (0, 2):
+        location = tasks_bank(yaml, None, shots)
+        assert location == f"{yaml}?num_fewshot={shots}"
+        prompts = load_bank(location).frame["prompt"]
+        assert prompts.str.count("Question:").eq(shots + 1).all(), (shots, prompts.iloc[0])
+    named = tasks_bank("tiny_mc", fx["good_tasks"], 1)
+    assert named.startswith("lm-eval:tiny_mc?include_path=") and named.endswith("&num_fewshot=1")
+    assert load_bank(named).frame["prompt"].str.count("Question:").eq(2).all()

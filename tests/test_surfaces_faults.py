@@ -222,3 +222,160 @@ def test_a_full_disk_or_read_only_folder_is_one_line_and_nothing_half_written(ca
     assert listing.read_text().strip() == "", f"{case_id}: left {listing.read_text()}"
     left = [p.name for p in tmp_path.iterdir() if p.name not in ("mnt", "listing.txt")]
     assert left == [], f"{case_id}: wrote {left}"
+
+
+# -- slow: SIGTERM while checkpoint actors start; a --tasks run killed and resumed --------------------------------
+
+
+def _user_env(home: Path, short_tmp: str) -> dict[str, str]:
+    """A user's shell with no Ray or Prefect of its own: the command starts both (Ray's files under short_tmp)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "RAY_"))}
+    env.update(HOME=str(home), TMPDIR=short_tmp, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def _left(*marks: str) -> list[int]:
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["cmdline", "cwd", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        line = " ".join(proc.info["cmdline"] or [])
+        if any(m in line for m in marks) or any(proc.info["cwd"] and proc.info["cwd"].startswith(m) for m in marks):
+            out.append(proc.pid)
+    return out
+
+
+def _wait_gone(*marks: str, timeout_s: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = _left(*marks)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
+def _mc_bank(path: Path, n: int = 12) -> str:
+    words = ["red", "blue", "green", "seven", "Paris", "water", "stone", "river", "apple", "north", "music", "glass"]
+    path.write_text("".join(json.dumps({"item_id": f"q{i}", "question": f"Which word follows {words[i % 12]}?",
+                                        "choices": [words[(i + k) % 12] for k in (1, 3, 5)], "answer": 0}) + "\n"
+                            for i in range(n)))
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase,delay_s", [("plan_ready", 1.0), ("prefect_launched", 6.0), ("ray_ready", 1.0)],
+                         ids=["plan-checked", "inside-ray-init", "actors-starting"])
+def test_sigterm_while_checkpoint_actors_start_ends_in_a_minute_and_resumes(phase, delay_s, tmp_path):
+    """SIGTERM ``delay_s`` after the start-up reached ``phase``: the plan checked; inside ``ray.init`` (where Ray's
+    own SIGTERM handler raised SystemExit(15): status 15, no word); Ray up and the checkpoint actors being created
+    and loading their models. Exit 143 within a minute, one line, no process left; the same command then resumes
+    the run to its end."""
+    from test_pipeline_support import needs_small_lm
+    from test_select_checkpoints import _checkpoints
+
+    needs_small_lm()
+    from certeval.backends.smollm import ensure_converted
+
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    _checkpoints(tmp_path / "train", ensure_converted())
+    short_tmp = tempfile_dir()
+    log = tmp_path / "startup.log"
+    argv = [sys.executable, "-m", "certeval", "select", "--checkpoints", str(tmp_path / "train" / "ckpt-*"), "--bank",
+            _mc_bank(tmp_path / "bank.jsonl"), "--num-cpus", "3", "--batch-size", "4", "--output",
+            str(work / "runs"), "--run-id", "r", "--json", "--quiet"]
+    env = _user_env(home, short_tmp)
+    try:
+        proc = subprocess.Popen([*argv, "--startup-log", str(log)], cwd=work, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if log.exists() and any(line.split()[0] == phase for line in log.read_text().splitlines() if line):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, f"the run ended before {phase}: {proc.communicate()[1][-2000:]}"
+        time.sleep(delay_s)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - sent
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert proc.returncode == 143 and took < 60, (proc.returncode, took, err[-3000:])
+        assert len(lines) == 1 and "terminated (SIGTERM)" in lines[0] and "resumable" in lines[0], err[-3000:]
+        assert _wait_gone(short_tmp, str(work)) == [], "a process of the stopped run was left"
+        done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode in (0, 1), done.stderr[-3000:]
+        res = json.loads(done.stdout)
+        assert len(res["models"]) == 3 and (work / "runs" / "r" / "results.json").exists()
+        assert _wait_gone(short_tmp, str(work)) == []
+    finally:
+        for pid in _left(short_tmp, str(work)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(short_tmp, ignore_errors=True)
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="ce48-")  # Ray's socket paths must stay short
+
+
+@pytest.mark.slow
+def test_a_tasks_run_killed_and_resumed_asks_for_no_item_twice(tmp_path):
+    """``--tasks task.yaml`` on a checkpoint: SIGKILL once the first rounds are stored, run it again: every item
+    the run scored was asked of the model once (the call log), and the stored rounds hold each item once."""
+    pytest.importorskip("lm_eval")
+    from lm_eval_support import write_mc_task
+    from test_pipeline_support import needs_small_lm, read_log
+    from test_select_checkpoints import _checkpoints
+
+    needs_small_lm()
+    from certeval.backends.smollm import ensure_converted
+
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    ckpt = _checkpoints(tmp_path / "train", ensure_converted())[0]
+    yaml = write_mc_task(tmp_path / "tasks", n_docs=40)
+    short_tmp = tempfile_dir()
+    calls = tmp_path / "calls.log"
+    argv = [sys.executable, "-m", "certeval", "certify", "--model", f"hf:{ckpt}", "--tasks", yaml, "--goal",
+            "halfwidth:0.001", "--method", "uniform", "--batch-size", "4", "--output", str(work / "runs"),
+            "--run-id", "t", "--call-log", str(calls), "--json", "--quiet"]
+    env = {**_user_env(home, short_tmp), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_CACHE": str(tmp_path / "hf")}
+    try:
+        proc = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+        rounds = work / "runs" / "t" / "rounds"
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and proc.poll() is None and len(list(rounds.glob("*.parquet"))) < 2:
+            time.sleep(0.2)
+        assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1][-2000:]}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stderr.close()
+        assert not (work / "runs" / "t" / "results.json").exists()
+        assert _wait_gone(short_tmp, str(work)) == [], "the watchdog left a process of the killed run"
+        done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode in (0, 1), done.stderr[-3000:]
+        res = json.loads(done.stdout)
+        assert res["pipeline"]["resumed"]
+        asked = read_log(calls)
+        assert len(asked) == len(set(asked)), "an item was asked of the model twice"
+        stored = pd.concat([pd.read_parquet(p) for p in sorted(rounds.glob("*.parquet"))])
+        assert stored["item_id"].is_unique and len(stored) == res["models"][0]["n_scored"] == len(asked)
+        assert _wait_gone(short_tmp, str(work)) == []
+    finally:
+        for pid in _left(short_tmp, str(work)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(short_tmp, ignore_errors=True)

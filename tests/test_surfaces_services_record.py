@@ -373,3 +373,24 @@ def test_a_run_takes_only_derived_settings_from_the_record(fake, monkeypatch, tm
         server.shutdown()
         server.server_close()
         listener.close()
+
+
+def test_down_waits_for_the_runs_using_the_services(fake, capsys):
+    """A run using the services is registered under .certeval/users (pid and start time): down refuses in one
+    line naming it and signals nothing; a stale registration is dropped; --force stops them anyway."""
+    _both(fake)
+    fake.write(fake.record())
+    user = fake.other()
+    ticks = proc_identity(user.pid)[0]
+    users = fake.work / FOLDER / "users"
+    users.mkdir()
+    (users / f"{user.pid}-{ticks}").write_text("")
+    (users / f"{user.pid}-{ticks + 1}").write_text("")  # the same id, another start: not a user any more
+    pids, before = fake.all_pids(), listing(fake.work / FOLDER / FILE)
+    code, lines, out = run_cli(["down"], capsys)
+    assert code == 2 and len(lines) == 1 and out == "" and str(user.pid) in lines[0] and "--force" in lines[0], lines
+    assert all(_alive(p) for p in pids) and listing(fake.work / FOLDER / FILE) == before
+    assert sorted(p.name for p in users.iterdir()) == [f"{user.pid}-{ticks}"]
+    code, lines, out = run_cli(["down", "--force"], capsys)
+    assert code == 0 and lines == [] and "Ray and Prefect stopped" in out
+    assert not any(_alive(p) for p in pids - {user.pid}) and _alive(user.pid)

@@ -41,6 +41,9 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
     ray_home = ray_bootstrap_home(base)
     _pin_auth_token(ray_home, Path(real_home), local=not address)
     os.environ["HOME"] = str(ray_home)
+    # Ray announces on stderr that it enabled token authentication for a new local cluster (its default, and the
+    # token certeval pinned above): a second line beside a command's one-line outcome
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     handlers = _signal_handlers()
     try:
         common = dict(namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING,

@@ -49,7 +49,9 @@ class VLLMOptions:
         """Keyword arguments for ``vllm.LLM`` (tensor parallel size = GPUs per replica)."""
         out: dict[str, Any] = {"tensor_parallel_size": self.gpus, "load_format": self.load_format,
                                "dtype": self.dtype, "gpu_memory_utilization": self.gpu_memory_utilization,
-                               "seed": self.seed, "trust_remote_code": self.trust_remote_code}
+                               "seed": self.seed}
+        if self.trust_remote_code:  # only with --trust-remote-code (the folder's own code runs)
+            out["trust_remote_code"] = True
         if self.max_model_len is not None:
             out["max_model_len"] = self.max_model_len
         return out

@@ -99,6 +99,12 @@ def _prefect_termination(exc: BaseException) -> bool:
     return type(exc).__name__ == "TerminationSignal" and type(exc).__module__.startswith("prefect")
 
 
+def _ray_termination(exc: BaseException) -> bool:
+    """While ``ray.init`` starts a node, Ray's own SIGTERM handler is installed (certeval restores its own after):
+    it raises ``SystemExit(15)``, which ended the command with status 15 and no word."""
+    return isinstance(exc, SystemExit) and exc.code == signal.SIGTERM
+
+
 def _interrupted(exc: KeyboardInterrupt) -> int:
     terminated = isinstance(exc, Terminated)
     print(f"certeval: {'terminated (SIGTERM)' if terminated else 'interrupted'}; the run folder is resumable: "
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f" (traceback: {where})" if where else ""), file=sys.stderr)
         return EXIT_RUNTIME
     except BaseException as exc:
-        if _prefect_termination(exc):
+        if _prefect_termination(exc) or _ray_termination(exc):
             return _interrupted(Terminated())
         raise
     finally:

@@ -158,11 +158,12 @@ def use_services(args) -> None:
     working folder, when both still answer (certeval.services); otherwise it starts its own, as always."""
     if args.ray_address or os.environ.get("RAY_ADDRESS") or user_prefect_configured():
         return
-    from ..services import read_services
+    from ..services import read_services, register_user
 
     services = read_services()
     if services is not None and services.alive():
         services.apply()
+        register_user(services)  # certeval down leaves them running while this run uses them
         args.ray_address = services.ray_address
 
 

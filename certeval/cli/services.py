@@ -20,6 +20,9 @@ def add_parser(subparsers) -> None:
                                  description="Stop the Ray head and Prefect server certeval up started from this "
                                              "working folder, and forget them. Only processes that are still the "
                                              "ones up started (same id, start time and command line) are signalled.")
+    down.add_argument("--force", action="store_true",
+                      help="stop them even while runs from this folder are using them (those runs then fail, "
+                           "resumable with their --run-id)")
     down.set_defaults(func=run_down, command="down")
 
 
@@ -47,7 +50,7 @@ def run_up(args) -> int:
 
 
 def run_down(args) -> int:
-    from ..services import load_services, record_lock, services_file, stop_services
+    from ..services import live_users, load_services, record_lock, services_file, stop_services
 
     path = services_file()
     if load_services() is None:
@@ -58,6 +61,10 @@ def run_down(args) -> int:
         if known is None:
             print(f"certeval: nothing to stop ({path} does not exist)")
             return 0
+        users = live_users(known)
+        if users and not getattr(args, "force", False):
+            raise InputError(f"certeval down: run(s) with pid {', '.join(map(str, users))} are using the services; "
+                             "wait for them to end (or stop them: they resume with their --run-id), or pass --force")
         done = stop_services(known)
     left = done["left_alone"]
     note = (f"; left alone pid {', '.join(map(str, left))}: no longer what certeval up started (a stale record)"
