@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -272,8 +274,9 @@ def test_sigterm_while_checkpoint_actors_start_ends_in_a_minute_and_resumes(phas
     own SIGTERM handler raised SystemExit(15): status 15, no word); Ray up and the checkpoint actors being created
     and loading their models. Exit 143 within a minute, one line, no process left; the same command then resumes
     the run to its end."""
-    from test_pipeline_support import needs_small_lm
     from test_select_checkpoints import _checkpoints
+
+    from test_pipeline_support import needs_small_lm
 
     needs_small_lm()
     from certeval.backends.smollm import ensure_converted
@@ -331,9 +334,10 @@ def test_a_tasks_run_killed_and_resumed_asks_for_no_item_twice(tmp_path):
     """``--tasks task.yaml`` on a checkpoint: SIGKILL once the first rounds are stored, run it again: every item
     the run scored was asked of the model once (the call log), and the stored rounds hold each item once."""
     pytest.importorskip("lm_eval")
+    from test_select_checkpoints import _checkpoints
+
     from lm_eval_support import write_mc_task
     from test_pipeline_support import needs_small_lm, read_log
-    from test_select_checkpoints import _checkpoints
 
     needs_small_lm()
     from certeval.backends.smollm import ensure_converted
