@@ -211,6 +211,7 @@ DISK_CASES = [
 ]
 
 
+@pytest.mark.slow  # the CLI in a subprocess, in a private mount namespace (docs/testing.md)
 @pytest.mark.parametrize("case_id,build,read_only,wants,word", DISK_CASES, ids=[c[0] for c in DISK_CASES])
 def test_a_full_disk_or_read_only_folder_is_one_line_and_nothing_half_written(case_id, build, read_only, wants, word,
                                                                               disk_fx, tmp_path):

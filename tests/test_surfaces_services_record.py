@@ -294,6 +294,7 @@ def test_processes_that_already_ended_leave_a_stale_record_removed(fake, capsys)
     assert not (fake.work / FOLDER / FILE).exists()
 
 
+@pytest.mark.slow  # two CLIs in subprocesses (docs/testing.md)
 def test_two_downs_at_once_take_turns(fake):
     _both(fake)
     fake.write(fake.record())
