@@ -81,9 +81,9 @@ def test_the_option_and_when_auto_proposes_ahead():
     class Pool:
         supports_ahead = True
 
-    def asks(mode: str, models: tuple[str, ...]) -> bool:
+    def asks(mode: str, models: tuple[str, ...], pool: object = Pool()) -> bool:
         run = SimpleNamespace(plan=SimpleNamespace(options=RuntimeOptions(propose_ahead=mode), models=models))
-        return Run.proposes_ahead(run, Pool())
+        return Run.proposes_ahead(run, pool)
 
     replayed, hosted = ("replay:bundled:helm_mmlu#a",), ("replay:bundled:helm_mmlu#a", "hf:bundled:smollm2")
     assert not asks("auto", replayed) and asks("auto", hosted)  # auto: a model whose calls cost time

@@ -113,8 +113,11 @@ def fx(tmp_path_factory):
                           ("filter-path", _scoring(filt=str(d / "evil.py"))),
                           ("filter-custom", _scoring(filt="custom")),
                           ("plain", _scoring())):
-        bank = _bank(d / f"{name}.bank.jsonl", scoring)
+        # the run is made on a plain bank (a run reading the planted names is refused when it plans), and the
+        # stored bank then names them, as a bank edited after its run would
+        bank = _bank(d / f"{name}.bank.jsonl", _scoring())
         out[f"run_{name}"] = str(_stored_run(runs, name, bank, plain))
+        _bank(Path(bank), scoring)
     for name, changes in (("yaml-bank", {"bank": str(hooks / "hooked.yaml")}),
                           ("names-bank", {"bank": f"lm-eval:hooked?include_path={hooks}"}),
                           ("custom-scorer", {"scorer": "evil_mod:judge"}),

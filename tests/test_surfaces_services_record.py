@@ -55,6 +55,7 @@ class Fake:
         """A process of this user that up did not start."""
         proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
         self.others.append(proc)
+        _wait_for_exec(proc.pid, "sleep")  # before its exec, /proc shows the forked python's (or no) cmdline
         return proc
 
     def entry(self, role: str, proc: subprocess.Popen | None = None, **change) -> dict:
@@ -110,6 +111,16 @@ def _wait_for_child(pid: int, timeout_s: float = 20.0) -> None:
         except psutil.NoSuchProcess:
             return
         time.sleep(0.05)
+
+
+def _wait_for_exec(pid: int, program: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if cmdline and cmdline[0].decode(errors="replace").endswith(program):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} did not exec {program} within {timeout_s} s")
 
 
 def _group(pgid: int) -> set[int]:
