@@ -27,7 +27,7 @@ The estimand is the bank's mean-of-means over subsets (Arviv et al. 2026, eq. 1)
 Batch size is 1% of the bank (at least 10 items), so a stopping point is known to ±1%.
 
     python -m benchmarks efficiency            # full: 200 reps per cell on Ray (2 CPUs)
-    python -m benchmarks efficiency --quick    # minutes: 2 reps, one goal, in-process
+    python -m benchmarks efficiency --quick    # four datasets, 2 reps, one goal, in-process
     python -m benchmarks efficiency --methods faq,faq-uniform,uniform --ratio-only faq-uniform,uniform --append
 """
 
@@ -61,8 +61,10 @@ METHODS = ("static", "seq", "cer-eval", "uniform", "adaptive", "history", "histo
 HISTORY_LABELS = {"history": False, "history-permuted": True}  # label -> items shuffled (useless history)
 FAQ_CACHE = ROOT / ".cache" / "faq"
 # --quick runs faq only where the CV fit takes about a second (5-50 s elsewhere on a fresh checkout);
-# helm_v023 has just 3 history models, helm_raft 11 sub-datasets
-QUICK_FAQ_DATASETS = ("helm_raft", "helm_v023")
+# helm_v023 has just 3 history models
+QUICK_FAQ_DATASETS = ("helm_v023",)
+# --quick proves the benchmark runs: many items, many models, a mean of sub-dataset means, and faq's fit
+QUICK_DATASETS = ("helm_mmlu", "openllm_tiny", "opencompass_large", *QUICK_FAQ_DATASETS)
 GOALS = ("halfwidth:0.1", "halfwidth:0.05", "halfwidth:0.02")
 
 
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     reps = args.reps or (2 if quick else 200)
     goals = tuple(args.goals.split(",")) if args.goals else (("halfwidth:0.05",) if quick else GOALS)
     methods = tuple(args.methods.split(","))
-    names = args.datasets.split(",") if args.datasets else bundled_datasets()
+    names = args.datasets.split(",") if args.datasets else (list(QUICK_DATASETS) if quick else bundled_datasets())
     use_ray = not (args.no_ray or quick)
     faq_methods = set(FAQ_LABELS.values()) & set(methods)
 
