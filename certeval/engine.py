@@ -37,6 +37,16 @@ RngFor = Callable[[str], np.random.Generator]
 Inference = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]  # label -> positions -> scores
 
 
+PAIRED_ORDER_KEY = 0xC0FFEE  # a paired run's shared order: drawn once from (seed, this key)
+
+
+def paired_order_rng(seed: int) -> np.random.Generator:
+    """The generator a paired run with ``--seed seed`` draws its shared order from: the live run
+    (:class:`certeval.tasks.run.Run`) and a backtest of the live command (``certeval backtest COMMAND``, rep ``r``
+    plays seed + r) both take it from here, so the same request and seed make the same decisions."""
+    return np.random.default_rng([int(seed), PAIRED_ORDER_KEY])
+
+
 def draw_budget(method: Any, n_items: int, max_items: int | None) -> int:
     """Most draws a model may make: the bank size, or ``max_items`` (beyond N only for methods drawing with
     replacement, whose repeated draws reuse a score already paid for)."""
