@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .estimators import method_for_goal
-from .estimators.goals import DIMINISHING_WINDOW, Goal, Look
+from .estimators.goals import DIMINISHING_WINDOW, Goal, Look, spent
 from .estimators.groups import GroupRequest, make_group, shared_order
 from .estimators.protocol import Proposal
 from .estimators.results import Decision
@@ -208,10 +208,9 @@ class PairedRounds:
                 if kind == "rank" and prev.rule == "rank":  # its rank as of this look: the final table's, at the end
                     self.decisions[label] = replace(prev, verdict=self.verdict(label))
                 continue
-            elif label in still:  # stopped by the bank or the budget, not by the test
-                self.decisions[label] = Decision(True, "exhausted" if exhausted else "budget", looks, False, None,
-                                                 "every shared item was scored" if exhausted
-                                                 else "the item budget (--max-items) was spent")
+            elif label in still:  # stopped by the bank or the budget, not by the test (the goals' words)
+                self.decisions[label] = spent(looks, exhausted, "every shared item was scored" if exhausted
+                                              else "the item budget (--max-items) was spent")
             else:
                 self.decisions[label] = Decision(True, kind, looks, True, self.verdict(label), "")
         return self.decisions
