@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .estimators import method_for_goal
-from .estimators.goals import DIMINISHING_WINDOW, Goal, Look
+from .estimators.goals import DIMINISHING_WINDOW, Goal, Look, spent
 from .estimators.groups import GroupRequest, make_group, shared_order
 from .estimators.protocol import Proposal
 from .estimators.results import Decision
@@ -35,6 +35,16 @@ from .estimators.results import Decision
 KEEP_LOOKS = DIMINISHING_WINDOW + 1  # the looks a goal's rules compare with
 RngFor = Callable[[str], np.random.Generator]
 Inference = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]  # label -> positions -> scores
+
+
+PAIRED_ORDER_KEY = 0xC0FFEE  # a paired run's shared order: drawn once from (seed, this key)
+
+
+def paired_order_rng(seed: int) -> np.random.Generator:
+    """The generator a paired run with ``--seed seed`` draws its shared order from: the live run
+    (:class:`certeval.tasks.run.Run`) and a backtest of the live command (``certeval backtest COMMAND``, rep ``r``
+    plays seed + r) both take it from here, so the same request and seed make the same decisions."""
+    return np.random.default_rng([int(seed), PAIRED_ORDER_KEY])
 
 
 def draw_budget(method: Any, n_items: int, max_items: int | None) -> int:
@@ -198,10 +208,9 @@ class PairedRounds:
                 if kind == "rank" and prev.rule == "rank":  # its rank as of this look: the final table's, at the end
                     self.decisions[label] = replace(prev, verdict=self.verdict(label))
                 continue
-            elif label in still:  # stopped by the bank or the budget, not by the test
-                self.decisions[label] = Decision(True, "exhausted" if exhausted else "budget", looks, False, None,
-                                                 "every shared item was scored" if exhausted
-                                                 else "the item budget (--max-items) was spent")
+            elif label in still:  # stopped by the bank or the budget, not by the test (the goals' words)
+                self.decisions[label] = spent(looks, exhausted, "every shared item was scored" if exhausted
+                                              else "the item budget (--max-items) was spent")
             else:
                 self.decisions[label] = Decision(True, kind, looks, True, self.verdict(label), "")
         return self.decisions

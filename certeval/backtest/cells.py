@@ -167,6 +167,9 @@ class Cell:
     rows: tuple[int, ...] | None = None  # paired: the dataset's matrix rows run together (None: all)
     request: Any = None  # paired: the GroupRequest (its labels are filled in from rows)
     history_fraction: float | None = None  # paired: each rep's random share of the rows that is history, not run
+    # paired: rep r draws its order as the live run with --seed (root seed + r) does (certeval backtest COMMAND),
+    # instead of from rep_seed
+    live_order: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in CELL_KINDS:
@@ -174,6 +177,9 @@ class Cell:
         if (self.kind == PAIRED) != (self.request is not None):
             raise InputError(f"a paired cell needs a request and only a paired cell takes one; got kind "
                              f"{self.kind!r} with request {self.request!r}")
+        if self.live_order and (self.kind != PAIRED or self.history_fraction is not None):
+            raise InputError(f"live_order applies to a paired cell without a history share; got kind {self.kind!r} "
+                             f"with history_fraction {self.history_fraction!r}")
 
     @property
     def name(self) -> str:

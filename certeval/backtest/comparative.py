@@ -19,7 +19,7 @@ decisions are checked against the whole bank:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,7 @@ class ComparativeBacktest:
     name: str = "scores"  # the dataset's name in every rep's seed (the CLI's, as in single-model backtests)
     use_ray: bool = False
     history_fraction: float | None = None  # rank/select: each rep's random share of the models that is history
+    live_order: bool = False  # rep r draws its order as the live run with --seed (seed + r) (backtest COMMAND)
 
     @property
     def run_models(self) -> int:
@@ -163,7 +164,7 @@ class ComparativeBacktest:
         kind = self.request.kind
         return Cell(self.name, kind, kind, self.reps, self.looks_every, max_items=self.max_items, kind=PAIRED,
                     rows=None if rows is None else tuple(int(k) for k in rows), request=self.request,
-                    history_fraction=self.history_fraction)
+                    history_fraction=self.history_fraction, live_order=self.live_order)
 
     def fan_out(self, cells: Sequence[Cell]) -> list[dict[str, Any]]:
         """Every rep of ``cells`` through the one driver; rows in (cell, rep) order."""
@@ -240,12 +241,18 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         "looks": _looks(bt), "margin": bt.request.margin, "fraction_used": mean("fraction_used"),
         "tie_groups_mean": mean("n_tie_groups"), "models_leaving_early": mean("models_leaving_early"),
         "family_wise_error_rate": float(np.mean([r["errors"] > 0 for r in rows])), "wall_s_per_rep": mean("wall_s"),
-        "kendall_tau_mean": mean("kendall_tau"),
+        "kendall_tau_mean": mean("kendall_tau"), "simultaneous_coverage": _coverage(rows),
         "guarantee": rows[-1]["guarantee"], "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
         "statement": "strict" if bt.request.epsilon is None else "epsilon", "epsilon": bt.request.epsilon,
         **bt.history_summary(),
     }
     return {"rankings": rankings, "summary": summary}
+
+
+def _coverage(rows: list[dict[str, Any]]) -> float | None:
+    """The share of reps whose per-model intervals all held the exact bank means (None: none reported)."""
+    seen = [r["all_intervals_cover"] for r in rows if r.get("all_intervals_cover") is not None]
+    return float(np.mean(seen)) if seen else None
 
 
 def select_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
@@ -332,13 +339,11 @@ def comparative_backtest(opts: ComparativeOptions) -> dict[str, Any]:
     if history_fraction is not None and len(models) < 3:
         raise InputError(f"--history-fraction needs at least three models (one as history, two run), got "
                          f"{len(models)}: {', '.join(models)}")
-    margin = values[0] if kind != "select" else 0.0
-    design = (_design(opts.statistic, opts.spending, looks_every, 1.0 - confidence, margin)
-              if target == "distribution" else None)
-    request = GroupRequest(kind=kind, labels=tuple(models), target=target, confidence=confidence, margin=margin,
-                           threshold=values[0] if kind == "select" else None,
-                           halfwidth=values[1] if kind == "select" else None, top=top, look_size=looks_every,
-                           max_items=max_items, design=design, epsilon=epsilon)
+    request = live_request(opts.scores, kind, values, tuple(models), confidence=confidence, looks_every=looks_every,
+                           max_items=max_items, seed=seed, target=target, top=top, epsilon=epsilon)
+    if target == "distribution":
+        request = replace(request, design=_design(opts.statistic, opts.spending, looks_every, 1.0 - confidence,
+                                                  request.margin))
     bt = ComparativeBacktest(matrix, tuple(models), spec, request, reps=reps, seed=seed, looks_every=looks_every,
                              max_items=max_items, n_pairs=n_pairs, history_fraction=history_fraction)
     out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
@@ -347,6 +352,25 @@ def comparative_backtest(opts: ComparativeOptions) -> dict[str, Any]:
                      "statistic": opts.statistic, "spending": opts.spending,
                      "history_fraction": history_fraction}
     return out
+
+
+def live_request(scores: str, kind: str, values: tuple[float, ...], models: tuple[str, ...], *, confidence: float,
+                 looks_every: int, max_items: int | None, seed: int, target: str, top: int | None,
+                 epsilon: float | None) -> GroupRequest:
+    """The group request of the live command a ``--goal compare:D | rank:D | select:T,E`` names (an alias of
+    ``certeval backtest compare --margin D | rank --margin D | select --threshold T --halfwidth E``): the plan of
+    that command on the recorded models, validated by :func:`~certeval.tasks.plan.make_plan`, builds it
+    (:meth:`~certeval.tasks.plan.RunPlan.group_request`). Each sampled pair of ``compare`` is that live compare with
+    its own two models: the plan is made for the first pair."""
+    from ..tasks.plan import PlanRequest, make_plan
+
+    picked = models[:2] if kind == "compare" else models
+    numbers = (dict(threshold=values[0], halfwidth=values[1], top=top if target == "bank" else None)
+               if kind == "select" else dict(margin=values[0], epsilon=epsilon))
+    plan, _ = make_plan(PlanRequest(kind, models=[f"replay:{scores}#{m}" for m in picked], confidence=confidence,
+                                    batch_size=looks_every, max_items=max_items, seed=seed, target=target,
+                                    check_output=False, probe=False, **numbers))
+    return replace(plan.group_request(), labels=tuple(models))
 
 
 __all__ = ["ComparativeBacktest", "ComparativeOptions", "comparative_backtest", "compare_backtest", "load_matrix",

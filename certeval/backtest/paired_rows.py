@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import PairedRounds, run_paired
+from ..engine import PairedRounds, paired_order_rng, run_paired
 from ..estimators.comparison import A_GT_B, B_GT_A, EQUIVALENT
 from ..estimators.groups import GroupRequest
 from .cells import Cell, DatasetArrays, rep_seed
@@ -79,19 +79,32 @@ def paired_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_
     check = {"compare": _compare_rep, "rank": _rank_rep, "select": _select_rep}[cell.request.kind]
     out = []
     for rep in range(rep_lo, rep_hi):
-        rng = np.random.default_rng(rep_seed(root_seed, data.name, group, cell.name, rep))
+        rng = (paired_order_rng(root_seed + rep) if cell.live_order
+               else np.random.default_rng(rep_seed(root_seed, data.name, group, cell.name, rep)))
         rows, hist, request = _rep_request(data, cell, rng)
         # the run's own models, whose exact bank means its statements are checked against
         run = DatasetArrays(data.name, data.spec, tuple(data.models[k] for k in rows), data.matrix[rows])
         exact = run.matrix @ run.spec.weights()
         start = time.perf_counter()
-        res = play_paired(data, rows, request, cell, rng).outcome
+        rounds = play_paired(data, rows, request, cell, rng)
+        res = rounds.outcome
         wall = time.perf_counter() - start
         extra = {"history_models": [data.models[k] for k in hist]} if cell.history_fraction is not None else {}
+        if cell.request.kind == "rank" and cell.request.target == "bank":  # the group's per-model intervals
+            extra["all_intervals_cover"] = _intervals_cover(rounds.intervals, run.models, exact)
         out.append({"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep,
                     **check(res, rep, rows, run, exact, request), **extra,
                     "wall_s": wall, "guarantee": res.guarantee})
     return out
+
+
+def _intervals_cover(intervals: dict[str, tuple[float, float, float, int]], models: Sequence[str],
+                     exact: np.ndarray) -> bool | None:
+    """Whether every model's interval holds its exact bank mean (None: the group reports no intervals)."""
+    if not intervals:
+        return None
+    return all(intervals[name][1] <= exact[k] + 1e-12 and exact[k] <= intervals[name][2] + 1e-12
+               for k, name in enumerate(models) if name in intervals)
 
 
 def _compare_rep(res: Any, rep: int, rows: np.ndarray, data: DatasetArrays, exact: np.ndarray,

@@ -1,5 +1,10 @@
 """``certeval backtest``: replay recorded scores as if the models were queried live.
 
+``certeval backtest COMMAND --scores S [COMMAND's own flags] --reps R`` (COMMAND: compare, rank, select) plays the
+live command on recorded scores: its flags are the live command's (:func:`certeval.cli.pipeline.add_command_flags`),
+its request the one the live command builds, and each rep is checked against the exact answer
+(:func:`certeval.backtest.commands.command_backtest`). The older spellings below stay as aliases.
+
 Single-model goals (``halfwidth:E``, ``above:T``, ``below:T``) run here
 (:func:`certeval.backtest.single.run_single_backtest`); ``compare:``/``rank:``/
 ``select:`` goals are :func:`certeval.backtest.comparative.comparative_backtest` and ``--method faq``
@@ -19,11 +24,16 @@ from ._common import add_common, print_json
 from ._runtime import add_runtime_options, runtime_options
 
 COMPARATIVE_PREFIXES = ("compare:", "rank:", "select:")
+LIVE_COMMANDS = ("compare", "rank", "select")  # certeval backtest COMMAND (certeval.backtest.commands)
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("backtest", help="replay recorded scores as if queried live")
-    p.add_argument("--scores", required=True, help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
+    p = subparsers.add_parser("backtest", help="replay recorded scores as if queried live",
+                              description="certeval backtest COMMAND --scores S [COMMAND's flags] --reps R plays a "
+                                          "live compare, rank or select on recorded scores; without COMMAND, --goal "
+                                          "names a single-model goal (or the older compare:D, rank:D, select:T,E)")
+    p.add_argument("--scores", default=None,
+                   help="recorded scores (model, item_id, score[, subset]); bundled:<name> works (required)")
     p.add_argument("--items", default=None, help="item bank with text and/or embedding (optional)")
     p.add_argument("--metric", default=None, help="lm-eval samples / Inspect logs: the metric or scorer to read "
                                                    "(default: the file's first)")
@@ -67,6 +77,46 @@ def add_parser(subparsers) -> None:
     add_common(p)
     add_runtime_options(p, only=("cache_dir",))  # embedded item texts; backtests start no model
     p.set_defaults(func=run)
+    _add_commands(p)
+
+
+def _add_commands(p) -> None:
+    """``certeval backtest COMMAND``: the live command's own flags, plus --scores and --reps."""
+    from .pipeline import HELPS, add_command_flags, add_plan_numbers
+
+    sub = p.add_subparsers(dest="backtest_command", metavar="COMMAND", required=False)
+    for name in LIVE_COMMANDS:
+        c = sub.add_parser(name, help=f"play the live {name} on recorded scores ({HELPS[name]})",
+                           description=f"certeval {name} played on recorded scores, each rep checked against the "
+                                       "exact answer on the whole bank; rep r is the live run with --seed (seed + r)")
+        c.add_argument("--scores", required=True,
+                       help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
+        c.add_argument("--reps", type=int, default=20, help="repetitions (default 20)")
+        add_command_flags(c, name, live=False)
+        add_plan_numbers(c)
+        c.set_defaults(func=run_command, command=name, goal=None)  # the parent's --goal is not this command's
+
+
+def run_command(args) -> int:
+    """``certeval backtest COMMAND``: the live command's request from its flags, played and printed."""
+    from ..backtest.commands import CommandBacktestOptions, command_backtest
+    from .pipeline import plan_request
+
+    if "auto" in (args.history or []):
+        raise InputError(f"--history auto names earlier select runs under --output; backtest {args.command} takes "
+                         "recorded scores (a scores file, bundled:<name>, run folders)")
+    request = plan_request(args, list(args.model or []), args.history)
+    out = command_backtest(CommandBacktestOptions(request, scores=str(args.scores), reps=args.reps))
+    if getattr(args, "json", False):
+        print_json(out)
+        return 0
+    from .backtest_tables import print_compare, print_rank, print_select
+
+    {"compare": print_compare, "rank": print_rank, "select": print_select}[args.command](out)
+    a = out["answer"]
+    print(f"{args.command} on recorded scores, {a['reps']} rep(s): {a['fraction_used']:.3f} of the model x item "
+          f"cells used; error rate {a['error_rate']:.3f} (alpha {a['alpha']:g}; an error: {a['errors']})")
+    return 0
 
 
 def _delegate(module: str, function: str, args) -> int:
@@ -133,6 +183,8 @@ def run_faq_backtest(args) -> int:
 
 
 def run(args) -> int:
+    if args.scores is None:
+        raise InputError("backtest needs --scores (recorded scores: a scores file or bundled:<name>)")
     args.cache_dir = runtime_options(args).cache_dir  # checked first: a bad --cache-dir exits 2
     check_positive_int(args.looks_every, "looks-every")  # every mode: a look of 0 items would never end
     if args.method is None:

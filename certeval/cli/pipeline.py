@@ -21,92 +21,110 @@ from .surfaces import AUTO_HISTORY, add_lm_eval_flags, check_surfaces, checkpoin
 PIPELINE_COMMANDS = ("certify", "compare", "rank", "select")
 
 
+HELPS = {
+    "certify": "certify each model's score to a goal (halfwidth:E, above:T, below:T)",
+    "compare": "compare two models on the same items (bank target by default)",
+    "rank": "rank models by sequential pairwise comparisons, with tie groups",
+    "select": "select models: discard those below a threshold, keep the best",
+}
+
+
 def add_parser(subparsers) -> None:
-    helps = {
-        "certify": "certify each model's score to a goal (halfwidth:E, above:T, below:T)",
-        "compare": "compare two models on the same items (bank target by default)",
-        "rank": "rank models by sequential pairwise comparisons, with tie groups",
-        "select": "select models: discard those below a threshold, keep the best",
-    }
     for name in PIPELINE_COMMANDS:
-        p = subparsers.add_parser(name, help=helps[name], description=helps[name])
-        p.add_argument("--model", action="append", required=name != "select", default=None, metavar="SPEC",
-                       help="model spec (repeatable): replay:<scores>#<model>, hf:<dir|bundled:smollm2>, "
-                            "vllm:<dir>, openai:<base_url>#<model>")
-        if name == "select":
-            p.add_argument("--checkpoints", action="append", default=None, metavar="PATH_OR_GLOB",
-                           help="checkpoint folders (repeatable; a glob such as 'runs/ckpt-*' in quotes): each a "
-                                "transformers model, hf:<folder>, named by its folder; with or instead of --model. "
-                                "--history auto: earlier select runs on this bank under --output that scored any of "
-                                "these models are the history")
-        p.add_argument("--model_args", "--model-args", dest="model_args", default=None, metavar="K=V,...",
-                       help="options added to every --model spec (lm-eval style: key=value,key=value)")
-        p.add_argument("--bank", "--tasks", dest="bank", default=None,
-                       help="item bank (Parquet/JSONL/CSV, an lm-eval samples file or Inspect log, any fsspec URL, "
-                            "bundled:<name>, bundled:trivia); optional with replay models only. --tasks: lm-eval's "
-                            "name for it, which also takes an lm-eval task or group: a YAML file, or NAME[,NAME...] "
-                            "from lm-eval's index (or --include_path)")
-        add_lm_eval_flags(p)
-        p.add_argument("--aggregate", choices=("subset-mean", "mean"), default=None,
-                       help="a bank with sub-datasets (a 'subset' column): subset-mean (default) makes each "
-                            "sub-dataset count once (the mean of their means), mean each item once (the plain "
-                            "accuracy); named in every output")
-        if name == "certify":
-            p.add_argument("--goal", required=True,
-                           help="halfwidth:E, above:T or below:T; add +diminishing:G to also stop a model whose "
-                                "half-width shrinks by less than G a look (goal then not reached)")
-            p.add_argument("--method", default=None,
-                           help="history (default with --history), adaptive (default otherwise), uniform, seq, "
-                                "cer-eval, static")
-            p.add_argument("--history", action="append", default=None, metavar="SOURCE",
-                           help="other models' recorded scores on the bank's items (scores file, bundled:<name>, "
-                                "a run folder or a folder of runs; repeatable): the run learns from them and its "
-                                "interval stays exact")
-        else:
-            p.add_argument("--method", default=None, help=argparse.SUPPRESS)
-        if name in ("compare", "rank", "select"):
-            p.add_argument("--history", action="append", default=None, metavar="SOURCE",
-                           help="other models' recorded scores (repeatable), bank target: compare/rank get an exact, "
-                                "anytime-valid interval for each difference with the predicted paired difference as "
-                                "control variate; select gets each model's exact interval with its predicted score "
-                                "as control variate; select --history auto: earlier select runs on this bank "
-                                "under --output")
-        if name != "certify":
-            p.add_argument("--target", choices=("bank", "distribution"), default=None,
-                           help="bank (default): the bank's own means and differences, exact once every item is "
-                                "scored (without-replacement confidence sequences); distribution: items as a "
-                                "sample of a population (group-sequential tests)")
-        if name in ("compare", "rank"):
-            p.add_argument("--margin", type=float, default=0.0,
-                           help="margin D (default 0): a>b needs the difference above D, equivalent inside (-D, D)")
-        if name == "rank":
-            p.add_argument("--goal", default=None,
-                           help="halfwidth:E: leaderboard precision — every model's bank mean within ±E "
-                                "simultaneously (bank target), ordered where the intervals do not overlap; with "
-                                "--history each model's interval learns from the recorded models")
-            p.add_argument("--epsilon", type=float, default=None,
-                           help="epsilon-correct ranking (bank target): instead of strict verdicts, list the models so "
-                                "that every model above another has a bank mean at least the other's minus E, "
-                                "jointly with probability >= confidence; models within E of each other need not be "
-                                "separated, so dense leaderboards stop early (docs/ranking.md)")
-        if name == "select":
-            p.add_argument("--threshold", type=float, default=None,
-                           help="discard models whose score is surely below T (required with --target distribution)")
-            p.add_argument("--halfwidth", type=float, default=None,
-                           help="bank target: epsilon of the best-model identification (default 0); distribution "
-                                "target (required): stop when intervals are this precise")
-            p.add_argument("--top", type=int, default=None,
-                           help="bank target: identify the K best models (default 1)")
-            p.add_argument("--mode", choices=("best", "precision"), default="best",
-                           help="best: keep the best model(s) (default); precision: every model to --halfwidth "
-                                "(distribution target)")
-        if name in ("rank", "select"):
-            p.add_argument("--dry-run", action="store_true",
-                           help="cost preview: call no model and write nothing; play the request on the --history "
-                                "models (recorded scores, never your own models) and print the predicted fraction "
-                                "of the model x item cells it will score, with its range")
+        p = subparsers.add_parser(name, help=HELPS[name], description=HELPS[name])
+        add_command_flags(p, name)
         _add_run_options(p)
         p.set_defaults(func=run, command=name)
+    _add_demo(subparsers)
+
+
+def add_command_flags(p, name: str, *, live: bool = True) -> None:
+    """The flags that say what ``certeval NAME`` asks (models, bank, goal, statement and its numbers).
+    ``live=False``: those ``certeval backtest NAME`` plays on recorded scores (--model optional: the scores' models;
+    no --checkpoints, --model_args, lm-eval flags or --dry-run)."""
+    p.add_argument("--model", action="append", required=live and name != "select", default=None, metavar="SPEC",
+                   help="model spec (repeatable): replay:<scores>#<model>, hf:<dir|bundled:smollm2>, "
+                        "vllm:<dir>, openai:<base_url>#<model>" if live else
+                   "a recorded model of --scores, NAME or replay:<scores>#<model> (repeatable; default: every model, "
+                   "compare: the first two by name)")
+    if name == "select" and live:
+        p.add_argument("--checkpoints", action="append", default=None, metavar="PATH_OR_GLOB",
+                       help="checkpoint folders (repeatable; a glob such as 'runs/ckpt-*' in quotes): each a "
+                            "transformers model, hf:<folder>, named by its folder; with or instead of --model. "
+                            "--history auto: earlier select runs on this bank under --output that scored any of "
+                            "these models are the history")
+    if live:
+        p.add_argument("--model_args", "--model-args", dest="model_args", default=None, metavar="K=V,...",
+                       help="options added to every --model spec (lm-eval style: key=value,key=value)")
+    p.add_argument("--bank", "--tasks", dest="bank", default=None,
+                   help="item bank (Parquet/JSONL/CSV, an lm-eval samples file or Inspect log, any fsspec URL, "
+                        "bundled:<name>, bundled:trivia); optional with replay models only. --tasks: lm-eval's "
+                        "name for it, which also takes an lm-eval task or group: a YAML file, or NAME[,NAME...] "
+                        "from lm-eval's index (or --include_path)")
+    if live:
+        add_lm_eval_flags(p)
+    p.add_argument("--aggregate", choices=("subset-mean", "mean"), default=None,
+                   help="a bank with sub-datasets (a 'subset' column): subset-mean (default) makes each "
+                        "sub-dataset count once (the mean of their means), mean each item once (the plain "
+                        "accuracy); named in every output")
+    if name == "certify":
+        p.add_argument("--goal", required=True,
+                       help="halfwidth:E, above:T or below:T; add +diminishing:G to also stop a model whose "
+                            "half-width shrinks by less than G a look (goal then not reached)")
+        p.add_argument("--method", default=None,
+                       help="history (default with --history), adaptive (default otherwise), uniform, seq, "
+                            "cer-eval, static")
+        p.add_argument("--history", action="append", default=None, metavar="SOURCE",
+                       help="other models' recorded scores on the bank's items (scores file, bundled:<name>, "
+                            "a run folder or a folder of runs; repeatable): the run learns from them and its "
+                            "interval stays exact")
+    else:
+        p.add_argument("--method", default=None, help=argparse.SUPPRESS)
+    if name in ("compare", "rank", "select"):
+        p.add_argument("--history", action="append", default=None, metavar="SOURCE",
+                       help="other models' recorded scores (repeatable), bank target: compare/rank get an exact, "
+                            "anytime-valid interval for each difference with the predicted paired difference as "
+                            "control variate; select gets each model's exact interval with its predicted score "
+                            "as control variate; select --history auto: earlier select runs on this bank "
+                            "under --output")
+    if name != "certify":
+        p.add_argument("--target", choices=("bank", "distribution"), default=None,
+                       help="bank (default): the bank's own means and differences, exact once every item is "
+                            "scored (without-replacement confidence sequences); distribution: items as a "
+                            "sample of a population (group-sequential tests)")
+    if name in ("compare", "rank"):
+        p.add_argument("--margin", type=float, default=0.0,
+                       help="margin D (default 0): a>b needs the difference above D, equivalent inside (-D, D)")
+    if name == "rank":
+        p.add_argument("--goal", default=None,
+                       help="halfwidth:E: leaderboard precision — every model's bank mean within ±E "
+                            "simultaneously (bank target), ordered where the intervals do not overlap; with "
+                            "--history each model's interval learns from the recorded models")
+        p.add_argument("--epsilon", type=float, default=None,
+                       help="epsilon-correct ranking (bank target): instead of strict verdicts, list the models so "
+                            "that every model above another has a bank mean at least the other's minus E, "
+                            "jointly with probability >= confidence; models within E of each other need not be "
+                            "separated, so dense leaderboards stop early (docs/ranking.md)")
+    if name == "select":
+        p.add_argument("--threshold", type=float, default=None,
+                       help="discard models whose score is surely below T (required with --target distribution "
+                            "and --mode best; --mode precision: default 0, none discarded)")
+        p.add_argument("--halfwidth", type=float, default=None,
+                       help="bank target: epsilon of the best-model identification (default 0); distribution "
+                            "target (required): stop when intervals are this precise")
+        p.add_argument("--top", type=int, default=None,
+                       help="bank target: identify the K best models (default 1)")
+        p.add_argument("--mode", choices=("best", "precision"), default="best",
+                       help="best: keep the best model(s) (default); precision: every model to --halfwidth "
+                            "(the distribution target, implied)")
+    if name in ("rank", "select") and live:
+        p.add_argument("--dry-run", action="store_true",
+                       help="cost preview: call no model and write nothing; play the request on the --history "
+                            "models (recorded scores, never your own models) and print the predicted fraction "
+                            "of the model x item cells it will score, with its range")
+
+
+def _add_demo(subparsers) -> None:
     demo = subparsers.add_parser("demo", help="the main job: rank recorded models and certify a real small LM",
                                  description="Rank recorded models (bundled:helm_mmlu) and certify SmolLM2-135M on "
                                              "the red-trivia bank, through Prefect and Ray.")
@@ -120,11 +138,16 @@ def add_parser(subparsers) -> None:
     demo.set_defaults(func=run_demo, command="demo")
 
 
-def _add_run_options(p) -> None:
+def add_plan_numbers(p) -> None:
+    """--confidence, --seed, --json, --quiet, --batch-size, --max-items: a run's numbers (backtests' too)."""
     add_common(p)
     p.add_argument("--batch-size", type=int, default=50, help="items per round and model (default 50)")
     p.add_argument("--max-items", "--limit", dest="max_items", type=int, default=None,
                    help="item budget per model (--limit: lm-eval's name for it)")
+
+
+def _add_run_options(p) -> None:
+    add_plan_numbers(p)
     p.add_argument("--scorer", default=None, help="mc-loglik, mc-loglik-norm, exact, normalized, numeric or pkg.mod:func")
     p.add_argument("--output", "--output_path", "--output-path", dest="output", default=None,
                    help="root of run folders: a folder or any fsspec URL (s3://...); default ./certeval-runs")
@@ -234,7 +257,7 @@ def earlier_select_runs(args, models: list[str]) -> list[str]:
 def plan_from_args(args, options=None) -> tuple[Any, Any]:
     from ..estimators._validation import InputError
     from ..lm_eval_tasks import tasks_bank
-    from ..tasks.plan import PlanRequest, make_plan
+    from ..tasks.plan import make_plan
 
     check_surfaces(args)  # --limit, --num_fewshot / --include_path without --tasks
     if args.bank is not None:  # lm-eval task names become the bank lm-eval builds from them
@@ -244,19 +267,27 @@ def plan_from_args(args, options=None) -> tuple[Any, Any]:
         raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")
     models = with_model_args(models, getattr(args, "model_args", None),
                              trust_remote_code=getattr(args, "trust_remote_code", False))
-    history = history_sources(args, models)
-    return make_plan(PlanRequest(
+    return make_plan(plan_request(args, models, history_sources(args, models), options))
+
+
+def plan_request(args, models: list[str], history: list[str] | None, options=None) -> Any:
+    """The parsed flags of ``certeval COMMAND`` (or ``certeval backtest COMMAND``: no run options) as the
+    :class:`~certeval.tasks.plan.PlanRequest` :func:`~certeval.tasks.plan.make_plan` validates."""
+    from ..tasks.plan import PlanRequest
+
+    return PlanRequest(
         args.command, models=models, bank=args.bank,
-        output=args.output, run_id=args.run_id,
+        output=getattr(args, "output", None), run_id=getattr(args, "run_id", None),
         goal=getattr(args, "goal", None), method=args.method, confidence=args.confidence,
-        batch_size=args.batch_size, max_items=args.max_items, seed=args.seed, scorer=args.scorer,
+        batch_size=args.batch_size, max_items=args.max_items, seed=args.seed, scorer=getattr(args, "scorer", None),
         margin=getattr(args, "margin", 0.0), threshold=getattr(args, "threshold", None),
         halfwidth=getattr(args, "halfwidth", None), mode=getattr(args, "mode", "best"),
-        ray_address=args.ray_address, replicas=args.replicas, num_gpus=args.num_gpus, in_flight=args.in_flight,
-        history=history, num_cpus=args.num_cpus, target=getattr(args, "target", None),
+        ray_address=getattr(args, "ray_address", None), replicas=getattr(args, "replicas", 1),
+        num_gpus=getattr(args, "num_gpus", 0.0), in_flight=getattr(args, "in_flight", 2),
+        history=history, num_cpus=getattr(args, "num_cpus", None), target=getattr(args, "target", None),
         top=getattr(args, "top", None), epsilon=getattr(args, "epsilon", None),
         aggregate=getattr(args, "aggregate", None), options=options,
-    ))
+    )
 
 
 def dry_run(args, options=None) -> int:

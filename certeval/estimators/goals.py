@@ -137,6 +137,13 @@ class DiminishingReturns:
         return None
 
 
+def spent(look: int | None, exhausted: bool, detail: str) -> Decision:
+    """The stop of a model whose items ran out before its test decided: every item scored (``exhausted``) or the
+    item budget spent. :class:`Exhausted` and :class:`Budget` make it, and so does a paired run
+    (:meth:`certeval.engine.PairedRounds.decide`) for the models its group estimator still samples."""
+    return Decision(True, "exhausted" if exhausted else "budget", look, False, None, detail)
+
+
 @dataclass(frozen=True)
 class Exhausted:
     """Stop when every item of the bank is scored (always in force)."""
@@ -144,7 +151,7 @@ class Exhausted:
     def check(self, history: Sequence[Look]) -> Decision | None:
         last = history[-1]
         if last.estimate.exhausted:
-            return Decision(True, "exhausted", last.look, False, None, "every item of the bank was scored")
+            return spent(last.look, True, "every item of the bank was scored")
         return None
 
 
@@ -158,8 +165,7 @@ class Budget:
     def check(self, history: Sequence[Look]) -> Decision | None:
         last = history[-1]
         if last.n_scored >= self.max_items:
-            return Decision(True, "budget", last.look, False, None,
-                            self.detail or f"the item budget {self.max_items} was spent")
+            return spent(last.look, False, self.detail or f"the item budget {self.max_items} was spent")
         return None
 
 

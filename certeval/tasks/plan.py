@@ -263,6 +263,9 @@ class PlanRequest:
     epsilon: float | None = None
     aggregate: str | None = None
     options: RuntimeOptions | dict | None = None  # RuntimeOptions or its fields; None: the defaults
+    # False where nothing will start (certeval backtest COMMAND plays the plan on recorded scores): $RAY_ADDRESS is
+    # not read and no cluster or host is probed
+    probe: bool = True
 
 
 def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
@@ -331,7 +334,8 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         if top is not None:
             raise InputError("--top applies to select")
     else:
-        target = "bank" if target is None else target
+        if target is None:  # select --mode precision: only the distribution target answers it
+            target = "distribution" if kind == "select" and mode == "precision" else "bank"
         if target not in TARGETS:
             raise InputError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
         if history and target != "bank":
@@ -343,6 +347,9 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         if mode not in ("best", "precision"):
             raise InputError(f"--mode must be best or precision, got {mode!r}")
         if target == "distribution":
+            if mode == "precision" and halfwidth is None:
+                raise InputError("select --mode precision needs --halfwidth E (every model's interval within ±E)")
+            threshold = 0.0 if mode == "precision" and threshold is None else threshold  # none discarded
             if threshold is None or halfwidth is None:
                 raise InputError("select --target distribution needs --threshold T and --halfwidth E")
             if top is not None:
@@ -396,7 +403,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     )
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
         raise InputError(f"--num-gpus must be a number >= 0, got {num_gpus!r}")
-    ray_address = ray_address or os.environ.get("RAY_ADDRESS") or None  # a running cluster the user set up
+    ray_address = ray_address or (os.environ.get("RAY_ADDRESS") if r.probe else None) or None  # the user's cluster
     if num_cpus is not None:
         num_cpus = _positive_int(num_cpus, "--num-cpus")
     if num_gpus > 0 and ray_address is None:
@@ -409,12 +416,12 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
-    if ray_address:  # network probes last, after every cheap check: bounded, one line on failure
+    if ray_address and r.probe:  # network probes last, after every cheap check: bounded, one line on failure
         from ..envsetup import check_ray_address
 
         check_ray_address(ray_address)
     for spec in specs:  # bounded (≤ 10 s), one line on failure
-        if spec.kind == "openai":
+        if spec.kind == "openai" and r.probe:
             from ..backends.openai_host import build_host
 
             build_host(spec).close()  # options parsed and GET {base_url}/models answered, or InputError

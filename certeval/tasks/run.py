@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..banks import Bank, bank_features
-from ..engine import PairedRounds, SingleModelRounds
+from ..engine import PairedRounds, SingleModelRounds, paired_order_rng
 from ..estimators import make_method, method_for_goal, method_from_state, parse_goal
 from ..estimators._validation import InputError
 from ..estimators.groups import GroupRequest
@@ -216,7 +216,7 @@ class Run(RunRequests, ProposeAhead):
                                               target=target).start(self.spec)
         self.engine = PairedRounds(self.group_request(), n_items=self.bank.n_items, batch_size=self.plan.batch_size,
                                    max_items=self.plan.max_items, methods=self.methods)
-        self.engine.start(self.spec, np.random.default_rng([self.plan.seed, 0xC0FFEE]))
+        self.engine.start(self.spec, paired_order_rng(self.plan.seed))
         self.decisions = self.engine.decisions
         marker = self.store.read_marker()
         if marker is None:
