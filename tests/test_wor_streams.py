@@ -148,3 +148,22 @@ def test_frozen_rows_keep_their_interval_and_a_pre_weight_state_is_refused():
     assert (s.lower[2], s.upper[2]) == frozen and s.n == 80
     with pytest.raises(InputError, match="start the run again"):
         streams_from_state({"n_total": 10, "log_term": 3.0, "n": 0})
+
+
+def test_every_window_empty_at_once_keeps_the_certain_bounds():
+    """At a tiny confidence (delta 0.95) every stream's window can empty in one block; the next block then has
+    no candidate to test and must not fail (it raised "argmax of an empty sequence" before): each stream keeps
+    the bounds it is certain of, exact at exhaustion."""
+    rng = np.random.default_rng(0)
+    a = (rng.random(200) < 0.5).astype(float)
+    z = np.vstack([a - rng.permutation(a), rng.permutation(a) - a]) / 2 + 0.5  # two paired differences, mean 1/2
+    w = np.full(200, 1 / 200)
+    streams = BettingStreams(2, 200, 0.95)
+    emptied = False
+    for start in range(0, 200, 10):
+        streams.absorb(z[:, start:start + 10], w[start:start + 10])
+        emptied |= bool(((streams.win_hi - streams.win_lo) == 0).all())
+        assert np.all(streams.lower <= streams.upper)
+    assert emptied  # the case this test is about did occur
+    _, lo, up = streams.bounds()
+    assert np.allclose(lo, z @ w) and np.array_equal(lo, up)

@@ -277,7 +277,9 @@ class BettingStreams(_Streams):
             aw = a * w
             known_before += self.rest[:, None] - np.concatenate([np.zeros((k, 1)), np.cumsum(aw, axis=1)[:, :-1]],
                                                                 axis=1)
-        width = int((self.win_hi - self.win_lo).max())
+        # at least one column: every stream's window empty (the probability-delta event, or ties) is then handled
+        # as one empty row is beside others, its bounds the certain ones
+        width = max(1, int((self.win_hi - self.win_lo).max()))
         cols = np.minimum(self.win_lo[:, None] + np.arange(width)[None, :], self.grid_size - 1)  # (K, W)
         inside = (self.win_lo[:, None] + np.arange(width)[None, :]) < self.win_hi[:, None]
         m = cols * self.step
