@@ -76,16 +76,20 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 def _api(url: str, path: str, body: dict | None = None, method: str | None = None, attempts: int = 8):
     """One call to the server's REST API. A busy SQLite server answers 503 ("database is locked") or 429, which
-    Prefect's own client retries: so do we, a bounded number of times (every call made here is idempotent)."""
+    Prefect's own client retries: so do we, a bounded number of times (every call made here is idempotent), and so
+    for a read that times out on a loaded machine."""
     for attempt in range(attempts):
         req = urllib.request.Request(f"{url}{path}", data=None if body is None else json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"},
                                      method=method or ("GET" if body is None else "POST"))
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=30) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             if exc.code not in (429, 503) or attempt == attempts - 1:
+                raise
+        except TimeoutError:
+            if attempt == attempts - 1:
                 raise
         time.sleep(min(4.0, 0.5 * 2 ** attempt))
 

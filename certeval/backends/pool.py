@@ -419,8 +419,9 @@ class ModelPool(PoolCpus, PoolAhead):
             fill()
         if ahead_fn:  # nothing was sent in this call
             self._send_ahead(ahead_fn.pop()(), max(1, batch_size), current)
-        if self._pings:  # replacements started during this call: record where they run
-            self.placement()
+        if self._pings:  # replacements started during this call: record where they run, waiting as long as an
+            # actor may take to start (a busy machine takes more than placement's default 10 s; after a node loss only)
+            self.placement(timeout_s=self.options.actor_start_timeout_s)
         self.stats.seconds += time.perf_counter() - t0
         return out
 
