@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -24,7 +25,16 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 QUICK_DIR = RESULTS_DIR / "_quick"
 
 
+_DISTRIBUTIONS = {"sklearn": "scikit-learn"}  # import name -> the name pip installed it under
+
+
 def _version(module: str) -> str | None:
+    """The installed version, read from the package's metadata: importing torch, Ray and Prefect only to ask took
+    seconds of every benchmark's run. A module not installed as a distribution (this checkout) is imported."""
+    try:
+        return importlib.metadata.version(_DISTRIBUTIONS.get(module, module))
+    except importlib.metadata.PackageNotFoundError:
+        pass
     try:
         return getattr(importlib.import_module(module), "__version__", None)
     except Exception:  # a missing optional package is reported as None, not an error
