@@ -350,6 +350,7 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         "kendall_tau_mean": mean("kendall_tau"),
         "guarantee": rows[-1]["guarantee"], "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
         "statement": "strict" if bt.request.epsilon is None else "epsilon", "epsilon": bt.request.epsilon,
+        "construction": _construction(bt.request) if bt.history_fraction is None else "history",
         **bt.history_summary(),
     }
     return {"rankings": rankings, "summary": summary}
@@ -391,11 +392,24 @@ def kendall_tau(ranking: Any, models: Sequence[str], exact: np.ndarray) -> float
 
 def epsilon_errors(ranking: Any, models: Sequence[str], exact: np.ndarray) -> int:
     """Wrong epsilon-statements of a ranking: pairs in two tie groups whose higher-listed model's exact bank mean
-    is below the lower one's minus epsilon."""
+    is below the lower one's minus epsilon (in blocks of rows: 10,000 models never hold a 10⁸ matrix)."""
     group = {name: g for g, members in enumerate(ranking.tie_groups) for name in members}
     g = np.array([group[name] for name in models])
-    above = g[:, None] < g[None, :]
-    return int((above & (exact[:, None] < exact[None, :] - ranking.epsilon - 1e-9)).sum())
+    exact = np.asarray(exact, dtype=float)
+    wrong = 0
+    for lo in range(0, len(g), 1000):
+        above = g[lo:lo + 1000, None] < g[None, :]
+        wrong += int((above & (exact[lo:lo + 1000, None] < exact[None, :] - ranking.epsilon - 1e-9)).sum())
+    return wrong
+
+
+def _construction(request: Any) -> str | None:
+    """The ε-ranking's construction (None for strict verdicts or with a history share)."""
+    if request.epsilon is None or request.kind != "rank":
+        return None
+    from ..estimators.groups import epsilon_ranking_construction
+
+    return epsilon_ranking_construction(request)
 
 
 def _looks(bt: ComparativeBacktest) -> list[int]:
@@ -438,7 +452,8 @@ def run_comparative_backtest(args) -> int:
     request = GroupRequest(kind=kind, labels=tuple(models), target=target, confidence=confidence, margin=margin,
                            threshold=values[0] if kind == "select" else None,
                            halfwidth=values[1] if kind == "select" else None, top=top, look_size=looks_every,
-                           max_items=max_items, design=design, epsilon=epsilon)
+                           max_items=max_items, design=design, epsilon=epsilon,
+                           ranking=getattr(args, "ranking", None) or "auto")
     bt = ComparativeBacktest(matrix, tuple(models), spec, request, reps=reps, seed=seed, looks_every=looks_every,
                              max_items=max_items, n_pairs=n_pairs, history_fraction=history_fraction)
     out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)

@@ -62,6 +62,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--top", type=int, default=None, help="select (bank target): identify the K best models")
     p.add_argument("--epsilon", type=float, default=None,
                    help="rank:0 (bank target): epsilon-correct ranking, as certeval rank --epsilon E")
+    p.add_argument("--ranking", choices=("auto", "neighbours", "all-pairs"), default="auto",
+                   help="with --epsilon: neighbours (per-model confidence sequences settle the pairs far apart, pair "
+                        "tests only for the neighbours they leave unsettled; the default, as certeval rank --epsilon) "
+                        "or all-pairs (two tests for every pair at alpha/P, the earlier construction)")
     p.add_argument("--ci", choices=("default", "paper", "anytime"), default=None, help="FAQ: interval type")
     add_common(p)
     add_runtime_options(p, only=("cache_dir",))  # embedded item texts; backtests start no model
