@@ -366,11 +366,33 @@ def scale_section(doc: dict[str, Any]) -> list[str]:
                      + ("" if "prefect_server" not in r else
                         ", embedded Prefect server" if r["prefect_server"] == "embedded"
                         else ", `prefect server start` up before timing")])
-    return ["## Scale: ranking openllm_tiny and a 10k × 10k synthetic selection through Prefect + Ray on 2 cores "
-            "(1 and 3 Ray nodes)", "",
-            _meta_line(doc), "",
-            _table(["Ray nodes", "models × items", "flow wall (s)", "Prefect share", "storage share", "Ray share",
-                    "controller share", "same ranking in-process (s)", "notes"], rows), ""]
+    runs_meta = {"meta": doc["runs_meta"]} if doc.get("runs_meta") else doc
+    out = ["## Scale: ranking openllm_tiny and a 10k × 10k synthetic selection through Prefect + Ray on 2 cores "
+           "(1 and 3 Ray nodes)", "",
+           _meta_line(runs_meta), "",
+           _table(["Ray nodes", "models × items", "flow wall (s)", "Prefect share", "storage share", "Ray share",
+                   "controller share", "same ranking in-process (s)", "notes"], rows), ""]
+    eps = (doc.get("epsilon_ranking") or {}).get("runs") or []
+    if eps:
+        erows = []
+        for r in eps:
+            if "error" in r:
+                erows.append([r["source"], "failed", "–", "–", "–", "–", "–", "–",
+                              r["error"][:120].replace("\n", " ")])
+                continue
+            load = r.get("load_avg") or [None]
+            erows.append([f"`{r['source']}`", f"{r['n_models']:,} × {r['n_items']:,}", _f(r["wall_s"], 0),
+                          _f(load[0], 0), _f(r["cpu_s"], 1), _f(r["peak_rss_gb"], 2), _f(r["cells"], 3),
+                          str(r["wrong_listings"]),
+                          (f"{r['pairs_opened']:,} of {r['pairs_total']:,} pairs opened" if "pairs_opened" in r
+                           else "through `certeval backtest`") + f", {r['tie_groups']:,} tie groups"])
+        out += [f"### ε-rankings at leaderboard scale (neighbour construction, ε = {eps[0]['epsilon']}, "
+                f"α = {eps[0]['alpha']}, looks of {eps[0]['look']} items)", "", _meta_line(doc), "",
+                _table(["source", "models × items", "wall (s)", "load", "CPU (s)", "peak RSS (GB)", "cells",
+                        "wrong listings", "notes"], erows),
+                "", "Each in a fresh single-threaded process on the shared 2-core machine: wall times at the load "
+                "shown are upper bounds, CPU seconds what the run itself cost.", ""]
+    return out
 
 
 # --------------------------------------------------------------------------------------
