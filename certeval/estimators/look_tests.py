@@ -32,9 +32,12 @@ scores z takes three values, so the first sum is exact from the counts ``n_1 = #
 ``x ≥ −u``: the ratio is increasing in x), a smaller factor than F_i draw by draw, so the product stays below the
 supermartingale. Either way the look needs only per-model sums and the cross product ``C_ab`` — one dot product
 of two score rows, bit-counted on 0/1 looks — instead of ~40 passes per draw and pair. Any predictable λ and c keep
-the guarantee; these aim at the boundary: ``λ = d/(v + d²)`` (WSR's aGRAPA) with ``d = (m̂ − m_A) R / b`` the drift per
+the guarantee; these aim at the boundary: ``λ = d/(v + d²)`` (WSR's aGRAPA) with ``d = (m̂ − m_A) / U_1`` the drift per
 draw if the truth were the running mean ``m̂`` (shrunk towards ½ by :data:`PRIOR` pseudo-draws) and ``v`` the
-running variance, truncated so every factor stays ≥ 1 − :data:`TEST_C`; ``c`` the running mean.
+running variance, truncated so every factor stays ≥ 1 − :data:`TEST_C`; ``c`` the running mean. The drift per draw
+uses ``1/U_1`` (the undrawn weight before the look) in place of ``R/b``: ``R`` holds the weights of the look's own
+draws, which with unequal weights are data of the look, and a bet must be fixed before the look (the compensator
+does use ``R`` and the ``g_i``: they are the exact ``Σ ν_i``, not a choice).
 """
 
 from __future__ import annotations
@@ -112,7 +115,9 @@ class LookTests:
             c = np.clip((0.5 * PRIOR + self.total) / (n + PRIOR), CENTRE_CLIP, 1.0 - CENTRE_CLIP)  # m̂, shrunk
             var = np.maximum((0.25 + self.total2 - self.total ** 2 / max(n, 1)) / (n + 1.0), 1e-6)
             nu_rest = -k_start * r - sgz  # Σ ν_i(m) = m R + nu_rest
-            per = r / b
+            # the bet's drift scale 1/U_1 (the undrawn weight before the look): R / b would read the look's own
+            # draws' weights (U_i for i > 1), which are not known before the look
+            per = 1.0 / max(self.remaining, 1e-12)
             with np.errstate(divide="ignore", invalid="ignore"):
                 for side in ("a", "b"):
                     if side == "a":  # factor (1 + λ(z − c)) e^{−λ(ν(m_A) − c)}
