@@ -47,6 +47,8 @@ from .bank_ranking import BankPairTable, look_arrays
 from .comparison import A_OVER_B, B_OVER_A, EITHER_ORDER, UNDECIDED
 from .epsilon_tests import EpsilonTests
 from .look_tests import LookTests, look_coefficients
+from .neighbour_groups import neighbour_groups
+from .pair_replay import ScoreStore, feed_look
 from .wor_streams import (
     BETTING_CELLS,
     STREAM_GRID,
@@ -66,123 +68,12 @@ BETTING_PAIRS_MAX = 60_000
 MODEL_BETTING_CELLS = 5_000_000
 OPEN_BUDGET = 4_000_000  # candidate pairs enumerated at one look at most
 FULL_TABLE_MAX = 2_500_000  # boards up to this many pairs report every pair; beyond, the opened ones
-_CELLS = 1 << 22  # pairs x items per vectorised step
 PAIR_TESTS = ("auto", "betting", "look")
 
 GUARANTEE = ("bank target, anytime-valid: per-model without-replacement confidence sequences (Waudby-Smith & "
              "Ramdas 2020) settle the pairs far apart; one-sided pair tests on the paired differences of the bank's "
              "weighted means, opened only for the neighbours the intervals leave unsettled and replayed from the "
              "first item; items drawn in proportion to their weights; exact once every item is scored")
-
-
-class ScoreStore:
-    """The scores of every look so far, to replay a pair opened late: per look the (M, b) block, bit-packed when
-    every value is 0 or 1, and each model's sums over the look (Σx, Σx², Σ g x, Σ w x)."""
-
-    def __init__(self) -> None:
-        self.blocks: list[np.ndarray] = []  # packed uint64 (M, words) or float64 (M, b)
-        self.binary: list[bool] = []
-        self.sizes: list[int] = []
-        self.w: list[np.ndarray] = []
-        self.g: list[np.ndarray] = []
-        self.sums: list[np.ndarray] = []  # (M, 4): Σx, Σx², Σ g x, Σ w x
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def add(self, y: np.ndarray, w: np.ndarray, g: np.ndarray) -> None:
-        binary = bool(np.all((y == 0.0) | (y == 1.0)))
-        if binary:
-            bits = np.packbits(y.astype(np.uint8), axis=1)
-            pad = (-bits.shape[1]) % 8
-            if pad:
-                bits = np.concatenate([bits, np.zeros((bits.shape[0], pad), dtype=np.uint8)], axis=1)
-            self.blocks.append(np.ascontiguousarray(bits).view(np.uint64))
-        else:
-            self.blocks.append(np.ascontiguousarray(y, dtype=float))
-        self.binary.append(binary)
-        self.sizes.append(int(y.shape[1]))
-        self.w.append(np.asarray(w, dtype=float))
-        self.g.append(np.asarray(g, dtype=float))
-        self.sums.append(np.stack([y.sum(axis=1), (y * y).sum(axis=1), y @ g, y @ w], axis=1))
-
-    def cross(self, k: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Σ x_a x_b over look k, per pair."""
-        blk = self.blocks[k]
-        if self.binary[k]:
-            return np.bitwise_count(blk[a] & blk[b]).sum(axis=1, dtype=np.int64).astype(float)
-        return np.einsum("ij,ij->i", blk[a], blk[b])
-
-    def rows(self, k: int, idx: np.ndarray) -> np.ndarray:
-        blk = self.blocks[k]
-        if self.binary[k]:
-            return np.unpackbits(blk[idx].view(np.uint8), axis=1, count=self.sizes[k]).astype(float)
-        return blk[idx]
-
-    def pair_sums(self, k: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Per pair Σz, Σz², Σ g z, Σ w z over look k, with z = (x_a − x_b + 1)/2, and on a 0/1 look the counts of
-        z = 1 and z = 0 (else None)."""
-        s, size = self.sums[k], self.sizes[k]
-        d = s[a] - s[b]  # Σd, Σ(x_a² − x_b²) (unused), Σ g d, Σ w d
-        cross = self.cross(k, a, b)
-        sum_d2 = s[a, 1] + s[b, 1] - 2.0 * cross
-        sz = (d[:, 0] + size) / 2.0
-        sz2 = (sum_d2 + 2.0 * d[:, 0] + size) / 4.0
-        sgz = (d[:, 2] + self.g[k].sum()) / 2.0
-        swz = (d[:, 3] + self.w[k].sum()) / 2.0
-        if self.binary[k]:
-            return sz, sz2, sgz, swz, s[a, 0] - cross, s[b, 0] - cross
-        return sz, sz2, sgz, swz, None, None
-
-    def state(self) -> dict[str, Any]:
-        return {"blocks": [b.copy() for b in self.blocks], "binary": list(self.binary), "sizes": list(self.sizes),
-                "w": [x.copy() for x in self.w], "g": [x.copy() for x in self.g], "sums": [x.copy() for x in self.sums]}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> ScoreStore:
-        obj = cls()
-        obj.binary, obj.sizes = [bool(x) for x in state["binary"]], [int(x) for x in state["sizes"]]
-        obj.blocks = [np.asarray(b, dtype=np.uint64 if obj.binary[k] else float)
-                      for k, b in enumerate(state["blocks"])]
-        for f in ("w", "g", "sums"):
-            setattr(obj, f, [np.asarray(x, dtype=float) for x in state[f]])
-        return obj
-
-
-def _sliced(engine: Any, lo: int, hi: int) -> Any:
-    """A copy of ``engine`` holding its tests ``lo:hi`` (to absorb in slices), put back by :func:`_put`."""
-    sub = object.__new__(type(engine))
-    sub.__dict__.update({k: v for k, v in engine.__dict__.items() if k not in engine.FIELDS})
-    for f in engine.FIELDS:
-        setattr(sub, f, getattr(engine, f)[lo:hi].copy())
-    return sub
-
-
-def _put(engine: Any, lo: int, sub: Any) -> None:
-    for f in engine.FIELDS:
-        getattr(engine, f)[lo:lo + len(sub)] = getattr(sub, f)
-    engine.n, engine.remaining = sub.n, sub.remaining
-
-
-def feed_look(engine: Any, store: ScoreStore, k: int, a: np.ndarray, b: np.ndarray) -> None:
-    """Look ``k`` of ``store`` into the tests of the pairs (a, b) (in the engine's order), in slices of pairs."""
-    size = store.sizes[k]
-    if len(engine) == 0:
-        engine.n += size
-        engine.remaining = 0.0 if engine.n == engine.n_total else max(engine.remaining - float(store.w[k].sum()), 0.0)
-        return
-    step = max(1, _CELLS // max(size, 1))
-    n0, rem0 = engine.n, engine.remaining
-    for lo in range(0, len(engine), step):
-        hi = min(lo + step, len(engine))
-        sub = _sliced(engine, lo, hi)
-        sub.n, sub.remaining = n0, rem0
-        if isinstance(engine, LookTests):
-            sub.absorb_sums(store.w[k], *store.pair_sums(k, a[lo:hi], b[lo:hi]))
-        else:
-            z = (store.rows(k, a[lo:hi]) - store.rows(k, b[lo:hi]) + 1.0) / 2.0
-            sub.absorb(z, store.w[k])
-        _put(engine, lo, sub)
 
 
 class NeighbourRanking:
@@ -579,124 +470,6 @@ def _window_pairs(act: np.ndarray, lo: np.ndarray, hi: np.ndarray, take: np.ndar
 def _triu_index(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
     """Index of pair (a, b), a < b, in ``np.triu_indices(m, k=1)`` order."""
     return a * (2 * m - a - 1) // 2 + (b - a - 1)
-
-
-def neighbour_groups(rank: NeighbourRanking, means: np.ndarray, cert_a: np.ndarray,
-                     cert_b: np.ndarray) -> list[list[int]]:
-    """Tie groups of a :class:`NeighbourRanking`, best first: the strongly connected components of its required
-    listings (x → y when "y above x" is not certified: x must be listed above y, or with it), in a topological order —
-    as :func:`~.bank_ranking.epsilon_groups`, without a pass over all pairs.
-
-    Models are ordered by interval midpoint, descending. A listing certified by the model CSs for one order only —
-    ``lower_x + ε ≥ upper_y`` but not ``lower_y + ε ≥ upper_x`` — implies ``mid_x > mid_y``, so a pair that was never
-    opened (settled by the CSs) never requires the later model above the earlier one: every backward edge comes
-    from an opened pair. Forward edges: from model x at position i to every later model except those with "y above
-    x" certified (CS: ``lower_y ≥ upper_x − ε``; or an opened pair's test); the last such exception is at position
-    ``q − 1`` (a suffix maximum of the lower bounds, and the opened pairs), so x gets explicit edges to the positions
-    in ``(i, q)`` and one edge to a chain node ``c_q`` (``c_p → c_{p+1}``, ``c_p →`` the model at p) that reaches
-    exactly the models from q on. Scipy's strong components of this graph — O(M + opened pairs + near edges) —
-    are the exact groups; a layered topological sort orders them (higher best mean first within a layer).
-
-    Pairs of pending models (not all their pairs opened yet) that nothing settles are undecided: an edge each way
-    (the forward one is there already; the backward one is added). While their windows hold more than the opening
-    budget the groups are cut from the midpoint order instead (:func:`_cut_groups`: coarser, valid)."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    m = len(rank.names)
-    undecided = rank.unopened_unsettled(rank.open_budget) if rank.pending.any() else (np.zeros(0, int),) * 2
-    if undecided is None:
-        return _cut_groups(rank, means, cert_a, cert_b)
-    lower, upper, eps = rank.model_lower, rank.model_upper, rank.epsilon
-    mid = (lower + upper) / 2.0
-    order = np.lexsort((np.arange(m), -means, -mid))
-    pos = np.empty(m, dtype=np.int64)
-    pos[order] = np.arange(m)
-    pa, pb = rank.pa.astype(np.int64), rank.pb.astype(np.int64)
-    a_first = pos[pa] < pos[pb]
-    x, y = np.where(a_first, pa, pb), np.where(a_first, pb, pa)
-    x_over_y = np.where(a_first, cert_a, cert_b)  # the earlier one listed above: certified
-    y_over_x = np.where(a_first, cert_b, cert_a)
-    # q: first position from which x has an edge to every later model
-    last = np.arange(m)
-    np.maximum.at(last, pos[x[y_over_x]], pos[y[y_over_x]])
-    suffix = np.maximum.accumulate(lower[order][::-1])[::-1]  # nonincreasing in position
-    cs_last = np.searchsorted(-suffix, -(upper[order] - eps), side="right") - 1  # last p with lower >= upper_x − ε
-    q = np.maximum(last, cs_last) + 1
-    span = q - np.arange(m) - 1
-    i = np.repeat(np.arange(m), span)
-    j = i + 1 + (np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span))
-    xi, yj = order[i], order[j]
-    absent = lower[yj] + eps >= upper[xi]
-    if len(pa):
-        idx = rank._lookup(xi, yj)
-        hit = idx >= 0
-        h = idx[hit]
-        cert_y = np.where(pa[h] == yj[hit], cert_a[h], cert_b[h])  # "y above x" certified by the pair
-        absent[hit] |= cert_y
-    ua, ub = undecided
-    u_later = np.where(pos[ua] > pos[ub], ua, ub)
-    src = [xi[~absent], y[~x_over_y], u_later, m + np.arange(m - 1), m + np.arange(m), order[q < m]]
-    dst = [yj[~absent], x[~x_over_y], ua + ub - u_later, m + np.arange(1, m), order, m + q[q < m]]
-    src, dst = np.concatenate(src), np.concatenate(dst)
-    n_nodes = 2 * m
-    graph = coo_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n_nodes, n_nodes)).tocsr()
-    n_comp, label = connected_components(graph, directed=True, connection="strong")
-    # the condensation, sorted topologically in layers
-    cs, cd = label[src], label[dst]
-    keep = cs != cd
-    ckey = np.unique(cs[keep].astype(np.int64) * n_comp + cd[keep])
-    cs, cd = ckey // n_comp, ckey % n_comp
-    indeg = np.bincount(cd, minlength=n_comp)
-    starts = np.searchsorted(cs, np.arange(n_comp + 1))
-    best = np.full(n_comp, -np.inf)
-    np.maximum.at(best, label[:m], means)
-    frontier = np.flatnonzero(indeg == 0)
-    topo = []
-    while len(frontier):
-        frontier = frontier[np.argsort(-best[frontier], kind="stable")]
-        topo.append(frontier)
-        lo, hi = starts[frontier], starts[frontier + 1]
-        cnt = hi - lo
-        succ = cd[np.repeat(lo, cnt) + (np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt))]
-        np.subtract.at(indeg, succ, 1)
-        frontier = np.unique(succ[indeg[succ] == 0])
-    rank_of = np.empty(n_comp, dtype=np.int64)
-    rank_of[np.concatenate(topo)] = np.arange(n_comp)
-    model_rank = rank_of[label[:m]]
-    by = np.lexsort((np.arange(m), -means, model_rank))
-    cuts = np.flatnonzero(np.diff(model_rank[by])) + 1
-    return [[int(k) for k in g] for g in np.split(by, cuts)]
-
-
-def _cut_groups(rank: NeighbourRanking, means: np.ndarray, cert_a: np.ndarray, cert_b: np.ndarray) -> list[list[int]]:
-    """Groups cut from the midpoint order: a pair blocks the cuts between its two models' positions when the listing
-    this order makes is not certified — an opened pair whose certificate is the other way round or missing, or any
-    partner after a pending model whose upper bound exceeds the model's lower bound + ε (more than needed: valid).
-    Cuts no pair blocks split the order into segments; every pair across segments is certified in the listed
-    order; members by mean."""
-    m = len(rank.names)
-    lower, upper, eps = rank.model_lower, rank.model_upper, rank.epsilon
-    mid = (lower + upper) / 2.0
-    order = np.lexsort((np.arange(m), -means, -mid))
-    pos = np.empty(m, dtype=np.int64)
-    pos[order] = np.arange(m)
-    reach = np.arange(m)
-    pa, pb = rank.pa.astype(np.int64), rank.pb.astype(np.int64)
-    if len(pa):
-        a_first = pos[pa] < pos[pb]
-        x, y = np.where(a_first, pa, pb), np.where(a_first, pb, pa)
-        ok = np.where(a_first, cert_a, cert_b)
-        np.maximum.at(reach, pos[x[~ok]], pos[y[~ok]])
-    up_sorted = upper[order]
-    sufmax = np.maximum.accumulate(up_sorted[::-1])[::-1]  # nonincreasing
-    px = np.flatnonzero(rank.pending[order])
-    last = np.searchsorted(-sufmax, -(lower[order[px]] + eps), side="left") - 1  # last position with upper > thr
-    reach[px] = np.maximum(reach[px], last)
-    ends = np.flatnonzero(np.maximum.accumulate(reach) <= np.arange(m))
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    return [[int(k) for k in seg[np.lexsort((seg, -means[seg]))]]
-            for seg in (order[s:e + 1] for s, e in zip(starts, ends))]
 
 
 def ranking_cells(rank: Any) -> float:
