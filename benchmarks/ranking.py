@@ -357,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     payload["select"] = [select_case(d, k, e, r, args.seed)
                          for d, k, e, r in (QUICK_SELECT if args.quick else SELECT_CASES)]
     payload["round_time"] = round_time(looks=3 if args.quick else 20)
+    if args.quick:  # a smoke of the ε-rankings' two constructions (the full rows: --epsilon-only, --neighbours-only)
+        payload["epsilon_neighbours"] = [neighbour_case("helm_mmlu", 0.05, 1, args.seed)]
     if args.pipeline_from:
         with open(args.pipeline_from) as fh:
             payload["pipeline"] = json.load(fh)
