@@ -2,8 +2,9 @@
 null is rejected with probability at most its level whenever the tests are looked at (Monte Carlo over many finite
 lists whose mean sits exactly on the boundary, the least favourable case; the exact three-value update of 0/1
 looks and the quadratic bound of other looks), a fixed-n test read at every look — the same data, the same check —
-is caught, and the same tests with the without-replacement compensator left out (bets against the plain boundary
-mean instead of the conditional mean ν_i) are caught too. Power: with the same data the tests settle a clear gap.
+is caught. Unequal weights, items drawn ∝ weight without replacement: lists whose *weighted* mean sits on the
+boundary are rejected within δ, and the same tests told the weights are equal — on lists whose unweighted mean sits
+on the boundary, so their own null is true — are caught. Power: with the same data the tests settle a clear gap.
 
 Power of the check: with K = 3,000 lists and a bound at the 0.999 quantile of Binomial(K, δ = 0.1) (352), a test
 whose true error rate is 0.14 exceeds it with probability > 0.999 (its mean, 420, is 3.6 sd above)."""
@@ -81,3 +82,51 @@ def test_power_on_a_clear_gap_and_no_wrong_certificate():
     z = _boundary_lists(9, 0.7, True)  # Δ = 0.4: "a above b" true and soon certified; "b above a" false
     tests = _run(z, True)
     assert tests.rejected_a.mean() > 0.9 and not tests.rejected_b.any()
+
+
+def _weighted_lists(seed: int, k: int, mean: float, weighted: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` lists of N values in [0, 1] with weights in [0.2, 1.8]/N (normalised), the values rising with the weight;
+    the weighted mean (or, ``weighted=False``, the plain mean) is exactly ``mean``."""
+    rng = np.random.default_rng(seed)
+    ws, zs = np.empty((k, N)), np.empty((k, N))
+    for r in range(k):
+        w = rng.uniform(0.2, 1.8, N)
+        w /= w.sum()
+        p = w if weighted else np.full(N, 1.0 / N)
+        z = np.clip(rng.beta(2, 2, N) - 0.5 + mean + 0.3 * (w * N - 1), 0.0, 1.0)
+        for _ in range(100):
+            z = np.clip(z + (mean - p @ z), 0.0, 1.0)
+        j = int(np.argmax(p * np.minimum(z, 1 - z)))
+        z[j] += (mean - p @ z) / p[j]
+        assert 0.0 <= z[j] <= 1.0 and abs(p @ z - mean) < 1e-12
+        ws[r], zs[r] = w, z
+    return ws, zs
+
+
+def _weighted_rejections(ws: np.ndarray, zs: np.ndarray, seed: int, told_equal: bool) -> int:
+    """Each list drawn ∝ weight without replacement (Efraimidis–Spirakis keys), a look every LOOK items up to the
+    last but one, H_A tested on the weights (or on equal weights when ``told_equal``); lists whose H_A was rejected."""
+    rng = np.random.default_rng(seed)
+    rejected = 0
+    for w, z in zip(ws, zs):
+        order = np.argsort(np.log(rng.random(N)) / w)[::-1]
+        w, z = (np.full(N, 1.0 / N) if told_equal else w[order]), z[order]
+        tests = LookTests(1, N, DELTA, EPS)
+        for start in range(0, N - 1, LOOK):
+            stop = min(start + LOOK, N - 1)
+            zz, ww = z[None, start:stop], w[start:stop]
+            _, g, _ = look_coefficients(ww, tests.remaining)
+            tests.absorb_sums(ww, zz.sum(axis=1), (zz * zz).sum(axis=1), zz @ g, zz @ ww)
+        rejected += int(tests.rejected_a[0])
+    return rejected
+
+
+def test_unequal_weights_drawn_by_weight_hold_the_level_and_ignoring_the_weights_is_caught():
+    """1,000 lists each way (bound 130 at 1 in 1,000): on the weighted boundary 11 rejections were measured; the
+    tests told the weights are equal, on lists whose plain mean is on the boundary (heavy items score higher, so the
+    draws ∝ weight come in high), rejected 512."""
+    k, m_a = 1000, (1 - EPS) / 2
+    bound = stats.binom.ppf(0.999, k, DELTA)
+    valid = _weighted_rejections(*_weighted_lists(5, k, m_a, weighted=True), seed=1, told_equal=False)
+    control = _weighted_rejections(*_weighted_lists(6, k, m_a, weighted=False), seed=2, told_equal=True)
+    assert valid <= bound < control, (valid, bound, control)
