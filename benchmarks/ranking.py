@@ -115,6 +115,30 @@ def epsilon_case(dataset: str, epsilon: float, reps: int, seed: int, looks_every
     return row
 
 
+def neighbour_case(dataset: str, epsilon: float, reps: int, seed: int, looks_every: int = 50) -> dict:
+    """``rank --epsilon`` replayed with the neighbour construction (the default) and the all-pairs one
+    (``--ranking all-pairs``) on the same orders (rep r's order depends only on the dataset, the models and r):
+    cells, tie groups, Kendall τ, family-wise error (Wilson 95% upper), wall and CPU seconds of each."""
+    from certeval.backtest.comparative import rank_backtest
+
+    row: dict = {"dataset": dataset, "epsilon": epsilon, "reps": reps, "looks_every": looks_every}
+    for name, construction in (("neighbours", "neighbours"), ("all_pairs", "all-pairs")):
+        start, cpu = time.perf_counter(), time.process_time()
+        s = rank_backtest(_backtest(dataset, {"kind": "rank", "epsilon": epsilon, "ranking": construction}, reps,
+                                    seed, looks_every))["summary"]
+        errors = int(round(s["family_wise_error_rate"] * reps))
+        row.update({"models": s["models"], "items": s["n_items"], f"{name}_fraction_cells": s["fraction_used"],
+                    f"{name}_tie_groups_mean": s["tie_groups_mean"], f"{name}_fwer": s["family_wise_error_rate"],
+                    f"{name}_fwer_wilson_upper": wilson_upper(errors, reps),
+                    f"{name}_kendall_tau": s["kendall_tau_mean"], f"{name}_wall_s": round(time.perf_counter() - start, 1),
+                    f"{name}_cpu_s": round(time.process_time() - cpu, 1), f"{name}_guarantee": s["guarantee"]})
+    row["cells_ratio_neighbours_to_all_pairs"] = row["neighbours_fraction_cells"] / row["all_pairs_fraction_cells"]
+    return row
+
+
+NEIGHBOUR_CASES = [("helm_mmlu", 20), ("vlm_ocrbench", 10), ("vlm_hallusionbench", 10), ("openllm_arc", 5)]
+
+
 def select_case(dataset: str, top: int, eps: float, reps: int, seed: int) -> dict:
     """``select`` replayed; where the rule reads pair CSs (top-K > 1 or ε = 0), beside the same orders with every
     pair at α/(2P) (the level before the union bound counted only the pairs of a top-K set)."""
@@ -243,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--round-time-only", action="store_true", help="only re-measure round_time, into the stored result")
     p.add_argument("--select-only", action="store_true",
                    help="only the selection cases, into the stored result")
+    p.add_argument("--neighbours-only", action="store_true",
+                   help="only the neighbour vs all-pairs epsilon-rankings on the same orders (epsilon 0.05), into the "
+                        "stored result's epsilon_neighbours; --epsilon-reps sets the reps per bank")
+    p.add_argument("--datasets", default=None,
+                   help="with --neighbours-only: only these banks (comma-separated); the others' stored rows stay")
     p.add_argument("--epsilon-only", action="store_true",
                    help="only the epsilon-ranking cases (rank --epsilon beside strict verdicts), into the stored result")
     p.add_argument("--epsilon-reps", metavar="DATASET=N", action="append", default=[],
@@ -259,6 +288,27 @@ def main(argv: list[str] | None = None) -> int:
         stored.pop("meta", None)
         stored["select"] = [select_case(d, top, eps, reps, args.seed)
                             for d, top, eps, reps in (QUICK_SELECT if args.quick else SELECT_CASES)]
+        print(f"wrote {write_result('ranking', stored, args.quick, seed=args.seed)}")
+        return 0
+    if args.neighbours_only:
+        from benchmarks._meta import read_result
+
+        stored = read_result("ranking", args.quick) or {}
+        stored.pop("meta", None)
+        reps_for = dict(item.split("=") for item in args.epsilon_reps)
+        cases = [("helm_mmlu", 1)] if args.quick else [(d, int(reps_for.get(d, r))) for d, r in NEIGHBOUR_CASES]
+        only = set(args.datasets.split(",")) if args.datasets else None
+        epsilons = (0.05,) if args.epsilons is None else tuple(float(e) for e in args.epsilons.split(","))
+        # with --datasets the other banks' stored rows stay
+        stored["epsilon_neighbours"] = [r for r in stored.get("epsilon_neighbours", [])
+                                        if only is not None and r["dataset"] not in only]
+        cases = [c for c in cases if only is None or c[0] in only]
+        for dataset, reps in cases:
+            for eps in epsilons:
+                stored["epsilon_neighbours"].append(neighbour_case(dataset, eps, reps, args.seed))
+                print(json.dumps({k: v for k, v in stored["epsilon_neighbours"][-1].items()
+                                  if not k.endswith("guarantee")}), flush=True)
+                write_result("ranking", stored, args.quick, seed=args.seed)  # each case as it lands
         print(f"wrote {write_result('ranking', stored, args.quick, seed=args.seed)}")
         return 0
     if args.epsilon_only:
@@ -307,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     payload["select"] = [select_case(d, k, e, r, args.seed)
                          for d, k, e, r in (QUICK_SELECT if args.quick else SELECT_CASES)]
     payload["round_time"] = round_time(looks=3 if args.quick else 20)
+    if args.quick:  # a smoke of the ε-rankings' two constructions (the full rows: --epsilon-only, --neighbours-only)
+        payload["epsilon_neighbours"] = [neighbour_case("helm_mmlu", 0.05, 1, args.seed)]
     if args.pipeline_from:
         with open(args.pipeline_from) as fh:
             payload["pipeline"] = json.load(fh)

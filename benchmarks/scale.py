@@ -29,6 +29,18 @@ Replay models of one file share ``replicas`` actors, so M = 1,989 runs in one Ra
     python -m benchmarks scale                  # M = 10, 30, 1989 and the synthetic select, 1 node and 3 nodes
     python -m benchmarks scale --sizes 1989     # the 1,989-model ranking only, 1 vs 3 nodes
     python -m benchmarks scale --quick          # M = 4, 1 node
+
+ε-rankings at leaderboard scale (``epsilon_ranking`` in the JSON; ``--epsilon-only`` runs just these): the
+neighbour ε-ranking (:class:`certeval.estimators.neighbour_ranking.NeighbourRanking`, ε = 0.05, α = 0.05) of
+1,000 / 2,000 / 10,000 synthetic models × 10,000 items (:mod:`certeval.synthetic`'s Rasch table, items correlated
+through their difficulty; rows generated as 0/1 bytes in the child, 10⁸ cells = 100 MB) fed looks of
+``--epsilon-look`` items of one uniform order, in-process as the backtest engine feeds them; and
+``certeval backtest --scores bundled:openllm_tiny --goal rank:0 --epsilon 0.05 --reps 1`` (1,989 models, the
+product's own path). Each in a fresh process: wall, CPU seconds (the process's own), peak RSS (ru_maxrss, the
+score table included), fraction of cells, pairs opened, tie groups, Kendall τ, and wrong listings against the
+exact bank order (pairs in two groups listed more than ε the wrong way round). ``--quick``: 200 × 1,000 only.
+``spread:MxN:W`` sources (``--epsilon-sources``) are Rasch boards whose expected means are evenly spaced over a
+width W: M and W grown together keep the density of the board fixed (the time should then grow about as M).
 """
 
 from __future__ import annotations
@@ -52,6 +64,11 @@ SIZES = (10, 30, 1989)
 # Gram-matrix path of certeval.estimators.ranking.
 DATASET = "openllm_tiny"
 
+
+EPS_SIZES = ("synthetic:1000x10000:2026", "synthetic:2000x10000:2026", "synthetic:10000x10000:2026",
+             "bundled:openllm_tiny")
+EPS_QUICK = ("synthetic:200x1000:2026",)
+EPS_EPSILON, EPS_ALPHA = 0.05, 0.05
 
 SYNTHETIC = "synthetic:10000x10000:2026"  # certeval.synthetic: a Rasch table generated on demand, never stored
 SYNTHETIC_EPSILON = 0.02
@@ -153,6 +170,135 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
     json.dump(rec, open(out_json, "w"))
 
 
+def epsilon_rank_child(source: str, look: int, seed: int) -> dict:
+    """One neighbour ε-ranking of ``source`` (``synthetic:MxN:seed`` in-process, ``bundled:NAME`` through
+    ``certeval backtest``), measured in this process (call it in a fresh one for a clean peak RSS)."""
+    import resource
+
+    import numpy as np
+
+    from certeval.backtest.comparative import epsilon_errors, kendall_tau
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    rec: dict = {"source": source, "epsilon": EPS_EPSILON, "alpha": EPS_ALPHA, "look": look}
+    if source.startswith("bundled:"):
+        import contextlib
+        import io
+
+        from certeval.cli import main as cli_main
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = cli_main(["backtest", "--scores", source, "--goal", "rank:0", "--epsilon", str(EPS_EPSILON),
+                           "--confidence", str(1 - EPS_ALPHA), "--reps", "1", "--looks-every", str(look),
+                           "--seed", str(seed), "--json"])
+        out = json.loads(buf.getvalue())
+        summary, rep = out["summary"], out["rankings"][0]
+        rec.update(path="certeval backtest (ComparativeBacktest -> PairedRounds -> NeighbourRanking)", rc=rc,
+                   n_models=summary["models"], n_items=summary["n_items"], cells=summary["fraction_used"],
+                   wrong_listings=rep["errors"], tie_groups=rep["n_tie_groups"], kendall_tau=rep["kendall_tau"],
+                   construction=summary.get("construction"), guarantee=summary["guarantee"])
+    else:
+        from certeval.estimators.neighbour_ranking import NeighbourRanking
+
+        x = spread_board(source) if source.startswith("spread:") else synthetic_board(source)
+        m, n = x.shape
+        exact = x.mean(axis=1)
+        names = [f"m{k:05d}" for k in range(m)]
+        rec["generate_s"] = time.perf_counter() - t0
+        order = np.random.default_rng(seed).permutation(n)
+        rank = NeighbourRanking(names, alpha=EPS_ALPHA, epsilon=EPS_EPSILON).start(np.full(n, 1.0 / n))
+        t1, c1 = time.perf_counter(), time.process_time()
+        for start in range(0, n, look):
+            idx = order[start:start + look]
+            rank.update(idx, x[:, idx].astype(float))
+            if not rank.model_open.any():
+                break
+        res = rank.result()
+        rec.update(path="in-process: NeighbourRanking fed looks of the table", n_models=m, n_items=n,
+                   rank_s=time.perf_counter() - t1, rank_cpu_s=time.process_time() - c1, cells=res.fraction_used,
+                   wrong_listings=epsilon_errors(res, names, exact), tie_groups=len(res.tie_groups),
+                   kendall_tau=kendall_tau(res, names, exact), pairs_opened=rank.n_opened,
+                   pairs_total=rank.n_pairs, replayed_pair_items=rank.replayed_pair_items,
+                   pair_tests=rank.pair_tests, guarantee=rank.guarantee())
+    rec["wall_s"] = time.perf_counter() - t0
+    rec["cpu_s"] = time.process_time() - c0
+    rec["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    try:
+        rec["load_avg"] = list(os.getloadavg())
+    except OSError:
+        pass
+    return rec
+
+
+def synthetic_board(source: str):
+    """The ``synthetic:MxN:seed`` table as 0/1 bytes (rows generated one at a time)."""
+    import numpy as np
+
+    from certeval.synthetic import SyntheticScores
+
+    table = SyntheticScores.parse(source)
+    x = np.empty((table.n_models, table.n_items), dtype=np.uint8)
+    for k in range(table.n_models):
+        x[k] = table.row(k)
+    return x
+
+
+def spread_board(source: str):
+    """``spread:MxN:W[:seed]``: a Rasch board (difficulties N(0, 1), as :mod:`certeval.synthetic`) whose models'
+    expected means are evenly spaced over [0.5 − W/2, 0.5 + W/2] — a board whose density M/W stays fixed when M and
+    W grow together — as 0/1 bytes."""
+    import numpy as np
+
+    body = source.split(":", 1)[1].split(":")
+    m, n = (int(v) for v in body[0].split("x"))
+    width, seed = float(body[1]), int(body[2]) if len(body) > 2 else 0
+    rng = np.random.default_rng([seed, 11])
+    b = rng.normal(0.0, 1.0, n)
+    target = np.linspace(0.5 - width / 2, 0.5 + width / 2, m)
+    lo, hi = np.full(m, -12.0), np.full(m, 12.0)
+    for _ in range(60):  # bisection on each model's ability: mean over items of expit(theta - b) = target
+        mid = (lo + hi) / 2
+        mean = np.mean(1.0 / (1.0 + np.exp(b[None, :] - mid[:, None])), axis=1) if m * n <= 2e7 else np.array(
+            [np.mean(1.0 / (1.0 + np.exp(b - t))) for t in mid])
+        lo, hi = np.where(mean < target, mid, lo), np.where(mean < target, hi, mid)
+    theta = (lo + hi) / 2
+    x = np.empty((m, n), dtype=np.uint8)
+    for k in range(m):
+        x[k] = rng.random(n) < 1.0 / (1.0 + np.exp(b - theta[k]))
+    return x
+
+
+def run_epsilon_rankings(sources, look: int, seed: int, timeout: int) -> list[dict]:
+    """Each source in a fresh process (``--_eps_child``)."""
+    runs = []
+    for source in sources:
+        out = tempfile.mktemp(suffix=".json")
+        cmd = [sys.executable, "-m", "benchmarks.scale", "--_eps_child", source, "--_out", out,
+               "--epsilon-look", str(look), "--seed", str(seed)]
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            rc, tail = proc.returncode, (proc.stderr or "")[-1500:]
+        except subprocess.TimeoutExpired:
+            rc, tail = "timeout", f"did not finish within {timeout} s"
+        if rc == 0 and os.path.exists(out):
+            rec = json.load(open(out))
+            print(f"[scale] epsilon ranking {source}: wall {rec['wall_s']:.1f} s, CPU {rec['cpu_s']:.1f} s, "
+                  f"peak {rec['peak_rss_gb']:.2f} GB, cells {rec['cells']:.3f}, wrong {rec['wrong_listings']}",
+                  file=sys.stderr)
+        else:
+            rec = {"source": source, "error": f"exit {rc}: {tail}"}
+            print(f"[scale] epsilon ranking {source}: FAILED ({rc})\n{tail}", file=sys.stderr)
+        rec["process_s"] = time.perf_counter() - t
+        runs.append(rec)
+    return runs
+
+
+EPS_NOTE = ("each source in a fresh process on the 2-core machine, shared with other jobs (load_avg per run): wall "
+            "times are upper bounds, CPU seconds steadier; peak RSS includes the score table (synthetic: 0/1 bytes)")
+
+
 def _available_gb() -> float | None:
     try:
         for line in open("/proc/meminfo"):
@@ -229,12 +375,38 @@ def main(argv: list[str] | None = None) -> int:
                    f"(e.g. {SYNTHETIC}: 10,000 models x 10,000 items, generated, not stored; 'none' to skip; "
                    "default: it, except with --quick or --sizes)")
     p.add_argument("--synthetic-batch", type=int, default=100, help="items per round of the synthetic run")
+    p.add_argument("--epsilon-only", action="store_true", help="run only the neighbour epsilon-rankings (kept beside "
+                   "the stored pipeline runs in the JSON)")
+    p.add_argument("--epsilon-sources", default=None, help="comma-separated sources for the epsilon-rankings "
+                   f"(default: {','.join(EPS_SIZES)}; --quick: {','.join(EPS_QUICK)}; 'none' to skip)")
+    p.add_argument("--epsilon-look", type=int, default=100, help="items per look of the epsilon-rankings")
+    p.add_argument("--append", action="store_true", help="with --epsilon-only: add the runs to the stored ones")
     p.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_eps_child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_location", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_ray", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_replicas", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--_out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args._eps_child is not None:
+        json.dump(epsilon_rank_child(args._eps_child, args.epsilon_look, args.seed), open(args._out, "w"))
+        return 0
+    eps_sources = ([] if (args.epsilon_sources or "").lower() == "none" else
+                   args.epsilon_sources.split(",") if args.epsilon_sources else
+                   list(EPS_QUICK if args.quick else EPS_SIZES))
+    if args.epsilon_only:
+        from benchmarks._meta import read_result
+
+        previous = read_result("scale", args.quick) or {}
+        eps_runs = run_epsilon_rankings(eps_sources, args.epsilon_look, args.seed, args.timeout)
+        payload = {k: v for k, v in previous.items() if k != "meta"}
+        if "runs" in previous:  # the pipeline runs kept from the earlier write: their own metadata
+            payload["runs_meta"] = previous.get("runs_meta") or previous.get("meta")
+        kept = (previous.get("epsilon_ranking") or {}).get("runs", []) if args.append else []
+        payload["epsilon_ranking"] = {"runs": kept + eps_runs, "note": EPS_NOTE}
+        path = write_result("scale", payload, args.quick, seed=args.seed)
+        print(f"scale -> {path}")
+        return 0 if all("error" not in r and r.get("wrong_listings") == 0 for r in eps_runs) else 1
     if args._child is not None:
         _child(args._child, args.batch, args.seed, args._out, args.max_items, args._ray, args._replicas,
                args._location)
@@ -264,14 +436,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+    eps_runs = run_epsilon_rankings(eps_sources, args.epsilon_look, args.seed, args.timeout)
     payload = {"seed": args.seed, "batch": args.batch, "large_batch": args.large_batch, "max_items_large": args.max_items,
                "dataset": DATASET, "synthetic": synthetic, "synthetic_batch": args.synthetic_batch, "runs": runs,
                "note": "one process per (nodes, model count); every Ray node a `ray start` process on 127.0.0.1 of the "
                        "same 2-core machine (3 nodes share the 2 cores: the 3-node figures show the cost of "
-                       "the cluster path, not a speed-up)"}
+                       "the cluster path, not a speed-up)",
+               "epsilon_ranking": {"runs": eps_runs, "note": EPS_NOTE}}
     path = write_result("scale", payload, args.quick, seed=args.seed)
     print(f"scale -> {path}")
-    return 0 if all("error" not in r for r in runs) else 1
+    return 0 if all("error" not in r for r in runs + eps_runs) else 1
 
 
 if __name__ == "__main__":

@@ -150,7 +150,8 @@ GROUP_CASES = (
     GroupCase("compare-bank-history", "compare", "bank", 2, history=True),
     GroupCase("compare-distribution", "compare", "distribution", 2),
     GroupCase("rank-bank", "rank", "bank"),
-    GroupCase("rank-bank-epsilon", "rank", "bank", extra={"epsilon": 0.05}),
+    GroupCase("rank-bank-epsilon", "rank", "bank", extra={"epsilon": 0.05}),  # the neighbour construction
+    GroupCase("rank-bank-epsilon-all-pairs", "rank", "bank", extra={"epsilon": 0.05, "ranking": "all-pairs"}),
     GroupCase("rank-bank-precision", "rank", "bank", extra={"precision": 0.1}),
     GroupCase("rank-bank-history", "rank", "bank", history=True),
     GroupCase("rank-bank-history-precision", "rank", "bank", history=True, extra={"precision": 0.1}),

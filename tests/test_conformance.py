@@ -342,7 +342,7 @@ def _group_misses(case, seed: int, reps: int = REPS, n: int = 100, confidence: f
 def test_group_decisions_hold_their_level_with_peeking(case):
     """Cheaper form of the coverage check for groups, same R, c and power: compare — two models with a true
     zero difference, a run errs if any look declares a winner; rank and select — a run errs if any look's per-model
-    interval (simultaneous over the models) excludes a model's truth. Every group variant (all 13, ~30 s)."""
+    interval (simultaneous over the models) excludes a model's truth. Every group variant (all 14, ~30 s)."""
     misses = _group_misses(case, _seed("gcov", case.id))
     assert misses <= MAX_MISSES, f"{case.id} erred in {misses}/{REPS} runs"
 

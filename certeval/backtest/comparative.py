@@ -244,6 +244,7 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         "kendall_tau_mean": mean("kendall_tau"), "simultaneous_coverage": _coverage(rows),
         "guarantee": rows[-1]["guarantee"], "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
         "statement": "strict" if bt.request.epsilon is None else "epsilon", "epsilon": bt.request.epsilon,
+        "construction": _construction(bt.request) if bt.history_fraction is None else "history",
         **bt.history_summary(),
     }
     return {"rankings": rankings, "summary": summary}
@@ -280,6 +281,15 @@ def select_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
     return {"runs": runs, "summary": summary}
 
 
+def _construction(request: Any) -> str | None:
+    """The ε-ranking's construction (None for strict verdicts or with a history share)."""
+    if request.epsilon is None or request.kind != "rank":
+        return None
+    from ..estimators.groups import epsilon_ranking_construction
+
+    return epsilon_ranking_construction(request)
+
+
 def _looks(bt: ComparativeBacktest) -> list[int]:
     n = bt.spec.n_items
     cap = n if bt.max_items is None else min(n, int(bt.max_items))
@@ -307,6 +317,7 @@ class ComparativeOptions:
     history_fraction: float | None = None
     statistic: str = "paired"  # distribution target: the test statistic
     spending: str = "pocock"  # distribution target: the boundary
+    ranking: str = "auto"  # rank --epsilon: the construction (auto/neighbours, or all-pairs)
 
 
 def comparative_backtest(opts: ComparativeOptions) -> dict[str, Any]:
@@ -344,13 +355,14 @@ def comparative_backtest(opts: ComparativeOptions) -> dict[str, Any]:
     if target == "distribution":
         request = replace(request, design=_design(opts.statistic, opts.spending, looks_every, 1.0 - confidence,
                                                   request.margin))
+    request = replace(request, ranking=opts.ranking)
     bt = ComparativeBacktest(matrix, tuple(models), spec, request, reps=reps, seed=seed, looks_every=looks_every,
                              max_items=max_items, n_pairs=n_pairs, history_fraction=history_fraction)
     out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
     out["config"] = {"goal": opts.goal, "target": target, "scores": str(opts.scores), "confidence": confidence,
                      "reps": reps, "seed": seed, "looks_every": looks_every, "max_items": max_items,
                      "statistic": opts.statistic, "spending": opts.spending,
-                     "history_fraction": history_fraction}
+                     "history_fraction": history_fraction, "ranking": opts.ranking}
     return out
 
 

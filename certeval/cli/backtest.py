@@ -73,6 +73,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--top", type=int, default=None, help="select (bank target): identify the K best models")
     p.add_argument("--epsilon", type=float, default=None,
                    help="rank:0 (bank target): epsilon-correct ranking, as certeval rank --epsilon E")
+    p.add_argument("--ranking", choices=("auto", "neighbours", "all-pairs"), default="auto",
+                   help="with --epsilon: neighbours (per-model confidence sequences settle the pairs far apart, pair "
+                        "tests only for the neighbours they leave unsettled; the default, as certeval rank --epsilon) "
+                        "or all-pairs (two tests for every pair at alpha/P, the earlier construction)")
     p.add_argument("--ci", choices=("default", "paper", "anytime"), default=None, help="FAQ: interval type")
     add_common(p)
     add_runtime_options(p, only=("cache_dir",))  # embedded item texts; backtests start no model
@@ -141,7 +145,8 @@ def run_comparative_backtest(args) -> int:
         max_items=getattr(args, "max_items", None), target=getattr(args, "target", "bank") or "bank",
         pairs=getattr(args, "pairs", 200) or 200, top=getattr(args, "top", None),
         epsilon=getattr(args, "epsilon", None), history_fraction=getattr(args, "history_fraction", None),
-        statistic=getattr(args, "statistic", "paired"), spending=getattr(args, "spending", "pocock"))
+        statistic=getattr(args, "statistic", "paired"), spending=getattr(args, "spending", "pocock"),
+        ranking=getattr(args, "ranking", None) or "auto")
     out = comparative_backtest(opts)
     if getattr(args, "json", False):
         print_json(out)

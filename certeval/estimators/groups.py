@@ -32,6 +32,17 @@ from ._validation import InputError
 
 KINDS = ("compare", "rank", "select")
 GROUP_NOUN = {"compare": "comparison", "rank": "ranking", "select": "selection"}
+# the ε-ranking's construction (rank --epsilon, bank target, no history): "neighbours" (per-model CSs settle the pairs
+# far apart, pair tests only for the neighbours they leave unsettled: estimators/neighbour_ranking.py), "all-pairs"
+# (two tests for every pair at alpha/P: BankRanking), "auto" (neighbours)
+RANKINGS = ("auto", "neighbours", "all-pairs")
+
+
+def epsilon_ranking_construction(request: GroupRequest) -> str:
+    """Which ε-ranking a bank-target ``rank --epsilon`` request runs: ``neighbours`` or ``all-pairs``."""
+    if request.ranking not in RANKINGS:
+        raise InputError(f"ranking must be one of {', '.join(RANKINGS)}, got {request.ranking!r}")
+    return "all-pairs" if request.ranking == "all-pairs" else "neighbours"
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class GroupRequest:
     design: Any = None  # distribution target: a ComparisonDesign (statistic, spending, guarantee); None: the default
     epsilon: float | None = None  # rank, bank target: ε-statements instead of the margin's strict ones
     precision: float | None = None  # rank, bank target: every model's mean within ±precision (leaderboard)
+    ranking: str = "auto"  # rank --epsilon, bank target: "neighbours", "all-pairs" or "auto" (RANKINGS)
 
     @property
     def alpha(self) -> float:
@@ -190,6 +202,11 @@ class BankGroup(_Group):
         elif r.kind == "select":
             self.estimator_ = BankSelection(r.labels, alpha=r.alpha, top=r.top or 1, epsilon=r.halfwidth or 0.0,
                                             threshold=r.threshold or 0.0).start(spec.weights(), bet_horizon=r.max_items)
+        elif r.kind == "rank" and r.epsilon is not None and epsilon_ranking_construction(r) == "neighbours":
+            from .neighbour_ranking import NeighbourRanking
+
+            self.estimator_ = NeighbourRanking(r.labels, alpha=r.alpha, epsilon=r.epsilon).start(
+                spec.weights(), bet_horizon=r.max_items)
         else:
             self.estimator_ = BankRanking(r.labels, alpha=r.alpha, margin=r.margin, epsilon=r.epsilon).start(
                 spec.weights(), bet_horizon=r.max_items)
@@ -208,6 +225,17 @@ class BankGroup(_Group):
         if self.request.kind == "compare":
             return self._everyone_until_done(self.result())
         return self.estimator_.active
+
+    def interval_claim(self) -> dict[str, Any]:
+        claim = super().interval_claim()
+        share = getattr(getattr(self, "estimator_", None), "model_share", None)
+        if share is not None:  # the neighbour ε-ranking: its model CSs spend share·alpha (the pairs the rest)
+            m, r = len(self.request.labels), self.request
+            claim["guarantee"] = (f"the ranking's own interval for each model: without-replacement confidence "
+                                  f"sequences for the bank means, each at level 1 - {share:g}·alpha/{m}, "
+                                  f"simultaneous over the {m} models with probability >= {1 - share * r.alpha:g} "
+                                  f"(the intervals its certificates use; the pair tests spend the rest of alpha)")
+        return claim
 
     def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
         # BankRanking's, at alpha / M: a comparison is its ranking of two, whose model streams see the pair's items

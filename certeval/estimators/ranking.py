@@ -159,8 +159,9 @@ class Ranking:
             "statement": self.statement,
             "epsilon": self.epsilon,
             "halfwidth": self.halfwidth,
-            "n_pairs": len(self.pairs),
-            "n_pairs_decided": int(self.pairs.decided.sum()),
+            # a neighbour ranking's table may hold only the pairs it opened: its totals count every pair
+            "n_pairs": getattr(self.pairs, "n_pairs_total", len(self.pairs)),
+            "n_pairs_decided": getattr(self.pairs, "n_decided_total", int(self.pairs.decided.sum())),
         })
         if comparisons:
             out["comparisons"] = [c.to_dict() for c in self.comparisons]
