@@ -75,6 +75,23 @@ def look_arrays(names: Sequence[str], items: Any, scores: Any) -> tuple[np.ndarr
     return items, x
 
 
+def checked_look(names: Sequence[str], items: Any, scores: Any, n: int, n_total: int,
+                 model_open: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A look of a ranking checked against the bank (``n`` items seen of ``n_total``): bank positions, scores and
+    the rows of the models still open; None for an empty look."""
+    items, x = look_arrays(names, items, scores)
+    if items.size and (items.min() < 0 or items.max() >= n_total):
+        raise InputError(f"items must be bank positions in [0, {n_total}), got {int(items.max())}")
+    if n + items.size > n_total:
+        raise InputError(f"more items ({n + items.size}) than the bank holds ({n_total})")
+    if items.size == 0:
+        return None
+    live = np.flatnonzero(model_open)
+    if np.isnan(x[live]).any() or (x[live] < 0).any() or (x[live] > 1).any():
+        raise InputError("every model still in play needs a score in [0, 1] for every item of the look")
+    return items, x, live
+
+
 class BankPairTable:
     """Every pair's verdict, look, items and interval, in the shape :class:`~.ranking.Ranking` reads."""
 
@@ -305,16 +322,10 @@ class BankRanking:
     def _begin_look(self, items: Any, scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """A look checked and counted, the running models' intervals updated: (items, live models, scores with
         0 for the rows of models that left, weights); None for an empty look."""
-        items, x = look_arrays(self.names, items, scores)
-        if items.size and (items.min() < 0 or items.max() >= self.n_total):
-            raise InputError(f"items must be bank positions in [0, {self.n_total}), got {int(items.max())}")
-        if self.n + items.size > self.n_total:
-            raise InputError(f"more items ({self.n + items.size}) than the bank holds ({self.n_total})")
-        if items.size == 0:
+        look = checked_look(self.names, items, scores, self.n, self.n_total, self.model_open)
+        if look is None:
             return None
-        live = np.flatnonzero(self.model_open)
-        if np.isnan(x[live]).any() or (x[live] < 0).any() or (x[live] > 1).any():
-            raise InputError("every model still in play needs a score in [0, 1] for every item of the look")
+        items, x, live = look
         w = self.w[items]
         self.n += items.size
         self.looks += 1

@@ -62,7 +62,30 @@ _BLOCK_CELLS = 1 << 22  # tests x items per vectorised update
 CERTAIN_TOL = 1e-12  # float rounding of the weighted sums: a boundary met exactly is not a certain rejection
 
 
-class EpsilonTests:
+class PairTestRows:
+    """What the two pair-test constructions share (:class:`EpsilonTests` per item, ``LookTests`` per look): one row
+    per pair in each of the ``FIELDS`` arrays, the certain rejections, and rows kept or appended."""
+
+    FIELDS: tuple[str, ...] = ()
+
+    def _reject_certain(self) -> None:
+        # the deterministic bounds K <= m <= K + U: certain rejections (also the whole list at exhaustion)
+        self.rejected_a |= self.known > self.m_a + CERTAIN_TOL
+        self.rejected_b |= self.known + self.remaining < self.m_b - CERTAIN_TOL
+
+    def keep(self, mask: np.ndarray) -> None:
+        for f in self.FIELDS:
+            setattr(self, f, getattr(self, f)[mask])
+
+    def extend(self, other: PairTestRows) -> None:
+        """Append ``other``'s tests: the same values so far (a late pair's replay), level and epsilon."""
+        if other.n != self.n or other.delta != self.delta or other.epsilon != self.epsilon:
+            raise InputError(f"tests to append must have seen the same {self.n} values at the same level and epsilon")
+        for f in self.FIELDS:
+            setattr(self, f, np.concatenate([getattr(self, f), getattr(other, f)]))
+
+
+class EpsilonTests(PairTestRows):
     """The two boundary tests of ``k`` pair streams (values z in [0, 1]) at level ``delta`` each."""
 
     FIELDS = ("total", "known", "sq", "log_ka", "log_kb", "rejected_a", "rejected_b", "total_v", "rest")
@@ -167,20 +190,7 @@ class EpsilonTests:
         self.remaining = max(self.remaining - float(w.sum()), 0.0)
         if self.n == self.n_total:
             self.remaining = 0.0
-        # the deterministic bounds K <= m <= K + U: certain rejections (also the whole list at exhaustion)
-        self.rejected_a |= self.known > self.m_a + CERTAIN_TOL
-        self.rejected_b |= self.known + self.remaining < self.m_b - CERTAIN_TOL
-
-    def keep(self, mask: np.ndarray) -> None:
-        for f in self.FIELDS:
-            setattr(self, f, getattr(self, f)[mask])
-
-    def extend(self, other: EpsilonTests) -> None:
-        """Append ``other``'s tests: the same order so far (a late pair's replay), levels and epsilon."""
-        if other.n != self.n or other.delta != self.delta or other.epsilon != self.epsilon:
-            raise InputError(f"tests to append must have seen the same {self.n} values at the same level and epsilon")
-        for f in self.FIELDS:
-            setattr(self, f, np.concatenate([getattr(self, f), getattr(other, f)]))
+        self._reject_certain()
 
     def state(self) -> dict[str, Any]:
         return {"construction": "epsilon-tests", "n_total": self.n_total, "delta": self.delta,

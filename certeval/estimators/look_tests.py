@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from ._validation import InputError
-from .epsilon_tests import CERTAIN_TOL
+from .epsilon_tests import PairTestRows
 
 PRIOR = 30.0  # pseudo-draws at 1/2 in the running mean that sets the bet, as the betting tests
 TEST_C = 0.5  # truncation: every factor 1 ± λ(z − c) >= 1 - TEST_C, as the betting tests
@@ -65,7 +65,7 @@ def look_coefficients(w: np.ndarray, remaining: float) -> tuple[np.ndarray, np.n
     return undrawn, w * after, float(inv.sum())
 
 
-class LookTests:
+class LookTests(PairTestRows):
     """The two boundary tests of ``k`` pairs at level ``delta`` each, updated once per look from the look's sums
     (:meth:`absorb_sums`). Every pair of one object has seen the same looks of the shared order."""
 
@@ -149,20 +149,7 @@ class LookTests:
         self.total2 = self.total2 + sz2
         self.known = k_start + swz
         self.remaining = 0.0 if self.n == self.n_total else max(self.remaining - float(w.sum()), 0.0)
-        # the deterministic bounds K <= m <= K + U (certain; the whole list at exhaustion)
-        self.rejected_a |= self.known > self.m_a + CERTAIN_TOL
-        self.rejected_b |= self.known + self.remaining < self.m_b - CERTAIN_TOL
-
-    def keep(self, mask: np.ndarray) -> None:
-        for f in self.FIELDS:
-            setattr(self, f, getattr(self, f)[mask])
-
-    def extend(self, other: LookTests) -> None:
-        """Append ``other``'s tests: the same looks so far (a late pair's replay), level and epsilon."""
-        if other.n != self.n or other.delta != self.delta or other.epsilon != self.epsilon:
-            raise InputError(f"tests to append must have seen the same {self.n} values at the same level and epsilon")
-        for f in self.FIELDS:
-            setattr(self, f, np.concatenate([getattr(self, f), getattr(other, f)]))
+        self._reject_certain()
 
     def state(self) -> dict[str, Any]:
         return {"construction": "look-tests", "n_total": self.n_total, "delta": self.delta, "epsilon": self.epsilon,

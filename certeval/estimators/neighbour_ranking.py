@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ._validation import InputError, check_alpha, check_in_range
-from .bank_ranking import BankPairTable, look_arrays
+from .bank_ranking import BankPairTable, checked_look
 from .comparison import A_OVER_B, B_OVER_A, EITHER_ORDER, UNDECIDED
 from .epsilon_tests import EpsilonTests
 from .look_tests import LookTests, look_coefficients
@@ -170,16 +170,10 @@ class NeighbourRanking:
         return len(self.pa)
 
     def update(self, items: Any, scores: Any) -> NeighbourRanking:
-        items, x = look_arrays(self.names, items, scores)
-        if items.size and (items.min() < 0 or items.max() >= self.n_total):
-            raise InputError(f"items must be bank positions in [0, {self.n_total}), got {int(items.max())}")
-        if self.n + items.size > self.n_total:
-            raise InputError(f"more items ({self.n + items.size}) than the bank holds ({self.n_total})")
-        if items.size == 0:
+        look = checked_look(self.names, items, scores, self.n, self.n_total, self.model_open)
+        if look is None:
             return self
-        live = np.flatnonzero(self.model_open)
-        if np.isnan(x[live]).any() or (x[live] < 0).any() or (x[live] > 1).any():
-            raise InputError("every model still in play needs a score in [0, 1] for every item of the look")
+        items, x, live = look
         w = self.w[items]
         y = np.zeros_like(x)
         y[live] = x[live]  # rows of models that left: never read
