@@ -49,6 +49,13 @@ class ModelSpec:
                 return v
         return default
 
+    def flag_option(self, key: str) -> bool:
+        """Option ``key`` as a yes/no flag (true/false, 1/0, yes/no); absent is false."""
+        value = str(self.option(key, "false")).strip().lower()
+        if value not in ("true", "false", "1", "0", "yes", "no"):
+            raise InputError(f"model spec option {key}={value!r} in {self.text!r} must be true or false")
+        return value in ("true", "1", "yes")
+
     def number_option(self, key: str, default: Any, cast: type = int, low: float = 1) -> Any:
         """Option ``key`` (else ``default``) as ``cast``, at least ``low``; ``None`` stays ``None``."""
         value = self.option(key, default)

@@ -66,15 +66,9 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
         max_length=spec.number_option("max_length", kwargs.get("max_length"), low=8),
         scorer=spec.option("scorer", kwargs.get("scorer")),
         threads=spec.number_option("threads", kwargs.get("threads")),
-        trust_remote_code=_flag(spec, "trust_remote_code"),
+        trust_remote_code=spec.flag_option("trust_remote_code"),
     )
 
-
-def _flag(spec: ModelSpec, key: str) -> bool:
-    value = str(spec.option(key, "false")).strip().lower()
-    if value not in ("true", "false", "1", "0", "yes", "no"):
-        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be true or false")
-    return value in ("true", "1", "yes")
 
 
 class HFHost(ModelHost):

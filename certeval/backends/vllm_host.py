@@ -84,15 +84,9 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> VLLMOptions:
         max_new_tokens=number("max_new_tokens", 16, int, 1),
         scorer=scorer,
         seed=number("seed", 0, int, 0),
-        trust_remote_code=_flag(spec, "trust_remote_code"),
+        trust_remote_code=spec.flag_option("trust_remote_code"),
     )
 
-
-def _flag(spec: ModelSpec, key: str) -> bool:
-    value = str(spec.option(key, "false")).strip().lower()
-    if value not in ("true", "false", "1", "0", "yes", "no"):
-        raise InputError(f"model spec option {key}={value!r} in {spec.text!r} must be true or false")
-    return value in ("true", "1", "yes")
 
 
 class VLLMHost(ModelHost):

@@ -68,6 +68,17 @@ class PairTestRows:
 
     FIELDS: tuple[str, ...] = ()
 
+    def __len__(self) -> int:
+        return len(self.total)
+
+    @property
+    def m_a(self) -> float:
+        return (1.0 - self.epsilon) / 2.0
+
+    @property
+    def m_b(self) -> float:
+        return (1.0 + self.epsilon) / 2.0
+
     def _reject_certain(self) -> None:
         # the deterministic bounds K <= m <= K + U: certain rejections (also the whole list at exhaustion)
         self.rejected_a |= self.known > self.m_a + CERTAIN_TOL
@@ -107,17 +118,6 @@ class EpsilonTests(PairTestRows):
         self.rejected_b = np.zeros(k, dtype=bool)
         self.total_v = np.zeros(k)  # running sum of the bet values (z itself without a control variate)
         self.rest = np.zeros(k)  # A: the predicted Σ w·a over the undrawn items (set by the caller before a look)
-
-    def __len__(self) -> int:
-        return len(self.total)
-
-    @property
-    def m_a(self) -> float:
-        return (1.0 - self.epsilon) / 2.0
-
-    @property
-    def m_b(self) -> float:
-        return (1.0 + self.epsilon) / 2.0
 
     def absorb(self, z: np.ndarray, w: np.ndarray, a: np.ndarray | None = None) -> None:
         """The next ``b`` values of every pair, ``(K, b)``, and the ``b`` items' weights; ``a``: their predictions

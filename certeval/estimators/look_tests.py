@@ -87,17 +87,6 @@ class LookTests(PairTestRows):
         self.rejected_a = np.zeros(k, dtype=bool)
         self.rejected_b = np.zeros(k, dtype=bool)
 
-    def __len__(self) -> int:
-        return len(self.total)
-
-    @property
-    def m_a(self) -> float:
-        return (1.0 - self.epsilon) / 2.0
-
-    @property
-    def m_b(self) -> float:
-        return (1.0 + self.epsilon) / 2.0
-
     def absorb_sums(self, w: np.ndarray, sz: np.ndarray, sz2: np.ndarray, sgz: np.ndarray, swz: np.ndarray,
                     n1: np.ndarray | None = None, n0: np.ndarray | None = None) -> None:
         """One look: its draws' weights ``w`` (draw order) and per pair Σz, Σz², Σ g z, Σ w z over the look
