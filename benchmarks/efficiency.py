@@ -27,7 +27,7 @@ The estimand is the bank's mean-of-means over subsets (Arviv et al. 2026, eq. 1)
 Batch size is 1% of the bank (at least 10 items), so a stopping point is known to ±1%.
 
     python -m benchmarks efficiency            # full: 200 reps per cell on Ray (2 CPUs)
-    python -m benchmarks efficiency --quick    # four datasets, 2 reps, one goal, in-process
+    python -m benchmarks efficiency --quick    # four datasets, 1 rep, one goal (±0.1), in-process
     python -m benchmarks efficiency --methods faq,faq-uniform,uniform --ratio-only faq-uniform,uniform --append
 """
 
@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks efficiency", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a few reps, one goal, in-process (minutes)")
     p.add_argument("--seed", type=int, default=2026)
-    p.add_argument("--reps", type=int, default=None, help="reps per cell (default 200; --quick 2)")
+    p.add_argument("--reps", type=int, default=None, help="reps per cell (default 200; --quick 1)")
     p.add_argument("--datasets", default=None, help="comma-separated subset of the bundled datasets")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--goals", default=None, help="comma-separated goals (default halfwidth 0.1,0.05,0.03,0.02)")
@@ -105,8 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quick = args.quick
-    reps = args.reps or (2 if quick else 200)
-    goals = tuple(args.goals.split(",")) if args.goals else (("halfwidth:0.05",) if quick else GOALS)
+    reps = args.reps or (1 if quick else 200)
+    goals = tuple(args.goals.split(",")) if args.goals else (("halfwidth:0.1",) if quick else GOALS)
     methods = tuple(args.methods.split(","))
     names = args.datasets.split(",") if args.datasets else (list(QUICK_DATASETS) if quick else bundled_datasets())
     use_ray = not (args.no_ray or quick)

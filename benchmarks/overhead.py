@@ -16,7 +16,7 @@ each rep evaluates one model with a random half of the other models as history a
 its looks, and the history prior's fit (once per model and rep, before the first look) is reported apart.
 
     python -m benchmarks overhead            # full
-    python -m benchmarks overhead --quick    # 1k and 12k only, 3 rounds; 2 reps of the history part
+    python -m benchmarks overhead --quick    # 1k and 4k items, 1 and 2 models, 3 rounds; 2 reps of the history part
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from certeval.estimators import BankSpec, make_method, parse_goal  # noqa: E402
 SIZES = (1_000, 12_000, 100_000, 1_000_000)
 METHODS = ("uniform", "adaptive", "seq", "cer-eval", "static")
 MODEL_COUNTS = (1, 10, 100, 1000)
+# --quick shows the sweep runs and writes its JSON: two small sizes (a scaling fit needs two), one or two models
+QUICK_SIZES, QUICK_MODEL_COUNTS = (1_000, 4_000), (1, 2)
 # sizes a method skips (none now: Cer-Eval's 1-NN re-fit compares items with the newly scored points
 # only, so it runs at 1M items too; its re-fit rounds show in round_max_s)
 SIZE_CAP: dict[str, int] = {}
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-lm", action="store_true", help="skip the small-LM inference timing")
     args = p.parse_args(argv)
     quick = args.quick
-    sizes = SIZES[:2] if quick else SIZES
+    sizes = QUICK_SIZES if quick else SIZES
     rounds = 3 if quick else 10
     methods = args.methods.split(",")
     rng = np.random.default_rng(args.seed)
@@ -217,10 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     for method in methods:
         ok = [r for r in by_size if r["method"] == method and "round_s" in r]
         fits[method] = fit_exponent([r["n_items"] for r in ok], [r["round_s"] for r in ok])
-    # vs number of models at 12k items (one method object per model, same scores)
-    counts = MODEL_COUNTS[:2] if quick else MODEL_COUNTS
+    # vs number of models at 12k items (--quick: the larger quick size; one method object per model, same scores)
+    counts = QUICK_MODEL_COUNTS if quick else MODEL_COUNTS
     by_models = []
-    spec, scores = banks[12_000]
+    models_n = max(sizes) if quick else 12_000
+    spec, scores = banks[models_n]
     for method in ("uniform", "adaptive"):
         if method not in methods:
             continue
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                     engine.update(label, p.items, got[label])
                 engine.decide(list(proposals), look=r + 1)
                 times.append(time.perf_counter() - t)
-            by_models.append({"method": method, "n_models": m, "n_items": 12_000, "round_s": statistics.median(times),
+            by_models.append({"method": method, "n_models": m, "n_items": models_n, "round_s": statistics.median(times),
                               "per_model_s": statistics.median(times) / m})
             print(f"[overhead] {method} models={m}: {statistics.median(times) * 1e3:.1f} ms/round",
                   file=sys.stderr, flush=True)

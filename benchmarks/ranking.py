@@ -43,10 +43,10 @@ from benchmarks._meta import write_result  # noqa: E402
 RANK_CASES = [("helm_mmlu", 0.02, 200), ("helm_mmlu", 0.1, 200), ("openllm_arc", 0.02, 20), ("openllm_tiny", 0.02, 1)]
 SELECT_CASES = [("helm_mmlu", 1, 0.02, 200), ("helm_mmlu", 3, 0.02, 100), ("helm_mmlu", 5, 0.02, 100),
                 ("helm_mmlu", 1, 0.0, 100), ("openllm_arc", 1, 0.02, 20), ("openllm_tiny", 1, 0.02, 2)]
-QUICK_RANK = [("helm_mmlu", 0.02, 2)]  # --quick checks that the benchmark runs and writes its JSON
+QUICK_RANK = [("helm_mmlu", 0.02, 1)]  # --quick checks that the benchmark runs and writes its JSON
 EPSILONS = (0.025, 0.05, 0.1)
 EPSILON_CASES = [("helm_mmlu", 3), ("vlm_ocrbench", 1), ("vlm_hallusionbench", 1), ("openllm_arc", 1)]
-QUICK_SELECT = [("helm_mmlu", 1, 0.02, 2)]
+QUICK_SELECT = [("helm_mmlu", 1, 0.02, 1)]
 
 
 def wilson_upper(k: int, n: int, z: float = 1.959964) -> float:

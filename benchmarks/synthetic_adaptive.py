@@ -28,9 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=99)
-    ap.add_argument("--quick", action="store_true", help="5 reps, results under results/_quick")
+    ap.add_argument("--quick", action="store_true", help="1 rep, results under results/_quick")
     args = ap.parse_args(argv)
-    reps = 5 if args.quick else args.reps
+    reps = 1 if args.quick else args.reps
     rows = []
     for s_idx, scenario in enumerate(("S1", "S2", "S3")):
         per = {eps: [] for eps in EPSILONS}

@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=2026)
-    ap.add_argument("--quick", action="store_true", help="3 reps, results under results/_quick")
+    ap.add_argument("--quick", action="store_true", help="1 rep, results under results/_quick")
     args = ap.parse_args(argv)
-    reps = 3 if args.quick else args.reps
+    reps = 1 if args.quick else args.reps
     rows = []
     t0 = time.time()
     for s_idx, scenario in enumerate(("S1", "S2", "S3")):
