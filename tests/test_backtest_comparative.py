@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 from argparse import Namespace
+from contextlib import redirect_stdout
 
 import numpy as np
 import pandas as pd
@@ -23,17 +25,39 @@ def _args(**kw):
     return Namespace(**base)
 
 
+@pytest.fixture(scope="module")
+def helm_rank():
+    """One bank-target rank backtest on helm_mmlu (44 models, 2 reps, a look every 50 items) through the command
+    line's entry, shared by the checks below: the run is what costs, each check reads it. Returns the backtest's
+    dict and the JSON it printed."""
+    import certeval.backtest.comparative as comparative
+
+    real, kept = comparative.comparative_backtest, {}
+
+    def keep(opts):
+        kept["out"] = real(opts)
+        return kept["out"]
+
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(printed):
+        mp.setattr(comparative, "comparative_backtest", keep)
+        assert run_comparative_backtest(_args(reps=2, looks_every=50)) == 0
+    return kept["out"], json.loads(printed.getvalue())
+
+
 @pytest.mark.slow
-def test_rank_helm_mmlu_prints_tie_groups(capsys):
-    assert run_comparative_backtest(_args(json=False, reps=1)) == 0
+def test_rank_helm_mmlu_prints_tie_groups(helm_rank, capsys, monkeypatch):
+    import certeval.backtest.comparative as comparative
+
+    monkeypatch.setattr(comparative, "comparative_backtest", lambda opts: helm_rank[0])  # the shared run, as a table
+    assert run_comparative_backtest(_args(json=False, reps=2, looks_every=50)) == 0
     out = capsys.readouterr().out
     assert "tie groups" in out and "writer_palmyra-x" in out
 
 
 @pytest.mark.slow
-def test_rank_json_has_rankings_and_summary(capsys):
-    assert run_comparative_backtest(_args()) == 0
-    out = json.loads(capsys.readouterr().out)
+def test_rank_json_has_rankings_and_summary(helm_rank):
+    out = helm_rank[1]
     assert len(out["rankings"]) == 2 and len(out["rankings"][0]["models"]) == 44
     assert out["summary"]["family_wise_error_rate"] <= 0.5
     assert sum(len(g) for g in out["rankings"][0]["tie_groups"]) == 44
@@ -81,11 +105,10 @@ def test_distribution_target_still_answers_with_group_sequential_tests(goal, cap
 
 
 @pytest.mark.slow
-def test_bank_rank_backtest_states_are_exact_and_never_wrong_on_helm_mmlu(capsys):
+def test_bank_rank_backtest_states_are_exact_and_never_wrong_on_helm_mmlu(helm_rank):
     """Bank target: the whole bank known at the end, so every fully scored pair is decided and no
     ordering statement contradicts the exact bank order (over these reps)."""
-    assert run_comparative_backtest(_args(reps=2, looks_every=50)) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = helm_rank[1]
     s = out["summary"]
     assert s["target"] == "bank" and s["family_wise_error_rate"] == 0.0
     first = out["rankings"][0]

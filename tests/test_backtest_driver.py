@@ -7,8 +7,10 @@ key their seeds differently, so a rep's draws differ; what must agree is everyth
 to the last few bits (the fixture was written on another machine: a mean summed in another order — SIMD width,
 BLAS, pandas version — differs in the last bit, so floats are compared at ``rtol=1e-12``, never with ``==``), a case
 where every rep is stopped by the budget in every number but the half-width, and the items and half-widths per
-model within Monte-Carlo error — a paired z-test over the 22 models, which fails when the kept driver builds the
-bank, the features, the history or the budget differently (a 1% shift in items is ~4 SE here). uniform and
+model within Monte-Carlo error — a paired z-test over the models, which fails when the kept driver builds the
+bank, the features, the history or the budget differently (a 1% shift in items is ~4-5 SE here, on the 11 models
+the stopping cases replay: a model's rows do not depend on which models run beside it, so every other fixture
+model is a check of the same runs at half the cost; the budget case, cheap, keeps all 22). uniform and
 adaptive run as they did then (``UNION``); the history method has changed since, so its items are only checked
 to have dropped.
 """
@@ -37,6 +39,9 @@ CASES = {
     "history_frac05_hw05": dict(method="history", goal="halfwidth:0.05", reps=3, history_fraction=0.5,
                                 baseline="uniform"),
 }
+# the fixture's models a case replays: every other one where a run stops on its own (z over 11 models); the budget
+# case compares its whole summary exactly, so all 22
+STRIDE = {"uniform_hw05": 2, "adaptive_hw05": 2, "seq_above05_budget": 1, "history_frac05_hw05": 2}
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +83,13 @@ def _paired_z(old: list[float], new: list[float]) -> float:
 def test_kept_driver_reproduces_the_removed_drivers_fixed_seed_results(data, case):
     frame, bank, all_models = data
     c = dict(CASES[case])
-    models = all_models[::2]
+    old = FIXTURE["cases"][case]
+    old_models = old["models"][::STRIDE[case]]
+    models = all_models[::2][::STRIDE[case]]
     out = run_single_backtest(frame, bank, models, c.pop("method"), parse_goal(c.pop("goal")),
                               seed=FIXTURE["seed"], batch_size=10, all_models=all_models, **c)
-    old = FIXTURE["cases"][case]
-    assert [m["model"] for m in out["models"]] == [m["model"] for m in old["models"]] == models
-    assert _close([m["truth"] for m in out["models"]], [m["truth"] for m in old["models"]])
+    assert [m["model"] for m in out["models"]] == [m["model"] for m in old_models] == models
+    assert _close([m["truth"] for m in out["models"]], [m["truth"] for m in old_models])
     assert out["n_items"] == old["n_items"] and _close(out["truth"], old["truth"])
     if case == "seq_above05_budget":  # every rep ends at the budget: only which items were drawn is random
         drop = lambda m: {k: v for k, v in m.items() if k != "mean_halfwidth"}  # noqa: E731
@@ -92,19 +98,20 @@ def test_kept_driver_reproduces_the_removed_drivers_fixed_seed_results(data, cas
         z = _paired_z([m["mean_halfwidth"] for m in old["models"]], [m["mean_halfwidth"] for m in out["models"]])
         assert abs(z) < 4, z
         return
-    z = _paired_z([m["mean_scored"] for m in old["models"]], [m["mean_scored"] for m in out["models"]])
+    z = _paired_z([m["mean_scored"] for m in old_models], [m["mean_scored"] for m in out["models"]])
     assert out["summary"]["coverage"] >= 0.95 and old["summary"]["coverage"] >= 0.95
+    old_fraction = np.mean([m["fraction_scored"] for m in old_models])
     if case == "history_frac05_hw05":
         # the history method itself changed since the fixture (bets tuned to the goal, truncation c = 0.8): the
         # driver must still build the same bank, history and truths (checked above), and the items only drop
-        assert z < -4 and out["summary"]["mean_fraction_scored"] < old["summary"]["mean_fraction_scored"], z
+        assert z < -4 and out["summary"]["mean_fraction_scored"] < old_fraction, z
     else:
         assert abs(z) < 4, z
-        assert abs(out["summary"]["mean_fraction_scored"] - old["summary"]["mean_fraction_scored"]) < 0.02
+        assert abs(out["summary"]["mean_fraction_scored"] - old_fraction) < 0.02
     if "ratio_to_uniform" in old["summary"]:
         # the baseline is today's uniform (one joint CS): fewer items than the union-bound uniform of the fixture
         new_base = [m["baseline_scored"] for m in out["models"]]
-        old_base = [m["baseline_scored"] for m in old["models"]]
+        old_base = [m["baseline_scored"] for m in old_models]
         assert np.mean(new_base) < 0.9 * np.mean(old_base), (np.mean(new_base), np.mean(old_base))
         assert out["summary"]["ratio_to_uniform"] < 1.0  # history still pays against the tighter uniform
 

@@ -32,7 +32,7 @@ def _equal_means_bank(rng, m, n, ones):
     return out
 
 
-def _fwer(correction, reps=100, seed=7, alpha=0.2):
+def _fwer(correction, reps=50, seed=7, alpha=0.2):
     rng = np.random.default_rng(seed)
     m, n = 6, 240  # 15 pairs, all exact ties (measured: 0.04 with Bonferroni, 0.58 without)
     names = [f"m{k}" for k in range(m)]
@@ -48,7 +48,9 @@ def _fwer(correction, reps=100, seed=7, alpha=0.2):
 
 @pytest.mark.slow
 def test_family_wise_error_over_exact_ties_is_at_most_alpha_and_no_correction_fails_the_same_check():
-    alpha, reps = 0.2, 100
+    # 50 reps: the bound is 0.37 (fail at 19+ errors); the uncorrected control's FWER of 0.58 (0.52 in these 50 reps)
+    # fails with probability 0.999, one of 0.5 with 0.97; a valid 0.2 passes with probability 0.997
+    alpha, reps = 0.2, 50
     bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
     ok = _fwer("bonferroni", reps, alpha=alpha)
     bad = _fwer("none", reps, alpha=alpha)
@@ -166,7 +168,9 @@ def test_bank_ranking_order_verdicts_and_tie_groups_agree_on_every_bundled_bank(
 @pytest.mark.slow
 def test_selection_finds_an_epsilon_best_model_and_drops_others_early():
     rng = np.random.default_rng(2)
-    m, n, reps, eps = 10, 1000, 60, 0.02
+    # 30 reps: at most 1 wrong selection passes (alpha 0.05), so a wrong-selection rate of 0.2 fails with probability
+    # 0.99, one of 0.1 with 0.82
+    m, n, reps, eps = 10, 1000, 30, 0.02
     acc = np.linspace(0.35, 0.75, m)
     names = [f"m{k}" for k in range(m)]
     wrong, fractions = 0, []

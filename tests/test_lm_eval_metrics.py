@@ -129,8 +129,13 @@ def test_another_metric_on_the_same_draws_replays_the_method_exactly(subsets):
 @pytest.mark.parametrize("subsets", [None, 3])
 def test_another_metrics_interval_covers_its_bank_mean_at_the_stop_the_first_chose(subsets):
     """Monte Carlo: a second metric (agreeing with the first on 80% of items) on the draws of runs stopped by the
-    first metric's half-width; its 95% interval misses its bank mean no more often than 5% allows."""
-    n, reps, misses = 300, 200, 0
+    first metric's half-width; its 95% interval misses its bank mean no more often than 5% allows, and the same
+    interval halved about its centre (a miscalibrated one) fails the same check.
+
+    100 reps: the check fails at 12+ misses (P(Binomial(100, 0.05) > 11) = 0.004); a miss rate of 0.15 fails with
+    probability 0.83, one of 0.2 with 0.99. The halved control missed in 19 (one stratum) and 28 (sub-datasets)
+    of the 100 runs when written; the intervals as stated in 2 and 8."""
+    n, reps, misses, halved_misses = 300, 100, 0, 0
     spec = BankSpec(n) if subsets is None else BankSpec(n, subsets=np.arange(n) % subsets,
                                                         subset_names=tuple("xyz"[:subsets]))
     means = np.array([0.3, 0.6, 0.9])[np.arange(n) % 3]
@@ -141,4 +146,6 @@ def test_another_metrics_interval_covers_its_bank_mean_at_the_stop_the_first_cho
         method, _, looks = _run(a, spec, rep)
         other = interval_on_same_draws(method.state(), {i: b[i] for i in range(n)}, looks)
         misses += not other.lower <= b.mean() <= other.upper
-    assert misses <= 19, misses  # 5% of 200 is 10; P(Binomial(200, 0.05) > 19) < 0.005
+        centre, quarter = (other.lower + other.upper) / 2, (other.upper - other.lower) / 4
+        halved_misses += not centre - quarter <= b.mean() <= centre + quarter
+    assert misses <= 11 < halved_misses, (misses, halved_misses)

@@ -63,7 +63,9 @@ def _any_miss(cls, reps: int, alpha: float, seed: int = 3, m: int = 10, n: int =
 
 @pytest.mark.slow
 def test_top_pairs_and_model_confidence_sequences_cover_jointly_with_peeking_and_the_uncorrected_control_fails():
-    alpha, reps = 0.1, 80
+    # 40 reps: the bound is 0.24 (fail at 10+ misses); a family-wise miss rate of 0.45 (the uncorrected control's)
+    # fails with probability 0.997, one of 0.3 with 0.80; a valid rate of 0.1 passes with probability 0.995
+    alpha, reps = 0.1, 40
     bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
     ok = _any_miss(BankSelection, reps, alpha)
     bad = _any_miss(_UncorrectedPairs, reps, alpha)
@@ -109,7 +111,9 @@ def _top_errors(cls, reps: int, alpha: float, top: int = 2, eps: float = 0.03, m
 def test_top_k_selection_is_epsilon_correct_family_wise_with_peeking_and_a_loose_control_fails():
     # the uncorrected control (each pair at alpha) errs in only 0-5% of these runs — a wrong stop needs a wrong
     # leader too — so the coverage test above is what catches it; here pairs at level 0.5 must be caught
-    alpha, reps = 0.1, 60
+    # 30 reps: the bound is 0.26 (fail at 8+ errors); the loose control's ~0.5 error rate fails with probability
+    # 0.999, a rate of 0.3 with 0.72; a valid rate of 0.1 passes with probability 0.992
+    alpha, reps = 0.1, 30
     bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
     ok, bad = _top_errors(BankSelection, reps, alpha), _top_errors(_LoosePairs, reps, alpha)
     assert ok <= bound < bad, (ok, bad)

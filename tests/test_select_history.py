@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from test_best_arm_tests import _PeekingOpponent
 
+from certeval.estimators import paired_history
 from certeval.estimators.best_arm_tests import LeaderListings
 from certeval.estimators.history import fit_history_prior
 from certeval.estimators.paired_history import HistorySelection
@@ -58,8 +59,17 @@ def _selection_misses(rng, reps: int, alpha: float, *, models: int = 6, items: i
     return bad / reps
 
 
+class _CoarseGridHistory(paired_history.HistoryMethod):
+    """The models' history CSs on 513 grid points, not 4097: half this test's work; an interval grows by at most
+    one step (1/512), far below its width here, and the broken control breaks the rule's tests, not these CSs."""
+
+    def __init__(self, **kw):
+        super().__init__(grid_size=513, **kw)
+
+
 @pytest.mark.slow
-def test_selection_with_history_covers_family_wise_with_peeking_and_a_broken_rule_is_caught():
+def test_selection_with_history_covers_family_wise_with_peeking_and_a_broken_rule_is_caught(monkeypatch):
+    monkeypatch.setattr(paired_history, "HistoryMethod", _CoarseGridHistory)
     rng = np.random.default_rng(7)
     alpha, reps = 0.05, 80  # seeds 7-9: 0.00-0.03 of the reps miss, the broken rule 0.17-0.24; limit 0.123
     rate = _selection_misses(rng, reps, alpha)

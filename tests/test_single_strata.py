@@ -18,7 +18,9 @@ from certeval.estimators.single.strata import feature_strata
 from certeval.estimators.wor_streams import weighted_order
 
 DELTA = 0.1
-REPS = 60
+# 30 reps, as the miscalibrated controls below: the check fails at 10+ misses (binom.ppf(0.999, 30, 0.1) = 9), so
+# a miss rate of 0.4 fails with probability 0.82 and one of 0.5 with 0.98; a valid 0.1 passes with 0.999
+REPS = 30
 
 
 def grouped_bank(rng, n=600, informative=True, contrast=False):
