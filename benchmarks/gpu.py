@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="local model dir (default: the packaged SmolLM2-135M)")
     parser.add_argument("--random-weights", action="store_true", help="model dir holds config+tokenizer only")
     parser.add_argument("--items", default=None, help="JSONL items (default: trivia multiple choice)")
-    parser.add_argument("--n", type=int, default=None, help="items (default 200 cpu, 2000 cuda; --quick 8)")
+    parser.add_argument("--n", type=int, default=None, help="items (default 200 cpu, 2000 cuda; --quick 4)")
     parser.add_argument("--batch", type=int, default=None, help="pairs per forward pass (16 cpu, 64 cuda)")
     parser.add_argument("--call-size", type=int, default=64, help="items per host.score call")
     parser.add_argument("--repeats", type=int, default=1, help="timed repeats (best kept)")
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
     dtype = args.dtype or ("bfloat16" if cuda else "float32")
-    n = args.n or (8 if args.quick else (2000 if cuda else 200))
+    n = args.n or (4 if args.quick else (2000 if cuda else 200))
     batch = args.batch or (64 if cuda else 16)
     if cuda and not torch.cuda.is_available():
         print("--device cuda, but torch sees no CUDA GPU", file=sys.stderr)
