@@ -88,6 +88,18 @@ def infra(state_dir):
     return ray_address(state_dir)
 
 
+@pytest.fixture(scope="module")
+def kept_actors(infra):
+    """``--keep-actors`` for a module's runs on the shared Ray: a later command on the same model spec adopts the
+    loaded actor instead of starting one. Yields the killer: a kept actor holds its CPUs, so a run on another
+    model spec frees them first; all are killed after the module too."""
+    from certeval.backends.pool import kill_kept_actors
+
+    kill_kept_actors()
+    yield kill_kept_actors
+    kill_kept_actors()
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     from certeval.banks import DATA_DIR
