@@ -195,7 +195,7 @@ def test_every_command_kind_runs_on_every_bank_format_with_a_list_column(infra, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])  # list cells read back as arrays / as text
-def test_the_small_lm_scores_multiple_choice_from_a_list_column(infra, tmp_path, fmt):
+def test_the_small_lm_scores_multiple_choice_from_a_list_column(infra, kept_actors, tmp_path, fmt):
     needs_small_lm()
     from certeval.flows.pipeline import run_plan
 
@@ -208,7 +208,8 @@ def test_the_small_lm_scores_multiple_choice_from_a_list_column(infra, tmp_path,
     bank = _write(frame, tmp_path / f"mc.{fmt}")
     plan, _ = make_plan(PlanRequest("certify", models=["hf:bundled:smollm2?threads=1"], bank=bank, batch_size=3,
                                     goal="halfwidth:0.01", scorer="mc-loglik", output=str(tmp_path / "runs"),
-                                    run_id=f"hf-{fmt}"))
+                                    run_id=f"hf-{fmt}", ray_address=infra,
+                                    options={"keep_actors": True}))  # the second format's run adopts the first's actor
     res = run_plan(plan)
     (model,) = res["models"]
     assert model["n_scored"] == model["items_sent_to_model"] == 3 and model["estimate"]["exhausted"] is True
