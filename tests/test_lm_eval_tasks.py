@@ -194,7 +194,7 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
     runs = tmp_path / "runs"
     # the task YAML, and lm-eval's own samples file of that run as a bank (an import once scored SmolLM2 0 of 10
     # on such a file by free generation), both give lm-eval's per-item acc / acc_norm; the mc-loglik runs share
-    # one kept actor (the early run below too), the mc-loglik-norm run's actor is another
+    # one kept actor with the early run, the mc-loglik-norm run's actor is another
     for source, scorer, column in (("--tasks", "mc-loglik", 0), ("--bank", "mc-loglik", 0),
                                    ("--tasks", "mc-loglik-norm", 1)):
         run_id = f"{source[2:]}-{scorer}"
