@@ -88,6 +88,31 @@ def infra(state_dir):
     return ray_address(state_dir)
 
 
+@pytest.fixture(scope="module")
+def kept_actors(infra):
+    """``--keep-actors`` for a module's runs on the shared Ray: a later command on the same model spec adopts the
+    loaded actor instead of starting one. Yields the killer: a kept actor holds its CPUs, so a run on another
+    model spec frees them first; all are killed after the module too."""
+    import time
+
+    import ray
+
+    from certeval.backends.pool import kill_kept_actors
+
+    def kill() -> list[str]:
+        killed = kill_kept_actors()
+        deadline = time.monotonic() + 30  # Ray frees a killed actor's CPUs a moment later; the next actor's
+        # CPU share (and torch threads) is counted from the free ones
+        while killed and time.monotonic() < deadline and (
+                ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0)):
+            time.sleep(0.2)
+        return killed
+
+    kill()
+    yield kill
+    kill()
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     from certeval.banks import DATA_DIR

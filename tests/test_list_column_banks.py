@@ -172,17 +172,19 @@ def test_every_format_reads_the_choices_as_lists(banks):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_every_command_kind_runs_on_every_bank_format_with_a_list_column(infra, banks, tmp_path_factory, fmt,
-                                                                         kind):
+def test_every_command_kind_runs_on_every_bank_format_with_a_list_column(infra, kept_actors, banks, tmp_path_factory,
+                                                                         fmt, kind):
     from certeval.flows.pipeline import run_plan
 
     bank, scores = banks[fmt]
     models = {"certify": [STRONG], "compare": [STRONG, WEAK]}.get(kind, [STRONG, MIDDLE, WEAK])
     extra = {"certify": {"goal": "halfwidth:0.2"}, "select": {"threshold": 0.3, "halfwidth": 0.1}}.get(kind, {})
-    # one output root for every run: the table formats hold the same items, so they share the score cache
+    # one output root for every run: the table formats hold the same items, so they share the score cache; the
+    # replay actors (no CPUs) are kept, so a run on the same scores file and models adopts an earlier one's
     output = str(tmp_path_factory.getbasetemp() / "list-bank-runs")
     plan, _ = make_plan(PlanRequest(kind, models=[replay(m, scores) for m in models], bank=bank, batch_size=20,
-                                    seed=1, output=output, run_id=f"{kind}-{fmt}", **extra))
+                                    seed=1, output=output, run_id=f"{kind}-{fmt}", ray_address=infra,
+                                    options={"keep_actors": True}, **extra))
     res = run_plan(plan)
     assert res["done"] is True and res["bank"] == bank
     assert sorted(m["model"] for m in res["models"]) == sorted(models)
@@ -195,7 +197,7 @@ def test_every_command_kind_runs_on_every_bank_format_with_a_list_column(infra, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])  # list cells read back as arrays / as text
-def test_the_small_lm_scores_multiple_choice_from_a_list_column(infra, tmp_path, fmt):
+def test_the_small_lm_scores_multiple_choice_from_a_list_column(infra, kept_actors, tmp_path, fmt):
     needs_small_lm()
     from certeval.flows.pipeline import run_plan
 
@@ -208,7 +210,8 @@ def test_the_small_lm_scores_multiple_choice_from_a_list_column(infra, tmp_path,
     bank = _write(frame, tmp_path / f"mc.{fmt}")
     plan, _ = make_plan(PlanRequest("certify", models=["hf:bundled:smollm2?threads=1"], bank=bank, batch_size=3,
                                     goal="halfwidth:0.01", scorer="mc-loglik", output=str(tmp_path / "runs"),
-                                    run_id=f"hf-{fmt}"))
+                                    run_id=f"hf-{fmt}", ray_address=infra,
+                                    options={"keep_actors": True}))  # the second format's run adopts the first's actor
     res = run_plan(plan)
     (model,) = res["models"]
     assert model["n_scored"] == model["items_sent_to_model"] == 3 and model["estimate"]["exhausted"] is True

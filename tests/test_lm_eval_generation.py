@@ -149,7 +149,7 @@ def _rounds(folder):
 
 @pytest.mark.slow
 def test_smollm2_generates_and_scores_each_item_as_lm_eval_does_per_filter_and_stops_early(
-        infra, tmp_path, offline, capsys):
+        infra, kept_actors, tmp_path, offline, capsys):
     from certeval.backends.smollm import ensure_converted
 
     yaml = write_gen_task(tmp_path / "tasks")
@@ -163,10 +163,14 @@ def test_smollm2_generates_and_scores_each_item_as_lm_eval_does_per_filter_and_s
     assert lm_eval_scores["strict-match"] != lm_eval_scores["flexible-extract"]
     assert 0 < sum(lm_eval_scores["flexible-extract"].values()) < 12
     runs = tmp_path / "runs"
-    for filt in FILTERS:
-        rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--scorer", f"lm-eval:exact_match,{filt}",
-                   "--goal", "halfwidth:0.0001", "--batch-size", "5", "--output", str(runs), "--run-id", filt,
-                   "--log_samples"])
+    common = ["--model", "hf:bundled:smollm2", "--tasks", yaml, "--output", str(runs), "--ray-address", infra]
+    # strict-match by default (the task's first filter), then by name; the default run's actor is kept for the
+    # early run below, whose items its score cache answers
+    for filt, scorer in (("strict-match", []), ("flexible-extract", ["--scorer", "lm-eval:exact_match,flexible-extract"])):
+        if scorer:
+            kept_actors()  # another scorer, another actor: the kept one's CPUs back first
+        rc = main(["certify", *common, *scorer, "--goal", "halfwidth:0.0001", "--batch-size", "5", "--run-id", filt,
+                   "--log_samples", *([] if scorer else ["--keep-actors"])])
         out = capsys.readouterr()
         assert rc in (0, 1), out.err
         frame = _rounds(runs / filt)
@@ -188,9 +192,11 @@ def test_smollm2_generates_and_scores_each_item_as_lm_eval_does_per_filter_and_s
         assert line["filter"] == filt
         assert line["arguments"]["gen_args_0"]["arg_1"] == {"until": ["\n", "Question:"], "max_gen_toks": 12}
         assert set(line["doc"]) == {"a", "b", "answer"} and line["target"] == line["doc"]["answer"]
-    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.45",
-               "--batch-size", "3", "--output", str(runs), "--run-id", "early", "--json"])
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    res = json.loads(out.out)
-    assert res["reached"] and res["models"][0]["n_scored"] < 12
+        if not scorer:
+            rc = main(["certify", *common, "--goal", "halfwidth:0.45", "--batch-size", "3", "--run-id", "early",
+                       "--json", "--keep-actors"])
+            out = capsys.readouterr()
+            assert rc == 0, out.err
+            res = json.loads(out.out)
+            assert res["reached"] and res["models"][0]["n_scored"] < 12
+            assert res["models"][0]["items_sent_to_model"] == 0

@@ -182,7 +182,7 @@ def _scores(folder) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when_the_goal_allows(
-        infra, tmp_path, offline, capsys):
+        infra, kept_actors, tmp_path, offline, capsys):
     from certeval.backends.smollm import ensure_converted
 
     yaml = _task(tmp_path / "tasks")
@@ -193,13 +193,18 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
     samples = next((tmp_path / "lm").rglob("samples_tiny_mc_*.jsonl"))
     runs = tmp_path / "runs"
     # the task YAML, and lm-eval's own samples file of that run as a bank (an import once scored SmolLM2 0 of 10
-    # on such a file by free generation), both give lm-eval's per-item acc / acc_norm
-    for source, scorer, column in (("--tasks", "mc-loglik", 0), ("--tasks", "mc-loglik-norm", 1),
-                                   ("--bank", "mc-loglik", 0)):
+    # on such a file by free generation), both give lm-eval's per-item acc / acc_norm; the mc-loglik runs share
+    # one kept actor with the early run, the mc-loglik-norm run's actor is another
+    for source, scorer, column in (("--tasks", "mc-loglik", 0), ("--bank", "mc-loglik", 0),
+                                   ("--tasks", "mc-loglik-norm", 1)):
         run_id = f"{source[2:]}-{scorer}"
+        keep = ["--keep-actors"] if scorer == "mc-loglik" else []
+        if not keep:  # the mc-loglik runs done: the early run on their kept actor, then its CPUs back
+            _early_run(yaml, runs, infra, capsys)
+            kept_actors()
         rc = main(["certify", "--model", "hf:bundled:smollm2", source, yaml if source == "--tasks" else str(samples),
                    "--scorer", scorer, "--goal", "halfwidth:0.0001", "--batch-size", "12", "--output", str(runs),
-                   "--run-id", run_id, "--log_samples"])
+                   "--run-id", run_id, "--log_samples", "--ray-address", infra, *keep])
         out = capsys.readouterr()
         assert rc in (0, 1), out.err
         ours = _scores(runs / run_id)
@@ -216,16 +221,21 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
         assert [g for _, g in line["filtered_resps"]] == [g for _, g in other["filtered_resps"]]
         assert [float(ll) for ll, _ in line["filtered_resps"]] == pytest.approx(
             [float(ll) for ll, _ in other["filtered_resps"]], abs=1e-3)
-    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
-               "--batch-size", "3", "--output", str(runs), "--run-id", "early", "--json"])
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    res = json.loads(out.out)
-    assert res["reached"] and res["models"][0]["n_scored"] < 12 and res["task"] == "tiny_mc"
     # a task YAML named by a run folder is never built (its hooks are code): rescore refuses in one line
     assert main(["rescore", str(runs / "early"), "--scorer", "exact", "--output", str(tmp_path / "re")]) == 2
     err = capsys.readouterr().err.strip()
     assert "was built from the lm-eval task" in err and len(err.splitlines()) == 1 and not (tmp_path / "re").exists()
+
+
+def _early_run(yaml: str, runs, infra: str, capsys) -> None:
+    """The task's own scorer (acc: mc-loglik) at a wide goal stops before the 12 items."""
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
+               "--batch-size", "3", "--output", str(runs), "--run-id", "early", "--json", "--ray-address", infra,
+               "--keep-actors"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    res = json.loads(out.out)
+    assert res["reached"] and res["models"][0]["n_scored"] < 12 and res["task"] == "tiny_mc"
 
 
 def _table_rows(table: str) -> list[list[str]]:
@@ -236,7 +246,7 @@ def _table_rows(table: str) -> list[list[str]]:
 
 @pytest.mark.slow
 def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric_with_its_certified_interval(
-        infra, tmp_path, offline, capsys):
+        infra, kept_actors, tmp_path, offline, capsys):
     """One ``--tasks`` run of a 3-shot task of version 1.0 listing acc and acc_norm: lm-eval's own table shows
     n-shot 3, the version, both metrics (acc_norm read off the same log-likelihoods, no second run) each with its
     certified interval, and says that ± is the stderr; the samples hold lm-eval's fields (the dataset row, the
@@ -247,7 +257,8 @@ def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric
                          version="1.0")
     runs = tmp_path / "runs"
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
-               "--batch-size", "4", "--output", str(runs), "--run-id", "table", "--log_samples"])
+               "--batch-size", "4", "--output", str(runs), "--run-id", "table", "--log_samples", "--ray-address", infra,
+               "--keep-actors"])
     first = capsys.readouterr()
     assert rc == 0, first.err
     stored = json.loads((runs / "table" / "results.json").read_text())
@@ -285,7 +296,8 @@ def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric
     # the same run again under the same --output: every item answered from the score cache, which kept the
     # log-likelihoods, so acc_norm is still there, the same
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.4",
-               "--batch-size", "4", "--output", str(runs), "--run-id", "again", "--json"])
+               "--batch-size", "4", "--output", str(runs), "--run-id", "again", "--json", "--ray-address", infra,
+               "--keep-actors"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     again = json.loads(out.out)["models"][0]

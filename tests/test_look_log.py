@@ -26,10 +26,22 @@ pytestmark = pytest.mark.slow
 CLOSE = dict(rel=1e-12, abs=1e-12)
 
 
-def _run(kind: str, tmp_path, run_id: str, **kw):
+@pytest.fixture(scope="module")
+def scores(tmp_path_factory) -> str:
+    """One small scores file for every case: their replay actors (kept, no CPUs) are the same, adopted by the
+    next run on the same models instead of started again; each run still scores into its own folder's cache."""
+    return small_scores(tmp_path_factory.mktemp("look-log"), n_items=150)
+
+
+@pytest.fixture()
+def keep_actors(infra, kept_actors) -> dict:
+    """A plan's --keep-actors on the shared Ray (its kept actors killed after the module)."""
+    return {"ray_address": infra, "options": {"keep_actors": True}}
+
+
+def _run(kind: str, tmp_path, run_id: str, scores: str, **kw):
     from certeval.flows.pipeline import run_plan
 
-    scores = small_scores(tmp_path, n_items=150)
     kw.setdefault("models", [replay(m, scores) for m in (STRONG, MIDDLE, WEAK)])
     plan, _ = make_plan(PlanRequest(kind, output=str(tmp_path / "runs"), run_id=run_id, seed=2, **kw))
     res = run_plan(plan)
@@ -77,12 +89,12 @@ def _bank_with_embeddings(tmp_path, scores: str) -> str:
 
 
 @pytest.mark.parametrize("method", ["uniform", "static", "seq", "cer-eval", "adaptive", "history"])
-def test_certify_every_method_results_and_curve_are_the_look_log(infra, tmp_path, method):
+def test_certify_every_method_results_and_curve_are_the_look_log(keep_actors, scores, tmp_path, method):
     kw = {"history": [SCORES]} if method == "history" else {}
     if method in ("cer-eval", "adaptive"):
-        kw["bank"] = _bank_with_embeddings(tmp_path, small_scores(tmp_path, n_items=150))
-    res, rounds, folder = _run("certify", tmp_path, f"certify-{method}", method=method, goal="halfwidth:0.15",
-                               batch_size=25, **kw)
+        kw["bank"] = _bank_with_embeddings(tmp_path, scores)
+    res, rounds, folder = _run("certify", tmp_path, f"certify-{method}", scores, method=method, goal="halfwidth:0.15",
+                               batch_size=25, **kw, **keep_actors)
     assert {m["method"] for m in res["models"]} == {method}
     if method == "adaptive":  # the joint construction, whose replayed curve once ended away from the result
         assert all(m["estimate"]["extra"]["combine"] == "joint" for m in res["models"])
@@ -92,11 +104,10 @@ def test_certify_every_method_results_and_curve_are_the_look_log(infra, tmp_path
 
 # --history answers the bank target only (with --target distribution it is refused: tested elsewhere)
 @pytest.mark.parametrize("target,history", [("bank", False), ("distribution", False), ("bank", True)])
-def test_compare_pair_curve_is_the_look_log(infra, tmp_path, target, history):
+def test_compare_pair_curve_is_the_look_log(keep_actors, scores, tmp_path, target, history):
     kw = {"history": [SCORES]} if history else {}
-    res, rounds, folder = _run("compare", tmp_path, f"cmp-{target}-{history}", target=target, batch_size=20,
-                               margin=0.02, models=[replay(m, small_scores(tmp_path, n_items=150))
-                                                     for m in (STRONG, MIDDLE)], **kw)
+    res, rounds, folder = _run("compare", tmp_path, f"cmp-{target}-{history}", scores, target=target, batch_size=20,
+                               margin=0.02, models=[replay(m, scores) for m in (STRONG, MIDDLE)], **kw, **keep_actors)
     _check_models(res, rounds, folder)
     pair = res["pairs"][0]
     curve = paired_difference_curve(load_run(str(folder)), pair)
@@ -108,12 +119,12 @@ def test_compare_pair_curve_is_the_look_log(infra, tmp_path, target, history):
 
 @pytest.mark.parametrize("kind", ["rank", "select"])
 @pytest.mark.parametrize("target,history", [("bank", False), ("distribution", False), ("bank", True)])
-def test_rank_and_select_group_intervals_are_the_look_log(infra, tmp_path, kind, target, history):
+def test_rank_and_select_group_intervals_are_the_look_log(keep_actors, scores, tmp_path, kind, target, history):
     kw = {"history": [SCORES]} if history else {}
     if kind == "select":
         kw.update(threshold=0.0, halfwidth=0.05)
-    res, rounds, folder = _run(kind, tmp_path, f"{kind}-{target}-{history}", target=target, batch_size=20,
-                               margin=0.02, **kw)
+    res, rounds, folder = _run(kind, tmp_path, f"{kind}-{target}-{history}", scores, target=target, batch_size=20,
+                               margin=0.02, **kw, **keep_actors)
     _check_models(res, rounds, folder)
     group = "ranking" if kind == "rank" else "selection"
     for m in res["models"]:

@@ -39,9 +39,9 @@ NUMBER = r"(-?\d+\.\d+)"
 
 
 @pytest.fixture(scope="module")
-def screens(infra, tmp_path_factory):
+def screens(infra, kept_actors, tmp_path_factory):
     """Every case run once, as the CLI runs it: its progress lines (lines mode), console summary, report.md and
-    results.json."""
+    results.json. Replay actors are kept (no CPUs): a case on the same models adopts an earlier case's."""
     from certeval.cli.pipeline import summary
     from certeval.flows.pipeline import run_plan
     from certeval.report import write_report
@@ -50,7 +50,8 @@ def screens(infra, tmp_path_factory):
     shown = {}
     for name, (kind, models, extra) in CASES.items():
         plan, prepared = make_plan(PlanRequest(kind, models=[replay(m) for m in models], batch_size=50, seed=1,
-                                               output=str(out), run_id=name, **extra))
+                                               output=str(out), run_id=name, ray_address=infra,
+                                               options={"keep_actors": True}, **extra))
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             results = run_plan(plan, progress="lines", prepared=prepared)

@@ -58,15 +58,16 @@ def _items(bank: str) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def lm_run(infra, tmp_path_factory):
-    """A stored hf run (uniform, normalized scorer) with --log_samples, and the backend call log it wrote."""
+def lm_run(infra, kept_actors, tmp_path_factory):
+    """A stored hf run (uniform, normalized scorer) with --log_samples, and the backend call log it wrote. Its
+    SmolLM2 actor is kept: the module's later runs on that model adopt it instead of loading the model again."""
     _lm_available()
     root = tmp_path_factory.mktemp("rescore")
     log = root / "calls.log"
     code = main(["certify", "--model", "hf:bundled:smollm2", "--bank", TRIVIA, "--goal", "halfwidth:0.1",
                  "--method", "uniform", "--batch-size", "4", "--max-items", "8", "--seed", "0",
                  "--output", str(root / "runs"), "--run-id", "lm", "--ray-address", infra, "--log_samples",
-                 "--call-log", str(log)])
+                 "--call-log", str(log), "--keep-actors"])
     assert code == 1  # the budget (8 items) runs out before a half-width of 0.1
     return root, log
 
@@ -219,7 +220,8 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
     runs = root / "runs"
     assert main(["certify", "--model", "hf:bundled:smollm2", "--bank", TWO, "--goal", "halfwidth:0.05",
                  "--method", "adaptive", "--batch-size", "4", "--max-items", "32", "--seed", "1",
-                 "--output", str(runs), "--run-id", "ad", "--ray-address", infra, "--call-log", str(log)]) == 1
+                 "--output", str(runs), "--run-id", "ad", "--ray-address", infra, "--call-log", str(log),
+                 "--keep-actors"]) == 1
     capsys.readouterr()
     calls = read_log(log)
     scorer = f"{__name__}:uneven"
@@ -251,30 +253,6 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
     assert (m["mean"], m["lower"], m["upper"]) == pytest.approx((est.mean, est.lower, est.upper))
 
 
-def test_a_paired_run_is_rescored_on_its_shared_uniform_order(infra, tmp_path, capsys):
-    """compare: both models' outputs judged again; every round holds the same shared items as the source's."""
-    _lm_available()
-    runs, log = tmp_path / "runs", tmp_path / "calls.log"
-    main(["compare", "--model", "hf:bundled:smollm2", "--model", "hf:bundled:smollm2?max_new_tokens=3",
-          "--bank", TRIVIA, "--batch-size", "4", "--max-items", "8", "--seed", "2", "--output", str(runs),
-          "--run-id", "cmp", "--ray-address", infra, "--json", "--call-log", str(log)])
-    capsys.readouterr()
-    calls = read_log(log)
-    assert len(calls) == 16
-    main(["rescore", str(runs / "cmp"), "--scorer", "exact", "--json"])
-    res = json.loads(capsys.readouterr().out)
-    assert read_log(log) == calls
-    old, new = _rows(runs / "cmp"), _rows(runs / "cmp-rescore-exact")
-    key = ["round", "model", "item_id"]
-    assert new[key].values.tolist() == old[key].values.tolist() and list(new["output"]) == list(old["output"])
-    items = _items(TRIVIA)
-    exact = sc.get_scorer("exact")
-    assert list(new["score"]) == [sc.judge(exact, o, items[i]) for o, i in zip(new["output"], new["item_id"])]
-    assert res["kind"] == "compare" and res["scorer"] == "exact" and len(res["pairs"]) == 1
-    assert all(m["n_scored"] == 8 and m["items_sent_to_model"] == 0 for m in res["models"])
-    assert res["rescore"]["stopped_at_record_end"] == {}
-
-
 def test_outputs_answered_from_the_score_cache_are_kept_too(lm_run, infra, capsys):
     """Another run under the same root: the items already paid for come from the cache, with their outputs."""
     root, log = lm_run
@@ -282,7 +260,8 @@ def test_outputs_answered_from_the_score_cache_are_kept_too(lm_run, infra, capsy
     calls = read_log(log)
     assert main(["certify", "--model", "hf:bundled:smollm2", "--bank", TRIVIA, "--goal", "halfwidth:0.1",
                  "--method", "uniform", "--batch-size", "4", "--max-items", "12", "--seed", "0",
-                 "--output", str(runs), "--run-id", "lm-more", "--ray-address", infra, "--json", "--call-log", str(log)]) == 1
+                 "--output", str(runs), "--run-id", "lm-more", "--ray-address", infra, "--json", "--call-log", str(log),
+                 "--keep-actors"]) == 1
     res = json.loads(capsys.readouterr().out)
     sent = res["models"][0]["items_sent_to_model"]  # at most the 4 new items (other tests may have paid for some)
     assert sent <= 4 and len(read_log(log)) == len(calls) + sent
@@ -293,31 +272,7 @@ def test_outputs_answered_from_the_score_cache_are_kept_too(lm_run, infra, capsy
     assert dict(zip(cached["item_id"], cached["output"])) == dict(zip(first["item_id"], first["output"]))
 
 
-def test_a_multiple_choice_run_keeps_the_chosen_choice_and_is_not_rejudged(infra, tmp_path, capsys):
-    _lm_available()
-    bank = tmp_path / "mc.jsonl"
-    rows = [("Which planet is known as the Red Planet?", ["Venus", "Mars", "Jupiter"], 1),
-            ("How many legs does a spider have?", ["six", "eight", "ten"], 1),
-            ("What is the capital of France?", ["Paris", "Rome", "Berlin"], 0),
-            ("Which gas do plants take in?", ["oxygen", "helium", "carbon dioxide"], 2)]
-    bank.write_text("".join(json.dumps({"item_id": f"q{i}", "question": q, "choices": c, "answer": a}) + "\n"
-                            for i, (q, c, a) in enumerate(rows)))
-    runs = tmp_path / "runs"
-    main(["certify", "--model", "hf:bundled:smollm2", "--bank", str(bank), "--goal", "halfwidth:0.1",
-          "--method", "uniform", "--batch-size", "4", "--output", str(runs), "--run-id", "mc",
-          "--ray-address", infra, "--json"])
-    capsys.readouterr()
-    stored = _rows(runs / "mc")
-    choices = {f"q{i}": c for i, (_, c, _) in enumerate(rows)}
-    assert len(stored) == 4 and all(o in choices[i] for o, i in zip(stored["output"], stored["item_id"]))
-    before = _digest(runs)
-    assert main(["rescore", str(runs / "mc"), "--scorer", "exact"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "'mc-loglik'" in err and "nothing to re-judge" in err and len(err.splitlines()) == 1
-    assert _digest(runs) == before
-
-
-def test_a_corrected_answer_key_is_rejudged_but_a_changed_question_is_refused(infra, tmp_path, capsys):
+def test_a_corrected_answer_key_is_rejudged_but_a_changed_question_is_refused(infra, kept_actors, tmp_path, capsys):
     """The prompt hash covers what the model was shown, not the accepted answers: a bank whose answers were
     corrected since the run is re-judged against them; one whose question changed is refused by item."""
     _lm_available()
@@ -333,7 +288,7 @@ def test_a_corrected_answer_key_is_rejudged_but_a_changed_question_is_refused(in
     runs = tmp_path / "runs"
     main(["certify", "--model", "hf:bundled:smollm2", "--bank", str(bank), "--goal", "halfwidth:0.1",
           "--method", "uniform", "--batch-size", "4", "--output", str(runs), "--run-id", "qa",
-          "--ray-address", infra, "--json"])
+          "--ray-address", infra, "--json", "--keep-actors"])
     capsys.readouterr()
     old = _rows(runs / "qa").set_index("item_id")
     said = old.loc["q3", "output"]
@@ -413,7 +368,8 @@ def test_rescore_and_report_refuse_a_record_that_is_not_what_was_written(lm_run,
     assert sorted(p.name for p in src.iterdir()) == before
 
 
-def test_a_run_started_with_relative_paths_is_rescored_from_any_folder(infra, tmp_path, monkeypatch, capsys):
+def test_a_run_started_with_relative_paths_is_rescored_from_any_folder(infra, kept_actors, tmp_path, monkeypatch,
+                                                                       capsys):
     """config.json keeps the folder a run was started in: a bank named by a relative path is found again when
     the rescore runs elsewhere. The control: the same run without that record is refused in one line."""
     import shutil
@@ -428,7 +384,7 @@ def test_a_run_started_with_relative_paths_is_rescored_from_any_folder(infra, tm
     monkeypatch.chdir(work)
     main(["certify", "--model", "hf:bundled:smollm2", "--bank", "qa.jsonl", "--goal", "halfwidth:0.1",
           "--method", "uniform", "--batch-size", "2", "--output", "runs", "--run-id", "rel", "--ray-address", infra,
-          "--json"])
+          "--json", "--keep-actors"])
     capsys.readouterr()
     source = work / "runs" / "rel"
     assert json.loads((source / "config.json").read_text())["bank"] == "qa.jsonl"  # as the user gave it
@@ -449,3 +405,54 @@ def test_a_run_started_with_relative_paths_is_rescored_from_any_folder(infra, tm
     err = capsys.readouterr().err.strip()
     assert "'qa.jsonl'" in err and "relative path" in err and len(err.splitlines()) == 1, err
     assert not (elsewhere / "out2").exists()
+
+
+# last, these two: each frees the CPUs the module's kept SmolLM2 actor holds
+def test_a_multiple_choice_run_keeps_the_chosen_choice_and_is_not_rejudged(infra, kept_actors, tmp_path, capsys):
+    _lm_available()
+    kept_actors()  # a multiple-choice bank's scorer is another actor's: the kept one's CPUs back first
+    bank = tmp_path / "mc.jsonl"
+    rows = [("Which planet is known as the Red Planet?", ["Venus", "Mars", "Jupiter"], 1),
+            ("How many legs does a spider have?", ["six", "eight", "ten"], 1),
+            ("What is the capital of France?", ["Paris", "Rome", "Berlin"], 0),
+            ("Which gas do plants take in?", ["oxygen", "helium", "carbon dioxide"], 2)]
+    bank.write_text("".join(json.dumps({"item_id": f"q{i}", "question": q, "choices": c, "answer": a}) + "\n"
+                            for i, (q, c, a) in enumerate(rows)))
+    runs = tmp_path / "runs"
+    main(["certify", "--model", "hf:bundled:smollm2", "--bank", str(bank), "--goal", "halfwidth:0.1",
+          "--method", "uniform", "--batch-size", "4", "--output", str(runs), "--run-id", "mc",
+          "--ray-address", infra, "--json"])
+    capsys.readouterr()
+    stored = _rows(runs / "mc")
+    choices = {f"q{i}": c for i, (_, c, _) in enumerate(rows)}
+    assert len(stored) == 4 and all(o in choices[i] for o, i in zip(stored["output"], stored["item_id"]))
+    before = _digest(runs)
+    assert main(["rescore", str(runs / "mc"), "--scorer", "exact"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'mc-loglik'" in err and "nothing to re-judge" in err and len(err.splitlines()) == 1
+    assert _digest(runs) == before
+
+
+def test_a_paired_run_is_rescored_on_its_shared_uniform_order(infra, kept_actors, tmp_path, capsys):
+    """compare: both models' outputs judged again; every round holds the same shared items as the source's."""
+    _lm_available()
+    kept_actors()  # two other actors: the kept one's CPUs back first
+    runs, log = tmp_path / "runs", tmp_path / "calls.log"
+    main(["compare", "--model", "hf:bundled:smollm2", "--model", "hf:bundled:smollm2?max_new_tokens=3",
+          "--bank", TRIVIA, "--batch-size", "4", "--max-items", "8", "--seed", "2", "--output", str(runs),
+          "--run-id", "cmp", "--ray-address", infra, "--json", "--call-log", str(log)])
+    capsys.readouterr()
+    calls = read_log(log)
+    assert len(calls) == 16
+    main(["rescore", str(runs / "cmp"), "--scorer", "exact", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert read_log(log) == calls
+    old, new = _rows(runs / "cmp"), _rows(runs / "cmp-rescore-exact")
+    key = ["round", "model", "item_id"]
+    assert new[key].values.tolist() == old[key].values.tolist() and list(new["output"]) == list(old["output"])
+    items = _items(TRIVIA)
+    exact = sc.get_scorer("exact")
+    assert list(new["score"]) == [sc.judge(exact, o, items[i]) for o, i in zip(new["output"], new["item_id"])]
+    assert res["kind"] == "compare" and res["scorer"] == "exact" and len(res["pairs"]) == 1
+    assert all(m["n_scored"] == 8 and m["items_sent_to_model"] == 0 for m in res["models"])
+    assert res["rescore"]["stopped_at_record_end"] == {}
