@@ -37,7 +37,7 @@ def _checkpoints(root, tokenizer_dir) -> list:
     return paths
 
 
-def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir):
+def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir, infra):
     needs_small_lm()
     from certeval.backends.base import make_host
     from certeval.backends.smollm import ensure_converted
@@ -52,9 +52,11 @@ def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir
     bank = tmp_path / "bank.jsonl"
     bank.write_text("".join(json.dumps(item) + "\n" for item in items))
 
+    # on the session's shared Ray, 2 CPUs (init_ray's default; test_pipeline_support.ray_address): a Ray start per
+    # command is not what this test is about (test_surfaces_faults starts the same select on a Ray of its own)
     def select(pattern: str, run_id: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
         argv = [PYTHON, "-m", "certeval", "select", "--checkpoints", str(tmp_path / "train" / pattern), "--bank",
-                str(bank), "--num-cpus", "2", "--batch-size", "8", "--output", str(tmp_path / "runs"), "--run-id",
+                str(bank), "--ray-address", infra, "--batch-size", "8", "--output", str(tmp_path / "runs"), "--run-id",
                 run_id, "--json", *extra]
         proc = subprocess.run(argv, env=cli_env(state_dir), capture_output=True, text=True, timeout=900)
         assert proc.returncode in (0, 1), proc.stderr[-3000:]
