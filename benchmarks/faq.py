@@ -104,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
                  "results": {}}
     t0 = time.time()
     if "tiny" in parts:
-        out["results"]["openllm_tiny"] = openllm_tiny(args.seed, 20 if quick else 200, 20 if quick else 100, None, args.tau)
+        out["results"]["openllm_tiny"] = openllm_tiny(args.seed, 5 if quick else 200, 5 if quick else 100, None, args.tau)
     if "tiny_missing" in parts:
-        out["results"]["openllm_tiny_missing99"] = openllm_tiny(args.seed, 20 if quick else 100, 20 if quick else 100, 0.99, args.tau)
+        out["results"]["openllm_tiny_missing99"] = openllm_tiny(args.seed, 5 if quick else 100, 5 if quick else 100, 0.99, args.tau)
     if "mmlu" in parts:
-        out["results"]["mmlu_pro_synthetic"] = mmlu_pro(args.seed, 10 if quick else 50, 4 if quick else 20, args.tau, 10)
+        out["results"]["mmlu_pro_synthetic"] = mmlu_pro(args.seed, 5 if quick else 50, 2 if quick else 20, args.tau, 10)
     out["total_seconds"] = time.time() - t0
     name = "faq" if not args.only else "faq_" + "_".join(parts)
     path = write_result(name, out, quick, seed=args.seed)
