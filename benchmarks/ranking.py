@@ -2,7 +2,7 @@
 tie groups, round time by look, and one run of all 1,989 openllm_tiny models through Prefect + Ray.
 
     python -m benchmarks ranking                 # the full set (about an hour on 2 busy cores)
-    python -m benchmarks ranking --quick         # seconds: helm_mmlu, few reps, no pipeline
+    python -m benchmarks ranking --quick         # seconds: one rep (rank on helm_v023: 7 models; select on helm_mmlu), no pipeline
     python -m benchmarks ranking --skip-pipeline # everything but the pipeline run
     python -m benchmarks ranking --select-only   # only the selection cases, into the stored result
     python -m benchmarks ranking --epsilon-only --epsilons 0.05,0.1 --no-strict --epsilon-reps helm_mmlu=200
@@ -43,7 +43,7 @@ from benchmarks._meta import write_result  # noqa: E402
 RANK_CASES = [("helm_mmlu", 0.02, 200), ("helm_mmlu", 0.1, 200), ("openllm_arc", 0.02, 20), ("openllm_tiny", 0.02, 1)]
 SELECT_CASES = [("helm_mmlu", 1, 0.02, 200), ("helm_mmlu", 3, 0.02, 100), ("helm_mmlu", 5, 0.02, 100),
                 ("helm_mmlu", 1, 0.0, 100), ("openllm_arc", 1, 0.02, 20), ("openllm_tiny", 1, 0.02, 2)]
-QUICK_RANK = [("helm_mmlu", 0.02, 1)]  # --quick checks that the benchmark runs and writes its JSON
+QUICK_RANK = [("helm_v023", 0.02, 1)]  # --quick checks that the benchmark runs and writes its JSON (7 models: 4 s)
 EPSILONS = (0.025, 0.05, 0.1)
 EPSILON_CASES = [("helm_mmlu", 3), ("vlm_ocrbench", 1), ("vlm_hallusionbench", 1), ("openllm_arc", 1)]
 QUICK_SELECT = [("helm_mmlu", 1, 0.02, 1)]
