@@ -120,16 +120,16 @@ def data_dir() -> Path:
     return DATA_DIR
 
 
-# The longest files first (the fresh-clone run's --durations, 2026-11-28): scripts/test.sh runs three workers that
-# take whole files (pytest-xdist --dist loadfile) in collection order, so a long file started last would leave a
+# The longest files first (a fresh clone's --durations, 2026-11-28): scripts/test.sh runs three workers that take
+# whole files (pytest-xdist --dist loadfile) in collection order, so a long file started last would leave a
 # core idle at the end. Order only; nothing else moves.
-LONGEST_FIRST = ("test_benchmarks_quick.py", "test_prefect_server_cron.py", "test_faults.py", "test_surfaces_faults.py",
-                 "test_rescore.py", "test_lm_eval_tasks.py", "test_list_column_banks.py", "test_fast_start.py",
-                 "test_pipeline_e2e.py", "test_services.py", "test_look_log.py", "test_conformance.py",
-                 "test_lm_eval_generation.py", "test_cluster_ray.py", "test_backtest_driver.py",
-                 "test_select_checkpoints.py", "test_actor_threads.py", "test_startup_under_load.py",
-                 "test_backtest_comparative.py", "test_single_strata.py", "test_history_method.py",
-                 "test_bank_ranking.py")
+LONGEST_FIRST = ("test_benchmarks_quick.py", "test_faults.py", "test_prefect_server_cron.py",
+                 "test_surfaces_faults.py", "test_rescore.py", "test_cluster_ray.py", "test_startup_under_load.py",
+                 "test_actor_threads.py", "test_lm_eval_tasks.py", "test_list_column_banks.py", "test_fast_start.py",
+                 "test_pipeline_e2e.py", "test_lm_eval_generation.py", "test_select_checkpoints.py",
+                 "test_services.py", "test_conformance.py", "test_deployment_checkpoints.py", "test_look_log.py",
+                 "test_propose_ahead.py", "test_network_loopback.py", "test_history_method.py",
+                 "test_resume_crash.py", "test_history_pipeline.py", "test_bank_ranking.py")
 
 
 def pytest_collection_modifyitems(config, items):
