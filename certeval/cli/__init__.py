@@ -12,9 +12,12 @@ resumable: the round in flight is simply run again).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import os
 import signal
 import sys
+import threading
 
 from ..estimators._validation import InputError
 from ..redact import redact
@@ -79,6 +82,20 @@ def _on_sigterm(signum, frame) -> None:
     raise _SIGTERMS[-1]
 
 
+def _redeliver_swallowed(unraisable, default=sys.unraisablehook) -> None:
+    """An interrupt raised where Python cannot raise (a weakref callback, e.g. importlib's module-lock cleanup while
+    Prefect is imported in a thread) is printed as "Exception ignored" and lost, and the command ran on past its
+    SIGTERM. Deliver the same signal again a moment later, from a thread: the handler raises it anew in the main
+    thread, outside the callback."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        signum = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
+        timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    default(unraisable)
+
+
 def _interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
     """The SIGINT/SIGTERM behind ``exc``. Raised inside a C extension (Ray's ``get`` building its results), the
     interrupt surfaces as another error (SystemError), and a task engine may re-raise that without its context:
@@ -118,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     previous = _install_sigterm()
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = functools.partial(_redeliver_swallowed, default=previous_hook)
     _SIGTERMS.clear()
     _failure.clear_run_folder()
     try:
@@ -142,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         _failure.clear_run_folder()
+        sys.unraisablehook = previous_hook
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
