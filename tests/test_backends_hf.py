@@ -162,7 +162,73 @@ def test_one_forward_pass_row_per_shared_prefix(host, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(host.model, "forward", counted)
+    monkeypatch.setattr(host, "_packing", False)  # the per-pair path (what cannot be packed)
     got, _ = host.loglikelihoods(requests)
     assert rows == [1]
     for (ctx, cont), value in zip(requests, got):
         assert math.isclose(value, _reference_loglik(host, ctx, cont), rel_tol=1e-3, abs_tol=1e-3)
+
+
+def _many_token_choices() -> list[tuple[str, str]]:
+    """Two questions whose choices run several tokens and differ early (no one-token sharing possible)."""
+    sun, france = sc.mc_request(MC_ITEMS[1])[0], sc.mc_request(MC_ITEMS[2])[0]
+    return [(sun, " the moon"), (sun, " the sun rising slowly"), (sun, " a tree"), (france, " Tokyo, Japan"),
+            (france, " Paris"), (france, " the city of Lima in Peru")]
+
+
+def test_packed_rows_read_each_question_once_and_equal_each_choice_alone(host, monkeypatch):
+    """A question's choices share one packed row (one row per question, however long its choices), and each
+    choice's log-likelihood and greedy flag equal those of the choice scored in its own row; the comparison is
+    sharp (an off-by-one reference is far off)."""
+    requests = _many_token_choices()
+    per_pair_host = make_host("hf:bundled:smollm2?batch=8&threads=1")
+    per_pair_host._packing = False
+    reference, _, reference_greedy = per_pair_host.loglikelihoods_greedy(requests)
+    rows = []
+    real = host.model.forward
+
+    def counted(*args, **kwargs):
+        rows.append(tuple(kwargs["input_ids"].shape))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(host.model, "forward", counted)
+    got, tokens, greedy = host.loglikelihoods_greedy(requests)
+    assert host._packing is True
+    assert [n for n, _ in rows][-1] == 2  # the two questions in one forward pass of two rows
+    assert greedy == reference_greedy and tokens == per_pair_host.loglikelihoods_greedy(requests)[1]
+    for (ctx, cont), value, ref in zip(requests, got, reference):
+        assert math.isclose(value, ref, rel_tol=1e-4, abs_tol=1e-4)
+        assert math.isclose(value, _reference_loglik(host, ctx, cont), rel_tol=1e-3, abs_tol=1e-3)
+        assert abs(value - _reference_loglik(host, ctx, cont, shift=1)) > 0.5
+    per_pair_host.close()
+
+
+def test_a_packed_row_that_differs_from_its_choices_alone_switches_packing_off(host, monkeypatch, capsys):
+    """The once-per-host check: when the packed rows would differ (here a packer made wrong on purpose), the host
+    says so on stderr and scores every choice in its own row, giving the per-choice values."""
+    from certeval.backends import hf_packed
+
+    requests = _many_token_choices()
+    monkeypatch.setattr(host, "_packing", None)
+    real = hf_packed.score_packed
+
+    def off_by_a_bit(*args, **kwargs):
+        return {i: (ll + 0.5, g) for i, (ll, g) in real(*args, **kwargs).items()}
+
+    monkeypatch.setattr(hf_packed, "score_packed", off_by_a_bit)
+    got, _ = host.loglikelihoods(requests)
+    assert host._packing is False
+    assert "scoring each choice in its own row" in capsys.readouterr().err
+    for (ctx, cont), value in zip(requests, got):
+        assert math.isclose(value, _reference_loglik(host, ctx, cont), rel_tol=1e-3, abs_tol=1e-3)
+
+
+def test_models_that_attend_differently_are_not_packed(host, monkeypatch):
+    from certeval.backends import hf_packed
+
+    assert hf_packed.packable_model(host.model)
+    monkeypatch.setattr(host.model.config, "sliding_window", 16, raising=False)
+    assert not hf_packed.packable_model(host.model)
+    monkeypatch.setattr(host.model.config, "sliding_window", None)
+    monkeypatch.setattr(host.model.config, "_attn_implementation", "flash_attention_2")
+    assert not hf_packed.packable_model(host.model)

@@ -9,19 +9,21 @@ count for the hosting process; without it, a model actor runs as many threads as
 torch does). On a shared, oversubscribed CPU, OpenMP threads spin-waiting for each other made one 2-thread
 forward pass 11x slower than a 1-thread one (measured here): ``threads=1`` there.
 
-Multiple choice (``mc-loglik``): every (prompt, choice) pair of a call is scored in padded
-batches of ``batch`` pairs, longest first, one forward pass each; the score of a choice is the sum of the
-log-probabilities of its continuation tokens (lm-eval-harness ``loglikelihood``, Gao et al.
-2021). Pairs are left-padded so the continuation sits at the end of every row and only the
-last ``max continuation`` positions' logits are materialised (``logits_to_keep``), which
-keeps the vocabulary-sized log-softmax small; the choices of a question that differ only in their last token
-(one-token answers) share one forward pass, as in lm-eval's hf model. Open questions: batched greedy generation, stopped at the
+Multiple choice (``mc-loglik``): the score of a choice is the sum of the log-probabilities of its continuation
+tokens (lm-eval-harness ``loglikelihood``, Gao et al. 2021). A question's context and all its choices go in one
+packed row (:mod:`certeval.backends.hf_packed`: the context is read once, each choice computed as in its own
+sequence), ``batch`` rows a forward pass, longest first. What cannot be packed (no context tokens, a pair past the
+model's limit, a model that attends differently) is scored one row per pair, left-padded so the continuation sits at
+the end of every row, with only the last ``max continuation`` positions' logits materialised (``logits_to_keep``);
+there the choices of a question that differ only in their last token (one-token answers) share one forward pass, as
+in lm-eval's hf model. Open questions: batched greedy generation, stopped at the
 first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -84,6 +86,7 @@ class HFHost(ModelHost):
         if options.scorer is not None:
             sc.get_scorer(options.scorer)  # fail on an unknown scorer before any item is sent
         self.calls = 0
+        self._packing: bool | None = None  # packed multiple-choice rows: None until checked once
 
     # -------------------------------------------------------------- model primitives
 
@@ -113,24 +116,67 @@ class HFHost(ModelHost):
         """:meth:`loglikelihoods`, and whether each continuation is the greedy one (every token the argmax), as
         lm-eval's ``loglikelihood`` answers ``(loglik, is_greedy)``.
 
-        Pairs whose token sequences differ only in their last token (the choices of one question that are one
-        token each, lm-eval's one-token-continuation cache) share one forward pass: the model reads the common
-        prefix once and each pair reads its last token's log-prob off the same logits. Prefixes are scored
-        longest first, ``batch`` per forward pass, so a batch holds similar lengths (lm-eval's order)."""
-        import torch
-
-        encoded = []
+        The choices of one question share a packed row (:mod:`certeval.backends.hf_packed`: the context read once,
+        each choice as in its own sequence); what cannot be packed is scored per pair (:meth:`_score_pairs`)."""
+        split, encoded = [], []
         contexts: dict[str, list[int]] = {}
         for context, continuation in pairs:
             ctx, cont = self._pair_tokens(context, continuation, contexts)
+            split.append((ctx, cont))
             tokens = (ctx + cont)[-self.options.max_length:]
             encoded.append((tokens, min(len(cont), len(tokens) - 1)))
         sums = [0.0] * len(encoded)
         greedy = [False] * len(encoded)
+        done = self._score_packed(split) if self._packing is not False else {}
+        for i, (ll, g) in done.items():
+            sums[i], greedy[i] = ll, g
+        rest = [i for i, (_, n_cont) in enumerate(encoded) if n_cont > 0 and i not in done]
+        for i, (ll, g) in self._score_pairs(encoded, rest).items():
+            sums[i], greedy[i] = ll, g
+        return sums, [len(tokens) for tokens, _ in encoded], greedy
+
+    def _score_packed(self, split: list[tuple[list[int], list[int]]]) -> dict[int, tuple[float, bool]]:
+        """Packed rows for the pairs that can be packed (a context, a continuation, within the model's limit); the
+        first row of a host is checked once against :meth:`_score_pairs` (packing is switched off if they differ)."""
+        from . import hf_packed
+
+        if self._packing is None and not hf_packed.packable_model(self.model):
+            self._packing = False
+        if self._packing is False:
+            return {}
+        choices: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
+        for i, (ctx, cont) in enumerate(split):
+            if ctx and cont and len(ctx) + len(cont) <= self.options.max_length:
+                choices.setdefault(tuple(ctx), []).append((i, cont))
+        rows = hf_packed.packed_rows(list(choices), choices)
+        if not rows:
+            return {}
+        kw = {"batch_size": self.options.batch_size, "pad_id": self._pad_id(), "device": self.options.device}
+        if self._packing is None:
+            first = hf_packed.score_packed(self.model, rows[:1], **kw)
+            members = [i for i, _ in rows[0][1]]
+            plain = self._score_pairs([(list(rows[0][0]) + cont, len(cont)) for _, cont in rows[0][1]],
+                                      list(range(len(members))))
+            gap = max(abs(first[i][0] - plain[j][0]) for j, i in enumerate(members))
+            self._packing = gap <= hf_packed.SELF_CHECK_TOLERANCE * max(1.0, max(abs(v[0]) for v in plain.values()))
+            if not self._packing:
+                print(f"certeval: {self.spec.text}: a packed multiple-choice row differs from its per-choice rows by "
+                      f"{gap:.3g} in log-likelihood; scoring each choice in its own row", file=sys.stderr, flush=True)
+                return {}
+            return first | hf_packed.score_packed(self.model, rows[1:], **kw)
+        return hf_packed.score_packed(self.model, rows, **kw)
+
+    def _score_pairs(self, encoded: list[tuple[list[int], int]], which: list[int]) -> dict[int, tuple[float, bool]]:
+        """(log-likelihood, greedy) of the pairs ``which`` of ``encoded`` ((tokens, continuation length) each), one
+        row per pair. Pairs whose token sequences differ only in their last token (one-token continuations) share a
+        forward pass, as in lm-eval's hf model; rows are left-padded, longest first, ``batch`` a forward pass, and
+        only the last ``max continuation`` positions' logits are materialised."""
+        import torch
+
+        out: dict[int, tuple[float, bool]] = {}
         groups: dict[tuple[int, ...], list[int]] = {}  # the model's input (all tokens but the last) -> its pairs
-        for i, (tokens, n_cont) in enumerate(encoded):
-            if n_cont > 0:
-                groups.setdefault(tuple(tokens[:-1]), []).append(i)
+        for i in which:
+            groups.setdefault(tuple(encoded[i][0][:-1]), []).append(i)
         prefixes = sorted(groups, key=lambda p: (-len(p), p))  # similar lengths share a batch
         pad_id = self._pad_id()
         device = self.options.device
@@ -156,9 +202,9 @@ class HFHost(ModelHost):
                         tokens, n_cont = encoded[i]
                         targets = torch.tensor(tokens[-n_cont:], dtype=torch.long)
                         window = logprobs[row, keep - n_cont:]
-                        sums[i] = float(window.gather(-1, targets.unsqueeze(-1)).sum())
-                        greedy[i] = bool((window.argmax(dim=-1) == targets).all())
-        return sums, [len(tokens) for tokens, _ in encoded], greedy
+                        out[i] = (float(window.gather(-1, targets.unsqueeze(-1)).sum()),
+                                  bool((window.argmax(dim=-1) == targets).all()))
+        return out
 
     def generate(self, requests: list[GenerationRequest]) -> tuple[list[str], list[int]]:
         """Greedy completions, each stopped at its request's stop strings or budget (lm-eval's ``generate_until``:

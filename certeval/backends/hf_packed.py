@@ -1,0 +1,96 @@
+"""Multiple choice in one forward pass per question: the context and all its choices packed in one row.
+
+A packed row holds a question's context tokens, then each choice's continuation tokens one after another. A 4-D
+attention mask lets every continuation token see the context and the earlier tokens of its own choice only, and the
+position ids restart after the context for every choice, so each choice is computed as in its own sequence
+(context + choice): the log-probabilities lm-eval's ``loglikelihood`` sums for it (Gao et al. 2021), up to float
+rounding. The context is read once instead of once per choice: the live benchmark's trivia questions hold 21
+context tokens and four choices of about 3, 33 tokens a row instead of 96 in four rows.
+
+Only where it is the same computation: attention implementations that take an additive 4-D mask (``sdpa``,
+``eager``), models whose forward takes ``position_ids`` and that attend to the whole context (no sliding window),
+contexts of at least one token and no pair longer than the model's limit. :class:`certeval.backends.hf.HFHost`
+checks the first packed row of a model against the per-choice rows once and scores per choice from then on if
+they differ (stderr says so).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+# a packed row's log-likelihoods may differ from the per-choice rows' by float rounding only (float32: ~1e-5)
+SELF_CHECK_TOLERANCE = 1e-3
+
+
+def packable_model(model: Any) -> bool:
+    """Whether ``model`` computes a packed row as it computes each choice's own row (see the module docstring)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    for source in (getattr(config, "text_config", None), config):
+        if source is not None and getattr(source, "sliding_window", None):
+            return False
+    try:
+        return "position_ids" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def packed_rows(contexts: list[tuple[int, ...]], choices: dict[tuple[int, ...], list[tuple[int, list[int]]]]
+                ) -> list[tuple[tuple[int, ...], list[tuple[int, list[int]]]]]:
+    """Rows (context, [(pair index, continuation tokens), ...]), longest first so a batch holds similar widths."""
+    rows = [(ctx, choices[ctx]) for ctx in contexts]
+    rows.sort(key=lambda row: (-(len(row[0]) + sum(len(c) for _, c in row[1])), row[0]))
+    return rows
+
+
+def score_packed(model: Any, rows: list[tuple[tuple[int, ...], list[tuple[int, list[int]]]]], *, batch_size: int,
+                 pad_id: int, device: str) -> dict[int, tuple[float, bool]]:
+    """(sum of the continuation's token log-probs, every token the argmax) per pair index, ``batch_size`` rows a
+    forward pass."""
+    import torch
+
+    dtype = next(model.parameters()).dtype
+    blocked = torch.finfo(dtype).min
+    out: dict[int, tuple[float, bool]] = {}
+    with torch.inference_mode():
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start:start + batch_size]
+            widths = [len(ctx) + sum(len(c) for _, c in conts) for ctx, conts in chunk]
+            width = max(widths)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            positions = torch.zeros((len(chunk), width), dtype=torch.long)
+            allowed = torch.zeros((len(chunk), width, width), dtype=torch.bool)
+            reads = []  # (pair index, row, input positions whose logits predict its tokens, its tokens)
+            for row, (ctx, conts) in enumerate(chunk):
+                n = len(ctx)
+                ids[row, :n] = torch.tensor(ctx, dtype=torch.long)
+                positions[row, :n] = torch.arange(n)
+                allowed[row, :n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+                at = n
+                for i, cont in conts:
+                    m = len(cont)
+                    ids[row, at:at + m] = torch.tensor(cont, dtype=torch.long)
+                    positions[row, at:at + m] = torch.arange(n, n + m)
+                    allowed[row, at:at + m, :n] = True
+                    allowed[row, at:at + m, at:at + m] = torch.ones(m, m, dtype=torch.bool).tril()
+                    # the context's last position predicts the first token, each token the next
+                    reads.append((i, row, [n - 1, *range(at, at + m - 1)], cont))
+                    at += m
+                pad = torch.arange(at, width)
+                allowed[row, pad, pad] = True  # padding sees itself only (a fully masked row would be NaN)
+            mask = torch.zeros((len(chunk), 1, width, width), dtype=dtype).masked_fill_(~allowed[:, None], blocked)
+            # only the positions that predict a continuation token get vocabulary logits: from each row's last
+            # context position to the end
+            keep = max(width - (len(ctx) - 1) for ctx, _ in chunk)
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                           position_ids=positions.to(device), logits_to_keep=keep).logits
+            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+            offset = width - keep
+            for i, row, at, cont in reads:
+                window = logprobs[row, [p - offset for p in at]]
+                targets = torch.tensor(cont, dtype=torch.long)
+                out[i] = (float(window.gather(-1, targets.unsqueeze(-1)).sum()),
+                          bool((window.argmax(dim=-1) == targets).all()))
+    return out
