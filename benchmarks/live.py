@@ -257,6 +257,26 @@ def agreement(certeval_scores: dict[int, float], lm_eval_scores: dict[int, float
             "rate": round(same / len(common), 4) if common else None}
 
 
+def oracle_pair_items(a: dict[int, float], b: dict[int, float], confidence: float = 0.95) -> dict[str, Any]:
+    """How many of the bank's N items even an oracle needs to tell two models apart: the smallest n at which a
+    fixed-n two-sided z-test on the paired differences, told their true mean Δ and standard deviation σ by the full
+    runs (finite-population corrected, no peeking), excludes 0: z σ sqrt((1 - n/N) / n) <= |Δ|, so
+    n >= N / (1 + N (Δ / (z σ))²). Any valid sequential test needs about as many or more; certeval's compare can only
+    save time beyond it by scoring faster."""
+    from statistics import NormalDist
+
+    docs = sorted(set(a) & set(b))
+    diffs = [a[d] - b[d] for d in docs]
+    n_total = len(diffs)
+    mean = sum(diffs) / n_total
+    sd = (sum((x - mean) ** 2 for x in diffs) / n_total) ** 0.5
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    ratio = (mean / (z * sd)) ** 2 if sd > 0 else float("inf")
+    need = n_total if mean == 0 else min(n_total, int(-(-n_total // (1 + n_total * ratio))))
+    return {"diff": round(mean, 4), "sd": round(sd, 4), "disagree": round(sum(x != 0 for x in diffs) / n_total, 4),
+            "items": need, "of": n_total, "fraction": round(need / n_total, 3)}
+
+
 def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) -> dict[str, Any]:
     lm_wall = round(sum(r["wall_s"] for r in lm_runs), 2)
     agree = [agreement(s, lm["scores"]) for s, lm in zip(cert["scores"], lm_runs)]
@@ -285,7 +305,9 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
             "agreement": {"equal": equal, "items": common, "rate": round(equal / common, 4) if common else None,
                           "per_model": agree},
             "lm_eval_means": [round(r["mean"], 4) for r in lm_runs], "certeval_means": cert["means"],
-            "certeval_phases": cert["phases"], "reached": cert["reached"], "exit_code": cert["exit_code"]}
+            "certeval_phases": cert["phases"], "reached": cert["reached"], "exit_code": cert["exit_code"],
+            # a pair: the items an oracle's fixed-n test needs to separate the two models (oracle_pair_items)
+            "oracle_pair": oracle_pair_items(lm_runs[0]["scores"], lm_runs[1]["scores"]) if len(lm_runs) == 2 else None}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
