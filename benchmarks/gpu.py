@@ -8,8 +8,9 @@ answers drawn from other questions of the same category, seeded), or ``--items``
 item_id, question, choices, answer). Both paths score the SAME (prompt, choice) pairs with the SAME
 weights (one model in memory) and batch size:
 
-* host: ``HFHost.score`` in calls of ``--call-size`` items (what a pipeline actor receives);
-  left padding, ``logits_to_keep``, argmax judged by the ``mc-loglik`` scorer;
+* host: ``HFHost.score`` in calls of ``--call-size`` items (what a pipeline actor receives); a question's
+  context and choices in one packed row (``certeval/backends/hf_packed.py``), logits only where a continuation
+  token is predicted, argmax judged by the ``mc-loglik`` scorer;
 * bare: the textbook loop — tokenizer(padding=True) right-padded batches, full-vocabulary
   log-softmax over every position, gather, masked sum.
 

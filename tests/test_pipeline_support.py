@@ -42,7 +42,7 @@ def ray_address(state_dir: Path) -> str:
     if "ray" not in _STATE or not ray.is_initialized():  # another module may have shut a shared Ray down
         from certeval.backends.pool import init_ray
 
-        init_ray(None, state_dir=state_dir)
+        init_ray(None, state_dir=state_dir, prestart_workers=False)  # no idle task workers: the suite is CPU-bound
         _STATE["ray"] = ray.get_runtime_context().gcs_address
     return _STATE["ray"]
 
