@@ -158,7 +158,8 @@ class HFHost(ModelHost):
             plain = self._score_pairs([(list(rows[0][0]) + cont, len(cont)) for _, cont in rows[0][1]],
                                       list(range(len(members))))
             gap = max(abs(first[i][0] - plain[j][0]) for j, i in enumerate(members))
-            self._packing = gap <= hf_packed.SELF_CHECK_TOLERANCE * max(1.0, max(abs(v[0]) for v in plain.values()))
+            tolerance = hf_packed.SELF_CHECK_TOLERANCE.get(self.options.dtype, 2e-2)
+            self._packing = gap <= tolerance * max(1.0, max(abs(v[0]) for v in plain.values()))
             if not self._packing:
                 print(f"certeval: {self.spec.text}: a packed multiple-choice row differs from its per-choice rows by "
                       f"{gap:.3g} in log-likelihood; scoring each choice in its own row", file=sys.stderr, flush=True)
