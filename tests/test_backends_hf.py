@@ -232,3 +232,25 @@ def test_models_that_attend_differently_are_not_packed(host, monkeypatch):
     monkeypatch.setattr(host.model.config, "sliding_window", None)
     monkeypatch.setattr(host.model.config, "_attn_implementation", "flash_attention_2")
     assert not hf_packed.packable_model(host.model)
+
+
+def test_a_row_wider_than_the_models_limit_is_scored_one_pair_a_row(host, monkeypatch):
+    """Every pair fits the model's limit but a question's packed row would not: its choices go one per row (a packed
+    row's attention is quadratic in its width), with the same values."""
+    from dataclasses import replace
+
+    requests = _many_token_choices()
+    longest = max(sum(map(len, host._pair_tokens(ctx, cont))) for ctx, cont in requests)
+    monkeypatch.setattr(host, "options", replace(host.options, max_length=longest))
+    rows = []
+    real = host.model.forward
+
+    def counted(*args, **kwargs):
+        rows.append(int(kwargs["input_ids"].shape[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(host.model, "forward", counted)
+    got, _ = host.loglikelihoods(requests)
+    assert sum(rows) == len(requests)  # one row per pair: nothing packed
+    for (ctx, cont), value in zip(requests, got):
+        assert math.isclose(value, _reference_loglik(host, ctx, cont), rel_tol=1e-3, abs_tol=1e-3)
