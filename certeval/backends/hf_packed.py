@@ -39,11 +39,17 @@ def packable_model(model: Any) -> bool:
         return False
 
 
-def packed_rows(contexts: list[tuple[int, ...]], choices: dict[tuple[int, ...], list[tuple[int, list[int]]]]
+def row_width(row: tuple[tuple[int, ...], list[tuple[int, list[int]]]]) -> int:
+    """Tokens in a packed row: its context, then every choice."""
+    return len(row[0]) + sum(len(c) for _, c in row[1])
+
+
+def packed_rows(choices: dict[tuple[int, ...], list[tuple[int, list[int]]]], max_width: int
                 ) -> list[tuple[tuple[int, ...], list[tuple[int, list[int]]]]]:
-    """Rows (context, [(pair index, continuation tokens), ...]), longest first so a batch holds similar widths."""
-    rows = [(ctx, choices[ctx]) for ctx in contexts]
-    rows.sort(key=lambda row: (-(len(row[0]) + sum(len(c) for _, c in row[1])), row[0]))
+    """Rows (context, [(pair index, continuation tokens), ...]) of at most ``max_width`` tokens (a wider row's
+    attention costs the square of its width), longest first so a batch holds similar widths."""
+    rows = [row for row in choices.items() if row_width(row) <= max_width]
+    rows.sort(key=lambda row: (-row_width(row), row[0]))
     return rows
 
 
@@ -59,8 +65,7 @@ def score_packed(model: Any, rows: list[tuple[tuple[int, ...], list[tuple[int, l
     with torch.inference_mode():
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
-            widths = [len(ctx) + sum(len(c) for _, c in conts) for ctx, conts in chunk]
-            width = max(widths)
+            width = max(row_width(row) for row in chunk)
             ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             positions = torch.zeros((len(chunk), width), dtype=torch.long)
             allowed = torch.zeros((len(chunk), width, width), dtype=torch.bool)
