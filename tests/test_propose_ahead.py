@@ -23,7 +23,9 @@ CASES = {
     "certify-adaptive": dict(kind="certify", models=(MIDDLE,), goal="halfwidth:0.1", method="adaptive"),
     "certify-two-uniform": dict(kind="certify", models=(STRONG, WEAK), goal="halfwidth:0.12", method="uniform"),
     "compare": dict(kind="compare", models=(STRONG, MIDDLE), margin=0.02),
-    "rank": dict(kind="rank", models=(STRONG, MIDDLE, WEAK), margin=0.02),
+    # replay models that take time per item: batches are still queued or running when models leave and at the end
+    "rank": dict(kind="rank", models=(STRONG, MIDDLE, WEAK), margin=0.02, latency=0.01),
+    "select": dict(kind="select", models=(STRONG, MIDDLE, WEAK), halfwidth=0.1, latency=0.01),
 }
 
 
@@ -31,13 +33,23 @@ def _run(root: Path, name: str, ahead: str, log: Path) -> tuple[dict, dict]:
     from certeval.flows.pipeline import run_plan
 
     case = dict(CASES[name])
-    kind, models = case.pop("kind"), case.pop("models")
+    kind, models, latency = case.pop("kind"), case.pop("models"), case.pop("latency", None)
     scores = small_scores(root, models=(STRONG, MIDDLE, WEAK), n_items=150)
-    plan, _ = make_plan(PlanRequest(kind, models=[replay(m, scores) for m in models], output=str(root / "runs"),
+    options = {} if latency is None else {"latency": latency}
+    plan, _ = make_plan(PlanRequest(kind, models=[replay(m, scores, **options) for m in models], output=str(root / "runs"),
                                     run_id=name, seed=5, batch_size=20,
                                     options=RuntimeOptions(propose_ahead=ahead, call_log=str(log)), **case))
     result = run_plan(plan)
     return result, digest(root / "runs" / name)
+
+
+def _cached_pairs(runs: Path) -> int:
+    """The distinct (model, item) pairs in the score caches under a run root."""
+    from certeval.storage import ScoreCache, filesystem
+
+    folders = [p for p in (runs / "_cache").iterdir() if p.is_dir() and not p.name.startswith("_")]  # _shared: parts
+    assert folders, runs
+    return sum(len(ScoreCache(*filesystem(str(folder))).load()) for folder in folders)
 
 
 @pytest.mark.slow
@@ -52,19 +64,22 @@ def test_the_same_looks_with_and_without_proposing_ahead(infra, tmp_path, name):
     assert on["pipeline"]["items_sent"] == off["pipeline"]["items_sent"]  # what the rounds used, sent once
     ahead = on["pipeline"]["ahead"]
     assert ahead["sent"] > 0 and ahead["used"] > 0, ahead
-    # every item sent ahead is used by a round, scored and kept unused, cancelled before it ran, or lost
+    # every item sent ahead is used by a round, scored and kept unused, withdrawn before it ran, or lost
     assert ahead["used"] + ahead["scored_unused"] + ahead["cancelled"] + ahead["lost"] == ahead["sent"], ahead
+    assert ahead["lost"] == 0, ahead
     for model in on["models"]:
         label = model["model"]
         items = ahead["items"][label]
         assert items["used"] == model["n_scored"] and items["scored"] >= items["used"]
         assert items["scored"] - items["used"] == ahead["scored_unused_per_model"].get(label, 0)
-    # the actors scored at least what was used and at most that plus what was sent ahead (a batch that had started
-    # when the run ended may finish before its actor is stopped: scored and cached, not counted as used)
-    calls_on = len((tmp_path / "on.calls").read_text().splitlines())
+    # every scoring an actor performed is accounted for (issue 58): what the rounds used plus what was scored ahead
+    # and never used, item for item the (model, item) pairs the run's score caches hold; nothing "cancelled" ran
+    calls = (tmp_path / "on.calls").read_text().splitlines()
     used = sum(on["pipeline"]["items_sent"].values())
-    assert used <= calls_on <= used + ahead["sent"] - ahead["used"]
+    assert len(calls) == len(set(calls)) == used + ahead["scored_unused"], (len(calls), used, ahead)
+    assert _cached_pairs(tmp_path / "on" / "runs") == len(calls)
     assert len((tmp_path / "off.calls").read_text().splitlines()) == used
+    assert _cached_pairs(tmp_path / "off" / "runs") == used
     stored = json.loads((tmp_path / "on" / "runs" / name / "results.json").read_text())
     assert stored["pipeline"]["ahead"]["sent"] == ahead["sent"]
 

@@ -45,7 +45,7 @@ from .pool_ahead import PoolAhead
 from .pool_cpus import PoolCpus
 from .pool_groups import KEPT_PREFIX, _cluster_summary, _text_length, group_models, kill_kept_actors  # noqa: F401
 from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, init_ray, key_variables  # noqa: F401
-from .worker import ModelWorker, _ping_answer  # noqa: F401
+from .worker import CONTROL, ModelWorker, _ping_answer  # noqa: F401
 
 MAX_ATTEMPTS = 3
 
@@ -86,7 +86,7 @@ class PoolStats:
     shared: dict[str, list[str]] = field(default_factory=dict)  # actors that host several models: their labels
     ahead_sent: int = 0  # items sent ahead of their round (score(..., ahead=...))
     ahead_used: int = 0  # of those, items a round took
-    ahead_cancelled: int = 0  # items of batches cancelled before an actor started them
+    ahead_cancelled: int = 0  # items of batches withdrawn before an actor began them (never scored)
     ahead_lost: int = 0  # items of batches lost with their actor (sent again when a round needed them)
     ahead_sent_per_model: dict[str, int] = field(default_factory=dict)
 
@@ -125,13 +125,15 @@ class ModelPool(PoolCpus, PoolAhead):
         self._node_of: dict[str, str] = {}  # actor name -> the Ray node it answered from
         self._cpu_share: dict[str, float] = {}  # CPU-hosted groups -> the CPUs each actor asks for (launch)
         self._ahead_refs: dict[Any, tuple[_Batch, _Slot, int]] = {}  # batches sent ahead, not yet collected
+        self._ahead_ids: dict[Any, str] = {}  # batch sent ahead -> its id (ModelWorker.withdraw)
         self._ahead_key: dict[tuple[str, str], Any] = {}  # (label, item key) -> its batch sent ahead
         self._ahead_done: dict[tuple[str, str], dict[str, Any]] = {}  # scored ahead, not yet taken by a round
         self._ahead_load: dict[str, int] = {}  # actor name -> its batches sent ahead, not yet collected
 
     # -- actors -------------------------------------------------------------
     def _actor_class(self):
-        return ray.remote(ModelWorker)
+        # a control thread beside the scoring one: batches sent ahead are withdrawn while another is scored
+        return ray.remote(concurrency_groups={CONTROL: 1})(ModelWorker)
 
     def _kept_name(self, group: str, replica: int) -> str:
         """A kept actor's name: what it hosts (spec texts, host options, GPUs) and its replica, never the labels

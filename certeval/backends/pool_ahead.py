@@ -1,5 +1,5 @@
 """The pool's half of proposing ahead: the next round's requests sent while the controller decides, collected
-when a round asks for them, cancelled for models that left, and settled (scored but never used) at the end.
+when a round asks for them, withdrawn for models that left, and settled (scored but never used) at the end.
 Split from :mod:`certeval.backends.pool`."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import ray
+
+WITHDRAW_TIMEOUT_S = 30.0  # an actor's control thread answers at once; a dead or hung actor must not stall the end
 
 
 class PoolAhead:
@@ -27,8 +29,10 @@ class PoolAhead:
             for batch in self._batches(group, parts, batch_size):
                 slot = min(self.slots[group], key=lambda s: s.outstanding + self._ahead_load.get(s.name, 0))
                 batch.attempts = 1
-                ref = slot.handle.score.remote(batch.parts, False)
+                batch_id = f"{self.prefix}/ahead/{self.stats.batches}"
+                ref = slot.handle.score.remote(batch.parts, False, batch_id)
                 self._ahead_refs[ref] = (batch, slot, slot.generation)
+                self._ahead_ids[ref] = batch_id
                 self._ahead_load[slot.name] = self._ahead_load.get(slot.name, 0) + 1
                 for label, _, keys in batch.parts:
                     for key in keys:
@@ -41,12 +45,7 @@ class PoolAhead:
     def _collect_ahead(self, ref: Any) -> bool:
         """A finished (or failed) batch sent ahead: its results kept for a later call; False when it was lost
         (its actor died: replaced here, once) or cancelled."""
-        batch, slot, generation = self._ahead_refs.pop(ref)
-        self._ahead_load[slot.name] = max(0, self._ahead_load.get(slot.name, 0) - 1)
-        for label, _, keys in batch.parts:
-            for key in keys:
-                if self._ahead_key.get((label, key)) is ref:
-                    del self._ahead_key[(label, key)]
+        batch, slot, generation = self._drop_ahead(ref)
         try:
             results_per_part = ray.get(ref)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
@@ -58,41 +57,73 @@ class PoolAhead:
         except ray.exceptions.RayError:  # cancelled, or the host failed on an item (sent again, it fails there)
             self.stats.ahead_lost += batch.size
             return False
+        if results_per_part is None:  # withdrawn before it began (a race with withdraw's own answer): not scored
+            self.stats.ahead_cancelled += batch.size
+            return False
         for (label, _, keys), results in zip(batch.parts, results_per_part):
             for key, result in zip(keys, results):
                 self._ahead_done[(label, key)] = result
         return True
 
-    def cancel_ahead(self, labels: Any) -> None:
-        """Models that left (``labels``) stop consuming: their batches sent ahead are cancelled where an actor has
-        not started them (a started one finishes, and is kept and reported like any other)."""
-        gone = set(labels)
-        for ref, (batch, _, _) in list(self._ahead_refs.items()):
-            if all(label in gone for label, _, _ in batch.parts):
-                self._end_ahead(ref)
-
-    def _end_ahead(self, ref: Any) -> None:
-        if ray.wait([ref], timeout=0)[0]:
-            self._collect_ahead(ref)
-            return
-        try:
-            ray.cancel(ref)
-        except Exception:  # already finished or gone: nothing left to stop
-            pass
-        batch, slot, _ = self._ahead_refs.pop(ref)
+    def _drop_ahead(self, ref: Any) -> tuple[Any, Any, int]:
+        """Forget a batch sent ahead (collected or withdrawn): its actor's load and its items' entries."""
+        batch, slot, generation = self._ahead_refs.pop(ref)
+        self._ahead_ids.pop(ref, None)
         self._ahead_load[slot.name] = max(0, self._ahead_load.get(slot.name, 0) - 1)
         for label, _, keys in batch.parts:
             for key in keys:
                 if self._ahead_key.get((label, key)) is ref:
                     del self._ahead_key[(label, key)]
-        self.stats.ahead_cancelled += batch.size
+        return batch, slot, generation
+
+    def _withdraw(self, refs: list[Any]) -> None:
+        """Withdraw the batches ``refs`` where no actor has begun them (counted cancelled: never scored); the rest
+        stay sent ahead, to be collected as scored when they end. ``ray.cancel`` is not used: on Ray 2.60 an actor
+        call it reports cancelled may still run and be cached, unreported."""
+        by_slot: dict[str, tuple[Any, list[Any]]] = {}
+        for ref in refs:
+            slot = self._ahead_refs[ref][1]
+            by_slot.setdefault(slot.name, (slot, []))[1].append(ref)
+        asked = {}
+        for slot, mine in by_slot.values():
+            asked[slot.handle.withdraw.remote([self._ahead_ids[r] for r in mine])] = mine
+        done, _ = ray.wait(list(asked), num_returns=len(asked), timeout=WITHDRAW_TIMEOUT_S) if asked else ([], [])
+        for answer in done:
+            try:
+                withdrawn = set(ray.get(answer))
+            except ray.exceptions.RayError:  # the actor died: its batches are lost when collected
+                continue
+            for ref in asked[answer]:
+                if self._ahead_ids.get(ref) in withdrawn:
+                    batch, _, _ = self._drop_ahead(ref)
+                    self.stats.ahead_cancelled += batch.size
+
+    def cancel_ahead(self, labels: Any) -> None:
+        """Models that left (``labels``) stop consuming: their batches sent ahead are withdrawn where an actor has
+        not begun them (one begun finishes, and is kept and reported like any other)."""
+        gone = set(labels)
+        refs = [ref for ref, (batch, _, _) in self._ahead_refs.items()
+                if all(label in gone for label, _, _ in batch.parts)]
+        if refs:
+            self._withdraw(refs)
 
     def settle(self) -> dict[str, Any]:
-        """The run is decided: batches sent ahead that finished are kept (the actors cached their scores), the
-        rest are cancelled. Returns what proposing ahead cost: items sent ahead, used by a round, scored but
-        never used (per model), cancelled or lost."""
-        for ref in list(self._ahead_refs):
-            self._end_ahead(ref)
+        """The run is decided: batches sent ahead that no actor has begun are withdrawn; those begun are awaited
+        (each within ``batch_timeout_s`` of the last, else counted lost) and kept: the actors cached their scores.
+        Returns what proposing ahead cost: items sent ahead, used by a round, scored but never used (per model),
+        withdrawn before scoring (``cancelled``) or lost. The scored ones equal what the actors cached beyond the
+        rounds' items."""
+        if self._ahead_refs:
+            self._withdraw(list(self._ahead_refs))
+        pending = list(self._ahead_refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=self.options.batch_timeout_s)
+            if not done:  # a hung batch: the run's answer stands; what it held is counted lost
+                for ref in pending:
+                    batch, _, _ = self._drop_ahead(ref)
+                    self.stats.ahead_lost += batch.size
+                break
+            self._collect_ahead(done[0])
         unused: dict[str, int] = {}
         for label, _ in self._ahead_done:
             unused[label] = unused.get(label, 0) + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -12,6 +13,9 @@ import ray
 
 from ..lm_eval_metrics import pack_output, unpack_output
 from ..runtime_options import RuntimeOptions, runtime_options
+
+
+CONTROL = "control"  # the actor's second thread: withdrawing batches sent ahead while one is being scored
 
 
 def _ping_answer(ref: Any) -> dict[str, Any]:
@@ -54,6 +58,9 @@ class ModelWorker:
                 self.caches[label] = ScoreCache(*filesystem(url))
         self.call_log = options.call_log
         self._first_call = True
+        self._batch_lock = threading.Lock()
+        self._started: set[str] = set()  # batch ids sent ahead that this actor began to score
+        self._withdrawn: set[str] = set()  # batch ids withdrawn before they began: never scored
         _exit_with_raylet()
 
     def ping(self) -> dict[str, Any]:
@@ -80,19 +87,39 @@ class ModelWorker:
                 self.caches[label] = ScoreCache(*filesystem(url))
         self.call_log = options.call_log
         self._first_call = True
+        with self._batch_lock:
+            self._started, self._withdrawn = set(), set()
         self._adoptions += 1
         return {**self.ping(), "reused": self._adoptions > 1}
 
+    @ray.method(concurrency_group=CONTROL)
+    def withdraw(self, batch_ids: list[str]) -> list[str]:
+        """Of the batches sent ahead ``batch_ids``, those not yet begun: withdrawn (their ``score`` call returns
+        None without scoring). A batch already begun runs to its end and is cached: the driver waits for it.
+        Runs on the actor's control thread, so it answers while a batch is being scored. (``ray.cancel`` cannot
+        stand in: on Ray 2.60 an actor call it reports cancelled, queued or begun, still runs and is cached.)"""
+        with self._batch_lock:
+            out = [b for b in batch_ids if b not in self._started]
+            self._withdrawn.update(out)
+        return out
+
     @ray.method(max_task_retries=0)  # a retried call could score a batch twice; lost batches are re-sent by the driver
     def score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]],
-              resent: bool = False) -> list[list[dict[str, Any]]]:
+              resent: bool = False, batch_id: str | None = None) -> list[list[dict[str, Any]]] | None:
         """Score ``[(label, items, keys), ...]``; each part is cached before anything is returned.
 
         ``resent``: the batch was lost with another actor (e.g. its node died), which may have scored and
         cached part of it before dying; those items are answered from the cache, never scored again.
+        ``batch_id``: a batch sent ahead; None (nothing scored) if it was withdrawn before it began.
         """
         from ..storage import ScoreCache, prompt_hash
 
+        if batch_id is not None:
+            with self._batch_lock:
+                if batch_id in self._withdrawn:
+                    self._withdrawn.discard(batch_id)
+                    return None
+                self._started.add(batch_id)
         if self._first_call:
             from ..startup import mark
 
