@@ -5,7 +5,8 @@ process (imports done, plan and bank ready, Prefect's API up, Ray up, model acto
 the model actor itself (``first_call``: the first scoring call reached the actor). Each process
 names the file once, by an explicit :func:`configure` call: the CLI from its ``--startup-log``,
 an actor from its constructor argument (``RuntimeOptions.startup_log``).
-``benchmarks/startup.py`` reads it; not configured (the default), :func:`mark` writes nothing.
+``benchmarks/startup.py`` reads it; not configured (the default), :func:`mark` writes nothing to a file, but
+every process keeps its own first marks in memory (:func:`seen`): results.json's ``pipeline.phases`` reads them.
 
 Standard library only and cheap to import: it is imported before anything else.
 """
@@ -16,7 +17,8 @@ import os
 import time
 
 _MAX_EARLY = 16  # marks kept before configure() (e.g. "interpreter", before the flags are parsed)
-_state: dict = {"path": None, "configured": False, "early": []}
+_MAX_SEEN = 64  # phases remembered in memory (the first time each was reached)
+_state: dict = {"path": None, "configured": False, "early": [], "seen": {}}
 
 
 def configure(path: str | os.PathLike | None) -> None:
@@ -30,12 +32,21 @@ def configure(path: str | os.PathLike | None) -> None:
 
 def mark(phase: str) -> None:
     """Record that ``phase`` was reached now (written only once a timeline file is configured)."""
-    line = f"{phase}\t{time.time():.6f}\t{os.getpid()}\n".encode()
+    now = time.time()
+    seen = _state["seen"]
+    if phase not in seen and len(seen) < _MAX_SEEN:
+        seen[phase] = now
+    line = f"{phase}\t{now:.6f}\t{os.getpid()}\n".encode()
     if not _state["configured"]:
         if len(_state["early"]) < _MAX_EARLY:
             _state["early"].append(line)
         return
     _append(line)
+
+
+def seen(phase: str) -> float | None:
+    """When this process first reached ``phase`` (unix time), or None."""
+    return _state["seen"].get(phase)
 
 
 def _append(line: bytes) -> None:

@@ -273,6 +273,10 @@ def test_ray_address_from_the_environment_is_used(infra, tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     res = json.loads((out / "env-ray" / "results.json").read_text())
     assert res["pipeline"]["ray_address"] == infra
+    # the command's phases (issue 58): stored and printed alike, the report's time filled in after report.md
+    phases = res["pipeline"]["phases"]
+    assert json.loads(proc.stdout)["pipeline"]["phases"] == phases
+    assert phases["report_s"] > 0 and phases["startup_s"] > 0 and phases["rounds_s"] > 0, phases
 
 
 def test_a_users_prefect_profile_is_used(infra, tmp_path):

@@ -82,6 +82,12 @@ def test_the_same_looks_with_and_without_proposing_ahead(infra, tmp_path, name):
     assert _cached_pairs(tmp_path / "off" / "runs") == used
     stored = json.loads((tmp_path / "on" / "runs" / name / "results.json").read_text())
     assert stored["pipeline"]["ahead"]["sent"] == ahead["sent"]
+    # where the time went (issue 58): each phase measured, none negative; the report's is the CLI's (none here)
+    phases = stored["pipeline"]["phases"]
+    assert phases["startup_s"] >= 0 and phases["model_load_s"] >= 0, phases
+    assert phases["rounds_s"] > 0 and phases["controller_s"] > 0 and phases["storage_s"] > 0, phases
+    assert phases["report_s"] is None
+    assert phases["rounds_s"] + phases["controller_s"] + phases["storage_s"] <= stored["pipeline"]["wall_s"] + 0.5
 
 
 def test_the_option_and_when_auto_proposes_ahead():

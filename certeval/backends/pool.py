@@ -231,7 +231,8 @@ class ModelPool(PoolCpus, PoolAhead):
                     "actor": name, "group": group, "replica": replica, "generation": generation,
                     "node_id": where.get("node_id"), "node_resources": custom, "pid": where.get("pid"),
                     "cpus": self._actor_cpus(group), "torch_threads": where.get("torch_threads"),
-                    "kept": name.startswith(KEPT_PREFIX), "reused": bool(where.get("reused", False))})
+                    "kept": name.startswith(KEPT_PREFIX), "reused": bool(where.get("reused", False)),
+                    "load_s": where.get("load_s")})
             self._pings = []
         return list(self.stats.placement)
 

@@ -45,11 +45,13 @@ class ModelWorker:
         from ..startup import mark
 
         mark("actor_started")  # the actor's process is up (Ray worker started, certeval imported): load begins
+        loading = time.perf_counter()
         self.hosts = {label: make_host(text, cache_dir=options.cache_dir, **(host_kwargs or {}))
                       for label, text in specs.items()}
         self._by_spec = {specs[label]: host for label, host in self.hosts.items()}  # adopt(): kept actors
         self._adoptions = 0
         mark("model_loaded")  # every host built: the model is in memory
+        self._load_s = time.perf_counter() - loading
         self.caches: dict[str, Any] = {}
         for label, url in cache_urls.items():
             if url:
@@ -66,7 +68,9 @@ class ModelWorker:
     def ping(self) -> dict[str, Any]:
         """Where this actor runs: its process and Ray node (the placement recorded in results.json)."""
         ctx = ray.get_runtime_context()
-        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "torch_threads": _torch_threads()}
+        load_s = self._load_s if self._adoptions <= 1 else 0.0  # an adopted actor's model was loaded before
+        return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "torch_threads": _torch_threads(),
+                "load_s": round(load_s, 3)}
 
     def adopt(self, specs: dict[str, str], cache_urls: dict[str, str | None], options: RuntimeOptions | None,
               secret_env: dict[str, str] | None = None) -> dict[str, Any]:

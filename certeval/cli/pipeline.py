@@ -337,10 +337,15 @@ def run(args) -> int:
         results = run_plan(plan, progress=mode, prepared=prepared)
         if getattr(args, "log_samples", False):
             results["samples_files"] = log_samples(plan, prepared.bank, results)
+        import time
+
         from ..report import write_report
+        from ..tasks.results import record_report_phase
 
         # docs/architecture.md §5: report.md (+ PNG) beside results.json in the run folder
+        began = time.perf_counter()
         results["report"] = write_report(results["run_folder"]).files.get("report.md")
+        record_report_phase(store, results, time.perf_counter() - began)
     finally:
         if warm is not None:
             warm.close()

@@ -135,10 +135,39 @@ def run_results(run: Any) -> dict[str, Any]:
                   # models that shared an actor because the cluster had too few CPUs for one each
                   "shared_actors": dict(getattr(run.pool_stats, "shared", {})),
                   # the next round's items queued while the controller decided: items scored vs items used
-                  "ahead": _ahead_report(run)},
+                  "ahead": _ahead_report(run),
+                  "phases": _phases(run)},
         **kinds,
     )
     return record.to_json()
+
+
+def _phases(run: Any) -> dict[str, float | None]:
+    """Where the command's time went, in seconds (docs/pipeline.md, "phases"): start-up (the command's start — the
+    interpreter, or the flow where no CLI ran it — to the first round), the longest model load (inside start-up when
+    the models load beside the services), and the rounds' time split into waiting for model scores (``rounds_s``),
+    the controller's selection, update and decision (``controller_s``) and writing rounds, state and results
+    (``storage_s``); ``report_s`` is filled in by the CLI once report.md is written."""
+    from ..startup import seen
+
+    began = seen("interpreter") or run.started
+    loads = [p["load_s"] for p in getattr(run.pool_stats, "placement", []) or [] if p.get("load_s") is not None]
+    return {"startup_s": None if run.first_round_at is None else round(run.first_round_at - began, 3),
+            "model_load_s": max(loads) if loads else None,
+            **{f"{phase}_s": round(value, 3) for phase, value in run.phase_s.items()},
+            "report_s": None}
+
+
+def record_report_phase(store: Any, results: dict[str, Any], seconds: float) -> None:
+    """The report's time (report.md and plots, written after results.json) into ``pipeline.phases.report_s`` of
+    ``results`` and of the stored results.json."""
+    value = round(seconds, 3)
+    for record in (results, store.read_results()):
+        phases = ((record or {}).get("pipeline") or {}).get("phases")
+        if phases is not None:
+            phases["report_s"] = value
+            if record is not results:
+                store.write_results(record)
 
 
 def _ahead_report(run: Any) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ and the score cache answers whatever was paid for before a crash.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -49,6 +50,20 @@ class RoundScores:
     resps: dict[str, list] = field(default_factory=dict)  # lm-eval's resps of a log-likelihood item (JSON text)
 
 
+def _timed(phase: str):
+    """A step's wall time added to the run's ``phase_s[phase]`` (results.json ``pipeline.phases``)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def timed(self, *args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self.phase_s[phase] += time.perf_counter() - began
+        return timed
+    return wrap
+
+
 class Run(RunRequests, ProposeAhead):
     """Everything a running flow carries from round to round."""
 
@@ -75,6 +90,8 @@ class Run(RunRequests, ProposeAhead):
         self.pool_stats: Any = None
         self.ahead: dict[str, Any] | None = None  # what proposing ahead sent, used and left (ModelPool.settle)
         self.started = time.time()
+        self.first_round_at: float | None = None  # when the first round began selecting (the end of start-up)
+        self.phase_s = {"rounds": 0.0, "controller": 0.0, "storage": 0.0}  # results.json pipeline.phases
         self.history: dict[str, Any] = {}  # label -> HistoryPrior (method 'history')
         self.cached_outputs: dict[str, Any] = {}  # label -> the score cache's stored outputs
         # built once and reused round after round (a ranking sends and stores each item for every model)
@@ -257,8 +274,11 @@ class Run(RunRequests, ProposeAhead):
     def n_scored(self, label: str) -> int:
         return int(self.methods[label].n_scored)
 
+    @_timed("controller")
     def select(self) -> RoundScores:
         """Items to score this round, per active model (empty when nothing is left)."""
+        if self.first_round_at is None:
+            self.first_round_at = time.time()
         items, probs = {}, {}
         if self.plan.paired:
             chunk, prob = self.engine.select()
@@ -272,6 +292,7 @@ class Run(RunRequests, ProposeAhead):
         return RoundScores(items, probs)
 
     # -- infer ----------------------------------------------------------------
+    @_timed("rounds")
     def infer(self, pool: Any, batch: RoundScores) -> RoundScores:
         requests, hits = self.requests(batch)
         chunk = self.plan.chunk_size or max(1, math.ceil(self.plan.batch_size / (self.plan.replicas * self.plan.in_flight)))
@@ -315,6 +336,7 @@ class Run(RunRequests, ProposeAhead):
         return batch
 
     # -- update ---------------------------------------------------------------
+    @_timed("controller")
     def update(self, batch: RoundScores) -> None:
         if not self.plan.paired:
             for label, pos in batch.items.items():
@@ -323,6 +345,7 @@ class Run(RunRequests, ProposeAhead):
             self.engine.update(next(iter(batch.items.values())), {label: batch.scores[label] for label in batch.items})
 
     # -- decide ---------------------------------------------------------------
+    @_timed("controller")
     def decide(self, batch: RoundScores) -> dict[str, Decision]:
         if self.plan.paired:
             self.engine.decide()
@@ -346,6 +369,7 @@ class Run(RunRequests, ProposeAhead):
         return not self.active
 
     # -- store ----------------------------------------------------------------
+    @_timed("storage")
     def store_round(self, batch: RoundScores) -> None:
         """Rounds Parquet first, then each model's state, then (paired) the run marker: a crash
         between two writes leaves the previous commit point valid."""
@@ -446,7 +470,10 @@ class Run(RunRequests, ProposeAhead):
         """results.json, built from the look log (:func:`certeval.tasks.results.run_results`), and stored."""
         from .results import run_results
 
+        began = time.perf_counter()
         out = run_results(self)
+        phases = out["pipeline"]["phases"]
+        phases["storage_s"] = round(phases["storage_s"] + time.perf_counter() - began, 3)  # less the write itself
         self.store.write_results(out)
         return out
 
