@@ -42,7 +42,8 @@ def trivia_items(n: int, *, seed: int = 0, n_choices: int = 4) -> list[dict[str,
             for r in frame.itertuples(index=False)]
 
 
-def _header(name: str, docs: Path, output_type: str) -> str:
+def _header(name: str, docs: Path, output_type: str, num_fewshot: int = 0) -> str:
+    """A task over a local JSONL file; few-shot examples (if any) from its own split, the doc itself left out."""
     return textwrap.dedent(f"""\
         task: {name}
         dataset_path: json
@@ -50,7 +51,8 @@ def _header(name: str, docs: Path, output_type: str) -> str:
           data_files:
             test: {docs}
         test_split: test
-        num_fewshot: 0
+        fewshot_split: test
+        num_fewshot: {num_fewshot}
         output_type: {output_type}
         """)
 
@@ -78,11 +80,13 @@ def write_mc_task(folder: Path, items: list[dict[str, Any]], name: str = MC_TASK
     return path
 
 
-def write_gen_task(folder: Path, items: list[dict[str, Any]], name: str = GEN_TASK, max_gen_toks: int = 16) -> Path:
-    """The short-answer generation task over ``items`` (greedy until a newline, ``exact_match`` ignoring case)."""
+def write_gen_task(folder: Path, items: list[dict[str, Any]], name: str = GEN_TASK, max_gen_toks: int = 16,
+                   num_fewshot: int = 3) -> Path:
+    """The short-answer generation task over ``items``: ``num_fewshot`` solved examples, greedy until a newline,
+    a filter (whitespace removed, first answer) and ``exact_match`` ignoring case and punctuation."""
     docs = write_docs(folder, items)
     path = folder / f"{name}.yaml"
-    path.write_text(_header(name, docs, "generate_until") + textwrap.dedent(f"""\
+    path.write_text(_header(name, docs, "generate_until", num_fewshot) + textwrap.dedent(f"""\
         doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
         doc_to_target: "{{{{answer}}}}"
         target_delimiter: " "

@@ -11,9 +11,12 @@ folder; each run is one subprocess, timed by its wall clock, one after the other
   model's lm-eval run counts for every certeval run that uses that model;
 * ``certify``: ``certeval certify --tasks live_trivia_mc --include_path DIR --model hf --model_args
   pretrained=DIR0,... --goal halfwidth:E`` for each ``--goals`` E (default 0.1 and 0.05), vs lm-eval of model 0;
-* ``compare``: ``certeval compare`` of model 0 and copy 1, vs lm-eval of both;
+* ``compare``: ``certeval compare`` of model 0 and copy 1, vs lm-eval of both (near-identical models);
+* ``compare_distinct``: ``certeval compare`` of model 0 and a copy that really differs (``--distinct-noise``,
+  default 0.15: several points of accuracy apart), vs lm-eval of both;
 * ``rank``: ``certeval rank --epsilon 0.05`` of four models, vs lm-eval of all four;
-* ``generation`` (``--generation``): the same questions as short-answer generation, certify at ±0.1 vs lm-eval.
+* ``generation``: the same questions as short-answer generation, 3-shot, until a newline, ``exact_match`` after a
+  filter; certify at ±0.1 vs lm-eval's full run, and inference items/s beside lm-eval's.
 
 Per run: wall clocks (lm-eval summed over its models), their ratio, the items each scored (certeval: ``n_scored``
 and items sent, plus the items scored ahead of a round and never used: ``pipeline.ahead``), certeval's phases
@@ -24,7 +27,8 @@ per-item agreement of certeval's scores with lm-eval's samples on the items cert
 ``live_trivia_mc/<doc_id>``). Load averages before each run are kept: the numbers swing with the machine's load.
 
     python -m benchmarks live --quick             # 120 items; lm-eval of models 0 and 1, certify ±0.1, compare
-    python -m benchmarks live                     # 1,000 items; certify ±0.1 and ±0.05, compare, rank
+    python -m benchmarks live                     # 1,000 items; every run below
+    python -m benchmarks live --runs generation --items 300   # the generation run alone
     python -m benchmarks live --runs rank --items 500 --batch-size 32
 """
 
@@ -45,7 +49,7 @@ from typing import Any
 from benchmarks._live_build import GEN_TASK, MC_TASK, perturbed_copy, trivia_items, write_gen_task, write_mc_task
 from benchmarks._meta import ROOT, tree_cpu_s, write_result
 
-RUNS = ("certify", "compare", "rank", "generation")
+RUNS = ("certify", "compare", "compare_distinct", "rank", "generation")
 ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH", "RAY_ADDRESS")
 TIMEOUT_S = 4 * 3600
 # certeval phases: (name, start mark, end mark); None = the launch, "results" = results.json written, "exit"
@@ -65,12 +69,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--items", type=int, default=None, help="items of the task (default 1000, --quick 120)")
     p.add_argument("--runs", default=None, help=f"comma-separated subset of {','.join(RUNS)} "
-                                                "(default certify,compare,rank; --quick certify,compare)")
+                                                "(default every run; --quick certify,compare)")
     p.add_argument("--generation", action="store_true", help="also the generation task (same as adding it to --runs)")
     p.add_argument("--goals", default=None, help="certify half-widths (default 0.1,0.05; --quick 0.1)")
     p.add_argument("--batch-size", type=int, default=16, help="inference batch size of both tools (default 16)")
     p.add_argument("--noise", type=float, default=0.02,
                    help="copy k gets k * NOISE * rms(w) Gaussian noise (default 0.02)")
+    p.add_argument("--distinct-noise", type=float, default=0.15,
+                   help="compare_distinct's second model: DISTINCT_NOISE * rms(w) Gaussian noise (default 0.15)")
     p.add_argument("--epsilon", type=float, default=0.05)
     p.add_argument("--certeval-model-args", default="",
                    help="extra hf options for certeval only, e.g. threads=2 (default none: both tools as shipped)")
@@ -78,7 +84,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="work folder (task, model copies, run outputs; model copies are reused)")
     args = p.parse_args(argv)
     args.items = args.items or (120 if args.quick else 1000)
-    runs = [r for r in (args.runs or ("certify,compare" if args.quick else "certify,compare,rank")).split(",") if r]
+    runs = [r for r in (args.runs or ("certify,compare" if args.quick else ",".join(RUNS))).split(",") if r]
     if args.generation and "generation" not in runs:
         runs.append("generation")
     bad = sorted(set(runs) - set(RUNS))
@@ -339,6 +345,9 @@ def build(args: argparse.Namespace, work: Path, n_models: int) -> tuple[list[Pat
     base = ensure_converted()
     models = [base] + [perturbed_copy(base, work / "models" / f"smollm2-noise{k}", scale=k * args.noise,
                                       seed=args.seed * 100 + k) for k in range(1, n_models)]
+    if "compare_distinct" in args.runs:  # the last model: one that really differs from model 0
+        models.append(perturbed_copy(base, work / "models" / f"smollm2-distinct{args.distinct_noise:g}",
+                                     scale=args.distinct_noise, seed=args.seed * 100 + 99))
     return models, tasks
 
 
@@ -375,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             do(f"certify±{goal:g}", "certify", [0], ["--goal", f"halfwidth:{goal:g}"])
     if "compare" in args.runs:
         do("compare", "compare", [0, 1], [])
+    if "compare_distinct" in args.runs:
+        do(f"compare distinct (noise {args.distinct_noise:g})", "compare", [0, len(models) - 1], [])
     if "rank" in args.runs:
         do(f"rank ε={args.epsilon:g}", "rank", [0, 1, 2, 3], ["--epsilon", f"{args.epsilon:g}"])
     if "generation" in args.runs:
@@ -383,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows), flush=True)
     payload = {"seed": args.seed, "items": args.items, "batch_size": args.batch_size, "noise": args.noise,
                "runs_selected": args.runs, "certeval_model_args": args.certeval_model_args, "goals": args.goals,
+               "distinct_noise": args.distinct_noise,
                "epsilon": args.epsilon, "work": str(work),
                "models": [str(m) for m in models], "build_s": build_s, "summary": rows, "lm_eval_runs": lm_out,
                "certeval_runs": runs, "table_markdown": table(rows)}

@@ -43,6 +43,8 @@ def test_task_yamls_point_at_their_jsonl(tmp_path):
     gen = yaml.safe_load(write_gen_task(tmp_path, items).read_text())
     assert gen["task"] == GEN_TASK and gen["output_type"] == "generate_until"
     assert gen["doc_to_target"] == "{{answer}}" and gen["metric_list"][0]["metric"] == "exact_match"
+    assert gen["num_fewshot"] == 3 and gen["fewshot_split"] == "test" and gen["filter_list"][0]["name"] == "strip"
+    assert gen["generation_kwargs"]["until"][0] == "\n"
 
 
 def test_perturbed_copy_changes_every_weight_by_a_seeded_small_amount(tmp_path):
@@ -80,9 +82,10 @@ def test_perturbed_copy_changes_every_weight_by_a_seeded_small_amount(tmp_path):
 def test_cli_defaults_and_helpers():
     quick = parse_args(["--quick"])
     assert quick.items == 120 and quick.runs == ["certify", "compare"] and quick.goals == [0.1]
-    full = parse_args(["--generation"])
-    assert full.items == 1000 and full.runs == ["certify", "compare", "rank", "generation"]
-    assert full.goals == [0.1, 0.05]
+    full = parse_args([])
+    assert full.items == 1000 and full.runs == ["certify", "compare", "compare_distinct", "rank", "generation"]
+    assert full.goals == [0.1, 0.05] and full.distinct_noise == 0.15
+    assert parse_args(["--quick", "--generation"]).runs == ["certify", "compare", "generation"]
     with pytest.raises(SystemExit):
         parse_args(["--runs", "certify,nope"])
     log = "Running loglikelihood requests:  50%|#####     | 240/480 [00:10<00:10]\r" \
