@@ -14,7 +14,6 @@ import ray
 from ..lm_eval_metrics import pack_output, unpack_output
 from ..runtime_options import RuntimeOptions, runtime_options
 
-
 CONTROL = "control"  # the actor's second thread: withdrawing batches sent ahead while one is being scored
 
 
