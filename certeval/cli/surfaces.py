@@ -9,6 +9,7 @@ import os
 from urllib.parse import quote
 
 from ..estimators._validation import InputError
+from ..lm_eval_requests import parse_bool
 from ..model_folders import TRUST_FLAG
 from ._common import print_json
 
@@ -29,6 +30,23 @@ def add_lm_eval_flags(p) -> None:
     p.add_argument(TRUST_FLAG, "--trust_remote_code", dest="trust_remote_code", action="store_true",
                    help="let hf/vllm models whose folder asks for its own code (config.json auto_map) run it; "
                         "refused otherwise")
+    p.add_argument("--apply_chat_template", "--apply-chat-template", dest="apply_chat_template", nargs="?",
+                   const=True, default=None, metavar="NAME",
+                   help="render every --tasks request with the model's chat template, as lm_eval "
+                        "--apply_chat_template (NAME: one of a tokenizer's named templates)")
+    p.add_argument("--system_instruction", "--system-instruction", dest="system_instruction", default=None,
+                   metavar="TEXT", help="a system instruction before every --tasks request (as lm_eval)")
+    p.add_argument("--fewshot_as_multiturn", "--fewshot-as-multiturn", dest="fewshot_as_multiturn", nargs="?",
+                   const=True, default=None, type=parse_bool, metavar="BOOL",
+                   help="few-shot examples as chat turns (default with --apply_chat_template; 'false' to disable)")
+    p.add_argument("--gen_kwargs", "--gen-kwargs", dest="gen_kwargs", nargs="+", default=None, metavar="K=V",
+                   help="generation settings over each generate_until task's own (as lm_eval --gen_kwargs; greedy: "
+                        "until, max_gen_toks)")
+    p.add_argument("--batch_size", dest="lm_eval_batch_size", default=None, metavar="N|auto|auto:N",
+                   help="lm-eval's batch size: rows per forward pass of hf models (auto: the host's own packing); "
+                        "not --batch-size, certeval's items per round")
+    p.add_argument("--device", default=None, metavar="cpu|cuda|cuda:N",
+                   help="where hf models run (as lm_eval --device); cuda asks each model actor for a GPU")
 
 
 def _count(flag: str):
@@ -50,8 +68,13 @@ def _count(flag: str):
 def check_surfaces(args) -> None:
     """The checks that need no file: --limit, --num_fewshot without --tasks, --include_path without --tasks."""
     limit = getattr(args, "max_items", None)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"--max-items/--limit must be a positive integer, got {limit!r}")
+    if isinstance(limit, float) and 0.0 < limit < 1.0:
+        if args.bank is None:
+            raise InputError(f"--limit {limit!r} is a fraction of each lm-eval task's docs (as in lm-eval): it needs "
+                             "--tasks; or give a whole number of items")
+    elif limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"--max-items/--limit must be a positive integer (or, with --tasks, a fraction below 1), "
+                         f"got {limit!r}")
     if getattr(args, "num_fewshot", None) is not None and args.bank is None:
         raise InputError(f"--num_fewshot {args.num_fewshot!r} sets the few-shot count of lm-eval tasks: it needs "
                          "--tasks (a task YAML or task names)")
@@ -185,3 +208,69 @@ def _model_names(plan) -> set[str]:
     from ..backends.base import parse_model_spec
 
     return {spec.name for spec in map(parse_model_spec, plan.models) if spec.kind == "replay" and spec.name}
+
+
+def with_device_and_batch(args, models: list[str]) -> list[str]:
+    """lm-eval's ``--device`` and ``--batch_size`` as hf spec options (``device=``, ``batch=``: rows per forward
+    pass); ``--device cuda[:N]`` also gives each model actor a GPU (``--num-gpus 1`` unless set) and is refused when
+    this machine has no such GPU and no ``--ray-address`` names a cluster. ``--batch_size auto`` (lm-eval's search
+    for the largest batch that fits) leaves an hf host's own batching as it is; vllm schedules its own batches."""
+    from ..backends.base import parse_model_spec
+
+    device, batch = getattr(args, "device", None), getattr(args, "lm_eval_batch_size", None)
+    extra: list[tuple[str, str]] = []
+    if batch is not None:
+        text = str(batch).strip().lower()
+        rows = text if text.isdigit() and int(text) >= 1 else None
+        if rows is None and not (text == "auto" or (text.startswith("auto:") and text[5:].isdigit()
+                                                    and int(text[5:]) >= 1)):
+            raise InputError(f"--batch_size must be a whole number >= 1, auto or auto:N (as in lm-eval), got {batch!r}")
+        if rows is not None:
+            extra.append(("batch", rows))
+    if device is not None:
+        if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+            raise InputError(f"--device {device!r}: certeval's hf hosts run on cpu, cuda or cuda:N")
+        extra.append(("device", device))
+    kinds = [parse_model_spec(m).kind for m in models]
+    if device is not None and not any(k in TRUSTING_KINDS for k in kinds):
+        raise InputError(f"--device {device!r} places hf and vllm models; the run has none ({', '.join(kinds)})")
+    if device is not None and device != "cpu":
+        _check_cuda(args, device, "--device")
+    elif device is None and any(_cuda(m) for m in models):
+        spec_text = next(m for m in models if _cuda(m))
+        _check_cuda(args, str(parse_model_spec(spec_text).option("device")), f"--model {spec_text!r}: device")
+    if device is not None and "vllm" in kinds and device == "cpu":
+        raise InputError(f"--device {device!r}: vllm models run on GPUs")
+    out = []
+    for spec_text, kind in zip(models, kinds):
+        mine = extra if kind == "hf" else []
+        given = {k for k, _ in parse_model_spec(spec_text).options}
+        twice = [k for k, _ in mine if k in given]
+        if twice:
+            flag = "--device" if twice[0] == "device" else "--batch_size"
+            raise InputError(f"{flag} sets {twice[0]!r}, which --model {spec_text!r} sets too; give it once")
+        out.append(spec_text + (("&" if "?" in spec_text else "?") + "&".join(f"{k}={v}" for k, v in mine)
+                                if mine else ""))
+    return out
+
+
+def _cuda(spec_text: str) -> bool:
+    from ..backends.base import parse_model_spec
+
+    spec = parse_model_spec(spec_text)
+    return spec.kind == "hf" and str(spec.option("device", "cpu")).startswith("cuda")
+
+
+def _check_cuda(args, device: str, flag: str) -> None:
+    """A CUDA device this machine has (nvidia-smi, bounded), unless the models run on a cluster named by
+    --ray-address; the model actors then ask Ray for a GPU each."""
+    from ..tasks.plan import local_gpu_count
+
+    if not (getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS")):
+        found = local_gpu_count()
+        index = int(device[5:]) if device[5:].isdigit() else 0
+        if index >= found:
+            raise InputError(f"{flag} {device!r}: this machine has {found} CUDA GPU(s) (nvidia-smi); run on cpu, "
+                             "or pass --ray-address of a cluster with GPUs")
+    if not getattr(args, "num_gpus", 0.0):
+        args.num_gpus = 1.0
