@@ -25,22 +25,27 @@ def known_metrics(output_type: str) -> tuple[str, ...]:
     """The names lm-eval computes for ``output_type`` (a ``generate_until`` task: its registered metrics)."""
     if output_type in COMPUTED:
         return COMPUTED[output_type]
-    import lm_eval.api.metrics  # noqa: F401  (registers lm-eval's metric functions)
-    from lm_eval.api.registry import metric_registry
+    try:
+        import lm_eval.api.metrics  # noqa: F401  (registers lm-eval's metric functions)
+        from lm_eval.api.registry import metric_registry
+    except ImportError:  # no lm-eval: --tasks says so in one line when it loads the task
+        return ()
 
     return tuple(sorted(name for name in metric_registry.keys() if name != "bypass"))
 
 
-def check_metric_names(task, name: str) -> None:
-    """Every metric the task's YAML lists by name is one lm-eval computes for its output type; a task with its own
-    ``process_results`` names its own metrics, and a metric that is code or HF evaluate's is judged elsewhere."""
-    config = task.config
-    if getattr(config, "process_results", None) is not None:
+def check_metric_names(config: dict, flag: str, value: str) -> None:
+    """Every metric a task YAML (``config``, includes merged) lists by name is one lm-eval computes for its output
+    type (lm-eval's default: ``generate_until``); a task with its own ``process_results`` names its own metrics,
+    and a metric that is code or HF evaluate's is judged when the bank is built."""
+    if config.get("process_results") is not None:
         return
-    output_type = str(task.OUTPUT_TYPE)
+    output_type = str(config.get("output_type") or "generate_until")
     known = known_metrics(output_type)
-    for entry in config.metric_list or []:
+    if not known:
+        return
+    for entry in config.get("metric_list") or []:
         metric = entry.get("metric") if isinstance(entry, dict) else None
         if isinstance(metric, str) and not entry.get("hf_evaluate") and metric not in known:
-            raise InputError(f"lm-eval task {name!r} lists metric {metric!r}, which lm-eval does not compute for a "
-                             f"{output_type} task; it can give {', '.join(known)}")
+            raise InputError(f"{flag} {value!r}: task {config.get('task')!r} lists metric {metric!r}, which lm-eval "
+                             f"does not compute for a {output_type} task; it can give {', '.join(known)}")

@@ -289,7 +289,6 @@ def load_task_items(location: str) -> pd.DataFrame:
 
 
 def _load_items(manager, names: list[str], where: str, value: str, shots: int | None, requests) -> pd.DataFrame:
-    from .lm_eval_metric_names import check_metric_names
     from .lm_eval_scoring import item_fields, task_scoring
     from .readers import GENERATE_UNTIL, _lm_eval_item
 
@@ -299,7 +298,6 @@ def _load_items(manager, names: list[str], where: str, value: str, shots: int | 
             loaded = manager.load(names)
             tasks = loaded["tasks"]
             for name, task in tasks.items():
-                check_metric_names(task, name)
                 _fewshot(task, name, shots, value)
                 task.set_fewshot_seed(seed=FEWSHOT_SEED)
                 requests.configure(task)

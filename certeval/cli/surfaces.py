@@ -132,7 +132,30 @@ def with_model_args(specs: list[str], model_args: str | None, *, trust_remote_co
                 given | {k for k, _ in extra}:
             extra.append(("trust_remote_code", "true"))
         out.append(spec + (("&" if "?" in spec else "?") + "&".join(f"{k}={v}" for k, v in extra) if extra else ""))
+        _check_backend_options(out[-1], [k for k, _ in extra], model_args)
     return out
+
+
+def _check_backend_options(spec_text: str, keys: list[str], model_args: str | None) -> None:
+    """The options --model_args gave an hf / vllm model, read by its backend now: a key it does not know (or a
+    value it refuses) is named with --model_args, before anything starts."""
+    from ..backends.base import parse_model_spec
+
+    try:
+        spec = parse_model_spec(spec_text)
+    except InputError:
+        return  # the plan's own check of the whole spec says why, in one line
+    if not keys or spec.kind not in TRUSTING_KINDS:
+        return
+    if spec.kind == "hf":
+        from ..backends.hf import parse_options
+    else:
+        from ..backends.vllm_host import parse_options
+    try:
+        parse_options(spec)
+    except InputError as exc:
+        if any(repr(k) in str(exc) or f"{k}=" in str(exc) for k in keys):
+            raise InputError(f"--model_args {model_args!r}: {exc}") from None
 
 
 def _natural(path: str) -> list:
