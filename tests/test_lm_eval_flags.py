@@ -142,7 +142,7 @@ LM_EVAL_CHAT = textwrap.dedent("""
                                       gen_kwargs="max_gen_toks=8",
                                       task_manager=TaskManager(include_path=tasks, include_defaults=False))
     print(json.dumps([[s["filter"], f"tiny_gen/{s['doc_id']}", s["exact_match"], s["resps"][0][0],
-                       s["arguments"]["gen_args_0"]] for s in results["samples"]["tiny_gen"]]))
+                       s["arguments"][0]] for s in results["samples"]["tiny_gen"]]))
 """)
 
 
@@ -158,33 +158,33 @@ def test_chat_template_requests_answers_and_scores_equal_lm_evals(infra, kept_ac
     from certeval.backends.smollm import ensure_converted
     from certeval.cli import main
 
-    yaml = write_gen_task(tmp_path / "tasks")
+    yaml = write_gen_task(tmp_path / "tasks", n_docs=8)
     done = subprocess.run([sys.executable, "-c", LM_EVAL_CHAT, str(tmp_path / "tasks"), str(ensure_converted()),
                            SYSTEM], check=True, timeout=600, env={**os.environ}, capture_output=True, text=True)
     samples = json.loads(done.stdout.strip().splitlines()[-1])
     theirs = {(f, item): score for f, item, score, _, _ in samples}
     answers = {item: text for _, item, _, text, _ in samples}
     requests = {item: args for _, item, _, _, args in samples}
-    assert all(args["arg_0"].startswith("<|im_start|>system\n" + SYSTEM) and args["arg_0"].count("<|im_start|>user")
-               == 3 for args in requests.values())  # two few-shot turns and the question, after the system turn
+    assert all(context.startswith("<|im_start|>system\n" + SYSTEM) and context.count("<|im_start|>user") == 3
+               for context, _ in requests.values())  # two few-shot turns and the question, after the system turn
     runs = tmp_path / "runs"
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--apply_chat_template",
                "--system_instruction", SYSTEM, "--fewshot_as_multiturn", "--gen_kwargs", "max_gen_toks=8",
                "--batch_size", "auto", "--device", "cpu", "--limit", "0.5", "--scorer", "lm-eval:exact_match,flexible-extract",
-               "--goal", "halfwidth:0.0001", "--batch-size", "3", "--output", str(runs), "--run-id", "chat",
+               "--goal", "halfwidth:0.0001", "--batch-size", "2", "--output", str(runs), "--run-id", "chat",
                "--ray-address", infra, "--log_samples"])
     out = capsys.readouterr()
-    assert rc == 1, out.err  # the goal is out of reach in 6 items: the budget stops it
+    assert rc == 1, out.err  # the goal is out of reach in 4 items: the budget stops it
     frame = pd.concat(pd.read_parquet(p) for p in sorted((runs / "chat" / "rounds").glob("*.parquet")))
-    assert len(frame) == 6  # lm-eval's --limit 0.5 of 12 docs: ceil(6.0)
+    assert len(frame) == 4  # lm-eval's --limit 0.5 of 8 docs: ceil(4.0)
     assert dict(zip(frame["item_id"], frame["output"])) == {k: answers[k] for k in frame["item_id"]}
     assert dict(zip(frame["item_id"], frame["score"])) == {k: theirs[("flexible-extract", k)] for k in frame["item_id"]}
     stored = json.loads((runs / "chat" / "results.json").read_text())
     strict = stored["models"][0]["metrics"]["exact_match,strict-match"]
-    assert strict["mean"] == pytest.approx(sum(theirs[("strict-match", k)] for k in frame["item_id"]) / 6)
+    assert strict["mean"] == pytest.approx(sum(theirs[("strict-match", k)] for k in frame["item_id"]) / 4)
     lines = [json.loads(t) for t in next((runs / "chat" / "samples").rglob("samples_*.jsonl")).read_text().splitlines()]
     for line in lines:
-        mine, lm = line["arguments"]["gen_args_0"], requests[line["item_id"]]
-        assert mine["arg_0"] == lm["arg_0"]
-        assert mine["arg_1"] == {"until": lm["arg_1"]["until"], "max_gen_toks": lm["arg_1"]["max_gen_toks"]} and \
-            lm["arg_1"]["max_gen_toks"] == 8
+        mine, (context, settings) = line["arguments"]["gen_args_0"], requests[line["item_id"]]
+        assert mine["arg_0"] == context
+        assert mine["arg_1"] == {"until": settings["until"], "max_gen_toks": settings["max_gen_toks"]} and \
+            settings["max_gen_toks"] == 8
