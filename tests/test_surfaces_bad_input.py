@@ -268,6 +268,12 @@ CASES = [
      lambda fx: "auto:0"),
     ("limit-fraction-bank-file", lambda fx: _certify(fx, "--limit", "0.5", "--tasks", fx["scores"]), "--limit",
      lambda fx: "0.5"),
+    # lm-eval's run flags certeval cannot honour: refused, saying why
+    ("lm-eval-flag-use-cache", lambda fx: _certify(fx, "--use_cache", "lm_cache"), "--use_cache",
+     lambda fx: "score cache"),
+    ("lm-eval-flag-predict-only", lambda fx: _certify(fx, "--predict_only"), "--predict_only", lambda fx: "certif"),
+    ("lm-eval-flag-samples", lambda fx: _certify(fx, "--samples", '{"tiny_mc": [0, 1]}'), "--samples",
+     lambda fx: "tiny_mc"),
     ("model-args-unknown-key", lambda fx: _certify(fx, "--model_args", "frobnicate=1", model=_hf(fx)),
      "--model_args", lambda fx: "frobnicate"),
     # --model_args that do not parse, or give a key twice
@@ -414,7 +420,8 @@ def test_the_inspect_manager_refuses_bad_parameters_when_built(case_id, kwargs, 
 def test_the_table_covers_every_new_surface():
     ids = [_case(c)[0] for c in CASES]
     for prefix in ("tasks-", "include-path-", "limit-", "num-fewshot-", "model-args-", "checkpoints-", "epsilon-",
-                   "rank-goal-", "dry-run-", "import-", "chat-", "gen-kwargs-", "device-", "batch-size-"):
+                   "rank-goal-", "dry-run-", "import-", "chat-", "gen-kwargs-", "device-", "batch-size-",
+                   "lm-eval-flag-"):
         assert sum(i.startswith(prefix) for i in ids) >= 2, prefix
     assert len(ids) + len(INSPECT_CASES) >= 90
 

@@ -5,6 +5,7 @@ the flag and echoes the value (exit 2, nothing written)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from urllib.parse import quote
 
@@ -20,8 +21,31 @@ RESERVED = "&#?"  # a model spec's own syntax: options, the name, the query
 TRUSTING_KINDS = ("hf", "vllm")  # backends that load a folder's code when trust_remote_code is on
 
 
+# lm-eval 0.4.13's run flags certeval cannot give their lm-eval meaning, each refused in one line saying why
+REFUSED_LM_EVAL_FLAGS = {
+    "--use_cache": "certeval's score cache is always on (in the output folder's _cache/); drop --use_cache",
+    "--cache_requests": "certeval builds a task's requests afresh in every run, before anything starts; drop it",
+    "--max_batch_size": "certeval's hf hosts pack rows themselves (--batch_size N caps the rows a forward pass)",
+    "--samples": "certeval chooses which docs to score (its method); --limit N or a fraction sets the budget",
+    "--predict_only": "certeval certifies the task's metrics; an output-only run has nothing to certify",
+    "--check_integrity": "certeval does not run lm-eval's task test suites; run lm-eval validate --tasks ...",
+    "--write_out": "the run's requests are in its samples file (--log_samples)",
+    "--show_config": "the tasks' configs are in results.json's lm_eval block (configs)",
+    "--config": "certeval takes its settings as flags only",
+    "--metadata": "task metadata from the command line is not passed to lm-eval's task loader",
+    "--confirm_run_unsafe_code": "certeval does not run tasks that execute generated code",
+    "--wandb_args": "certeval logs to Prefect and its run folder, not Weights & Biases",
+    "--wandb_config_args": "certeval logs to Prefect and its run folder, not Weights & Biases",
+    "--trackio_args": "certeval logs to Prefect and its run folder, not Trackio",
+    "--hf_hub_log_args": "certeval writes results to --output (a folder or fsspec URL), not the Hugging Face Hub",
+    "--verbosity": "certeval's progress is --quiet or one line per round; lm-eval's log level is LMEVAL_LOG_LEVEL",
+}
+
+
 def add_lm_eval_flags(p) -> None:
-    """``--include_path``, ``--num_fewshot`` and ``--trust-remote-code`` (lm-eval's names)."""
+    """lm-eval's run flags: ``--include_path``, ``--num_fewshot``, ``--trust-remote-code``, the request flags
+    (certeval.lm_eval_requests), ``--batch_size`` and ``--device``; those certeval cannot honour are accepted by
+    the parser only to be refused in one line saying why (:data:`REFUSED_LM_EVAL_FLAGS`)."""
     p.add_argument("--include_path", "--include-path", dest="include_path", default=None, metavar="DIR",
                    help="a folder of your lm-eval task YAMLs, for --tasks NAME (as lm_eval --include_path)")
     p.add_argument("--num_fewshot", "--num-fewshot", dest="num_fewshot", type=_count("--num_fewshot"), default=None,
@@ -47,6 +71,8 @@ def add_lm_eval_flags(p) -> None:
                         "not --batch-size, certeval's items per round")
     p.add_argument("--device", default=None, metavar="cpu|cuda|cuda:N",
                    help="where hf models run (as lm_eval --device); cuda asks each model actor for a GPU")
+    for flag in REFUSED_LM_EVAL_FLAGS:
+        p.add_argument(flag, dest=f"refused_{flag[2:]}", nargs="*", default=None, help=argparse.SUPPRESS)
 
 
 def _count(flag: str):
@@ -66,7 +92,13 @@ def _count(flag: str):
 
 
 def check_surfaces(args) -> None:
-    """The checks that need no file: --limit, --num_fewshot without --tasks, --include_path without --tasks."""
+    """The checks that need no file: lm-eval flags certeval refuses, --limit, --num_fewshot without --tasks,
+    --include_path without --tasks."""
+    for flag, reason in REFUSED_LM_EVAL_FLAGS.items():
+        given = getattr(args, f"refused_{flag[2:]}", None)
+        if given is not None:
+            value = f" {' '.join(given)!r}" if given else ""
+            raise InputError(f"{flag}{value} is lm-eval's flag, refused: {reason}")
     limit = getattr(args, "max_items", None)
     if isinstance(limit, float) and 0.0 < limit < 1.0:
         if args.bank is None:
