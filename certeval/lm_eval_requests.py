@@ -26,9 +26,6 @@ TRUE_WORDS = ("true", "1", "yes")  # lm-eval's --fewshot_as_multiturn parser: an
 # generation settings certeval's hosts honour as lm-eval's hf model does (greedy); top_p / top_k change nothing
 # in a greedy search, anything else (repetition_penalty, num_beams, ...) would change the answer
 GEN_KWARGS = ("until", "max_gen_toks", "max_new_tokens", "do_sample", "temperature", "top_p", "top_k")
-LIST_WORDS = {"list": {}, "list_groups": {"list_subtasks": False, "list_tags": False},
-              "list_subtasks": {"list_groups": False, "list_tags": False},
-              "list_tags": {"list_groups": False, "list_subtasks": False}}  # --tasks list… (lm-eval ls …)
 
 
 @dataclass(frozen=True)
@@ -215,16 +212,6 @@ def request_options(args, models: list[str], cache_dir: str | None) -> RequestOp
 def parse_bool(text: str) -> bool:
     """lm-eval's ``--fewshot_as_multiturn`` value: true / 1 / yes (any case) is true, anything else false."""
     return text.lower() in TRUE_WORDS
-
-
-def list_tasks(what: str, include_path: str | None) -> str:
-    """``--tasks list`` (``list_groups``, ``list_subtasks``, ``list_tags``): lm-eval's own table of the tasks it
-    knows (``lm-eval ls tasks``), its built-in tasks and those under ``--include_path``."""
-    from .lm_eval_tasks import _manager, check_include_path
-
-    folder = None if include_path is None else str(check_include_path(include_path))
-    manager = _manager(folder, what, with_defaults=True)
-    return manager.list_all_tasks(**LIST_WORDS[what])
 
 
 def fraction_budget(frame, fraction: float) -> int:

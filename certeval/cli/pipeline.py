@@ -337,11 +337,9 @@ def dry_run(args, options=None) -> int:
 
 
 def run(args) -> int:
-    from ..lm_eval_requests import LIST_WORDS
+    from .surfaces import LIST_WORDS, list_tasks
 
     if args.bank in LIST_WORDS:  # --tasks list: lm-eval's table of the tasks it knows; nothing started
-        from ..lm_eval_requests import list_tasks
-
         print(list_tasks(args.bank, getattr(args, "include_path", None)))
         return 0
     from ..startup import configure, mark

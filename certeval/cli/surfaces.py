@@ -15,6 +15,9 @@ from ..model_folders import TRUST_FLAG
 from ._common import print_json
 
 AUTO_HISTORY = "auto"  # select --history auto: earlier select runs under --output as history
+LIST_WORDS = {"list": {}, "list_groups": {"list_subtasks": False, "list_tags": False},
+              "list_subtasks": {"list_groups": False, "list_tags": False},
+              "list_tags": {"list_groups": False, "list_subtasks": False}}  # --tasks list… (lm-eval ls …)
 
 LM_EVAL_MODELS = ("hf", "vllm")  # lm-eval's --model names that certeval hosts under the same kind
 RESERVED = "&#?"  # a model spec's own syntax: options, the name, the query
@@ -329,3 +332,13 @@ def _check_cuda(args, device: str, flag: str) -> None:
                              "or pass --ray-address of a cluster with GPUs")
     if not getattr(args, "num_gpus", 0.0):
         args.num_gpus = 1.0
+
+
+def list_tasks(what: str, include_path: str | None) -> str:
+    """``--tasks list`` (``list_groups``, ``list_subtasks``, ``list_tags``): lm-eval's own table of the tasks it
+    knows (what ``lm-eval ls tasks`` prints), its built-in tasks and those under ``--include_path``."""
+    from ..lm_eval_tasks import _manager, check_include_path
+
+    folder = None if include_path is None else str(check_include_path(include_path))
+    manager = _manager(folder, what, with_defaults=True)
+    return manager.list_all_tasks(**LIST_WORDS[what])
