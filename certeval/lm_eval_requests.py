@@ -78,6 +78,10 @@ class RequestOptions:
 def _tokenizer(folder: str):
     import os
 
+    if not any((Path(folder) / name).is_file() for name in ("tokenizer_config.json", "chat_template.jinja",
+                                                            "chat_template.json")):
+        raise InputError(f"--apply_chat_template: {folder!r} holds no tokenizer configuration, so no chat template "
+                         "(tokenizer_config.json or chat_template.jinja)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
