@@ -64,6 +64,49 @@ def test_system_instruction_and_gen_kwargs_build_lm_evals_own_requests(tmp_path,
     assert json.loads(plain.iloc[0][GENERATION])["max_gen_toks"] == 12
 
 
+@pytest.mark.parametrize("multiturn, system", [(True, SYSTEM), (False, None)])
+def test_chat_template_requests_equal_those_lm_evals_hf_model_renders(tmp_path, offline, multiturn, system):
+    """With a chat template, on SmolLM2-Instruct's tokenizer: lm-eval's build_all_requests given lm-eval's own
+    ``HFLM.apply_chat_template`` (bound to the tokenizer alone: no weights) builds exactly certeval's prompts, the
+    few-shot examples as chat turns or (``--fewshot_as_multiturn false``) in one user turn."""
+    from types import SimpleNamespace
+
+    from lm_eval.models.huggingface import HFLM
+    from transformers import AutoTokenizer
+
+    from certeval.backends.smollm import ensure_converted
+    from certeval.lm_eval_requests import RequestOptions
+    from certeval.lm_eval_tasks import load_task_items, tasks_bank
+
+    folder = str(ensure_converted())
+    yaml = write_gen_task(tmp_path / "tasks", n_docs=4)
+    options = RequestOptions(chat_template="true", tokenizer=folder, system_instruction=system,
+                             fewshot_as_multiturn=multiturn)
+    items = load_task_items(tasks_bank(yaml, None, None, options)).set_index("item_id")
+    lm = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(folder), chat_template_args={})
+    task = _lm_eval_task(yaml)
+    task.build_all_requests(limit=None, rank=0, world_size=1, system_instruction=system, apply_chat_template=True,
+                            fewshot_as_multiturn=multiturn,
+                            chat_template=lambda history, add_generation_prompt=True: HFLM.apply_chat_template(
+                                lm, history, add_generation_prompt))
+    theirs = {f"tiny_gen/{i.doc_id}": i.arguments[0] for i in task.instances}
+    assert {k: items.loc[k, "prompt"] for k in theirs} == theirs
+    assert all(p.count("<|im_start|>user") == (3 if multiturn else 1) for p in theirs.values())
+
+
+def test_batch_size_and_device_are_the_hf_hosts_options(tmp_path, offline):
+    """--batch_size N caps an hf host's rows per forward pass (its batch option), auto keeps the host's own;
+    --device cpu is its device option."""
+    from certeval.cli import build_parser
+    from certeval.cli.pipeline import plan_from_args
+
+    yaml = write_mc_task(tmp_path / "tasks", n_docs=4)
+    common = ["certify", "--model", "hf:bundled:smollm2", "--tasks", yaml, "--goal", "halfwidth:0.1", "--device", "cpu"]
+    for batch, query in (("4", "?batch=4&device=cpu"), ("auto", "?device=cpu"), ("auto:3", "?device=cpu")):
+        plan, _ = plan_from_args(build_parser().parse_args([*common, "--batch_size", batch]))
+        assert plan.models == (f"hf:bundled:smollm2{query}",), batch
+
+
 def test_a_fractional_limit_is_as_many_items_as_lm_eval_scores(tmp_path, offline):
     """--limit 0.25 on a 10-doc and a 7-doc task: lm-eval scores ceil(n × 0.25) docs of each (get_sample_size);
     certeval's budget is their sum, drawn across both tasks."""

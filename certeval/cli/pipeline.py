@@ -288,7 +288,8 @@ def plan_from_args(args, options=None) -> tuple[Any, Any]:
     check_surfaces(args)  # --limit, --num_fewshot / --include_path without --tasks
     models = list(args.model or []) + checkpoint_specs(getattr(args, "checkpoints", None))
     if not models:
-        raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")
+        raise InputError(f"{args.command} needs models: --model SPEC (repeatable)"
+                         + (" or --checkpoints PATH_OR_GLOB" if args.command == "select" else ""))
     models = with_model_args(models, getattr(args, "model_args", None),
                              trust_remote_code=getattr(args, "trust_remote_code", False))
     models = with_device_and_batch(args, models)
