@@ -75,27 +75,31 @@ def check_include_path(include_path: str) -> Path:
     raise InputError(f"--include_path {include_path!r} holds no lm-eval task YAML (*.yaml)")
 
 
-def tasks_bank(tasks: str, include_path: str | None, num_fewshot: int | None = None) -> str:
+def tasks_bank(tasks: str, include_path: str | None, num_fewshot: int | None = None, requests=None) -> str:
     """The bank ``--tasks`` names: a YAML file as it is, lm-eval task names as ``lm-eval:NAMES[?include_path=…]``
-    (``num_fewshot=N`` added to either for ``--num_fewshot``); InputError for a value that is neither."""
+    (``num_fewshot=N`` added to either for ``--num_fewshot``, and the request flags of ``requests``, a
+    :class:`certeval.lm_eval_requests.RequestOptions`); InputError for a value that is neither."""
     from .lm_eval_yaml import check_num_fewshot
 
     check_num_fewshot(num_fewshot, "--num_fewshot", str(num_fewshot))
-    shots = {} if num_fewshot is None else {"num_fewshot": str(num_fewshot)}
+    query = {} if num_fewshot is None else {"num_fewshot": str(num_fewshot)}
+    flags = requests.query() if requests is not None else {}
+    query.update(flags)
     if is_task_yaml(tasks):
-        return tasks + (f"?{urlencode(shots)}" if shots else "")
+        return tasks + (f"?{urlencode(query)}" if query else "")
     if include_path is None and (not _NAME.match(tasks) or Path(tasks).exists()):
-        if shots:  # a bank file given as --tasks (lm-eval's flag for what certeval calls --bank)
-            raise InputError(f"--num_fewshot {num_fewshot!r} applies to lm-eval tasks (a task YAML or task names); "
+        if query:  # a bank file given as --tasks (lm-eval's flag for what certeval calls --bank)
+            flag = "--num_fewshot" if num_fewshot is not None else f"--{next(iter(flags))}"
+            raise InputError(f"{flag} {query[flag[2:]]!r} applies to lm-eval tasks (a task YAML or task names); "
                              f"--tasks {tasks!r} is a bank file")
         return tasks
     if not _NAME.match(tasks):
         raise InputError(f"--include_path applies to lm-eval task names (--tasks NAME[,NAME...]); --tasks {tasks!r} "
                          "is not one")
     if include_path is None:
-        return NAMES_PREFIX + tasks + (f"?{urlencode(shots)}" if shots else "")
+        return NAMES_PREFIX + tasks + (f"?{urlencode(query)}" if query else "")
     folder = check_include_path(include_path)
-    return f"{NAMES_PREFIX}{tasks}?{urlencode({'include_path': str(folder.resolve()), **shots})}"
+    return f"{NAMES_PREFIX}{tasks}?{urlencode({'include_path': str(folder.resolve()), **query})}"
 
 
 def _first_line(exc: Exception) -> str:
@@ -272,9 +276,11 @@ def _fewshot(task, name: str, shots: int | None, value: str) -> None:
 
 def load_task_items(location: str) -> pd.DataFrame:
     """The items of an lm-eval task or group (see the module docstring): ``<task>/<doc_id>``, sub-dataset the task."""
+    from .lm_eval_requests import RequestOptions
+
     manager, names, where, value, shots = _resolve(location)
     try:
-        return _load_items(manager, names, where, value, shots)
+        return _load_items(manager, names, where, value, shots, RequestOptions.from_query(_split(location)[1]))
     except InputError as exc:  # every refusal names the flag and the value it was given
         text = str(exc)
         if text.startswith(("--tasks", "--num_fewshot")):
@@ -282,10 +288,11 @@ def load_task_items(location: str) -> pd.DataFrame:
         raise InputError(f"--tasks {value!r}: {text}") from None
 
 
-def _load_items(manager, names: list[str], where: str, value: str, shots: int | None) -> pd.DataFrame:
+def _load_items(manager, names: list[str], where: str, value: str, shots: int | None, requests) -> pd.DataFrame:
     from .lm_eval_scoring import item_fields, task_scoring
     from .readers import GENERATE_UNTIL, _lm_eval_item
 
+    build = requests.build_kwargs()  # a chat template's tokenizer, read once
     try:
         with _quiet():
             loaded = manager.load(names)
@@ -293,7 +300,8 @@ def _load_items(manager, names: list[str], where: str, value: str, shots: int | 
             for name, task in tasks.items():
                 _fewshot(task, name, shots, value)
                 task.set_fewshot_seed(seed=FEWSHOT_SEED)
-                task.build_all_requests(limit=None, rank=0, world_size=1)
+                requests.configure(task)
+                task.build_all_requests(limit=None, rank=0, world_size=1, **build)
     except InputError:
         raise
     except Exception as exc:

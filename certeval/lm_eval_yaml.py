@@ -198,6 +198,10 @@ def check_task_yaml(path: str | Path, flag: str = "--tasks", value: str | None =
     if output_type is not None and output_type not in OUTPUT_TYPES:
         raise _bad(flag, value, f"output_type {output_type!r} is not one lm-eval knows ({', '.join(OUTPUT_TYPES)})")
     check_num_fewshot(config.get("num_fewshot"), flag, value)
+    if "task" in config and "group" not in config:
+        from .lm_eval_metric_names import check_metric_names
+
+        check_metric_names(config, flag, value)
     for ref in _function_refs(config):
         _check_function(ref, path.parent, flag, value)
     _check_dataset(config, flag, value)

@@ -73,6 +73,11 @@ def fx(tmp_path_factory) -> dict[str, str]:
                          ("huge", "100000")):
         out[f"yaml_fewshot_{label}"] = _task_folder(tasks, f"fewshot_{label}", _mc(
             f"fewshot_{label}", num_fewshot=value, fewshot_split="test"), docs=DOCS)
+    out["yaml_metric_typo"] = _task_folder(tasks, "metric_typo", _mc("metric_typo", metric_list="\n  - metric: acc_nrom"),
+                                           docs=DOCS)
+    out["yaml_gen_metric_typo"] = _task_folder(tasks, "gen_metric_typo", _mc(
+        "gen_metric_typo", output_type="generate_until", doc_to_choice=None, doc_to_target='"{{label}}"',
+        metric_list="\n  - metric: exact_mtach"), docs=DOCS)
     out["yaml_group_empty"] = _task_folder(tasks, "group_empty", "group: group_empty\ntask: []\n", docs=None)
     out["yaml_group_unknown"] = _task_folder(tasks, "group_unknown", "group: group_unknown\ntask:\n  - no_such_task\n",
                                              docs=None)
@@ -152,6 +157,10 @@ def _tasks(fx, key: str, *extra: str) -> list[str]:
     return ["certify", "--model", "hf:bundled:smollm2", "--goal", "halfwidth:0.1", "--tasks", fx[key], *extra]
 
 
+def _mc_yaml(fx) -> str:
+    return str(Path(fx["good_tasks"]) / "tiny_mc.yaml")
+
+
 def _hf(fx, name: str = "good-1") -> str:
     return f"hf:{fx['ckpts']}/{name}"
 
@@ -218,6 +227,55 @@ CASES = [
     ("limit-text", lambda fx: _certify(fx, "--limit", "all"), "--limit", lambda fx: "all"),
     ("num-fewshot-negative", lambda fx: _certify(fx, "--num_fewshot", "-1"), "--num_fewshot", lambda fx: "-1"),
     ("num-fewshot-text", lambda fx: _certify(fx, "--num_fewshot", "five"), "--num_fewshot", lambda fx: "five"),
+    # a metric name lm-eval does not compute for the task's output type (it would certify another metric)
+    ("tasks-metric-unknown", lambda fx: _tasks(fx, "yaml_metric_typo"), "--tasks", lambda fx: "acc_nrom"),
+    ("tasks-generation-metric-unknown", lambda fx: _tasks(fx, "yaml_gen_metric_typo"), "--tasks",
+     lambda fx: "exact_mtach"),
+    # lm-eval's request flags: without --tasks, without a chat template, on a model with no tokenizer, sampling
+    ("chat-template-without-tasks", lambda fx: _certify(fx, "--apply_chat_template"), "--apply_chat_template", None),
+    ("chat-template-replay-model", lambda fx: _certify(fx, "--apply_chat_template", "--tasks", _mc_yaml(fx)),
+     "--apply_chat_template", lambda fx: "replay"),
+    ("chat-template-no-tokenizer", lambda fx: _certify(fx, "--apply_chat_template", "--tasks", _mc_yaml(fx),
+                                                       model=_hf(fx)), "--apply_chat_template",
+     lambda fx: "good-1"),
+    ("chat-multiturn-without-template", lambda fx: _tasks(fx, "good_tasks")[:-1] + [
+        _mc_yaml(fx), "--fewshot_as_multiturn"], "--fewshot_as_multiturn", lambda fx: "true"),
+    ("chat-system-instruction-bank-file", lambda fx: _certify(fx, "--system_instruction", "Be brief.", "--tasks",
+                                                              fx["scores"]), "--system_instruction",
+     lambda fx: "Be brief."),
+    ("gen-kwargs-sampling", lambda fx: _tasks(fx, "good_tasks")[:-1] + [_mc_yaml(fx), "--gen_kwargs",
+                                                                       "temperature=0.7"], "--gen_kwargs",
+     lambda fx: "temperature=0.7"),
+    ("gen-kwargs-beams", lambda fx: _tasks(fx, "good_tasks")[:-1] + [_mc_yaml(fx), "--gen_kwargs", "num_beams=4"],
+     "--gen_kwargs", lambda fx: "num_beams"),
+    ("gen-kwargs-without-tasks", lambda fx: _certify(fx, "--gen_kwargs", "max_gen_toks=8"), "--gen_kwargs",
+     lambda fx: "max_gen_toks"),
+    ("gen-kwargs-bad-json", lambda fx: _tasks(fx, "good_tasks")[:-1] + [_mc_yaml(fx), "--gen_kwargs", "{until: 1}"],
+     "--gen_kwargs", lambda fx: "{until: 1}"),
+    # --device / --batch_size (lm-eval's): no CUDA here, a device the hf host has not, a batch that is no number
+    ("device-cuda-without-gpu", lambda fx: _certify(fx, "--device", "cuda", "--bank", fx["scores"], model=_hf(fx)),
+     "--device", lambda fx: "cuda"),
+    ("device-cuda-index-without-gpu", lambda fx: _certify(fx, "--device", "cuda:1", "--bank", fx["scores"],
+                                                          model=_hf(fx)), "--device", lambda fx: "cuda:1"),
+    ("device-in-spec-without-gpu", lambda fx: _certify(fx, "--bank", fx["scores"], model=_hf(fx) + "?device=cuda"),
+     "device", lambda fx: "cuda"),
+    ("device-unknown", lambda fx: _certify(fx, "--device", "mps", "--bank", fx["scores"], model=_hf(fx)), "--device",
+     lambda fx: "mps"),
+    ("device-replay-model", lambda fx: _certify(fx, "--device", "cpu"), "--device", lambda fx: "replay"),
+    ("batch-size-text", lambda fx: _certify(fx, "--batch_size", "big", model=_hf(fx)), "--batch_size",
+     lambda fx: "big"),
+    ("batch-size-auto-zero", lambda fx: _certify(fx, "--batch_size", "auto:0", model=_hf(fx)), "--batch_size",
+     lambda fx: "auto:0"),
+    ("limit-fraction-bank-file", lambda fx: _certify(fx, "--limit", "0.5", "--tasks", fx["scores"]), "--limit",
+     lambda fx: "0.5"),
+    # lm-eval's run flags certeval cannot honour: refused, saying why
+    ("lm-eval-flag-use-cache", lambda fx: _certify(fx, "--use_cache", "lm_cache"), "--use_cache",
+     lambda fx: "score cache"),
+    ("lm-eval-flag-predict-only", lambda fx: _certify(fx, "--predict_only"), "--predict_only", lambda fx: "certif"),
+    ("lm-eval-flag-samples", lambda fx: _certify(fx, "--samples", '{"tiny_mc": [0, 1]}'), "--samples",
+     lambda fx: "tiny_mc"),
+    ("model-args-unknown-key", lambda fx: _certify(fx, "--model_args", "frobnicate=1", model=_hf(fx)),
+     "--model_args", lambda fx: "frobnicate"),
     # --model_args that do not parse, or give a key twice
     ("model-args-no-equals", lambda fx: _certify(fx, "--model_args", "pretrained", model=_hf(fx)), "--model_args",
      lambda fx: "pretrained"),
@@ -314,7 +372,7 @@ def test_bad_input_on_a_new_surface_exits_2_in_one_line_naming_the_flag_and_valu
     watched = (tmp_path, Path(fx["root"]))
     before, procs = listing(*watched), children()
     code, lines, _ = run_cli(argv, capsys)
-    assert_refused(case_id, code, lines, flag=flag, echo=echo(fx))
+    assert_refused(case_id, code, lines, flag=flag, echo=None if echo is None else echo(fx))
     assert listing(*watched) == before, f"{case_id}: something was written"
     assert not no_new_children(procs), f"{case_id}: a process was left"
 
@@ -362,7 +420,8 @@ def test_the_inspect_manager_refuses_bad_parameters_when_built(case_id, kwargs, 
 def test_the_table_covers_every_new_surface():
     ids = [_case(c)[0] for c in CASES]
     for prefix in ("tasks-", "include-path-", "limit-", "num-fewshot-", "model-args-", "checkpoints-", "epsilon-",
-                   "rank-goal-", "dry-run-", "import-"):
+                   "rank-goal-", "dry-run-", "import-", "chat-", "gen-kwargs-", "device-", "batch-size-",
+                   "lm-eval-flag-"):
         assert sum(i.startswith(prefix) for i in ids) >= 2, prefix
     assert len(ids) + len(INSPECT_CASES) >= 90
 

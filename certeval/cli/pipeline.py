@@ -16,7 +16,14 @@ from typing import Any
 
 from ._common import add_common, print_json
 from ._runtime import ALL, add_runtime_options, runtime_options
-from .surfaces import AUTO_HISTORY, add_lm_eval_flags, check_surfaces, checkpoint_specs, with_model_args  # noqa: F401
+from .surfaces import (  # noqa: F401
+    AUTO_HISTORY,
+    add_lm_eval_flags,
+    check_surfaces,
+    checkpoint_specs,
+    with_device_and_batch,
+    with_model_args,
+)
 
 PIPELINE_COMMANDS = ("certify", "compare", "rank", "select")
 
@@ -42,7 +49,7 @@ def add_command_flags(p, name: str, *, live: bool = True) -> None:
     """The flags that say what ``certeval NAME`` asks (models, bank, goal, statement and its numbers).
     ``live=False``: those ``certeval backtest NAME`` plays on recorded scores (--model optional: the scores' models;
     no --checkpoints, --model_args, lm-eval flags or --dry-run)."""
-    p.add_argument("--model", action="append", required=live and name != "select", default=None, metavar="SPEC",
+    p.add_argument("--model", action="append", default=None, metavar="SPEC",
                    help="model spec (repeatable): replay:<scores>#<model>, hf:<dir|bundled:smollm2>, "
                         "vllm:<dir>, openai:<base_url>#<model>" if live else
                    "a recorded model of --scores, NAME or replay:<scores>#<model> (repeatable; default: every model, "
@@ -68,8 +75,8 @@ def add_command_flags(p, name: str, *, live: bool = True) -> None:
                         "sub-dataset count once (the mean of their means), mean each item once (the plain "
                         "accuracy); named in every output")
     if name == "certify":
-        p.add_argument("--goal", required=True,
-                       help="halfwidth:E, above:T or below:T; add +diminishing:G to also stop a model whose "
+        p.add_argument("--goal", default=None,
+                       help="halfwidth:E, above:T or below:T (required); add +diminishing:G to also stop a model whose "
                             "half-width shrinks by less than G a look (goal then not reached)")
         p.add_argument("--method", default=None,
                        help="history (default with --history), adaptive (default otherwise), uniform, seq, "
@@ -142,8 +149,24 @@ def add_plan_numbers(p) -> None:
     """--confidence, --seed, --json, --quiet, --batch-size, --max-items: a run's numbers (backtests' too)."""
     add_common(p)
     p.add_argument("--batch-size", type=int, default=50, help="items per round and model (default 50)")
-    p.add_argument("--max-items", "--limit", dest="max_items", type=int, default=None,
-                   help="item budget per model (--limit: lm-eval's name for it)")
+    p.add_argument("--max-items", "--limit", dest="max_items", type=_limit, default=None,
+                   help="item budget per model (--limit: lm-eval's name for it; with --tasks a fraction below 1 is "
+                        "that fraction of each task's docs, as in lm-eval)")
+
+
+def _limit(text: str) -> int | float:
+    """A whole number of items, or (with --tasks) a fraction below 1; ``2.0`` is 2, as lm-eval reads it."""
+    from argparse import ArgumentTypeError
+
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise ArgumentTypeError(f"must be a whole number of items or a fraction below 1, got {text!r}") from None
+    return int(value) if value >= 1 and value.is_integer() else value
 
 
 def _add_run_options(p) -> None:
@@ -255,19 +278,36 @@ def earlier_select_runs(args, models: list[str]) -> list[str]:
 
 
 def plan_from_args(args, options=None) -> tuple[Any, Any]:
+    from dataclasses import replace
+
     from ..estimators._validation import InputError
-    from ..lm_eval_tasks import tasks_bank
+    from ..lm_eval_requests import fraction_budget, request_options
+    from ..lm_eval_tasks import is_lm_eval_task, tasks_bank
     from ..tasks.plan import make_plan
 
     check_surfaces(args)  # --limit, --num_fewshot / --include_path without --tasks
-    if args.bank is not None:  # lm-eval task names become the bank lm-eval builds from them
-        args.bank = tasks_bank(args.bank, getattr(args, "include_path", None), getattr(args, "num_fewshot", None))
     models = list(args.model or []) + checkpoint_specs(getattr(args, "checkpoints", None))
     if not models:
-        raise InputError(f"{args.command} needs models: --model SPEC (repeatable) or --checkpoints PATH_OR_GLOB")
+        raise InputError(f"{args.command} needs models: --model SPEC (repeatable)"
+                         + (" or --checkpoints PATH_OR_GLOB" if args.command == "select" else ""))
     models = with_model_args(models, getattr(args, "model_args", None),
                              trust_remote_code=getattr(args, "trust_remote_code", False))
-    return make_plan(plan_request(args, models, history_sources(args, models), options))
+    models = with_device_and_batch(args, models)
+    requests = request_options(args, models, getattr(options, "cache_dir", None))  # chat template, gen_kwargs
+    if args.bank is not None:  # lm-eval task names become the bank lm-eval builds from them
+        args.bank = tasks_bank(args.bank, getattr(args, "include_path", None), getattr(args, "num_fewshot", None),
+                               requests)
+    fraction = args.max_items if isinstance(args.max_items, float) else None
+    if fraction is not None:  # lm-eval's fractional --limit: known once the bank is built
+        if not is_lm_eval_task(args.bank):
+            raise InputError(f"--limit {fraction!r} is a fraction of each lm-eval task's docs: --tasks {args.bank!r} "
+                             "is a bank file; give a whole number of items")
+        args.max_items = None
+    plan, prepared = make_plan(plan_request(args, models, history_sources(args, models), options))
+    if fraction is not None:
+        args.max_items = fraction
+        plan = replace(plan, max_items=fraction_budget(prepared.bank.frame, fraction))
+    return plan, prepared
 
 
 def plan_request(args, models: list[str], history: list[str] | None, options=None) -> Any:
@@ -298,6 +338,11 @@ def dry_run(args, options=None) -> int:
 
 
 def run(args) -> int:
+    from .surfaces import LIST_WORDS, list_tasks
+
+    if args.bank in LIST_WORDS:  # --tasks list: lm-eval's table of the tasks it knows; nothing started
+        print(list_tasks(args.bank, getattr(args, "include_path", None)))
+        return 0
     from ..startup import configure, mark
 
     options = runtime_options(args)  # a bad flag stops here: exit 2, nothing written

@@ -5,22 +5,50 @@ the flag and echoes the value (exit 2, nothing written)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from urllib.parse import quote
 
 from ..estimators._validation import InputError
+from ..lm_eval_requests import parse_bool
 from ..model_folders import TRUST_FLAG
 from ._common import print_json
 
 AUTO_HISTORY = "auto"  # select --history auto: earlier select runs under --output as history
+LIST_WORDS = {"list": {}, "list_groups": {"list_subtasks": False, "list_tags": False},
+              "list_subtasks": {"list_groups": False, "list_tags": False},
+              "list_tags": {"list_groups": False, "list_subtasks": False}}  # --tasks list… (lm-eval ls …)
 
 LM_EVAL_MODELS = ("hf", "vllm")  # lm-eval's --model names that certeval hosts under the same kind
 RESERVED = "&#?"  # a model spec's own syntax: options, the name, the query
 TRUSTING_KINDS = ("hf", "vllm")  # backends that load a folder's code when trust_remote_code is on
 
 
+# lm-eval 0.4.13's run flags certeval cannot give their lm-eval meaning, each refused in one line saying why
+REFUSED_LM_EVAL_FLAGS = {
+    "--use_cache": "certeval's score cache is always on (in the output folder's _cache/); drop --use_cache",
+    "--cache_requests": "certeval builds a task's requests afresh in every run, before anything starts; drop it",
+    "--max_batch_size": "certeval's hf hosts pack rows themselves (--batch_size N caps the rows a forward pass)",
+    "--samples": "certeval chooses which docs to score (its method); --limit N or a fraction sets the budget",
+    "--predict_only": "certeval certifies the task's metrics; an output-only run has nothing to certify",
+    "--check_integrity": "certeval does not run lm-eval's task test suites; run lm-eval validate --tasks ...",
+    "--write_out": "the run's requests are in its samples file (--log_samples)",
+    "--show_config": "the tasks' configs are in results.json's lm_eval block (configs)",
+    "--config": "certeval takes its settings as flags only",
+    "--metadata": "task metadata from the command line is not passed to lm-eval's task loader",
+    "--confirm_run_unsafe_code": "certeval does not run tasks that execute generated code",
+    "--wandb_args": "certeval logs to Prefect and its run folder, not Weights & Biases",
+    "--wandb_config_args": "certeval logs to Prefect and its run folder, not Weights & Biases",
+    "--trackio_args": "certeval logs to Prefect and its run folder, not Trackio",
+    "--hf_hub_log_args": "certeval writes results to --output (a folder or fsspec URL), not the Hugging Face Hub",
+    "--verbosity": "certeval's progress is --quiet or one line per round; lm-eval's log level is LMEVAL_LOG_LEVEL",
+}
+
+
 def add_lm_eval_flags(p) -> None:
-    """``--include_path``, ``--num_fewshot`` and ``--trust-remote-code`` (lm-eval's names)."""
+    """lm-eval's run flags: ``--include_path``, ``--num_fewshot``, ``--trust-remote-code``, the request flags
+    (certeval.lm_eval_requests), ``--batch_size`` and ``--device``; those certeval cannot honour are accepted by
+    the parser only to be refused in one line saying why (:data:`REFUSED_LM_EVAL_FLAGS`)."""
     p.add_argument("--include_path", "--include-path", dest="include_path", default=None, metavar="DIR",
                    help="a folder of your lm-eval task YAMLs, for --tasks NAME (as lm_eval --include_path)")
     p.add_argument("--num_fewshot", "--num-fewshot", dest="num_fewshot", type=_count("--num_fewshot"), default=None,
@@ -29,6 +57,25 @@ def add_lm_eval_flags(p) -> None:
     p.add_argument(TRUST_FLAG, "--trust_remote_code", dest="trust_remote_code", action="store_true",
                    help="let hf/vllm models whose folder asks for its own code (config.json auto_map) run it; "
                         "refused otherwise")
+    p.add_argument("--apply_chat_template", "--apply-chat-template", dest="apply_chat_template", nargs="?",
+                   const=True, default=None, metavar="NAME",
+                   help="render every --tasks request with the model's chat template, as lm_eval "
+                        "--apply_chat_template (NAME: one of a tokenizer's named templates)")
+    p.add_argument("--system_instruction", "--system-instruction", dest="system_instruction", default=None,
+                   metavar="TEXT", help="a system instruction before every --tasks request (as lm_eval)")
+    p.add_argument("--fewshot_as_multiturn", "--fewshot-as-multiturn", dest="fewshot_as_multiturn", nargs="?",
+                   const=True, default=None, type=parse_bool, metavar="BOOL",
+                   help="few-shot examples as chat turns (default with --apply_chat_template; 'false' to disable)")
+    p.add_argument("--gen_kwargs", "--gen-kwargs", dest="gen_kwargs", nargs="+", default=None, metavar="K=V",
+                   help="generation settings over each generate_until task's own (as lm_eval --gen_kwargs; greedy: "
+                        "until, max_gen_toks)")
+    p.add_argument("--batch_size", dest="lm_eval_batch_size", default=None, metavar="N|auto|auto:N",
+                   help="lm-eval's batch size: rows per forward pass of hf models (auto: the host's own packing); "
+                        "not --batch-size, certeval's items per round")
+    p.add_argument("--device", default=None, metavar="cpu|cuda|cuda:N",
+                   help="where hf models run (as lm_eval --device); cuda asks each model actor for a GPU")
+    for flag in REFUSED_LM_EVAL_FLAGS:
+        p.add_argument(flag, dest=f"refused_{flag[2:]}", nargs="*", default=None, help=argparse.SUPPRESS)
 
 
 def _count(flag: str):
@@ -48,10 +95,21 @@ def _count(flag: str):
 
 
 def check_surfaces(args) -> None:
-    """The checks that need no file: --limit, --num_fewshot without --tasks, --include_path without --tasks."""
+    """The checks that need no file: lm-eval flags certeval refuses, --limit, --num_fewshot without --tasks,
+    --include_path without --tasks."""
+    for flag, reason in REFUSED_LM_EVAL_FLAGS.items():
+        given = getattr(args, f"refused_{flag[2:]}", None)
+        if given is not None:
+            value = f" {' '.join(given)!r}" if given else ""
+            raise InputError(f"{flag}{value} is lm-eval's flag, refused: {reason}")
     limit = getattr(args, "max_items", None)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"--max-items/--limit must be a positive integer, got {limit!r}")
+    if isinstance(limit, float) and 0.0 < limit < 1.0:
+        if args.bank is None:
+            raise InputError(f"--limit {limit!r} is a fraction of each lm-eval task's docs (as in lm-eval): it needs "
+                             "--tasks; or give a whole number of items")
+    elif limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"--max-items/--limit must be a positive integer (or, with --tasks, a fraction below 1), "
+                         f"got {limit!r}")
     if getattr(args, "num_fewshot", None) is not None and args.bank is None:
         raise InputError(f"--num_fewshot {args.num_fewshot!r} sets the few-shot count of lm-eval tasks: it needs "
                          "--tasks (a task YAML or task names)")
@@ -109,7 +167,30 @@ def with_model_args(specs: list[str], model_args: str | None, *, trust_remote_co
                 given | {k for k, _ in extra}:
             extra.append(("trust_remote_code", "true"))
         out.append(spec + (("&" if "?" in spec else "?") + "&".join(f"{k}={v}" for k, v in extra) if extra else ""))
+        _check_backend_options(out[-1], [k for k, _ in extra], model_args)
     return out
+
+
+def _check_backend_options(spec_text: str, keys: list[str], model_args: str | None) -> None:
+    """The options --model_args gave an hf / vllm model, read by its backend now: a key it does not know (or a
+    value it refuses) is named with --model_args, before anything starts."""
+    from ..backends.base import parse_model_spec
+
+    try:
+        spec = parse_model_spec(spec_text)
+    except InputError:
+        return  # the plan's own check of the whole spec says why, in one line
+    if not keys or spec.kind not in TRUSTING_KINDS:
+        return
+    if spec.kind == "hf":
+        from ..backends.hf import parse_options
+    else:
+        from ..backends.vllm_host import parse_options
+    try:
+        parse_options(spec)
+    except InputError as exc:
+        if any(repr(k) in str(exc) or f"{k}=" in str(exc) for k in keys):
+            raise InputError(f"--model_args {model_args!r}: {exc}") from None
 
 
 def _natural(path: str) -> list:
@@ -185,3 +266,79 @@ def _model_names(plan) -> set[str]:
     from ..backends.base import parse_model_spec
 
     return {spec.name for spec in map(parse_model_spec, plan.models) if spec.kind == "replay" and spec.name}
+
+
+def with_device_and_batch(args, models: list[str]) -> list[str]:
+    """lm-eval's ``--device`` and ``--batch_size`` as hf spec options (``device=``, ``batch=``: rows per forward
+    pass); ``--device cuda[:N]`` also gives each model actor a GPU (``--num-gpus 1`` unless set) and is refused when
+    this machine has no such GPU and no ``--ray-address`` names a cluster. ``--batch_size auto`` (lm-eval's search
+    for the largest batch that fits) leaves an hf host's own batching as it is; vllm schedules its own batches."""
+    from ..backends.base import parse_model_spec
+
+    device, batch = getattr(args, "device", None), getattr(args, "lm_eval_batch_size", None)
+    extra: list[tuple[str, str]] = []
+    if batch is not None:
+        text = str(batch).strip().lower()
+        rows = text if text.isdigit() and int(text) >= 1 else None
+        if rows is None and not (text == "auto" or (text.startswith("auto:") and text[5:].isdigit()
+                                                    and int(text[5:]) >= 1)):
+            raise InputError(f"--batch_size must be a whole number >= 1, auto or auto:N (as in lm-eval), got {batch!r}")
+        if rows is not None:
+            extra.append(("batch", rows))
+    if device is not None:
+        if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+            raise InputError(f"--device {device!r}: certeval's hf hosts run on cpu, cuda or cuda:N")
+        extra.append(("device", device))
+    kinds = [parse_model_spec(m).kind for m in models]
+    if device is not None and not any(k in TRUSTING_KINDS for k in kinds):
+        raise InputError(f"--device {device!r} places hf and vllm models; the run has none ({', '.join(kinds)})")
+    if device is not None and device != "cpu":
+        _check_cuda(args, device, "--device")
+    elif device is None and any(_cuda(m) for m in models):
+        spec_text = next(m for m in models if _cuda(m))
+        _check_cuda(args, str(parse_model_spec(spec_text).option("device")), f"--model {spec_text!r}: device")
+    if device is not None and "vllm" in kinds and device == "cpu":
+        raise InputError(f"--device {device!r}: vllm models run on GPUs")
+    out = []
+    for spec_text, kind in zip(models, kinds):
+        mine = extra if kind == "hf" else []
+        given = {k for k, _ in parse_model_spec(spec_text).options}
+        twice = [k for k, _ in mine if k in given]
+        if twice:
+            flag = "--device" if twice[0] == "device" else "--batch_size"
+            raise InputError(f"{flag} sets {twice[0]!r}, which --model {spec_text!r} sets too; give it once")
+        out.append(spec_text + (("&" if "?" in spec_text else "?") + "&".join(f"{k}={v}" for k, v in mine)
+                                if mine else ""))
+    return out
+
+
+def _cuda(spec_text: str) -> bool:
+    from ..backends.base import parse_model_spec
+
+    spec = parse_model_spec(spec_text)
+    return spec.kind == "hf" and str(spec.option("device", "cpu")).startswith("cuda")
+
+
+def _check_cuda(args, device: str, flag: str) -> None:
+    """A CUDA device this machine has (nvidia-smi, bounded), unless the models run on a cluster named by
+    --ray-address; the model actors then ask Ray for a GPU each."""
+    from ..tasks.plan import local_gpu_count
+
+    if not (getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS")):
+        found = local_gpu_count()
+        index = int(device[5:]) if device[5:].isdigit() else 0
+        if index >= found:
+            raise InputError(f"{flag} {device!r}: this machine has {found} CUDA GPU(s) (nvidia-smi); run on cpu, "
+                             "or pass --ray-address of a cluster with GPUs")
+    if not getattr(args, "num_gpus", 0.0):
+        args.num_gpus = 1.0
+
+
+def list_tasks(what: str, include_path: str | None) -> str:
+    """``--tasks list`` (``list_groups``, ``list_subtasks``, ``list_tags``): lm-eval's own table of the tasks it
+    knows (what ``lm-eval ls tasks`` prints), its built-in tasks and those under ``--include_path``."""
+    from ..lm_eval_tasks import _manager, check_include_path
+
+    folder = None if include_path is None else str(check_include_path(include_path))
+    manager = _manager(folder, what, with_defaults=True)
+    return manager.list_all_tasks(**LIST_WORDS[what])
