@@ -147,3 +147,20 @@ def test_an_unreadable_model_file_exits_2_in_one_line_before_anything_starts(tmp
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().count("\n") == 0 and "model.safetensors' is a link to nothing" in proc.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / ".prefect").exists()
+
+
+def test_a_run_resumed_on_other_files_is_refused_in_one_line(tmp_path):
+    from certeval.tasks.plan import PlanRequest, claim_run, make_plan
+
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text("".join(f'{{"model": "m", "item_id": "q{i}", "score": {i % 2}}}\n' for i in range(4)))
+    request = PlanRequest("certify", models=[f"replay:{scores}#m"], goal="halfwidth:0.2", output=str(tmp_path / "runs"),
+                          run_id="r", options={"cache_dir": str(tmp_path / "cache")})
+    plan, _ = make_plan(request)
+    assert claim_run(plan) is False
+    assert claim_run(make_plan(request)[0]) is True  # the same files: a resume
+    scores.write_text(scores.read_text().replace('"score": 1', '"score": 0'))
+    config = (tmp_path / "runs" / "r" / "config.json").read_bytes()
+    with pytest.raises(InputError, match=r"run id 'r' .* scored model 'm' from other files .* use another --run-id"):
+        claim_run(make_plan(request)[0])
+    assert (tmp_path / "runs" / "r" / "config.json").read_bytes() == config

@@ -494,7 +494,24 @@ def local_gpu_count(timeout_s: float = 10.0) -> int:
 def claim_run(plan: RunPlan) -> bool:
     """Write config.json for a new run or check it matches (resume); True when another command started the run
     (a claim by the command that wrote config.json, e.g. the CLI and then its flow, is not a resume)."""
-    return plan.store().claim(plan.config(), COMPARED)
+    store = plan.store()
+    stored = store.read_config()
+    if stored is not None:
+        check_same_files(stored, plan)
+    return store.claim(plan.config(), COMPARED)
+
+
+def check_same_files(stored: dict[str, Any], plan: RunPlan) -> None:
+    """A resumed run scores each model from the files it started with: rounds scored on two versions of a
+    checkpoint folder would be one interval over two models. Runs stored before fingerprints are not checked."""
+    recorded = stored.get("fingerprints")
+    if not isinstance(recorded, list) or not plan.fingerprints or list(stored.get("models") or []) != list(plan.models):
+        return
+    for label, then, now in zip(plan.labels, recorded, plan.fingerprints):
+        if isinstance(then, dict) and then.get("covers") == now.covers and then.get("digest") != now.digest:
+            raise InputError(f"run id {plan.run_id!r} in {plan.output!r} scored model {label!r} from other files "
+                             f"(fingerprint {then.get('digest')} then, {now.digest} now: its weights or tokenizer "
+                             "changed); resuming would mix two models in one interval — use another --run-id")
 
 
 def _labels(specs: list[ModelSpec]) -> tuple[str, ...]:
