@@ -160,15 +160,29 @@ def _plan(config: dict, *, scorer: str, output: str, run_id: str):
     from .tasks.plan import RunPlan
 
     fields = {f.name for f in dataclasses.fields(RunPlan)}
-    # the rescore is a new command (invocation) and starts no model (options)
-    kw = {k: v for k, v in config.items() if k in fields and k not in ("invocation", "options")}
+    # the rescore is a new command (invocation) and starts no model (options, fingerprints: as recorded)
+    kw = {k: v for k, v in config.items() if k in fields and k not in ("invocation", "options", "fingerprints")}
     kw.update(models=tuple(config["models"]), labels=tuple(config["labels"]), history=tuple(config.get("history") or ()),
               output=output, run_id=run_id, scorer=scorer, ray_address=None, replicas=1, num_gpus=0.0,
-              num_cpus=None, in_flight=1, chunk_size=None)
+              num_cpus=None, in_flight=1, chunk_size=None, fingerprints=_fingerprints(config))
     try:
         return RunPlan(**kw)
     except TypeError as exc:
         raise InputError(f"rescore: config.json of the run is damaged ({exc})") from None
+
+
+def _fingerprints(config: dict) -> tuple:
+    """The source run's model fingerprints as recorded (no model file is read: a rescore asks no model, and its
+    models' folders may be gone); each model named by its spec where the run recorded none."""
+    from .model_fingerprint import ModelFingerprint, address_fingerprint
+
+    recorded = config.get("fingerprints")
+    models = list(config["models"])
+    if (isinstance(recorded, list) and len(recorded) == len(models)
+            and all(isinstance(r, dict) and isinstance(r.get("covers"), str) and isinstance(r.get("digest"), str)
+                    for r in recorded)):
+        return tuple(ModelFingerprint(r["covers"], r["digest"]) for r in recorded)
+    return tuple(address_fingerprint(str(m)) for m in models)
 
 
 def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str | None = None) -> tuple[dict, int]:

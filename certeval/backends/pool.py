@@ -101,7 +101,8 @@ class ModelPool(PoolCpus, PoolAhead):
     def __init__(self, models: dict[str, str], *, replicas: int = 1, num_gpus: float = 0.0,
                  num_cpus: float | None = None, in_flight: int = 2, cache_urls: dict[str, str] | None = None,
                  options: RuntimeOptions | None = None, run_id: str | None = None,
-                 host_kwargs: dict[str, Any] | None = None, keep: bool = False) -> None:
+                 host_kwargs: dict[str, Any] | None = None, keep: bool = False,
+                 contents: dict[str, str] | None = None) -> None:
         if replicas < 1:
             raise InputError(f"--replicas must be at least 1, got {replicas!r}")
         if in_flight < 1:
@@ -115,6 +116,9 @@ class ModelPool(PoolCpus, PoolAhead):
         self.options = runtime_options(options)
         self.host_kwargs = dict(host_kwargs or {})
         self.keep = bool(keep)  # --keep-actors: named detached actors, found again by the next command
+        # per label, the digest of the files its model is loaded from: a kept actor holding earlier weights of
+        # the same folder is another actor (its name differs), never adopted
+        self.contents = dict(contents or {})
         self.key_variables = key_variables(self.models.values())
         self.prefix = f"{run_id or 'pool'}-{uuid.uuid4().hex[:6]}"
         self.groups = group_models(self.models)  # actor group -> labels it serves
@@ -136,12 +140,12 @@ class ModelPool(PoolCpus, PoolAhead):
         return ray.remote(concurrency_groups={CONTROL: 1})(ModelWorker)
 
     def _kept_name(self, group: str, replica: int) -> str:
-        """A kept actor's name: what it hosts (spec texts, host options, GPUs) and its replica, never the labels
-        or the run, so another command on the same models finds it."""
+        """A kept actor's name: what it hosts (spec texts and their files' digests, host options, GPUs) and its
+        replica, never the labels or the run, so another command on the same models finds it."""
         import hashlib
         import json
 
-        what = json.dumps([sorted(self.models[label] for label in self.groups[group]),
+        what = json.dumps([sorted((self.models[label], self.contents.get(label, "")) for label in self.groups[group]),
                            sorted((str(k), str(v)) for k, v in self.host_kwargs.items()), self.num_gpus])
         return f"{KEPT_PREFIX}{hashlib.sha256(what.encode()).hexdigest()[:16]}/{replica}"
 

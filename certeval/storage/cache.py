@@ -17,7 +17,9 @@ from ..estimators._validation import InputError
 from ..estimators.results import to_jsonable
 from .io import Folder, bounded, parquet_bytes
 
-PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt")
+# what a model is asked and how its answer is judged: an item's cache key changes with any of them (an lm-eval
+# generation item's stop strings and token budget, its filters and metrics, are the last two)
+PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt", "lm_eval_generation", "lm_eval_scoring")
 ASKED_FIELDS = ("question", "choices", "prompt")  # what the model is shown (answers are the judge's business)
 
 
@@ -56,10 +58,33 @@ def prompt_hash(item: dict[str, Any]) -> str | None:
     return hashlib.sha256(_digest(fields)).hexdigest()[:16]
 
 
-def cache_key(spec_text: str, scorer: str, generation: dict[str, Any]) -> str:
-    """Digest naming the cache of one model under one scorer and generation settings."""
-    blob = json.dumps({"spec": spec_text, "scorer": scorer, "generation": generation}, sort_keys=True)
+def cache_key(model: str, scorer: str, generation: dict[str, Any]) -> str:
+    """Digest naming the cache of one model under one scorer and generation settings. ``model``: what names the
+    model's scores (its files' fingerprint and the options that change its answers, or a server's address;
+    :func:`certeval.tasks.plan.cache_identity`)."""
+    blob = json.dumps({"spec": model, "scorer": scorer, "generation": generation}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+MODELS = "_models"  # _cache/_models/<digest>.json: per model path, the files its scores were last cached for
+
+
+def last_model_files(root: Folder, name: str) -> dict[str, Any] | None:
+    """What ``record_model_files`` last kept under ``name`` (None: nothing, or damaged: only a message is lost)."""
+    try:
+        entry = root.read_json(f"{MODELS}/{name}.json")
+    except (OSError, TimeoutError, ValueError, InputError):
+        return None
+    return entry if isinstance(entry, dict) and isinstance(entry.get("files"), dict) else None
+
+
+def record_model_files(root: Folder, name: str, entry: dict[str, Any]) -> None:
+    """Keep the files a model path's scores are now cached for (a saving for the next run's message: a storage
+    failure is ignored)."""
+    try:
+        root.write_json(f"{MODELS}/{name}.json", entry)
+    except (OSError, TimeoutError, InputError):
+        pass
 
 
 MAX_PARTS = 16  # a cache folder holding more parts than this is merged into one (at a run's start and end)

@@ -233,3 +233,7 @@ class RunStore:
 
     def cache(self, key: str) -> ScoreCache:
         return ScoreCache(self.root.fs, f"{self.root.path}/{CACHE_DIR}/{key}")
+
+    def cache_root(self) -> Folder:
+        """``<root>/_cache``: the score caches of every run under this root."""
+        return Folder(self.root.fs, f"{self.root.path}/{CACHE_DIR}")

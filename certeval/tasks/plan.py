@@ -22,6 +22,7 @@ from ..estimators._validation import InputError, check_confidence, check_in_rang
 from ..estimators.groups import GroupRequest
 from ..lm_eval_tasks import AGGREGATE as LM_EVAL_AGGREGATE
 from ..lm_eval_tasks import NAMES_PREFIX as LM_EVAL_NAMES
+from ..model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
 from ..model_folders import check_model_folder
 from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
@@ -82,6 +83,9 @@ class RunPlan:
     invocation: str = field(default_factory=lambda: uuid.uuid4().hex)
     # how this command runs (timeouts, logs, start-up, cache): not the run's identity, not in config.json
     options: RuntimeOptions = field(default_factory=RuntimeOptions)
+    # per model, what its scores come from (its files' digests, or its address), read by make_plan before
+    # anything starts: the score cache's key (cache_keys); () for a plan made otherwise (read when needed)
+    fingerprints: tuple[ModelFingerprint, ...] = ()
 
     @property
     def paired(self) -> bool:
@@ -116,6 +120,8 @@ class RunPlan:
         out["labels"] = list(self.labels)
         out["history"] = list(self.history) or None  # None: runs stored before --history resume unchanged
         out["integrity"] = INTEGRITY  # runs stored before the manifest resume without its check
+        # what each model's scores came from (the files' digests are the score cache's business, not the run's)
+        out["fingerprints"] = [{"covers": fp.covers, "digest": fp.digest} for fp in self.fingerprints] or None
         # relative local paths (bank, scores, history) are relative to it: rescore reads them from anywhere
         out["workdir"] = os.getcwd()
         return out
@@ -124,8 +130,28 @@ class RunPlan:
         """Settings that change a model's score for an item (part of the score-cache key)."""
         return {"scorer": self.scorer or "auto"}
 
+    def model_fingerprints(self) -> tuple[ModelFingerprint, ...]:
+        if len(self.fingerprints) == len(self.models):
+            return self.fingerprints
+        return fingerprint_models([parse_model_spec(m) for m in self.models], self.options.cache_path() / MEMO_DIR)
+
+    def model_digests(self) -> dict[str, str]:
+        """Per label, the digest of what its model is read from (:class:`ModelFingerprint`)."""
+        return {label: fp.digest for label, fp in zip(self.labels, self.model_fingerprints())}
+
     def cache_keys(self) -> dict[str, str]:
-        return {label: cache_key(_cache_spec(spec), self.scorer or "auto", self.generation())
+        """Per label, the score cache's key: what was scored (docs/architecture.md, "Score cache key")."""
+        return {label: cache_key(cache_identity(spec, fp), self.scorer or "auto", self.generation())
+                for label, spec, fp in zip(self.labels, self.models, self.model_fingerprints())}
+
+    def model_paths(self) -> dict[str, str]:
+        """Per label, a digest of the model as named (its path, options, scorer and settings; never its files):
+        where the files its scores were last cached for are kept, so a run can say why it scores anew."""
+        import hashlib
+        import json
+
+        return {label: hashlib.sha256(json.dumps([_cache_spec(spec), self.scorer or "auto", self.generation()],
+                                                 sort_keys=True).encode()).hexdigest()[:24]
                 for label, spec in zip(self.labels, self.models)}
 
     def store(self) -> RunStore:
@@ -159,11 +185,25 @@ def task_scorer(frame: Any) -> str | None:
 _RUNTIME_OPTIONS = {"latency", "device", "batch", "replicas", "trust_remote_code"}
 
 
-def _cache_spec(spec_text: str) -> str:
+def _cache_spec(spec_text: str, location: str | None = None) -> str:
     spec = parse_model_spec(spec_text)
     kept = sorted((k, v) for k, v in spec.options if k not in _RUNTIME_OPTIONS)
     query = "&".join(f"{k}={v}" for k, v in kept)
-    return f"{spec.kind}:{spec.location}" + (f"#{spec.name}" if spec.name else "") + (f"?{query}" if query else "")
+    return (f"{spec.kind}:{spec.location if location is None else location}" + (f"#{spec.name}" if spec.name else "")
+            + (f"?{query}" if query else ""))
+
+
+def cache_identity(spec_text: str, fingerprint: ModelFingerprint) -> str:
+    """What names a model's scores in the cache key: a model folder (hf, vllm, the bundled GGUF) by its files'
+    digest in place of its path (a folder copied elsewhere keeps its scores; weights copied over it do not),
+    with the options that change its answers; a replay scores file by its path, model name and content; a
+    server (openai) or remote file by its spec (address, model name, options): its weights cannot be read."""
+    spec = parse_model_spec(spec_text)
+    if fingerprint.covers != "files":
+        return _cache_spec(spec_text)
+    if spec.kind in ("hf", "vllm"):
+        return _cache_spec(spec_text, location=f"files:{fingerprint.digest}")
+    return f"{_cache_spec(spec_text)}@files:{fingerprint.digest}"
 
 
 def _versions() -> dict[str, str]:
@@ -416,6 +456,8 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
+    if r.probe:  # the models' files read (bounded; a content hash once per file version): the score cache's key
+        plan = replace(plan, fingerprints=fingerprint_models(specs, options.cache_path() / MEMO_DIR))
     if ray_address and r.probe:  # network probes last, after every cheap check: bounded, one line on failure
         from ..envsetup import check_ray_address
 
@@ -452,7 +494,24 @@ def local_gpu_count(timeout_s: float = 10.0) -> int:
 def claim_run(plan: RunPlan) -> bool:
     """Write config.json for a new run or check it matches (resume); True when another command started the run
     (a claim by the command that wrote config.json, e.g. the CLI and then its flow, is not a resume)."""
-    return plan.store().claim(plan.config(), COMPARED)
+    store = plan.store()
+    stored = store.read_config()
+    if stored is not None:
+        check_same_files(stored, plan)
+    return store.claim(plan.config(), COMPARED)
+
+
+def check_same_files(stored: dict[str, Any], plan: RunPlan) -> None:
+    """A resumed run scores each model from the files it started with: rounds scored on two versions of a
+    checkpoint folder would be one interval over two models. Runs stored before fingerprints are not checked."""
+    recorded = stored.get("fingerprints")
+    if not isinstance(recorded, list) or not plan.fingerprints or list(stored.get("models") or []) != list(plan.models):
+        return
+    for label, then, now in zip(plan.labels, recorded, plan.fingerprints):
+        if isinstance(then, dict) and then.get("covers") == now.covers and then.get("digest") != now.digest:
+            raise InputError(f"run id {plan.run_id!r} in {plan.output!r} scored model {label!r} from other files "
+                             f"(fingerprint {then.get('digest')} then, {now.digest} now: its weights or tokenizer "
+                             "changed); resuming would mix two models in one interval — use another --run-id")
 
 
 def _labels(specs: list[ModelSpec]) -> tuple[str, ...]:

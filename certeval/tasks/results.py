@@ -63,6 +63,10 @@ def run_results(run: Any) -> dict[str, Any]:
             "halfwidth": est.halfwidth, "n_scored": n, "n_total": total, "confidence": est.confidence,
             "method": est.method, "guarantee": est.guarantee, "anytime_valid": est.anytime_valid,
             "validity": est.validity, "items_sent_to_model": run.sent[label],
+            # what the score cache holds this model's scores under (docs/architecture.md, "Score cache key")
+            "score_cache": {"key": run.cache_keys[label], "covers": run.fingerprints[label].covers,
+                            "fingerprint": run.fingerprints[label].digest,
+                            "not_reused": run.cache_notes.get(label)},
             "decision": run.decisions[label].to_dict() if label in run.decisions else None,
             "estimate": live.to_dict(),  # the live estimator's (tests: equal to the look log's)
         }

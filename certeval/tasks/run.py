@@ -75,7 +75,10 @@ class Run(RunRequests, ProposeAhead):
         self.spec = bank.spec(mean_of_means=plan.mean_of_means)
         self.codes = self.spec.subset_codes() if bank.subsets is not None else None
         self.keys = self._item_keys()
-        self.caches = {label: store.cache(key) for label, key in plan.cache_keys().items()}
+        self.fingerprints = dict(zip(self.labels, plan.model_fingerprints()))
+        self.cache_keys = plan.cache_keys()
+        self.caches = {label: store.cache(key) for label, key in self.cache_keys.items()}
+        self.cache_notes: dict[str, str] = {}  # label -> why its scores cached for earlier files are not reused
         self.cached: dict[str, dict[str, float]] = {}
         self.round = 0  # next round to run
         self.decisions: dict[str, Decision] = {}
@@ -135,6 +138,7 @@ class Run(RunRequests, ProposeAhead):
 
             with ThreadPoolExecutor(max_workers=min(16, max(1, len(run.caches)))) as pool:
                 list(pool.map(describe, list(run.caches)))
+            run.note_changed_files()
             run.cached = dict(zip(run.caches, ScoreCache.load_many(list(run.caches.values()), compact=True)))
             run.cached_outputs = {label: cache.outputs for label, cache in run.caches.items()}
         except BaseException:
@@ -458,6 +462,32 @@ class Run(RunRequests, ProposeAhead):
                           group_upper=nan if group is None else float(group[2]),
                           pair_diff=float(pair[0]), pair_lower=float(pair[1]), pair_upper=float(pair[2]),
                           pair_verdict=pair[3])
+
+    def note_changed_files(self) -> None:
+        """Say (stderr, results.json) which models read from files are scored anew because their files differ
+        from those their path's scores were last cached for (weights copied over a checkpoint folder), and keep
+        the files now scored for the next run."""
+        import sys
+
+        from ..storage.cache import last_model_files, record_model_files
+
+        root = self.store.cache_root()
+        paths = self.plan.model_paths()
+        for label, spec in zip(self.labels, self.plan.models):
+            fp = self.fingerprints[label]
+            if fp.covers != "files" or spec.split(":", 1)[0] not in ("hf", "vllm"):  # model folders (replays: per
+                continue  # model, thousands of small reads a start, for a message)
+            earlier = last_model_files(root, paths[label])
+            if earlier is not None and earlier.get("cache") != self.cache_keys[label]:
+                changed = fp.changed({str(k): str(v) for k, v in earlier["files"].items()})
+                shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+                self.cache_notes[label] = (f"model {label}: its files changed since its scores were last cached "
+                                           f"({shown or 'their digests'}); scores cached for the earlier files "
+                                           "are not reused")
+                print(f"certeval: {self.cache_notes[label]}", file=sys.stderr, flush=True)
+            if earlier is None or earlier.get("cache") != self.cache_keys[label]:
+                record_model_files(root, paths[label], {"model": spec, "cache": self.cache_keys[label],
+                                                        "fingerprint": fp.digest, "files": dict(fp.files)})
 
     def compact_cache(self) -> int:
         """Merge the score-cache parts this run's batches wrote (one per batch) when a folder holds more than

@@ -64,7 +64,8 @@ def start_models(plan: RunPlan, run: Run) -> Any:
         pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
                          in_flight=plan.in_flight, cache_urls=cache_urls, options=plan.options,
                          run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None,
-                         keep=keeps_actors(plan))
+                         keep=keeps_actors(plan),
+                         contents=plan.model_digests())
     started = pool.start()
     mark("actors_ready")
     if run.progress is not None:

@@ -1,0 +1,93 @@
+"""A checkpoint folder certified, other weights copied over it (what a training run's ``latest/`` does), certified
+again: the second run scores the new weights and says why it did not reuse the cache; an unchanged folder
+reuses it. Real parts: tiny Llama checkpoints with SmolLM2's tokenizer (random weights, two seeds, no download),
+the session's Ray and Prefect, the flow as the CLI runs it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from contextlib import redirect_stderr
+
+import numpy as np
+import pytest
+
+from test_pipeline_support import needs_small_lm
+
+pytestmark = pytest.mark.slow
+
+
+def _checkpoint(path, tokenizer, seed: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_weights_copied_over_a_certified_folder_are_scored_anew_and_the_run_says_why(tmp_path, infra, kept_actors):
+    needs_small_lm()
+    from transformers import AutoTokenizer
+
+    from certeval.backends.base import make_host
+    from certeval.backends.smollm import ensure_converted
+    from certeval.flows.pipeline import run_plan
+    from certeval.tasks.plan import PlanRequest, make_plan
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_converted()))
+    first, other = _checkpoint(tmp_path / "step-100", tokenizer, 100), _checkpoint(tmp_path / "step-200", tokenizer, 7)
+    words = ["red", "blue", "green", "seven", "Paris", "water", "stone", "river", "apple", "north", "music", "glass"]
+    items = [{"item_id": f"q{i}", "question": f"Question {i}: which word comes after {words[i % 12]}?",
+              "choices": [words[(i + k) % 12] for k in (1, 3, 5, 7)], "answer": 0} for i in range(24)]
+    picks = {p: [r["output"] for r in make_host(f"hf:{p}?scorer=mc-loglik").score(items)] for p in (first, other)}
+    for item, pick in zip(items, picks[first]):  # the first checkpoint answers every item right
+        item["answer"] = item["choices"].index(pick)
+    other_mean = float(np.mean([p == it["choices"][it["answer"]] for p, it in zip(picks[other], items)]))
+    assert other_mean < 1.0  # the other weights answer differently: a stale cache would show 1.0
+    bank = tmp_path / "bank.jsonl"
+    bank.write_text("".join(json.dumps(item) + "\n" for item in items))
+    latest = tmp_path / "latest"
+    shutil.copytree(first, latest)
+
+    def certify(run_id: str, folder=latest) -> tuple[dict, str]:
+        plan, prepared = make_plan(PlanRequest(
+            "certify", models=[f"hf:{folder}?scorer=mc-loglik"], bank=str(bank), goal="halfwidth:0.01",
+            batch_size=24, output=str(tmp_path / "runs"), run_id=run_id, ray_address=infra,
+            options={"keep_actors": True, "cache_dir": str(tmp_path / "cache")}))
+        err = io.StringIO()
+        with redirect_stderr(err):
+            results = run_plan(plan, prepared=prepared)
+        stored = json.loads((tmp_path / "runs" / run_id / "results.json").read_text())
+        assert stored["models"][0]["score_cache"] == results["models"][0]["score_cache"]
+        return results["models"][0], err.getvalue()
+
+    one, err = certify("one")
+    assert (one["items_sent_to_model"], one["mean"]) == (24, pytest.approx(1.0)) and "files changed" not in err
+    assert one["score_cache"]["covers"] == "files" and one["score_cache"]["not_reused"] is None
+    two, err = certify("two")  # unchanged folder: every score from the cache
+    assert (two["items_sent_to_model"], two["mean"], two["score_cache"]) == (0, one["mean"], one["score_cache"])
+
+    weights = latest / "model.safetensors"
+    st = weights.stat()
+    assert (other / "model.safetensors").stat().st_size == st.st_size  # same shapes: same size
+    shutil.copyfile(other / "model.safetensors", weights)  # written in place, as a trainer's save does
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime put back
+    kept_actors()  # the kept actor of the earlier weights holds the CPUs (it is never adopted: its name differs)
+    three, err = certify("three")
+    assert three["items_sent_to_model"] == 24 and three["mean"] == pytest.approx(other_mean)
+    why = ("model latest: its files changed since its scores were last cached (model.safetensors); scores cached "
+           "for the earlier files are not reused")
+    assert f"certeval: {why}" in err.splitlines() and three["score_cache"]["not_reused"] == why
+    assert three["score_cache"]["key"] != one["score_cache"]["key"]
+    # the same weights in another folder are the same model: its scores are reused
+    kept_actors()
+    four, _ = certify("four", folder=other)
+    assert (four["items_sent_to_model"], four["mean"]) == (0, pytest.approx(other_mean))
+    assert four["score_cache"]["key"] == three["score_cache"]["key"]
