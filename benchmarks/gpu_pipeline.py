@@ -57,7 +57,6 @@ SHAPES = {
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 16},
 }
-COMMAND_TIMEOUT_S = 900  # one pipeline command, start-up included: a wait that always ends
 _WORDS = ("river", "mountain", "engine", "garden", "letter", "village", "market", "signal", "harbor", "winter",
           "copper", "lantern", "meadow", "circuit", "planet", "theory", "violin", "desert", "island", "bridge",
           "archive", "canvas", "falcon", "glacier", "harvest", "journal", "kingdom", "ledger", "mirror", "orchard",
@@ -143,7 +142,8 @@ def read_timeline(path: Path) -> dict[str, list[float]]:
     return marks
 
 
-def run_cli(command: str, models: list[str], bank: Path, work: Path, extra: list[str], log) -> dict[str, Any]:
+def run_cli(command: str, models: list[str], bank: Path, work: Path, extra: list[str], log,
+            timeout_s: float) -> dict[str, Any]:
     """``python -m certeval COMMAND`` in its own process and folder, as a user runs it; its wall-clock phases."""
     timeline = work / f"{command}.timeline"
     cmd = [sys.executable, "-m", "certeval", command, *[a for m in models for a in ("--model", m)],
@@ -156,11 +156,11 @@ def run_cli(command: str, models: list[str], bank: Path, work: Path, extra: list
     proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
                             start_new_session=True)
     try:
-        stdout, _ = proc.communicate(timeout=COMMAND_TIMEOUT_S)
+        stdout, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        raise RuntimeError(f"certeval {command} did not finish within {COMMAND_TIMEOUT_S} s") from None
+        raise RuntimeError(f"certeval {command} did not finish within --command-timeout {timeout_s:g} s") from None
     end = time.time()
     if proc.returncode not in (0, 1):  # 1: ran, goal not reached
         raise RuntimeError(f"certeval {command} exited {proc.returncode}; see the log")
@@ -208,6 +208,42 @@ def agreement(pipeline: dict[str, list[float]], bare: dict[str, list[float]], dt
     return {"items": len(ids), "same_choice_fraction": float(np.mean(same)) if ids else None,
             "within_tolerance_fraction": float(np.mean([bool(np.all(g <= tolerance)) for g in gaps])) if ids else None,
             "max_relative_gap": float(max(g.max() for g in gaps)) if ids else None, "tolerance": tolerance}
+
+
+def ray_counts_gpus() -> int | None:
+    """How many GPUs a local Ray started now would count (Ray's own NVIDIA detection, through NVML); None when
+    that cannot be asked."""
+    try:
+        from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
+
+        return int(NvidiaGPUAcceleratorManager.get_current_node_num_accelerators())
+    except Exception:  # noqa: BLE001 - a private API: any failure means "cannot tell", and certeval's Ray decides
+        return None
+
+
+def start_shared_ray(work: Path, num_gpus: int) -> str:
+    """A local Ray in this process, told ``num_gpus``, for the commands to join: loopback only, cloud probes off
+    (certeval.envsetup), its auth token in ``work`` and named by ``RAY_AUTH_TOKEN_PATH`` so the commands (which
+    inherit it) are let in. Ends with this process. Returns its address."""
+    import secrets
+
+    import ray
+
+    from certeval.envsetup import configure_offline_env, ray_bootstrap_home
+
+    configure_offline_env()
+    token = work / "ray-auth-token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+    real_home = os.environ.get("HOME", str(Path.home()))
+    os.environ["HOME"] = str(ray_bootstrap_home(work))  # Ray's usage stats probe cloud metadata without it
+    try:
+        ray.init(address="local", include_dashboard=False, num_gpus=num_gpus, _node_ip_address="127.0.0.1",
+                 runtime_env={"env_vars": {"HOME": real_home}})
+    finally:
+        os.environ["HOME"] = real_home
+    return ray.get_runtime_context().gcs_address
 
 
 def check_only() -> int:
@@ -259,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--look", type=int, default=None, help="items per round and model (default 256; --quick 4)")
     parser.add_argument("--goal", default="halfwidth:0.05", help="certify's goal")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--command-timeout", type=float, default=900.0,
+                        help="seconds one certeval command may take, start-up included (default 900)")
     parser.add_argument("--workdir", default=None, help="models, bank and run folders (default: a temporary folder)")
+    parser.add_argument("--shared-ray", action="store_true",
+                        help="start one local Ray here, told the GPU count, for both commands to join (automatic "
+                             "when Ray's own NVML detection counts no GPU)")
     parser.add_argument("--check-only", action="store_true", help="import everything, start Ray, print versions")
     parser.add_argument("--quick", action="store_true", help="tiny model on CPU, 12 items: shows it runs")
     args = parser.parse_args(argv)
@@ -355,10 +396,19 @@ def _run(args, work, log, sampler, device, dtype, shape, n, batch, look, goal, c
 
     specs = [f"hf:{d}?device={device}&dtype={dtype}&batch={batch}" for d in dirs]
     common = ["--batch-size", str(look), "--seed", str(args.seed)]
+    ray_gpus = ray_counts_gpus() if cuda else None
+    ray_start = "each command starts its own local Ray (certeval's default), which counts the GPU"
+    if args.shared_ray or (cuda and ray_gpus == 0):  # one local Ray told the GPU count, both commands join it
+        common += ["--ray-address", start_shared_ray(work, torch.cuda.device_count() if cuda else 0)]
+        ray_start = (f"{'--shared-ray' if args.shared_ray else 'Ray counted 0 GPUs through NVML'}: the benchmark "
+                     f"started one local Ray with num_gpus={torch.cuda.device_count() if cuda else 0} and both "
+                     f"commands joined it (--ray-address)")
+        print(f"gpu_pipeline: {ray_start}", file=sys.stderr)
     gpus = ["--num-gpus", "1"] if cuda else []
     certify = run_cli("certify", specs[:1], bank, work,
-                      ["--goal", goal, "--method", "uniform", *common, *gpus], log)
-    compare = run_cli("compare", specs, bank, work, [*common, *(["--num-gpus", "0.5"] if cuda else [])], log)
+                      ["--goal", goal, "--method", "uniform", *common, *gpus], log, args.command_timeout)
+    compare = run_cli("compare", specs, bank, work, [*common, *(["--num-gpus", "0.5"] if cuda else [])], log,
+                      args.command_timeout)
     name_a = certify["models"][0]["model"]
     for run in (certify, compare):
         run["agreement_first_model"] = agreement(pipeline_logliks(run.pop("_rounds_files"), name_a), bare, dtype)
@@ -377,6 +427,7 @@ def _run(args, work, log, sampler, device, dtype, shape, n, batch, look, goal, c
         "versions_extra": {"torch": torch.__version__, "transformers": transformers.__version__,
                            "cuda": torch.version.cuda},
         "model": f"random weights, shape {shape} ({params / 1e9:.3g}B parameters)", "dtype": dtype,
+        "ray_start": ray_start, "ray_gpus_detected": ray_gpus,
         "n_items": n, "n_pairs": len(pairs), "batch": batch, "look_items": look, "goal": goal,
         "items_source": "synthetic four-choice questions (benchmarks.gpu_pipeline.synthetic_mc_items, seeded)",
         "phases_here": {k: {"seconds": seconds[k], "gpu_busy_fraction": busy(spans[k])} for k in spans},

@@ -31,11 +31,12 @@ run() {
 }
 
 SECONDS=0
+stamp=$(mktemp)  # only results written by this run are copied (benchmarks/results/gpu_pipeline.json is committed)
 run "$@" 2>&1 | tee "$OUT/gpu_pipeline.log"
 rc=${PIPESTATUS[0]}
 if [ "${1:-}" != "--check-only" ]; then
-    for f in benchmarks/results/gpu_pipeline.json benchmarks/results/gpu_pipeline_cpu.json "$WORK/commands.log" \
-             "$WORK/certify.timeline" "$WORK/compare.timeline"; do
+    for f in $(find benchmarks/results -maxdepth 2 -name 'gpu_pipeline*.json' -newer "$stamp") \
+             "$WORK/commands.log" "$WORK/certify.timeline" "$WORK/compare.timeline"; do
         [ -f "$f" ] && cp "$f" "$OUT/"
     done
     json=$(ls -t "$OUT"/gpu_pipeline*.json 2>/dev/null | head -1)
