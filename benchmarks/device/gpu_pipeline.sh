@@ -27,7 +27,7 @@ run() {
         return $?
     fi
     rm -rf "$WORK"
-    "$PY" -m benchmarks gpu_pipeline --workdir "$WORK" "$@"
+    "$PY" -m benchmarks gpu_pipeline --workdir "$WORK" --command-timeout 240 "$@"
 }
 
 SECONDS=0
