@@ -405,20 +405,24 @@ def _run(args, work, log, sampler, device, dtype, shape, n, batch, look, goal, c
                      f"commands joined it (--ray-address)")
         print(f"gpu_pipeline: {ray_start}", file=sys.stderr)
     gpus = ["--num-gpus", "1"] if cuda else []
-    certify = run_cli("certify", specs[:1], bank, work,
-                      ["--goal", goal, "--method", "uniform", *common, *gpus], log, args.command_timeout)
-    compare = run_cli("compare", specs, bank, work, [*common, *(["--num-gpus", "0.5"] if cuda else [])], log,
-                      args.command_timeout)
-    name_a = certify["models"][0]["model"]
-    for run in (certify, compare):
-        run["agreement_first_model"] = agreement(pipeline_logliks(run.pop("_rounds_files"), name_a), bare, dtype)
+    runs = {}
+    for name, models, extra in (("certify", specs[:1], ["--goal", goal, "--method", "uniform", *common, *gpus]),
+                                ("compare", specs, [*common, *(["--num-gpus", "0.5"] if cuda else [])])):
+        try:  # a failed command is recorded and the other still runs: one device call brings back what it can
+            runs[name] = run_cli(name, models, bank, work, extra, log, args.command_timeout)
+            runs[name]["agreement_first_model"] = agreement(
+                pipeline_logliks(runs[name].pop("_rounds_files"), dirs[0].name), bare, dtype)
+        except (RuntimeError, ValueError, KeyError, OSError) as exc:
+            runs[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"gpu_pipeline: {name} failed: {runs[name]['error']}", file=sys.stderr)
+    certify, compare = runs["certify"], runs["compare"]
 
     if sampler:
         time.sleep(1.0)  # samples arrive up to 0.5 s late
     busy = (lambda s: sampler.busy(*s)) if sampler else (lambda s: None)
     seconds = {k: e - s for k, (s, e) in spans.items()}
     bare_ips = n / seconds["bare"]
-    for run in (certify, compare):
+    for run in (r for r in (certify, compare) if "error" not in r):
         run_spans = run.pop("_spans")
         run["gpu_busy_fraction"] = {k: busy(v) for k, v in run_spans.items()}
         run["pipeline_over_bare_items_per_s"] = run["items_per_s"] / bare_ips
@@ -435,12 +439,12 @@ def _run(args, work, log, sampler, device, dtype, shape, n, batch, look, goal, c
         "host": {"seconds": seconds["host"], "items_per_s": n / seconds["host"]},
         "host_over_bare_items_per_s": seconds["bare"] / seconds["host"],
         "certify": certify, "compare": compare,
-        "pipeline_over_bare_items_per_s": certify["pipeline_over_bare_items_per_s"],
+        "pipeline_over_bare_items_per_s": certify.get("pipeline_over_bare_items_per_s"),
     }
     path = write_result("gpu_pipeline" if cuda else "gpu_pipeline_cpu", payload, args.quick, seed=args.seed)
     print(summary_table(payload))
     print(f"wrote {path}")
-    return 0
+    return 3 if "error" in certify or "error" in compare else 0
 
 
 def summary_table(d: dict[str, Any]) -> str:
@@ -458,6 +462,9 @@ def summary_table(d: dict[str, Any]) -> str:
              f"{'':>7} {f(d['host']['seconds']):>9} {f(d['phases_here']['host']['gpu_busy_fraction']):>9}"]
     for name in ("certify", "compare"):
         r = d[name]
+        if "error" in r:
+            lines.append(f"{name:<10} FAILED: {r['error']}")
+            continue
         a = r["agreement_first_model"]
         lines.append(f"{name:<10} {f(r['items_per_s'], 1):>9} {f(r['pipeline_over_bare_items_per_s']):>7} "
                      f"{f(r['phases']['startup_s'], 1):>8} {f(r['phases']['model_load_s'], 1):>7} "

@@ -112,6 +112,22 @@ def test_gpu_pipeline_bank_and_agreement_check(tmp_path):
     assert read_timeline(timeline) == {"first_call": [10.5], "model_loaded": [9.0, 9.5]}
 
 
+def test_gpu_pipeline_table_names_a_failed_command():
+    from benchmarks.gpu_pipeline import summary_table
+
+    run = {"items_per_s": 500.0, "pipeline_over_bare_items_per_s": 1.2, "gpu_busy_fraction": {"rounds": 0.4},
+           "phases": {"startup_s": 12.0, "model_load_s": 4.0, "rounds_s": 1.0},
+           "agreement_first_model": {"same_choice_fraction": 1.0, "within_tolerance_fraction": 0.999}}
+    doc = {"device_name": "GPU", "model": "m", "dtype": "bfloat16", "n_items": 2000, "batch": 64, "look_items": 256,
+           "bare_transformers": {"items_per_s": 400.0, "seconds": 5.0}, "host": {"items_per_s": 600.0, "seconds": 3.3},
+           "host_over_bare_items_per_s": 1.5, "phases_here": {"bare": {"gpu_busy_fraction": 0.2},
+                                                              "host": {"gpu_busy_fraction": None}},
+           "certify": run, "compare": {"error": "RuntimeError: certeval compare exited 2; see the log"}}
+    table = summary_table(doc)
+    assert "certify" in table and "1.20" in table and "0.999" in table
+    assert "compare    FAILED: RuntimeError: certeval compare exited 2" in table
+
+
 def test_device_unpack_adds_a_fallback_only_where_the_machine_misses_a_requirement():
     import importlib.util
 
