@@ -39,10 +39,11 @@ if [ "${1:-}" != "--check-only" ]; then
              "$WORK/commands.log" "$WORK/certify.timeline" "$WORK/compare.timeline"; do
         [ -f "$f" ] && cp "$f" "$OUT/"
     done
-    json=$(ls -t "$OUT"/gpu_pipeline*.json 2>/dev/null | head -1)
-    [ "$rc" = 0 ] && [ -n "$json" ] && PYTHONPATH="$PWD" "$PY" -c \
-        'import json, sys; from benchmarks.gpu_pipeline import summary_table; print(summary_table(json.load(open(sys.argv[1]))))' "$json"
     [ "$rc" != 0 ] && tail -40 "$WORK/commands.log" 2>/dev/null
+    json=$(ls -t "$OUT"/gpu_pipeline*.json 2>/dev/null | head -1)  # exit 3: a command failed, the table says which
+    [ -n "$json" ] && PYTHONPATH="$PWD" "$PY" -c \
+        'import json, sys; from benchmarks.gpu_pipeline import summary_table; print(summary_table(json.load(open(sys.argv[1]))))' "$json"
 fi
+rm -f "$stamp"
 echo "gpu_pipeline.sh: exit $rc after ${SECONDS} s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit "$rc"
