@@ -32,6 +32,7 @@ the watchdog (``certeval.watchdog``) like Ray's processes.
 from __future__ import annotations
 
 import atexit
+import http.client
 import importlib
 import os
 import socket
@@ -102,7 +103,9 @@ class EmbeddedPrefect:
                 with opener.open(f"{self.api_url}/health", timeout=2) as response:
                     if response.status == 200:
                         return
-            except (urllib.error.URLError, OSError):
+            except (urllib.error.URLError, OSError, http.client.HTTPException):
+                # HTTPException: another program took the port before uvicorn bound it and answered in its own
+                # protocol (a Ray gRPC port, seen on a busy machine); uvicorn then exits 3 and is relaunched above
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"Prefect's embedded API server did not answer within {timeout_s:g} s "

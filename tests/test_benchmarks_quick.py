@@ -16,8 +16,9 @@ MINE = ("efficiency", "overhead", "scale")
 # benchmarks whose --quick run has a test of its own (test_state_size_quick_... below, test_fast_start.py), or
 # whose --quick run takes many minutes (live: lm-eval and certeval on SmolLM2; its building blocks are tested in
 # test_benchmark_live.py; throughput: lm-eval's HFLM and certeval's hf host on SmolLM2): the all-quick test skips them
-# rather than running them
-OWN_TESTS = ("state_size", "startup", "live", "throughput")
+# rather than running them; gpu_pipeline: its --quick run starts Ray and Prefect twice (a certify and a compare
+# command, ~45 CPU-seconds): its pieces are tested below, the run itself by hand and on a GPU machine
+OWN_TESTS = ("state_size", "startup", "live", "throughput", "gpu_pipeline")
 
 
 def test_runner_lists_benchmarks_and_rejects_unknown_names():
@@ -88,3 +89,51 @@ def test_state_size_quick_keeps_every_state_within_50_kB(tmp_path):
         assert cell["n_scored"] == doc["n_items"] and cell["rounds"] >= 3
         assert cell["before_bytes_max"] > 4_000_000 > 50_000 >= cell["after_bytes_max"]
         assert cell["features_files"] >= 1 and cell["resumed_state_same_result"]
+
+
+def test_gpu_pipeline_bank_and_agreement_check(tmp_path):
+    """The GPU benchmark's synthetic bank is seeded and well-formed; its per-item agreement check passes identical
+    log-likelihoods and catches a changed choice and a log-likelihood off by more than the dtype's tolerance."""
+    from benchmarks.gpu_pipeline import agreement, read_timeline, synthetic_mc_items
+
+    items = synthetic_mc_items(50, seed=3)
+    assert items == synthetic_mc_items(50, seed=3) and items != synthetic_mc_items(50, seed=4)
+    assert all(len(set(it["choices"])) == 4 and 0 <= it["answer"] < 4 for it in items)
+    assert len({it["item_id"] for it in items}) == 50
+    bare = {"a": [-3.0, -1.0, -2.0, -4.0], "b": [-10.0, -12.0, -11.0, -9.0]}
+    same = agreement({k: list(v) for k, v in bare.items()}, bare, "bfloat16")
+    assert same["items"] == 2 and same["same_choice_fraction"] == 1.0 and same["within_tolerance_fraction"] == 1.0
+    swapped = agreement({"a": [-1.0, -3.0, -2.0, -4.0], "b": bare["b"]}, bare, "bfloat16")  # broken control
+    assert swapped["same_choice_fraction"] == 0.5 and swapped["within_tolerance_fraction"] == 0.5
+    off = agreement({"a": bare["a"], "b": [-10.0, -12.0, -11.0, -9.5]}, bare, "float32")  # 0.5 of 9: over 1e-3
+    assert off["same_choice_fraction"] == 1.0 and off["within_tolerance_fraction"] == 0.5
+    timeline = tmp_path / "t.log"
+    timeline.write_text("first_call\t10.5\t7\nmodel_loaded\t9.0\t7\nmodel_loaded\t9.5\t8\nbroken line\n")
+    assert read_timeline(timeline) == {"first_call": [10.5], "model_loaded": [9.0, 9.5]}
+
+
+def test_gpu_pipeline_table_names_a_failed_command():
+    from benchmarks.gpu_pipeline import summary_table
+
+    run = {"items_per_s": 500.0, "pipeline_over_bare_items_per_s": 1.2, "gpu_busy_fraction": {"rounds": 0.4},
+           "phases": {"startup_s": 12.0, "model_load_s": 4.0, "rounds_s": 1.0},
+           "agreement_first_model": {"same_choice_fraction": 1.0, "within_tolerance_fraction": 0.999}}
+    doc = {"device_name": "GPU", "model": "m", "dtype": "bfloat16", "n_items": 2000, "batch": 64, "look_items": 256,
+           "bare_transformers": {"items_per_s": 400.0, "seconds": 5.0}, "host": {"items_per_s": 600.0, "seconds": 3.3},
+           "host_over_bare_items_per_s": 1.5, "phases_here": {"bare": {"gpu_busy_fraction": 0.2},
+                                                              "host": {"gpu_busy_fraction": None}},
+           "certify": run, "compare": {"error": "RuntimeError: certeval compare exited 2; see the log"}}
+    table = summary_table(doc)
+    assert "certify" in table and "1.20" in table and "0.999" in table
+    assert "compare    FAILED: RuntimeError: certeval compare exited 2" in table
+
+
+def test_device_unpack_adds_a_fallback_only_where_the_machine_misses_a_requirement():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_unpack", ROOT / "benchmarks" / "device" / "unpack.py")
+    unpack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(unpack)
+    assert unpack.unmet("packaging", [">=20 (ray)"]) is None
+    assert "misses <1 (prefect)" in unpack.unmet("packaging", [">=20 (ray)", "<1 (prefect)"])
+    assert unpack.unmet("no-such-package-here", []) == "not installed"

@@ -131,3 +131,35 @@ def test_startup_benchmark_quick_runs_both_start_ups_and_leaves_nothing_running(
         except OSError:
             pass
     assert not left, f"processes left running: {details}"
+
+
+def test_a_port_answered_in_another_protocol_is_waited_out_not_a_crash():
+    """Another program on the server's port answering non-HTTP bytes (a Ray gRPC port that took it first) is
+    'not ready yet', as a refused connection is: the wait ends in its own one-line error, not BadStatusLine."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer_garbage() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"\x00\x00\x12\x04\x00\x00\x00\x00\x00\xfe\xff\n")
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    server = fast_start.EmbeddedPrefect()
+    server.port = listener.getsockname()[1]
+    server.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(RuntimeError, match="did not answer within 0.5 s"):
+            server.wait_ready(timeout_s=0.5)
+    finally:
+        server.proc.kill()
+        server.proc.wait()
+        listener.close()
