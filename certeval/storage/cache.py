@@ -17,8 +17,9 @@ from ..estimators._validation import InputError
 from ..estimators.results import to_jsonable
 from .io import Folder, bounded, parquet_bytes
 
-PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt")
-ASKED_FIELDS = ("question", "choices", "prompt")  # what the model is shown (answers are the judge's business)
+PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt", "continuations", "gold")
+# what the model is shown (answers are the judge's business); continuations: an lm-eval item's exact choice strings
+ASKED_FIELDS = ("question", "choices", "prompt", "continuations")
 
 
 def item_fields(item: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
