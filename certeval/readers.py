@@ -190,7 +190,7 @@ def _lm_eval_item(path: str, task: str, rec: dict) -> dict:
     row = {"item_id": _item_id(task, rec), "subset": task, "question": _lm_eval_question(rec)}
     args = _lm_eval_arguments(rec)
     mc = len(args) >= 2 and all(len(a) == 2 and isinstance(a[0], str) and isinstance(a[1], str) for a in args)
-    if mc and len({a[0] for a in args}) == 1:
+    if (mc or "task_choices" in rec) and len({a[0] for a in args}) == 1:
         return {**row, **_mc_fields(where, rec, args)}
     if len(args) == 1 and len(args[0]) == 2 and isinstance(args[0][0], str) and isinstance(args[0][1], dict):
         return {**row, "prompt": args[0][0], "answer": _text(rec.get("target")), GENERATE_UNTIL: True}

@@ -154,3 +154,27 @@ def test_prompts():
     assert sc.generation_prompt({"item_id": "x", "prompt": "raw"}) == "raw"
     # Parquet round-trips lists as numpy arrays
     assert sc.answer_aliases({"answers": np.array(["a", "b"]), "answer": "a"}) == ["a", "b"]
+
+
+def test_the_gold_index_is_used_as_it_is_never_rebuilt_from_text():
+    """lm-eval's gold index (``gold``) decides, whatever the choices' texts: the second of two equal choices, a
+    space-prefixed choice, several golds (right when the prediction is any of them)."""
+    judge = sc.get_scorer("mc-loglik").judge
+    assert judge([-1.0, -1.0, -5.0], {"item_id": "x", "choices": ["Rome", "Rome", "Milan"], "gold": [1]}) == 0.0
+    assert judge([-5.0, -1.0, -2.0], {"item_id": "x", "choices": ["Paris", " Paris", "Lyon"], "gold": [1]}) == 1.0
+    assert judge([-1.0, -5.0, -2.0], {"item_id": "x", "choices": ["Paris", " Paris", "Lyon"], "gold": [1]}) == 0.0
+    several = {"item_id": "x", "choices": ["2", "3", "4"], "gold": np.array([0, 2])}  # a Parquet list column
+    assert judge([-3.0, -2.0, -1.0], several) == 1.0 and judge([-3.0, -1.0, -2.0], several) == 0.0
+    with pytest.raises(InputError, match="gold 3 is not a choice index among its 3 choices"):
+        sc.gold_indices({"item_id": "x", "choices": ["a", "b", "c"], "gold": [3]})
+    # a bank's own text answer: the exact choice, and a text two choices share names none
+    assert sc.answer_index({"item_id": "x", "choices": ["Paris", " Paris", "Lyon"], "answer": " Paris"}) == 1
+    with pytest.raises(InputError, match="text of choices \\[0, 1\\]"):
+        sc.answer_index({"item_id": "x", "choices": ["Rome", "Rome", "Milan"], "answer": "Rome"})
+
+
+def test_an_lm_eval_items_continuations_are_its_requests():
+    item = {"item_id": "x", "prompt": "2 + 2 = ", "choices": ["4", "5"], "continuations": ["4", "5"], "gold": [0]}
+    assert sc.mc_request(item) == ("2 + 2 = ", ["4", "5"])  # target_delimiter "": no space added
+    with pytest.raises(InputError, match="at least 2 choices"):
+        sc.check_mc_items([{"item_id": "y", "prompt": "q", "choices": ["only"], "gold": [0]}])

@@ -150,11 +150,15 @@ class HFHost(ModelHost):
 
         The choices of one question share a packed row (:mod:`certeval.backends.hf_packed`: the context read once,
         each choice as in its own sequence); what cannot be packed is scored per pair (:meth:`_score_pairs`)."""
-        split, encoded = [], []
+        split, encoded, first = [], [], []
         contexts: dict[str, list[int]] = {}
+        seen: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
         for context, continuation in pairs:
             ctx, cont = self._pair_tokens(context, continuation, contexts)
-            split.append((ctx, cont))
+            # equal pairs (a question's duplicate choices) are scored once: equal log-likelihoods, so a tie goes to
+            # the first choice, as in lm-eval (its requests of equal tokens share one computation)
+            first.append(seen.setdefault((tuple(ctx), tuple(cont)), len(first)))
+            split.append((ctx, cont) if first[-1] == len(first) - 1 else ([], []))
             # lm-eval's truncation: the last max_length + 1 tokens, the model reading all but the last
             tokens = (ctx + cont)[-(self.options.max_length + 1):]
             encoded.append((tokens, min(len(cont), len(tokens) - 1)))
@@ -163,9 +167,11 @@ class HFHost(ModelHost):
         done = self._score_packed(split) if self._packing is not False else {}
         for i, (ll, g) in done.items():
             sums[i], greedy[i] = ll, g
-        rest = [i for i, (_, n_cont) in enumerate(encoded) if n_cont > 0 and i not in done]
+        rest = [i for i, (_, n_cont) in enumerate(encoded) if n_cont > 0 and i not in done and first[i] == i]
         for i, (ll, g) in self._score_pairs(encoded, rest).items():
             sums[i], greedy[i] = ll, g
+        for i, j in enumerate(first):
+            sums[i], greedy[i] = sums[j], greedy[j]
         return sums, [len(tokens) for tokens, _ in encoded], greedy
 
     def _score_packed(self, split: list[tuple[list[int], list[int]]]) -> dict[int, tuple[float, bool]]:
