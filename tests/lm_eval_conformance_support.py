@@ -50,20 +50,21 @@ def write_shapes(folder: Path, shapes: list[Shape]) -> list[str]:
     return [shape.name for shape in shapes]
 
 
-def offline_env(cache: Path) -> dict[str, str]:
-    """The environment of an lm-eval subprocess: offline, datasets' cache under ``cache``."""
-    return {**os.environ, **OFFLINE, "HF_DATASETS_CACHE": str(cache)}
+def offline_vars(cache: Path) -> dict[str, str]:
+    """What makes lm-eval and datasets offline, datasets' cache in ``cache`` (a test sets them with monkeypatch)."""
+    return {**OFFLINE, "HF_DATASETS_CACHE": str(cache)}
 
 
 def run_lm_eval(folder: Path, names: list[str], model_dir: str, out: Path, *extra: str, batch_size: int = 8,
-                timeout: int = 600) -> dict[str, dict[int, dict]]:
+                cache: Path | None = None, timeout: int = 600) -> dict[str, dict[int, dict]]:
     """One real lm-eval run (its CLI, the ``hf`` model on ``model_dir`` in float32 on the CPU) over the tasks
-    ``names`` of ``folder``, samples logged: ``task -> doc_id -> sample line``."""
+    ``names`` of ``folder``, samples logged: ``task -> doc_id -> sample line``. ``cache``: datasets' cache folder
+    (certeval's build of the same tasks in the test's process then reuses the prepared datasets)."""
     command = [sys.executable, "-m", "lm_eval", "run", "--model", "hf",
                "--model_args", f"pretrained={model_dir},dtype=float32", "--device", "cpu",
                "--batch_size", str(batch_size), "--tasks", ",".join(names), "--include_path", str(folder),
                "--output_path", str(out), "--log_samples", *extra]
-    done = subprocess.run(command, env=offline_env(out / "hf_datasets"), capture_output=True, text=True,
+    done = subprocess.run(command, env={**os.environ, **offline_vars(cache or out / "hf_datasets")}, capture_output=True, text=True,
                           timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return {name: read_samples(out, name) for name in names}

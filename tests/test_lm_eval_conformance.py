@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from lm_eval_conformance_support import Shape, logliks, mc_differences, offline_env, run_lm_eval, write_shapes
+from lm_eval_conformance_support import Shape, logliks, mc_differences, offline_vars, run_lm_eval, write_shapes
 
 pytest.importorskip("lm_eval")
 
@@ -120,14 +120,15 @@ def _shapes() -> list[Shape]:
 
 @pytest.fixture(scope="module")
 def lm_eval_run(tmp_path_factory):
-    """The shapes' tasks and ONE lm-eval run over all of them: (task folder, names, task -> doc_id -> sample)."""
+    """The shapes' tasks and ONE lm-eval run over all of them: (task folder, names, task -> doc_id -> sample,
+    datasets' cache folder)."""
     from certeval.backends.smollm import ensure_converted
 
     root = tmp_path_factory.mktemp("conformance")
     folder = root / "tasks"
     names = write_shapes(folder, _shapes())
-    samples = run_lm_eval(folder, names, str(ensure_converted()), root / "lm")
-    return folder, names, samples
+    samples = run_lm_eval(folder, names, str(ensure_converted()), root / "lm", cache=root / "hf_datasets")
+    return folder, names, samples, root / "hf_datasets"
 
 
 def _ours_from_samples(path) -> dict[str, dict[int, dict]]:
@@ -144,8 +145,8 @@ def test_a_live_certify_run_scores_every_item_of_every_shape_as_lm_eval_does(lm_
                                                                             monkeypatch, capsys):
     from certeval.cli import main
 
-    folder, names, theirs = lm_eval_run
-    for key, value in offline_env(tmp_path / "hf").items():
+    folder, names, theirs, cache = lm_eval_run
+    for key, value in offline_vars(cache).items():
         monkeypatch.setenv(key, value)
     n_docs = sum(len(docs) for docs in theirs.values())
     rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", ",".join(names), "--include_path", str(folder),
@@ -178,8 +179,8 @@ def test_a_broken_encoder_fails_at_least_three_shapes_and_the_unbroken_one_none(
     from certeval.backends.base import parse_model_spec
     from certeval.lm_eval_tasks import load_task_items, tasks_bank
 
-    folder, names, theirs = lm_eval_run
-    for key, value in offline_env(tmp_path / "hf").items():
+    folder, names, theirs, cache = lm_eval_run
+    for key, value in offline_vars(cache).items():
         monkeypatch.setenv(key, value)
     rows = load_task_items(tasks_bank(",".join(names), str(folder))).to_dict("records")
     host = hf.build_host(parse_model_spec("hf:bundled:smollm2"))
