@@ -240,7 +240,7 @@ def test_a_row_wider_than_the_models_limit_is_scored_one_pair_a_row(host, monkey
     row's attention is quadratic in its width), with the same values."""
     from dataclasses import replace
 
-    requests = _many_token_choices()
+    requests = _many_token_choices()[:6]  # two questions, each packed row wider than their longest pair
     longest = max(sum(map(len, host._pair_tokens(ctx, cont))) for ctx, cont in requests)
     monkeypatch.setattr(host, "options", replace(host.options, max_length=longest))
     rows = _count_rows(host, monkeypatch)
