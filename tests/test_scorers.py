@@ -178,3 +178,26 @@ def test_an_lm_eval_items_continuations_are_its_requests():
     assert sc.mc_request(item) == ("2 + 2 = ", ["4", "5"])  # target_delimiter "": no space added
     with pytest.raises(InputError, match="at least 2 choices"):
         sc.check_mc_items([{"item_id": "y", "prompt": "q", "choices": ["only"], "gold": [0]}])
+
+
+@pytest.mark.parametrize("item, message", [
+    ({"item_id": "q2", "question": "2+2?", "choices": ["4", "5"], "answer": 2}, "answer index 2 is outside its 2"),
+    ({"item_id": "q2", "question": "2+2?", "choices": ["4"], "answer": 0}, "needs at least 2 choices, got 1"),
+    ({"item_id": "q2", "question": "Capital?", "choices": ["Rome", "Rome"], "answer": "Rome"}, "text of choices"),
+])
+def test_a_bank_item_without_a_valid_gold_exits_2_before_start_up(tmp_path, capsys, monkeypatch, item, message):
+    import json
+
+    from certeval.cli import main
+
+    bank = tmp_path / "bank.jsonl"
+    good = {"item_id": "q1", "question": "1+1?", "choices": ["2", "3"], "answer": 0}
+    bank.write_text(json.dumps(good) + "\n" + json.dumps(item) + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--bank", str(bank), "--scorer", "mc-loglik",
+               "--goal", "halfwidth:0.1", "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message in err and "'q2'" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists() and list(work.iterdir()) == []
