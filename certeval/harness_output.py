@@ -173,14 +173,17 @@ def _task_config(meta: dict[str, Any], aggregation: str) -> dict[str, Any]:
 
 def _arguments(doc: dict) -> dict[str, dict[str, Any]]:
     """The requests an item stands for, as lm-eval's samples file records them (``{"gen_args_i": {"arg_0": context,
-    "arg_1": …}}``): one (context, " " + choice) per choice of a multiple-choice item, else (context, generation
-    arguments)."""
+    "arg_1": …}}``): one (context, continuation) per choice of a multiple-choice item (its task's delimiter + the
+    choice), else (context, generation arguments)."""
     context = doc.get("prompt") or doc.get("question")
     if not isinstance(context, str):
         return {}
     choices = doc.get("choices")
     if isinstance(choices, list) and choices:
-        requests = [[context, f" {choice}"] for choice in choices]
+        continuations = doc.get("continuations")  # an lm-eval task item's own (its target_delimiter)
+        if not (isinstance(continuations, list) and len(continuations) == len(choices)):
+            continuations = [f" {choice}" for choice in choices]
+        requests = [[context, continuation] for continuation in continuations]
     else:
         settings = doc.get(GENERATION)  # an lm-eval task's generation request: its own settings
         requests = [[context, json.loads(settings) if isinstance(settings, str) and settings else {}]]

@@ -61,19 +61,21 @@ def resps_text(resps: Any) -> str | None:
 
 # ---------------------------------------------------------------------------------------- per-item scores
 
-def loglik_scores(metric: str, resps: list[list[Any]], choices: list[str], gold: int) -> float | None:
-    """lm-eval's per-item value of ``metric`` from one multiple-choice doc's (loglik, is_greedy) pairs; None when
-    the pairs do not give it (``exact_match`` without is_greedy)."""
+def loglik_scores(metric: str, resps: list[list[Any]], choices: list[str], gold: int | list[int]) -> float | None:
+    """lm-eval's per-item value of ``metric`` from one multiple-choice doc's (loglik, is_greedy) pairs and its gold
+    index, or gold indices (a task of several golds: right when the prediction is one of them, ``exact_match`` when
+    any gold is greedy); None when the pairs do not give it (``exact_match`` without is_greedy)."""
+    golds = [int(g) for g in gold] if isinstance(gold, (list, tuple)) else [int(gold)]
     lls = np.asarray([float(r[0]) for r in resps], dtype=float)
     if metric == "acc":
-        return float(int(np.argmax(lls)) == gold)
+        return float(int(np.argmax(lls)) in golds)
     if metric == "acc_norm":
-        return float(int(np.argmax(lls / np.array([float(len(c)) for c in choices]))) == gold)
+        return float(int(np.argmax(lls / np.array([float(len(c)) for c in choices]))) in golds)
     if metric == "acc_bytes":
-        return float(int(np.argmax(lls / np.array([float(len(c.encode("utf-8"))) for c in choices]))) == gold)
+        return float(int(np.argmax(lls / np.array([float(len(c.encode("utf-8"))) for c in choices]))) in golds)
     if metric == "exact_match":
-        greedy = resps[gold][1]
-        return None if greedy is None else float(bool(greedy))
+        greedy = [resps[g][1] for g in golds]
+        return None if any(g is None for g in greedy) else float(any(bool(g) for g in greedy))
     return None
 
 
@@ -123,7 +125,7 @@ def listed_pairs(frame: pd.DataFrame | None, primary: Pair, kind: str) -> tuple[
 def item_scores(pair: Pair, rounds: pd.DataFrame, frame: pd.DataFrame, kind: str) -> dict[str, float] | str:
     """``item_id -> score`` of one model's scored items under ``pair``, read off the run's stored answers (a
     log-likelihood item's resps, a generated answer); a sentence saying why when some item's answer is missing."""
-    from .backends.scorers import answer_index, as_list
+    from .backends.scorers import as_list, gold_indices
     from .lm_eval_scoring import judge
 
     out: dict[str, float] = {}
@@ -138,7 +140,7 @@ def item_scores(pair: Pair, rounds: pd.DataFrame, frame: pd.DataFrame, kind: str
         item = rows[item_id]
         if kind == "loglik":
             choices = [str(c) for c in as_list(item.get("choices"))]
-            score = loglik_scores(pair[0], json.loads(value), choices, answer_index(item))
+            score = loglik_scores(pair[0], json.loads(value), choices, gold_indices(item))
             if score is None:
                 return f"the model host gave no is_greedy for {pair[0]}"
         else:

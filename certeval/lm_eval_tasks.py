@@ -225,11 +225,19 @@ def task_meta(task, name: str) -> dict[str, Any]:
 
 
 def _records(task, name: str) -> list[dict]:
-    """lm-eval's requests grouped per doc, as its samples files record them (doc_id, doc, target, arguments)."""
+    """lm-eval's requests grouped per doc, as its samples files record them (doc_id, doc, target, arguments); a
+    multiple-choice doc also with its choices as the task gives them (``doc_to_choice``: what acc_norm measures)
+    and whether the task reads several golds (its ``multiple_target``), for lm-eval's gold rule."""
     by_doc: dict[int, dict] = {}
+    choices = str(task.OUTPUT_TYPE) == "multiple_choice" and not getattr(task, "multiple_input", 0)
     for instance in sorted(task.instances, key=lambda i: (i.doc_id, i.idx)):
-        rec = by_doc.setdefault(instance.doc_id, {"doc_id": instance.doc_id, "doc": instance.doc,
-                                                   "target": task.doc_to_target(instance.doc), "arguments": []})
+        rec = by_doc.get(instance.doc_id)
+        if rec is None:
+            rec = by_doc[instance.doc_id] = {"doc_id": instance.doc_id, "doc": instance.doc,
+                                             "target": task.doc_to_target(instance.doc), "arguments": []}
+            if choices:
+                rec["task_choices"] = list(task.doc_to_choice(instance.doc))
+                rec["several"] = bool(getattr(task, "multiple_target", 0))
         rec["arguments"].append(list(instance.arguments))
     if not by_doc:
         raise InputError(f"lm-eval task {name!r} built no request (an empty split?)")

@@ -172,7 +172,7 @@ def read_lm_eval_items(path: str) -> pd.DataFrame:
     choice, so certeval's ``mc-loglik`` / ``mc-loglik-norm`` judges are lm-eval's ``acc`` / ``acc_norm``. A
     ``generate_until`` item keeps its context and target but is marked (``lm_eval_generate_until``): lm-eval's
     filters and metric are not in the samples file, so it runs only with a scorer the user names. Any other
-    request (a single log-likelihood, a rolling one, another delimiter, several golds) is refused."""
+    request (a single log-likelihood, a rolling one, another delimiter) is refused."""
     task, _, records = _lm_eval_records(path)
     return pd.DataFrame([_lm_eval_item(path, task, rec) for rec in records])
 
@@ -190,27 +190,39 @@ def _lm_eval_item(path: str, task: str, rec: dict) -> dict:
     row = {"item_id": _item_id(task, rec), "subset": task, "question": _lm_eval_question(rec)}
     args = _lm_eval_arguments(rec)
     mc = len(args) >= 2 and all(len(a) == 2 and isinstance(a[0], str) and isinstance(a[1], str) for a in args)
-    if mc and len({a[0] for a in args}) == 1:
-        continuations = [a[1] for a in args]
-        if not all(c.startswith(" ") for c in continuations):
-            raise InputError(f"{where}: its choices do not follow lm-eval's default ' ' delimiter "
-                             f"({continuations[0]!r}); certeval would not score them as lm-eval did")
-        choices = [c[1:] for c in continuations]
-        target = rec.get("target")
-        if isinstance(target, str) and target.strip().isdigit():
-            target = int(target.strip())
-        if isinstance(target, str) and target in choices:
-            target = choices.index(target)
-        if isinstance(target, bool) or not isinstance(target, int) or not 0 <= target < len(choices):
-            raise InputError(f"{where}: target {rec.get('target')!r} is not one gold choice among {len(choices)} "
-                             "(several golds, or a text that is none of the choices); certeval's multiple-choice "
-                             "judge takes one")
-        return {**row, "prompt": args[0][0], "choices": choices, "answer": choices[target]}
+    if (mc or "task_choices" in rec) and len({a[0] for a in args}) == 1:
+        return {**row, **_mc_fields(where, rec, args)}
     if len(args) == 1 and len(args[0]) == 2 and isinstance(args[0][0], str) and isinstance(args[0][1], dict):
         return {**row, "prompt": args[0][0], "answer": _text(rec.get("target")), GENERATE_UNTIL: True}
     raise InputError(f"{where}: an lm-eval request certeval cannot score the way lm-eval did (neither multiple "
                      "choice by log-likelihood nor generate_until); use its recorded scores instead (certeval "
                      "import lm-eval, or the samples file as --scores / replay)")
+
+
+def _mc_fields(where: str, rec: dict, args: list[tuple]) -> dict:
+    """A multiple-choice doc's prompt, choices, the exact continuations lm-eval scores and its gold index(es)
+    (:mod:`certeval.lm_eval_gold`). A task built by lm-eval gives its choices (``doc_to_choice``), its target and
+    whether it reads several golds; a samples file gives the continuations and ``str(target)`` only, so its
+    choices are the continuations without lm-eval's default " " delimiter (another delimiter is refused)."""
+    from .backends.scorers import CONTINUATIONS, GOLD
+    from .lm_eval_gold import gold_indices, samples_target
+
+    continuations = [a[1] for a in args]
+    if "task_choices" in rec:  # built by lm-eval's Task (certeval.lm_eval_tasks)
+        choices, target, several = [str(c) for c in rec["task_choices"]], rec.get("target"), bool(rec.get("several"))
+        if len(choices) != len(continuations):
+            raise InputError(f"{where}: {len(continuations)} requests for {len(choices)} choices; certeval scores "
+                             "one request per choice")
+    else:
+        if not all(c.startswith(" ") for c in continuations):
+            raise InputError(f"{where}: its choices do not follow lm-eval's default ' ' delimiter "
+                             f"({continuations[0]!r}); a samples file does not say which delimiter its task used: "
+                             "give the task YAML (--tasks) instead")
+        choices, target = [c[1:] for c in continuations], samples_target(rec.get("target"))
+        several = isinstance(target, list)
+    golds = gold_indices(target, choices, several, where)
+    fields = {"prompt": args[0][0], "choices": choices, CONTINUATIONS: continuations, GOLD: golds}
+    return {**fields, "answer": golds[0]} if not several else fields
 
 
 def _text(value) -> str:

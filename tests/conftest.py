@@ -125,7 +125,7 @@ def data_dir() -> Path:
 # core idle at the end. Order only; nothing else moves.
 LONGEST_FIRST = ("test_benchmarks_quick.py", "test_faults.py", "test_prefect_server_cron.py",
                  "test_surfaces_faults.py", "test_rescore.py", "test_cluster_ray.py", "test_startup_under_load.py",
-                 "test_actor_threads.py", "test_lm_eval_tasks.py", "test_list_column_banks.py", "test_fast_start.py",
+                 "test_actor_threads.py", "test_lm_eval_conformance.py", "test_lm_eval_tasks.py", "test_list_column_banks.py", "test_fast_start.py",
                  "test_pipeline_e2e.py", "test_lm_eval_generation.py", "test_select_checkpoints.py",
                  "test_services.py", "test_conformance.py", "test_deployment_checkpoints.py", "test_look_log.py",
                  "test_propose_ahead.py", "test_network_loopback.py", "test_history_method.py",

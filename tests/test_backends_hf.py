@@ -176,10 +176,12 @@ def test_one_forward_pass_row_per_shared_prefix(host, monkeypatch):
 
 
 def _many_token_choices() -> list[tuple[str, str]]:
-    """Two questions whose choices run several tokens and differ early (no one-token sharing possible)."""
+    """Three questions whose choices run several tokens and differ early (no one-token sharing possible); the third's
+    prompt ends in a space, which moves onto each choice (lm-eval's rule)."""
     sun, france = sc.mc_request(MC_ITEMS[1])[0], sc.mc_request(MC_ITEMS[2])[0]
+    poland = "The capital city of Poland is "
     return [(sun, " the moon"), (sun, " the sun rising slowly"), (sun, " a tree"), (france, " Tokyo, Japan"),
-            (france, " Paris"), (france, " the city of Lima in Peru")]
+            (france, " Paris"), (france, " the city of Lima in Peru"), (poland, " Warsaw"), (poland, " Krakow city")]
 
 
 def test_packed_rows_read_each_question_once_and_equal_each_choice_alone(host, monkeypatch):
@@ -193,7 +195,7 @@ def test_packed_rows_read_each_question_once_and_equal_each_choice_alone(host, m
     rows = _count_rows(host, monkeypatch)
     got, tokens, greedy = host.loglikelihoods_greedy(requests)
     assert host._packing is True
-    assert rows[-1] == 2  # the two questions in one forward pass of two rows
+    assert rows[-1] == 3  # the three questions in one forward pass of three rows
     assert greedy == reference_greedy and tokens == per_pair_host.loglikelihoods_greedy(requests)[1]
     for (ctx, cont), value, ref in zip(requests, got, reference):
         assert math.isclose(value, ref, rel_tol=1e-4, abs_tol=1e-4)
@@ -238,7 +240,7 @@ def test_a_row_wider_than_the_models_limit_is_scored_one_pair_a_row(host, monkey
     row's attention is quadratic in its width), with the same values."""
     from dataclasses import replace
 
-    requests = _many_token_choices()
+    requests = _many_token_choices()[:6]  # two questions, each packed row wider than their longest pair
     longest = max(sum(map(len, host._pair_tokens(ctx, cont))) for ctx, cont in requests)
     monkeypatch.setattr(host, "options", replace(host.options, max_length=longest))
     rows = _count_rows(host, monkeypatch)
@@ -246,3 +248,20 @@ def test_a_row_wider_than_the_models_limit_is_scored_one_pair_a_row(host, monkey
     assert sum(rows) == len(requests)  # one row per pair: nothing packed
     for (ctx, cont), value in zip(requests, got):
         assert math.isclose(value, _reference_loglik(host, ctx, cont), rel_tol=1e-3, abs_tol=1e-3)
+
+
+def test_pairs_are_encoded_as_lm_evals_hf_model_encodes_them(host):
+    """lm-eval's _encode_pair: a context's trailing whitespace moves onto the continuation (SmolLM2 scores "Ġ",
+    "ĠWarsaw" after "Ġis"), the whole string is encoded and split after the context's tokens; an empty context is
+    the BOS token; duplicate choices tie exactly (so the first wins, as lm-eval's argmax)."""
+    tok = host.tokenizer
+    ctx, cont = host._pair_tokens("The capital is ", " Warsaw")
+    assert tok.convert_ids_to_tokens(cont) == ["Ġ", "ĠWarsaw"] and ctx == tok.encode("The capital is")
+    ctx, cont = host._pair_tokens("Q: where?\nA:\n", " Paris")
+    assert ctx == tok.encode("Q: where?\nA:") and ctx + cont == tok.encode("Q: where?\nA:\n Paris")
+    assert host._pair_tokens("", " Paris") == ([tok.bos_token_id], tok.encode(" Paris", add_special_tokens=False))
+    item = {"item_id": "dup", "prompt": "Question: What is the capital of Italy?\nAnswer:",
+            "choices": ["Rome", "Rome", "Milan"], "gold": [1]}
+    result = host.score([item])[0]
+    (first, _), (second, _), _ = result["resps"]
+    assert first == second and result["score"] == 0.0  # a tie goes to choice 0, never to the gold 1

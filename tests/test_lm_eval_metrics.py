@@ -42,6 +42,9 @@ def test_loglik_metrics_are_lm_evals_rules_on_one_set_of_logliks():
     assert loglik_scores("exact_match", resps, choices, 1) == 1.0 and loglik_scores("exact_match", resps, choices, 0) == 0.0
     assert loglik_scores("exact_match", [[-1.0, None], [-2.0, None]], choices, 0) is None
     assert loglik_scores("brier_score", resps, choices, 0) is None
+    # several golds (lm-eval's multiple_target): right when the prediction is any gold; exact_match when any is greedy
+    assert loglik_scores("acc", resps, choices, [1, 0]) == 1.0 and loglik_scores("acc", resps, choices, [1]) == 0.0
+    assert loglik_scores("exact_match", resps, choices, [0, 1]) == 1.0
 
 
 def test_the_score_cache_keeps_resps_in_its_output_and_plain_outputs_read_as_before():

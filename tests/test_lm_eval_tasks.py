@@ -303,3 +303,30 @@ def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric
     again = json.loads(out.out)["models"][0]
     assert again["items_sent_to_model"] == 0
     assert again["metrics"]["acc_norm,none"]["upper"] == other["upper"]
+
+
+@pytest.mark.parametrize("docs, target, message", [
+    ([{"q": "2 + 1?", "c": ["3", "5", "6"], "label": 0}, {"q": "2 + 2?", "c": ["4", "5", "6"], "label": 3}], "label",
+     "target 3 is no index among its 3 choices"),
+    ([{"q": "Capital of France?", "c": ["Paris", "Rome"], "a": "Berlin"}], "a", "target 'Berlin' is none of its 2"),
+    ([{"q": "Capital of France?", "c": ["Paris"], "label": 0}], "label", "needs at least 2 choices, got 1"),
+    ([{"q": "Even?", "c": ["2", "3"], "label": [0]}, {"q": "Odd?", "c": ["2", "3"], "label": 1}], "label",
+     "target 1 is not a list of golds"),
+])
+def test_a_gold_lm_eval_cannot_resolve_or_one_choice_exits_2_before_start_up(tmp_path, offline, capsys, monkeypatch,
+                                                                            docs, target, message):
+    """lm-eval's gold rule (certeval.lm_eval_gold) applied while the bank is built: one line, exit 2, before Ray or
+    Prefect start, nothing written (the working folder stays empty)."""
+    from lm_eval_conformance_support import Shape
+
+    yaml = Shape("bad_gold", docs, {"doc_to_text": "Question: {{q}}\nAnswer:", "doc_to_choice": "c",
+                                    "doc_to_target": target}).write(tmp_path / "tasks")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", str(yaml), "--goal", "halfwidth:0.1",
+               "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message in err and len(err.splitlines()) == 1, err
+    assert "doc 0" in err or "doc 1" in err
+    assert not (tmp_path / "out").exists() and list(work.iterdir()) == []

@@ -83,7 +83,7 @@ def test_metric_picks_the_column_and_samples_serve_as_a_bank(tmp_path):
         load_scores(path, metric="f1")
     bank = load_bank(path)
     assert bank.item_ids == ("arc_easy/0", "arc_easy/1", "arc_easy/2")
-    assert bank.frame["question"].tolist() == ["q0", "q1", "q2"] and bank.frame["answer"].iloc[0] == "a"
+    assert bank.frame["question"].tolist() == ["q0", "q1", "q2"] and bank.frame["answer"].iloc[0] == 0  # the gold index
 
 
 def test_question_falls_back_to_the_first_argument():
@@ -160,7 +160,8 @@ def test_a_multiple_choice_samples_file_is_a_bank_scored_as_lm_eval_scored_it(tm
               "target": 1}
     bank = load_bank(_samples_file(tmp_path, [record]))
     item = bank.frame.iloc[0].to_dict()
-    assert item["prompt"] == context and list(item["choices"]) == ["4", "5", "6", "7"] and item["answer"] == "5"
+    assert item["prompt"] == context and list(item["choices"]) == ["4", "5", "6", "7"] and item["answer"] == 1
+    assert list(item["gold"]) == [1]  # lm-eval's gold index, kept as the index
     assert sc.mc_request(item) == (context, [" 4", " 5", " 6", " 7"])  # lm-eval's own requests
     columns = [c for c in bank.frame.columns if bank.frame[c].notna().any()]
     assert sc.resolve_scorer(None, columns).name == "mc-loglik"
@@ -176,7 +177,9 @@ def test_acc_norm_is_lm_evals_length_in_characters():
 
 @pytest.mark.parametrize("record, message", [
     ({"arguments": [["Q:", "\n4"], ["Q:", "\n5"]], "target": 0}, "delimiter"),
-    ({"arguments": [["Q:", " 4"], ["Q:", " 5"]], "target": [0, 1]}, "one gold choice"),
+    ({"arguments": [["Q:", " 4"], ["Q:", " 5"]], "target": "[0, 2]"}, "no index among its 2 choices"),
+    ({"arguments": [["Q:", " 4"], ["Q:", " 5"]], "target": "6"}, "no index among its 2 choices"),
+    ({"arguments": [["Q:", " 4"], ["Q:", " 5"]], "target": "five"}, "none of its 2 choices"),
     ({"arguments": [["Q: 2+2=", " 4"]], "target": " 4"}, "cannot score"),
 ])
 def test_requests_certeval_cannot_score_as_lm_eval_did_are_refused(tmp_path, record, message):

@@ -154,3 +154,50 @@ def test_prompts():
     assert sc.generation_prompt({"item_id": "x", "prompt": "raw"}) == "raw"
     # Parquet round-trips lists as numpy arrays
     assert sc.answer_aliases({"answers": np.array(["a", "b"]), "answer": "a"}) == ["a", "b"]
+
+
+def test_the_gold_index_is_used_as_it_is_never_rebuilt_from_text():
+    """lm-eval's gold index (``gold``) decides, whatever the choices' texts: the second of two equal choices, a
+    space-prefixed choice, several golds (right when the prediction is any of them)."""
+    judge = sc.get_scorer("mc-loglik").judge
+    assert judge([-1.0, -1.0, -5.0], {"item_id": "x", "choices": ["Rome", "Rome", "Milan"], "gold": [1]}) == 0.0
+    assert judge([-5.0, -1.0, -2.0], {"item_id": "x", "choices": ["Paris", " Paris", "Lyon"], "gold": [1]}) == 1.0
+    assert judge([-1.0, -5.0, -2.0], {"item_id": "x", "choices": ["Paris", " Paris", "Lyon"], "gold": [1]}) == 0.0
+    several = {"item_id": "x", "choices": ["2", "3", "4"], "gold": np.array([0, 2])}  # a Parquet list column
+    assert judge([-3.0, -2.0, -1.0], several) == 1.0 and judge([-3.0, -1.0, -2.0], several) == 0.0
+    with pytest.raises(InputError, match="gold 3 is not a choice index among its 3 choices"):
+        sc.gold_indices({"item_id": "x", "choices": ["a", "b", "c"], "gold": [3]})
+    # a bank's own text answer: the exact choice, and a text two choices share names none
+    assert sc.answer_index({"item_id": "x", "choices": ["Paris", " Paris", "Lyon"], "answer": " Paris"}) == 1
+    with pytest.raises(InputError, match="text of choices \\[0, 1\\]"):
+        sc.answer_index({"item_id": "x", "choices": ["Rome", "Rome", "Milan"], "answer": "Rome"})
+
+
+def test_an_lm_eval_items_continuations_are_its_requests():
+    item = {"item_id": "x", "prompt": "2 + 2 = ", "choices": ["4", "5"], "continuations": ["4", "5"], "gold": [0]}
+    assert sc.mc_request(item) == ("2 + 2 = ", ["4", "5"])  # target_delimiter "": no space added
+    with pytest.raises(InputError, match="at least 2 choices"):
+        sc.check_mc_items([{"item_id": "y", "prompt": "q", "choices": ["only"], "gold": [0]}])
+
+
+@pytest.mark.parametrize("item, message", [
+    ({"item_id": "q2", "question": "2+2?", "choices": ["4", "5"], "answer": 2}, "answer index 2 is outside its 2"),
+    ({"item_id": "q2", "question": "2+2?", "choices": ["4"], "answer": 0}, "needs at least 2 choices, got 1"),
+    ({"item_id": "q2", "question": "Capital?", "choices": ["Rome", "Rome"], "answer": "Rome"}, "text of choices"),
+])
+def test_a_bank_item_without_a_valid_gold_exits_2_before_start_up(tmp_path, capsys, monkeypatch, item, message):
+    import json
+
+    from certeval.cli import main
+
+    bank = tmp_path / "bank.jsonl"
+    good = {"item_id": "q1", "question": "1+1?", "choices": ["2", "3"], "answer": 0}
+    bank.write_text(json.dumps(good) + "\n" + json.dumps(item) + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--bank", str(bank), "--scorer", "mc-loglik",
+               "--goal", "halfwidth:0.1", "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message in err and "'q2'" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists() and list(work.iterdir()) == []

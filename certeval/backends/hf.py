@@ -10,7 +10,10 @@ torch does). On a shared, oversubscribed CPU, OpenMP threads spin-waiting for ea
 forward pass 11x slower than a 1-thread one (measured here): ``threads=1`` there.
 
 Multiple choice (``mc-loglik``): the score of a choice is the sum of the log-probabilities of its continuation
-tokens (lm-eval-harness ``loglikelihood``, Gao et al. 2021). A question's context and all its choices go in one
+tokens (lm-eval-harness ``loglikelihood``, Gao et al. 2021), the pair encoded as lm-eval's hf model encodes it
+(:meth:`HFHost._pair_tokens`: the context's trailing whitespace moved onto the continuation, the whole string
+encoded with the tokenizer's own special tokens and split after the context's tokens, an empty context replaced
+by the BOS token, the last ``max_length + 1`` tokens kept). A question's context and all its choices go in one
 packed row (:mod:`certeval.backends.hf_packed`: the context is read once, each choice computed as in its own
 sequence), ``batch`` rows a forward pass, longest first. What cannot be packed (no context tokens, a pair past the
 model's limit, a model that attends differently) is scored one row per pair, left-padded so the continuation sits at
@@ -98,6 +101,16 @@ class _StopOnText:
         return self.done.clone()
 
 
+def whitespace_onto_continuation(context: str, continuation: str) -> tuple[str, str]:
+    """lm-eval's ``_encode_pair``: a context's trailing whitespace moves to the continuation's start, so
+    ``"… is " + "Warsaw"`` scores the tokens of ``" Warsaw"`` after ``"… is"`` (a trailing-space token left on the
+    context changes every choice's log-likelihood)."""
+    trailing = len(context) - len(context.rstrip())
+    if not trailing:
+        return context, continuation
+    return context[:-trailing], context[-trailing:] + continuation
+
+
 class HFHost(ModelHost):
     """A transformers causal LM kept in memory; scores batches of items (see module docstring)."""
 
@@ -118,18 +131,37 @@ class HFHost(ModelHost):
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def _tok_encode(self, text: str, add_special_tokens: bool | None = None) -> list[int]:
+        """lm-eval's ``HFLM.tok_encode`` (no ``add_bos_token`` given): the tokenizer's own special tokens (a BOS for
+        tokenizers that add one), none when asked for none or when the text already starts with the prefix
+        token's text."""
+        if add_special_tokens is None and text.startswith(self.tokenizer.decode(self._prefix_id())):
+            add_special_tokens = False
+        kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
+        return list(self.tokenizer.encode(text, **kwargs))
+
+    def _prefix_id(self) -> int:
+        """lm-eval's ``prefix_token_id``: the context of a request whose context is empty (BOS, else EOS)."""
+        bos = self.tokenizer.bos_token_id
+        return int(bos if bos is not None else self.tokenizer.eos_token_id)
+
     def _pair_tokens(self, context: str, continuation: str, contexts: dict[str, list[int]] | None = None
                      ) -> tuple[list[int], list[int]]:
-        # lm-eval's split: encode the whole string, the continuation is what follows the context's tokens.
-        whole = self._encode(context + continuation)
+        """(context tokens, continuation tokens) as lm-eval's ``loglikelihood`` / ``_encode_pair`` split a request:
+        the context's trailing whitespace moved onto the continuation, the whole string encoded and the
+        continuation being what follows the context's tokens; an empty context is the prefix token."""
+        if context == "":
+            cont = self._tok_encode(continuation, add_special_tokens=False)
+            prefix = self._prefix_id()
+            return ([prefix], cont) if not cont or cont[0] != prefix else (cont[:1], cont[1:])
+        context, continuation = whitespace_onto_continuation(context, continuation)
+        whole = self._tok_encode(context + continuation)
         if contexts is None:
-            ctx = self._encode(context)
+            ctx = self._tok_encode(context)
         else:  # a call's choices share their context: encoded once
             ctx = contexts.get(context)
             if ctx is None:
-                ctx = contexts[context] = self._encode(context)
-        if whole[: len(ctx)] != ctx or len(ctx) == len(whole):
-            return ctx, self._encode(continuation)
+                ctx = contexts[context] = self._tok_encode(context)
         return ctx, whole[len(ctx):]
 
     def loglikelihoods(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int]]:
@@ -143,21 +175,28 @@ class HFHost(ModelHost):
 
         The choices of one question share a packed row (:mod:`certeval.backends.hf_packed`: the context read once,
         each choice as in its own sequence); what cannot be packed is scored per pair (:meth:`_score_pairs`)."""
-        split, encoded = [], []
+        split, encoded, first = [], [], []
         contexts: dict[str, list[int]] = {}
+        seen: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
         for context, continuation in pairs:
             ctx, cont = self._pair_tokens(context, continuation, contexts)
-            split.append((ctx, cont))
-            tokens = (ctx + cont)[-self.options.max_length:]
+            # equal pairs (a question's duplicate choices) are scored once: equal log-likelihoods, so a tie goes to
+            # the first choice, as in lm-eval (its requests of equal tokens share one computation)
+            first.append(seen.setdefault((tuple(ctx), tuple(cont)), len(first)))
+            split.append((ctx, cont) if first[-1] == len(first) - 1 else ([], []))
+            # lm-eval's truncation: the last max_length + 1 tokens, the model reading all but the last
+            tokens = (ctx + cont)[-(self.options.max_length + 1):]
             encoded.append((tokens, min(len(cont), len(tokens) - 1)))
         sums = [0.0] * len(encoded)
         greedy = [False] * len(encoded)
         done = self._score_packed(split) if self._packing is not False else {}
         for i, (ll, g) in done.items():
             sums[i], greedy[i] = ll, g
-        rest = [i for i, (_, n_cont) in enumerate(encoded) if n_cont > 0 and i not in done]
+        rest = [i for i, (_, n_cont) in enumerate(encoded) if n_cont > 0 and i not in done and first[i] == i]
         for i, (ll, g) in self._score_pairs(encoded, rest).items():
             sums[i], greedy[i] = ll, g
+        for i, j in enumerate(first):
+            sums[i], greedy[i] = sums[j], greedy[j]
         return sums, [len(tokens) for tokens, _ in encoded], greedy
 
     def _score_packed(self, split: list[tuple[list[int], list[int]]]) -> dict[int, tuple[float, bool]]:

@@ -21,8 +21,9 @@ Two kinds, chosen by name (``--scorer`` / the model spec option ``?scorer=``):
                     ``(logliks: list[float], item)`` for the item's ``choices``.
 
 Item fields: ``question`` (or a ready ``prompt``), ``choices`` (list of str) and ``answer``
-(index, letter or choice text) for multiple choice; ``answers`` (list of aliases) and/or
-``answer`` for generation.
+(index, letter or choice text) for multiple choice — an lm-eval task's item instead holds ``gold`` (lm-eval's gold
+index or indices, never rebuilt from text) and ``continuations`` (the exact strings lm-eval scores: its
+target_delimiter + each choice); ``answers`` (list of aliases) and/or ``answer`` for generation.
 """
 
 from __future__ import annotations
@@ -99,8 +100,13 @@ def answer_aliases(item: dict[str, Any]) -> list[str]:
     return out
 
 
+GOLD = "gold"  # item field: lm-eval's gold choice index(es), as its Task resolved doc_to_target (a list)
+
+
 def answer_index(item: dict[str, Any]) -> int:
-    """Index of the right choice from ``answer``: an int, a digit string, a letter A–Z or the choice text."""
+    """Index of the right choice from ``answer``: an int, a digit string, a letter A–Z or the choice text (the one
+    choice equal to it, else the one equal to it without surrounding spaces; a text two choices share is refused,
+    it names no one choice)."""
     choices = [str(c) for c in as_list(item.get("choices"))]
     answer = item.get("answer")
     iid = item.get("item_id")
@@ -108,8 +114,12 @@ def answer_index(item: dict[str, Any]) -> int:
         raise InputError(f"item {iid!r}: answer must be a choice index or text, got {answer!r}")
     if isinstance(answer, (int, np.integer)) or (isinstance(answer, float) and float(answer).is_integer()):
         index = int(answer)
-    elif isinstance(answer, str) and answer.strip() in choices:
-        index = choices.index(answer.strip())
+    elif isinstance(answer, str) and (answer in choices or answer.strip() in [c.strip() for c in choices]):
+        exact = [i for i, c in enumerate(choices) if c == answer]
+        same = exact or [i for i, c in enumerate(choices) if c.strip() == answer.strip()]
+        if len(same) > 1:
+            raise InputError(f"item {iid!r}: answer {answer!r} is the text of choices {same}; give the gold's index")
+        index = same[0]
     elif isinstance(answer, str) and answer.strip().isdigit():
         index = int(answer.strip())
     elif isinstance(answer, str) and len(answer.strip()) == 1 and answer.strip().upper() in string.ascii_uppercase:
@@ -119,6 +129,23 @@ def answer_index(item: dict[str, Any]) -> int:
     if not 0 <= index < len(choices):
         raise InputError(f"item {iid!r}: answer index {index} is outside its {len(choices)} choices")
     return index
+
+
+def gold_indices(item: dict[str, Any]) -> list[int]:
+    """The right choices' indices: the item's ``gold`` (lm-eval's gold index or indices, never rebuilt from text)
+    when it has one, else :func:`answer_index`. A choice is right when the prediction is one of them (lm-eval's
+    ``pred in gold`` for a task of several golds)."""
+    golds = as_list(item.get(GOLD))
+    if not golds:
+        return [answer_index(item)]
+    n = len(as_list(item.get("choices")))
+    out = []
+    for gold in golds:
+        if isinstance(gold, (bool, np.bool_)) or not isinstance(gold, (int, np.integer)) or not 0 <= gold < n:
+            raise InputError(f"item {item.get('item_id')!r}: gold {gold!r} is not a choice index among its {n} "
+                             "choices")
+        out.append(int(gold))
+    return out
 
 
 # ---------------------------------------------------------------- text matching
@@ -213,8 +240,13 @@ def generation_requests(items: Sequence[dict[str, Any]], max_new_tokens: int) ->
     return [lm_eval_scoring.generation_request(item, generation_prompt(item), max_new_tokens) for item in items]
 
 
+CONTINUATIONS = "continuations"  # item field: the exact continuation of each choice (an lm-eval task's delimiter)
+
+
 def mc_request(item: dict[str, Any]) -> tuple[str, list[str]]:
-    """(context, continuations) for log-likelihood multiple choice (lm-eval's `Question: … Answer:` format)."""
+    """(context, continuations) for log-likelihood multiple choice: an lm-eval item's own (its context and
+    ``continuations``: the task's target_delimiter + each choice), else lm-eval's `Question: … Answer:` format and
+    " " + each choice."""
     choices = [str(c) for c in as_list(item.get("choices"))]
     if len(choices) < 2:
         raise InputError(f"item {item.get('item_id')!r}: multiple choice needs at least 2 choices, got {len(choices)}")
@@ -222,20 +254,35 @@ def mc_request(item: dict[str, Any]) -> tuple[str, list[str]]:
         context = str(item["prompt"])
     else:
         context = f"Question: {' '.join(str(item['question']).split())}\nAnswer:"
+    continuations = [str(c) for c in as_list(item.get(CONTINUATIONS))]
+    if continuations:
+        if len(continuations) != len(choices):
+            raise InputError(f"item {item.get('item_id')!r}: {len(continuations)} continuations for {len(choices)} "
+                             "choices")
+        return context, continuations
     return context, [" " + c for c in choices]
+
+
+def check_mc_items(items: Iterable[dict[str, Any]]) -> None:
+    """Every multiple-choice item askable and judgeable (two choices or more, a gold among them), checked before a
+    run starts: :class:`InputError` naming the first item that is not."""
+    for item in items:
+        mc_request(item)
+        gold_indices(item)
 
 
 # ---------------------------------------------------------------- judges
 
 def _judge_mc(logliks: Sequence[float], item: dict[str, Any]) -> float:
-    return float(int(np.argmax(np.asarray(logliks, dtype=float))) == answer_index(item))
+    # lm-eval's acc: the first choice of largest log-likelihood is a gold one
+    return float(int(np.argmax(np.asarray(logliks, dtype=float))) in gold_indices(item))
 
 
 def _judge_mc_norm(logliks: Sequence[float], item: dict[str, Any]) -> float:
     # lm-eval's acc_norm: each choice's log-likelihood over the choice's length in characters (its
     # process_results for multiple_choice: completion_len = len(choice), the delimiter not counted)
     lengths = np.array([max(1, len(str(c))) for c in as_list(item.get("choices"))], dtype=float)
-    return float(int(np.argmax(np.asarray(logliks, dtype=float) / lengths)) == answer_index(item))
+    return float(int(np.argmax(np.asarray(logliks, dtype=float) / lengths)) in gold_indices(item))
 
 
 def _judge_exact(prediction: str, item: dict[str, Any]) -> float:
@@ -253,8 +300,8 @@ def _judge_numeric(prediction: str, item: dict[str, Any]) -> float:
 _TEXT = ("question", "prompt")
 _ANSWERS = ("answers", "aliases", "answer")
 BUILTIN: dict[str, Scorer] = {
-    "mc-loglik": Scorer("mc-loglik", LOGLIK, _judge_mc, (_TEXT, ("choices",), ("answer",))),
-    "mc-loglik-norm": Scorer("mc-loglik-norm", LOGLIK, _judge_mc_norm, (_TEXT, ("choices",), ("answer",))),
+    "mc-loglik": Scorer("mc-loglik", LOGLIK, _judge_mc, (_TEXT, ("choices",), ("answer", GOLD))),
+    "mc-loglik-norm": Scorer("mc-loglik-norm", LOGLIK, _judge_mc_norm, (_TEXT, ("choices",), ("answer", GOLD))),
     "exact": Scorer("exact", GENERATE, _judge_exact, (_TEXT, _ANSWERS)),
     "normalized": Scorer("normalized", GENERATE, _judge_normalized, (_TEXT, _ANSWERS)),
     "numeric": Scorer("numeric", GENERATE, _judge_numeric, (_TEXT, _ANSWERS)),

@@ -27,6 +27,7 @@ from ..estimators._validation import InputError
 from ..lm_eval_scoring import GenerationRequest, cut_at_stop
 from . import scorers as sc
 from .base import ModelHost, ModelSpec
+from .hf import whitespace_onto_continuation
 
 NOT_INSTALLED = "vLLM is not installed (pip install certeval[vllm]); it needs a CUDA GPU"
 _KNOWN = {"gpus", "load_format", "dtype", "max_model_len", "gpu_memory_utilization", "max_new_tokens", "scorer", "seed",
@@ -110,6 +111,8 @@ class VLLMHost(ModelHost):
         where vLLM gives no rank)."""
         prompts, n_cont = [], []
         for context, continuation in pairs:
+            # lm-eval's _encode_pair (shared by its vllm model): the context's trailing whitespace onto the continuation
+            context, continuation = whitespace_onto_continuation(context, continuation)
             ctx, whole = self._encode(context), self._encode(context + continuation)
             cont = whole[len(ctx):] if whole[: len(ctx)] == ctx and len(whole) > len(ctx) else self._encode(continuation)
             tokens = ctx + cont

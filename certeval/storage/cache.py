@@ -19,8 +19,10 @@ from .io import Folder, bounded, parquet_bytes
 
 # what a model is asked and how its answer is judged: an item's cache key changes with any of them (an lm-eval
 # generation item's stop strings and token budget, its filters and metrics, are the last two)
-PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt", "lm_eval_generation", "lm_eval_scoring")
-ASKED_FIELDS = ("question", "choices", "prompt")  # what the model is shown (answers are the judge's business)
+PROMPT_FIELDS = ("question", "choices", "answer", "answers", "prompt", "continuations", "gold", "lm_eval_generation",
+                 "lm_eval_scoring")
+# what the model is shown (answers are the judge's business); continuations: an lm-eval item's exact choice strings
+ASKED_FIELDS = ("question", "choices", "prompt", "continuations")
 
 
 def item_fields(item: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:

@@ -169,6 +169,7 @@ class RunPlan:
 
 
 LOGLIK_SCORERS = {"acc": "mc-loglik", "acc_norm": "mc-loglik-norm"}  # lm-eval's metric -> certeval's judge of it
+MC_SCORERS = frozenset(LOGLIK_SCORERS.values())
 
 
 def task_scorer(frame: Any) -> str | None:
@@ -415,13 +416,15 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     if bank is not None:
         check_replay_coverage(specs, loaded)
     if any(s.kind != "replay" for s in specs):
-        from ..backends.scorers import resolve_scorer
+        from ..backends.scorers import check_mc_items, resolve_scorer
         from ..lm_eval_scoring import SCORING, check_scoring_column, is_lm_eval_scorer, qualified
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
         if scorer in (None, "", "auto") and SCORING not in columns:
             scorer = task_scorer(loaded.frame)
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
+        if scorer in MC_SCORERS and loaded.frame is not None:  # every item askable, its gold a choice: before start-up
+            check_mc_items(loaded.frame.to_dict("records"))
         if is_lm_eval_scorer(scorer):  # named by the metric and filter it judges, as lm-eval's results name it
             check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")  # registered names only
             scorer = qualified(scorer, str(loaded.frame[SCORING].dropna().iloc[0]))
