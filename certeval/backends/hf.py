@@ -125,6 +125,7 @@ class HFHost(ModelHost):
             sc.get_scorer(options.scorer)  # fail on an unknown scorer before any item is sent
         self.calls = 0
         self._packing: bool | None = None  # packed multiple-choice rows: None until checked once
+        self._prefix: str | None = None  # the prefix token's text (lm-eval's tok_encode rule)
 
     # -------------------------------------------------------------- model primitives
 
@@ -135,18 +136,36 @@ class HFHost(ModelHost):
         """lm-eval's ``HFLM.tok_encode`` (no ``add_bos_token`` given): the tokenizer's own special tokens (a BOS for
         tokenizers that add one), none when asked for none or when the text already starts with the prefix
         token's text."""
-        if add_special_tokens is None and text.startswith(self.tokenizer.decode(self._prefix_id())):
+        if add_special_tokens is None and text.startswith(self._prefix_text()):
             add_special_tokens = False
         kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
         return list(self.tokenizer.encode(text, **kwargs))
+
+    def _tok_encode_many(self, texts: list[str]) -> list[list[int]]:
+        """:meth:`_tok_encode` of each text, through the tokenizer's batch path (one call per kind of text instead of
+        one per text: on a GPU the per-text calls cost more than the forward passes)."""
+        prefix = self._prefix_text()
+        out: list[list[int]] = [[] for _ in texts]
+        for skip in (False, True):  # texts already starting with the prefix token's text get no special tokens
+            which = [i for i, text in enumerate(texts) if text.startswith(prefix) == skip]
+            if which:
+                kwargs = {"add_special_tokens": False} if skip else {}
+                ids = self.tokenizer([texts[i] for i in which], **kwargs)["input_ids"]
+                for i, tokens in zip(which, ids):
+                    out[i] = list(tokens)
+        return out
+
+    def _prefix_text(self) -> str:
+        if self._prefix is None:
+            self._prefix = self.tokenizer.decode(self._prefix_id())
+        return self._prefix
 
     def _prefix_id(self) -> int:
         """lm-eval's ``prefix_token_id``: the context of a request whose context is empty (BOS, else EOS)."""
         bos = self.tokenizer.bos_token_id
         return int(bos if bos is not None else self.tokenizer.eos_token_id)
 
-    def _pair_tokens(self, context: str, continuation: str, contexts: dict[str, list[int]] | None = None
-                     ) -> tuple[list[int], list[int]]:
+    def _pair_tokens(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """(context tokens, continuation tokens) as lm-eval's ``loglikelihood`` / ``_encode_pair`` split a request:
         the context's trailing whitespace moved onto the continuation, the whole string encoded and the
         continuation being what follows the context's tokens; an empty context is the prefix token."""
@@ -156,13 +175,23 @@ class HFHost(ModelHost):
             return ([prefix], cont) if not cont or cont[0] != prefix else (cont[:1], cont[1:])
         context, continuation = whitespace_onto_continuation(context, continuation)
         whole = self._tok_encode(context + continuation)
-        if contexts is None:
-            ctx = self._tok_encode(context)
-        else:  # a call's choices share their context: encoded once
-            ctx = contexts.get(context)
-            if ctx is None:
-                ctx = contexts[context] = self._tok_encode(context)
+        ctx = self._tok_encode(context)
         return ctx, whole[len(ctx):]
+
+    def _pairs_tokens(self, pairs: list[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+        """:meth:`_pair_tokens` of every pair, the distinct strings encoded in one batch."""
+        moved = [None if context == "" else whitespace_onto_continuation(context, continuation)
+                 for context, continuation in pairs]
+        texts = list(dict.fromkeys(text for m in moved if m is not None for text in (m[0], m[0] + m[1])))
+        tokens = dict(zip(texts, self._tok_encode_many(texts)))
+        out = []
+        for pair, m in zip(pairs, moved):
+            if m is None:
+                out.append(self._pair_tokens(*pair))
+            else:
+                ctx = tokens[m[0]]
+                out.append((ctx, tokens[m[0] + m[1]][len(ctx):]))
+        return out
 
     def loglikelihoods(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[int]]:
         """Sum of continuation-token log-probs for each (context, continuation), and tokens per pair."""
@@ -176,10 +205,8 @@ class HFHost(ModelHost):
         The choices of one question share a packed row (:mod:`certeval.backends.hf_packed`: the context read once,
         each choice as in its own sequence); what cannot be packed is scored per pair (:meth:`_score_pairs`)."""
         split, encoded, first = [], [], []
-        contexts: dict[str, list[int]] = {}
         seen: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-        for context, continuation in pairs:
-            ctx, cont = self._pair_tokens(context, continuation, contexts)
+        for ctx, cont in self._pairs_tokens(pairs):
             # equal pairs (a question's duplicate choices) are scored once: equal log-likelihoods, so a tie goes to
             # the first choice, as in lm-eval (its requests of equal tokens share one computation)
             first.append(seen.setdefault((tuple(ctx), tuple(cont)), len(first)))
@@ -238,6 +265,8 @@ class HFHost(ModelHost):
         only the last ``max continuation`` positions' logits are materialised."""
         import torch
 
+        from . import hf_packed
+
         out: dict[int, tuple[float, bool]] = {}
         groups: dict[tuple[int, ...], list[int]] = {}  # the model's input (all tokens but the last) -> its pairs
         for i in which:
@@ -261,14 +290,9 @@ class HFHost(ModelHost):
                                     position_ids=positions.to(device), logits_to_keep=keep).logits
                 # logits[:, j] predicts the token after input position width-keep+j: the last n_cont positions
                 # predict a pair's n_cont continuation tokens (the last one its own, past the shared prefix)
-                logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
-                for row, prefix in enumerate(chunk):
-                    for i in groups[prefix]:
-                        tokens, n_cont = encoded[i]
-                        targets = torch.tensor(tokens[-n_cont:], dtype=torch.long)
-                        window = logprobs[row, keep - n_cont:]
-                        out[i] = (float(window.gather(-1, targets.unsqueeze(-1)).sum()),
-                                  bool((window.argmax(dim=-1) == targets).all()))
+                out.update(hf_packed.read_logliks(logits, [(i, row, list(range(keep - encoded[i][1], keep)),
+                                                  encoded[i][0][-encoded[i][1]:])
+                                                 for row, prefix in enumerate(chunk) for i in groups[prefix]]))
         return out
 
     def generate(self, requests: list[GenerationRequest]) -> tuple[list[str], list[int]]:

@@ -93,11 +93,35 @@ def score_packed(model: Any, rows: list[tuple[tuple[int, ...], list[tuple[int, l
             keep = max(width - (len(ctx) - 1) for ctx, _ in chunk)
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device),
                            position_ids=positions.to(device), logits_to_keep=keep).logits
-            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
             offset = width - keep
-            for i, row, at, cont in reads:
-                window = logprobs[row, [p - offset for p in at]]
-                targets = torch.tensor(cont, dtype=torch.long)
-                out[i] = (float(window.gather(-1, targets.unsqueeze(-1)).sum()),
-                          bool((window.argmax(dim=-1) == targets).all()))
+            out.update(read_logliks(logits, [(i, row, [p - offset for p in at], cont) for i, row, at, cont in reads]))
     return out
+
+
+def read_logliks(logits: Any, reads: list[tuple[int, int, list[int], list[int]]]) -> dict[int, tuple[float, bool]]:
+    """(sum of the tokens' log-probs, every token the argmax) per read ``(key, row, logit positions, tokens)``,
+    computed where the logits are: only the positions read are log-softmaxed (in float32, as lm-eval's hf model
+    does), and two small vectors come back instead of the vocabulary-wide log-probs of every kept position (on a GPU
+    that copy, hundreds of MB a batch, cost more than the forward pass)."""
+    import torch
+
+    if not reads:
+        return {}
+    device = logits.device
+    rows, positions, tokens, segments = [], [], [], []
+    for k, (_, row, at, cont) in enumerate(reads):
+        rows += [row] * len(at)
+        positions += at
+        tokens += cont
+        segments += [k] * len(at)
+    as_index = {"dtype": torch.long, "device": device}
+    picked = torch.log_softmax(logits[torch.tensor(rows, **as_index), torch.tensor(positions, **as_index)].float(),
+                               dim=-1)
+    targets = torch.tensor(tokens, **as_index)
+    segment = torch.tensor(segments, **as_index)
+    token_lp = picked.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    misses = (picked.argmax(dim=-1) != targets).to(torch.int32)
+    sums = torch.zeros(len(reads), dtype=torch.float32, device=device).index_add_(0, segment, token_lp)
+    wrong = torch.zeros(len(reads), dtype=torch.int32, device=device).index_add_(0, segment, misses)
+    sums, wrong = sums.tolist(), wrong.tolist()  # the one copy back, and the one wait for the device
+    return {key: (sums[k], wrong[k] == 0) for k, (key, _, _, _) in enumerate(reads)}
