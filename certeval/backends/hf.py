@@ -420,7 +420,21 @@ def build_host(spec: ModelSpec, *, cache_dir: str | None = None, **kwargs: Any) 
 
         torch.set_num_threads(options.threads)
     model, tokenizer = load_model(str(model_dir), options.device, options.dtype, options.trust_remote_code)
+    if options.device.startswith("cuda"):
+        warm_up(model, options.batch_size)
     return HFHost(spec, model, tokenizer, options)
+
+
+def warm_up(model: Any, batch_size: int) -> None:
+    """One forward pass of a batch-sized input before the host answers: a GPU's first passes create its kernels'
+    handles and workspaces (about a second for a 1B model on an H100, during which the GPU sits idle), which belong
+    to loading the model, not to the first round that would otherwise pay them."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        model(input_ids=torch.zeros((batch_size, 32), dtype=torch.long, device=device), logits_to_keep=1)
+    torch.cuda.synchronize(device)
 
 
 def model_max_length(model: Any, tokenizer: Any) -> int:
