@@ -40,7 +40,8 @@ def model_config(spec_text: str) -> dict[str, Any]:
     return {"model": spec.kind, "model_args": ",".join(args)}
 
 
-SCORER_METRICS = {"mc-loglik": "acc", "mc-loglik-norm": "acc_norm", "exact": "exact_match"}
+SCORER_METRICS = {"mc-loglik": "acc", "mc-loglik-norm": "acc_norm", "exact": "exact_match",
+                  "greedy": "acc", "byte-likelihood": "byte_likelihood"}
 
 
 def metric_name(scorer: str | None) -> str:

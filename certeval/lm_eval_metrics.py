@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .lm_eval_requests import LOGLIKELIHOOD, ROLLING, UNCERTIFIED, output_type, per_doc_value
+
 RESPS = "resps"  # rounds column: JSON of lm-eval's responses to a log-likelihood item, [[loglik, is_greedy], ...]
 _PACKED = "\x00certeval-resps\x00"  # a score cache's output that carries the item's resps too
 LOGLIK_METRICS = ("acc", "acc_norm", "acc_bytes", "exact_match")  # per-item scores in [0, 1] from one set of lls
@@ -108,6 +110,8 @@ def listed_pairs(frame: pd.DataFrame | None, primary: Pair, kind: str) -> tuple[
         for metric, filt in wanted:
             if filt != "none":
                 cannot[(metric, filt)] = f"filter {filt!r} on log-likelihoods is not one certeval applies"
+            elif metric in UNCERTIFIED:
+                cannot[(metric, filt)] = f"not certified: {UNCERTIFIED[metric]}; its value is in metrics_uncertified"
             elif metric not in LOGLIK_METRICS:
                 cannot[(metric, filt)] = ("not a per-item score in [0, 1] read off the log-likelihoods "
                                           f"({', '.join(LOGLIK_METRICS)} are)")
@@ -136,7 +140,11 @@ def item_scores(pair: Pair, rounds: pd.DataFrame, frame: pd.DataFrame, kind: str
     rows = {str(rec["item_id"]): rec for rec in frame[frame["item_id"].astype(str).isin(wanted)].to_dict("records")}
     for item_id, value in zip(rounds["item_id"].astype(str), rounds[column]):
         item = rows[item_id]
-        if kind == "loglik":
+        if kind == "loglik" and output_type(item) in (LOGLIKELIHOOD, ROLLING):  # LAMBADA / perplexity docs
+            score = per_doc_value(pair[0], json.loads(value), item)
+            if not isinstance(score, float):
+                return f"{pair[0]} is not a per-item score of a {output_type(item)} doc"
+        elif kind == "loglik":
             choices = [str(c) for c in as_list(item.get("choices"))]
             score = loglik_scores(pair[0], json.loads(value), choices, answer_index(item))
             if score is None:

@@ -283,6 +283,7 @@ def load_task_items(location: str) -> pd.DataFrame:
 
 
 def _load_items(manager, names: list[str], where: str, value: str, shots: int | None) -> pd.DataFrame:
+    from .lm_eval_requests import request_item
     from .lm_eval_scoring import item_fields, task_scoring
     from .readers import GENERATE_UNTIL, _lm_eval_item
 
@@ -305,7 +306,7 @@ def _load_items(manager, names: list[str], where: str, value: str, shots: int | 
     items = []
     for name, task in tasks.items():
         records = _records(task, name)
-        mine = [_lm_eval_item(where, name, rec) for rec in records]
+        mine = [request_item(task, name, rec) or _lm_eval_item(where, name, rec) for rec in records]
         meta = json.dumps(task_meta(task, name), sort_keys=True)  # one text object for all the task's items
         for item, rec in zip(mine, records):
             item[TASK_META] = meta

@@ -123,7 +123,8 @@ class HFHost(ModelHost):
         for context, continuation in pairs:
             ctx, cont = self._pair_tokens(context, continuation, contexts)
             split.append((ctx, cont))
-            tokens = (ctx + cont)[-self.options.max_length:]
+            # lm-eval keeps max_length + 1 tokens: the model reads all but the last, max_length of them
+            tokens = (ctx + cont)[-(self.options.max_length + 1):]
             encoded.append((tokens, min(len(cont), len(tokens) - 1)))
         sums = [0.0] * len(encoded)
         greedy = [False] * len(encoded)
@@ -245,6 +246,28 @@ class HFHost(ModelHost):
                         used[i] = len(encoded[row]) + len(new)
         return texts, used
 
+    def _item_resps(self, requests: list[list[tuple[str, str]] | str]) -> tuple[list[list[list]], list[int]]:
+        """lm-eval's answers to each item's log-likelihood requests, ``[[loglik, is_greedy], …]``, and the tokens
+        each item used: (context, continuation) pairs scored together (:meth:`loglikelihoods_greedy`), a rolling
+        text (a str) in its windows (:mod:`certeval.backends.hf_rolling`; is_greedy None, as lm-eval gives none)."""
+        from .hf_rolling import rolling_loglikelihoods
+
+        pairs = [pair for request in requests if not isinstance(request, str) for pair in request]
+        logliks, tokens, greedy = self.loglikelihoods_greedy(pairs) if pairs else ([], [], [])
+        texts = [request for request in requests if isinstance(request, str)]
+        rolled = iter(rolling_loglikelihoods(self, texts) if texts else [])
+        resps, used, pos = [], [], 0
+        for request in requests:
+            if isinstance(request, str):
+                resps.append([[next(rolled), None]])
+                used.append(len(self._encode(request)))
+                continue
+            end = pos + len(request)
+            resps.append([[ll, g] for ll, g in zip(logliks[pos:end], greedy[pos:end])])
+            used.append(sum(tokens[pos:end]))
+            pos = end
+        return resps, used
+
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return int(pad if pad is not None else self.tokenizer.eos_token_id)
@@ -264,19 +287,14 @@ class HFHost(ModelHost):
         for item in items:
             scorer.check_item(item)
         if scorer.kind == sc.LOGLIK:
-            requests = [sc.mc_request(item) for item in items]
-            pairs = [(ctx, cont) for ctx, conts in requests for cont in conts]
-            logliks, tokens, greedy = self.loglikelihoods_greedy(pairs)
-            outputs, used, resps, pos = [], [], [], 0
-            for _, conts in requests:
-                outputs.append(logliks[pos:pos + len(conts)])
-                used.append(sum(tokens[pos:pos + len(conts)]))
-                resps.append([[ll, g] for ll, g in zip(logliks[pos:pos + len(conts)], greedy[pos:pos + len(conts)])])
-                pos += len(conts)
+            resps, used = self._item_resps([sc.loglik_requests(item) for item in items])
+            outputs = [r if scorer.resps else [ll for ll, _ in r] for r in resps]
         else:
             outputs, used = self.generate(sc.generation_requests(items, self.options.max_new_tokens))
             resps = [None] * len(items)
         scores = [sc.judge(scorer, out, item) for out, item in zip(outputs, items)]
+        if scorer.resps:  # the text of an answer is read off its log-likelihoods, as for every other judge
+            outputs = [[ll for ll, _ in r] for r in resps]
         share = (time.perf_counter() - t0) / len(items)  # per-item share of this call's wall time
         # resps: lm-eval's answer to each log-likelihood request, (loglik, is_greedy) per choice
         return [{"item_id": str(item["item_id"]), "score": s, "tokens": int(n), "latency_s": share,

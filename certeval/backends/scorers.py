@@ -52,6 +52,7 @@ class Scorer:
     kind: str  # LOGLIK or GENERATE
     judge: Callable[..., float]
     required: tuple[tuple[str, ...], ...]
+    resps: bool = False  # a log-likelihood judge given lm-eval's (loglik, is_greedy) per request, not the logliks
 
     def check_fields(self, columns: Iterable[str], source: str = "bank") -> None:
         """Raise :class:`InputError` naming the first missing field group."""
@@ -225,6 +226,22 @@ def mc_request(item: dict[str, Any]) -> tuple[str, list[str]]:
     return context, [" " + c for c in choices]
 
 
+def loglik_requests(item: dict[str, Any]) -> list[tuple[str, str]] | str:
+    """What a log-likelihood item asks: an lm-eval task's own (context, continuation) pairs (a loglikelihood or
+    Winogrande-style doc, :mod:`certeval.lm_eval_requests`), the text of a rolling doc (a str), else
+    :func:`mc_request`'s pairs."""
+    from .. import lm_eval_requests
+
+    pairs = lm_eval_requests.string_pairs(item)
+    if pairs is not None:
+        return pairs
+    text = lm_eval_requests.rolling_text(item)
+    if text is not None:
+        return text
+    context, continuations = mc_request(item)
+    return [(context, c) for c in continuations]
+
+
 # ---------------------------------------------------------------- judges
 
 def _judge_mc(logliks: Sequence[float], item: dict[str, Any]) -> float:
@@ -250,11 +267,25 @@ def _judge_numeric(prediction: str, item: dict[str, Any]) -> float:
     return numeric_match(extract_answer(prediction), answer_aliases(item))
 
 
+def _judge_greedy(resps: Sequence[Sequence[Any]], item: dict[str, Any]) -> float:
+    # lm-eval's acc of a loglikelihood doc (LAMBADA): the continuation is the greedy one
+    return float(bool(resps[0][1]))
+
+
+def _judge_byte_likelihood(resps: Sequence[Sequence[Any]], item: dict[str, Any]) -> float:
+    from ..lm_eval_requests import per_doc_value
+
+    return float(per_doc_value("byte_likelihood", [list(r) for r in resps], item))
+
+
 _TEXT = ("question", "prompt")
 _ANSWERS = ("answers", "aliases", "answer")
 BUILTIN: dict[str, Scorer] = {
     "mc-loglik": Scorer("mc-loglik", LOGLIK, _judge_mc, (_TEXT, ("choices",), ("answer",))),
     "mc-loglik-norm": Scorer("mc-loglik-norm", LOGLIK, _judge_mc_norm, (_TEXT, ("choices",), ("answer",))),
+    "greedy": Scorer("greedy", LOGLIK, _judge_greedy, (("lm_eval_requests",),), resps=True),
+    "byte-likelihood": Scorer("byte-likelihood", LOGLIK, _judge_byte_likelihood, (("lm_eval_requests",),),
+                              resps=True),
     "exact": Scorer("exact", GENERATE, _judge_exact, (_TEXT, _ANSWERS)),
     "normalized": Scorer("normalized", GENERATE, _judge_normalized, (_TEXT, _ANSWERS)),
     "numeric": Scorer("numeric", GENERATE, _judge_numeric, (_TEXT, _ANSWERS)),

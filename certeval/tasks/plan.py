@@ -151,8 +151,16 @@ def task_scorer(frame: Any) -> str | None:
     from ..lm_eval_metrics import task_metas
 
     metas = task_metas(frame)
+    kinds = {meta["output_type"] for meta in metas}
+    if kinds and kinds <= set(REQUEST_SCORERS):  # loglikelihood (LAMBADA) / loglikelihood_rolling (perplexity)
+        return REQUEST_SCORERS[kinds.pop()] if len(kinds) == 1 else None
     first = [m["metric"] for m in metas[0]["metrics"]][:1] if metas else []
     return LOGLIK_SCORERS.get(first[0]) if first else None
+
+
+# lm-eval's output type -> the judge a run on it certifies: acc (is_greedy); the per-doc byte likelihood (the
+# perplexities are corpus ratios, reported but not certified: certeval.lm_eval_requests)
+REQUEST_SCORERS = {"loglikelihood": "greedy", "loglikelihood_rolling": "byte-likelihood"}
 
 
 # options that change how a model is run, not what it answers (kept out of the cache key)
