@@ -20,9 +20,10 @@ from typing import Any
 
 import pandas as pd
 
+from . import lm_eval_requests
 from .backends.base import parse_model_spec
-from .lm_eval_metrics import RESPS, item_scores
-from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, parse_choice
+from .lm_eval_metrics import RESPS, item_scores, task_metas
+from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, judge, pairs, parse_choice
 from .lm_eval_tasks import DOC as TASK_DOC
 from .lm_eval_tasks import TASK_META
 from .storage import Folder, dumps, safe_name
@@ -180,7 +181,10 @@ def _arguments(doc: dict) -> dict[str, dict[str, Any]]:
     if not isinstance(context, str):
         return {}
     choices = doc.get("choices")
-    if isinstance(choices, list) and choices:
+    own = lm_eval_requests.parsed(doc)
+    if own is not None:  # an lm-eval task's own requests (LAMBADA, perplexity, Winogrande-style)
+        requests = own["requests"]
+    elif isinstance(choices, list) and choices:
         requests = [[context, f" {choice}"] for choice in choices]
     else:
         settings = doc.get(GENERATION)  # an lm-eval task's generation request: its own settings
@@ -263,10 +267,12 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
         frame = bank_frame.drop(columns=[c for c in ("embedding", TASK_META) if c in bank_frame.columns])
         docs = {str(r["item_id"]): r for r in json.loads(frame.to_json(orient="records"))}
     written = []
+    listed = {meta["task"]: [m["metric"] for m in meta["metrics"]] for meta in task_metas(bank_frame)}
     for model, group in rounds.groupby("model", sort=False) if len(rounds) else []:
         others = _other_item_scores(entries.get(str(model)), group, bank_frame, filt)
         names = [metric, *others]
-        lines = []
+        lines: list[str] = []
+        by_filter: dict[str, list[str]] = {}  # a generation task's other filters: their lines after the run's
         for row in group.sort_values("round", kind="stable").itertuples(index=False):
             item_id = str(row.item_id)
             bank_row = docs.get(item_id, {"item_id": item_id})
@@ -282,9 +288,13 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
                 "doc_hash": _hash(json.dumps(doc, indent=2, default=str, ensure_ascii=False)),
                 "prompt_hash": _hash(first) if isinstance(first, str) else None, "target_hash": _hash(str(target)),
                 metric: float(row.score), **{name: scores[item_id] for name, scores in others.items()},
+                **_uncertified_values(bank_row, getattr(row, RESPS, None), listed.get(str(bank_row.get("subset")))),
                 "item_id": item_id, "round": int(row.round),
                 "prob": None if getattr(row, "prob", None) is None else float(row.prob)}
             lines.append(dumps(line, indent=None).decode())
+            for other in _other_filter_lines(line, bank_row, getattr(row, "output", None)):
+                by_filter.setdefault(other["filter"], []).append(dumps(other, indent=None).decode())
+        lines += [line for name in by_filter for line in by_filter[name]]
         rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"
         folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
         written.append(folder.url(rel))
@@ -309,3 +319,34 @@ def _other_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.D
         if isinstance(scores, dict):
             out[name] = scores
     return out
+
+
+def _other_filter_lines(line: dict[str, Any], bank_row: dict, output: Any) -> list[dict[str, Any]]:
+    """A generation item's lines for its task's other filters, as lm-eval writes a line per (doc, filter): the
+    answer after that filter and each of the task's metrics judged on it by lm-eval."""
+    scoring = bank_row.get(SCORING)
+    if not isinstance(scoring, str) or not scoring or _missing(output):
+        return []
+    judged = pairs(bank_row)
+    out = []
+    for filt in dict.fromkeys(f for _, f in judged):
+        if filt == line["filter"]:
+            continue
+        names = [m for m, f in judged if f == filt]
+        kept = {"doc_id", "doc", "target", "arguments", "resps", "doc_hash", "prompt_hash", "target_hash",
+                "item_id", "round", "prob"}
+        out.append({**{k: v for k, v in line.items() if k in kept},
+                    "filtered_resps": [_sanitized(filtered(str(output), bank_row, filt))], "filter": filt,
+                    "metrics": names, **{m: judge(str(output), bank_row, (m, filt)) for m in names}})
+    return out
+
+
+def _uncertified_values(bank_row: dict, resps: Any, listed: list[str] | None) -> dict[str, Any]:
+    """A LAMBADA or perplexity doc's per-doc values of lm-eval's metrics certeval reports but does not certify
+    (``perplexity``: the loglik; ``word_perplexity`` etc.: ``[loglik, words or bytes]``), as lm-eval's lines hold
+    them, for the metrics its task lists."""
+    if _missing(resps) or lm_eval_requests.parsed(bank_row) is None:
+        return {}
+    values = {m: lm_eval_requests.per_doc_value(m, json.loads(resps), bank_row)
+              for m in listed or [] if m in lm_eval_requests.UNCERTIFIED}
+    return {m: v for m, v in values.items() if v is not None}

@@ -144,3 +144,28 @@ def aggregate(metric: str, values: list[Any]) -> float:
         return math.exp(-sum(values) / len(values))
     total = sum(v[0] for v in values) / sum(v[1] for v in values)
     return -total / math.log(2) if metric == "bits_per_byte" else math.exp(-total)
+
+
+def uncertified_metrics(rounds: Any, frame: Any) -> dict[str, dict[str, Any]]:
+    """lm-eval's aggregates of the metrics certeval reports but does not certify (:data:`UNCERTIFIED`) over one
+    model's scored docs (``rounds``: item_id, resps), for the metrics the bank's tasks list: ``{"<metric>,none":
+    {"value", "n_scored", "certified": False, "why"}}``; the corpus's own value when every doc was scored."""
+    from .lm_eval_metrics import RESPS, task_metas
+
+    if frame is None or REQUESTS not in frame.columns or RESPS not in rounds.columns or not len(rounds):
+        return {}
+    listed = [m["metric"] for meta in task_metas(frame) for m in meta["metrics"] if m["metric"] in UNCERTIFIED]
+    rows = frame.set_index(frame["item_id"].astype(str))
+    out = {}
+    for metric in dict.fromkeys(listed):
+        values = []
+        for item_id, resps in zip(rounds["item_id"].astype(str), rounds[RESPS]):
+            if _missing(resps) or item_id not in rows.index:
+                continue
+            value = per_doc_value(metric, json.loads(resps), rows.loc[item_id].to_dict())
+            if value is not None:
+                values.append(value)
+        if values:
+            out[f"{metric},none"] = {"value": aggregate(metric, values), "n_scored": len(values), "certified": False,
+                                     "why": UNCERTIFIED[metric]}
+    return out

@@ -23,6 +23,8 @@ TEXTS = [
     "Café prices rose by 3% — économistes were surprised.",
     "def add(a, b):\n    return a + b\n",
     "Rain, rain, go away; come again another day.",
+    "Once upon a time there was a small town by the sea. Every morning the fishermen sailed out before dawn, and "
+    "every evening their families waited on the pier to see what the water had given them that day.",
 ]
 WINO = [
     ("The trophy does not fit in the suitcase because the", "trophy", "suitcase", "is too big.", 0),
@@ -90,5 +92,5 @@ def write_output_tasks(folder: Path) -> dict[str, str]:
         path = folder / f"{name}.yaml"
         path.write_text(text)
         out[name] = str(path)
-    out["tiny_gen"] = write_gen_task(folder, n_docs=6, num_fewshot=1)
+    out["tiny_gen"] = write_gen_task(folder, n_docs=6, num_fewshot=0)
     return out

@@ -15,6 +15,7 @@ from ..estimators._validation import InputError
 from ..estimators.results import Estimate
 from ..harness_output import filter_name, lm_eval_block, metric_name, task_block
 from ..lm_eval_metrics import interval_on_same_draws, item_scores, listed_pairs, other_interval_text, task_metas
+from ..lm_eval_requests import uncertified_metrics
 from ..looks import last_looks
 from ..results_record import RunResults
 
@@ -69,13 +70,19 @@ def run_results(run: Any) -> dict[str, Any]:
         if label in run.history:
             entry["history"] = run.history[label].describe()
         entry["metric"] = f"{metric},{filt}"  # what the run stopped on: the interval above
+        uncertified = uncertified_metrics(rounds[rounds["model"] == label] if len(rounds) else rounds,
+                                          run.bank.frame)
         if others or not_reported:
             entry["metrics"] = {f"{o['metric']},{o['filter']}": o for o in others}
             entry["metrics_not_reported"] = not_reported
+        if uncertified:  # lm-eval's perplexities over the scored docs: values, no interval (lm_eval_requests)
+            entry["metrics_uncertified"] = uncertified
         # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
         block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
                            n_scored=n, n_total=total, metric=metric, filter_key=filt, others=others,
                            confidence=est.confidence)
+        block.update({k: v for key, u in uncertified.items()
+                      for k, v in ((key, u["value"]), (key.replace(",", "_stderr,", 1), "N/A"))})
         entry["results"] = {plan.task_name: block}
         lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
         lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,

@@ -1,0 +1,153 @@
+"""Conformance with lm-eval for every output type but plain multiple choice: one real ``lm_eval --model hf`` run
+(``--log_samples``) on the converted SmolLM2 beside certeval's runs of the same local tasks, item by item —
+LAMBADA-style ``loglikelihood`` (acc = is_greedy, perplexity), a ``loglikelihood_rolling`` perplexity task (rolling
+windows: ``max_length=32`` on both sides, so the longer texts take several), Winogrande-style ``multiple_input`` (acc,
+acc_norm) and GSM8K-style ``generate_until`` with two filters (a samples line per filter). Flags and exact_match
+equal, log-likelihoods within 1e-4 nats, perplexities within 1e-4 relative. Offline: local JSONL."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from certeval.backends.hf_rolling import rolling_windows
+from certeval.cli import main
+
+from lm_eval_outputs_support import write_output_tasks
+
+pytest.importorskip("lm_eval")
+
+OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+MAX_LENGTH = 32
+TASKS = ("conf_lambada", "conf_ppl", "conf_wino", "tiny_gen")
+
+RUNNER = textwrap.dedent("""
+    import json, sys
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    tasks, model_dir, max_length, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    names = sys.argv[5].split(",")
+    results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32,"
+                                      f"max_length={max_length}", device="cpu", batch_size=4, tasks=names,
+                                      log_samples=True,
+                                      task_manager=TaskManager(include_path=tasks, include_defaults=False))
+    with open(out, "w") as fh:
+        json.dump({"results": results["results"], "samples": results["samples"]}, fh, default=str)
+""")
+
+
+def test_rolling_windows_are_lm_evals():
+    """A second method: the windows equal lm-eval's own ``get_rolling_token_windows`` + ``make_disjoint_window``
+    for texts shorter than, as long as and several times a window; a window one token short (the broken control)
+    differs."""
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+    for n in (1, 2, 7, 8, 9, 16, 17, 40):
+        tokens = list(range(100, 100 + n))
+        for max_length in (1, 2, 8):
+            theirs = [make_disjoint_window(w) for w in get_rolling_token_windows(tokens, 0, max_length, 1)]
+            assert rolling_windows(tokens, 0, max_length) == theirs, (n, max_length)
+    tokens = list(range(100, 140))
+    assert rolling_windows(tokens, 0, 7) != [make_disjoint_window(w) for w in
+                                             get_rolling_token_windows(tokens, 0, 8, 1)]
+
+
+def _close(a: float, b: float, rel: float = 1e-4, nats: float = 1e-4) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=nats)
+
+
+def _loglik(value) -> float:
+    """A log-likelihood as a samples line holds it: a number, "(ll, flag)" text, or a list of either."""
+    while isinstance(value, list):
+        value = value[0]
+    text = str(value).strip("()[] ")
+    return float(text.split(",")[0])
+
+
+@pytest.fixture()
+def offline(tmp_path, monkeypatch):
+    for key, value in {**OFFLINE, "HF_DATASETS_CACHE": str(tmp_path / "hf")}.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.mark.slow
+def test_every_output_type_item_by_item_as_lm_eval(infra, kept_actors, tmp_path, offline, capsys):
+    from certeval.backends.smollm import ensure_converted
+
+    folder = tmp_path / "tasks"
+    paths = write_output_tasks(folder)
+    lm_out = tmp_path / "lm_eval.json"
+    subprocess.run([sys.executable, "-c", RUNNER, str(folder), str(ensure_converted()), str(MAX_LENGTH),
+                    str(lm_out), ",".join(TASKS)], check=True, timeout=600, env={**os.environ},
+                   capture_output=True, text=True)
+    lm = json.loads(lm_out.read_text())
+    theirs = {name: {(s["doc_id"], s.get("filter", "none")): s for s in lm["samples"][name]} for name in TASKS}
+    runs = tmp_path / "runs"
+    kept_actors()
+    ours = {}
+    for name in TASKS:
+        rc = main(["certify", "--model", f"hf:bundled:smollm2?max_length={MAX_LENGTH}", "--tasks", paths[name],
+                   "--goal", "halfwidth:0.0001", "--batch-size", "8", "--run-id", name, "--output", str(runs),
+                   "--ray-address", infra, "--log_samples"])
+        out = capsys.readouterr()
+        assert rc in (0, 1), out.err
+        results = json.loads((runs / name / "results.json").read_text())
+        lines = [json.loads(text) for text in
+                 next((runs / name / "samples").rglob("samples_*.jsonl")).read_text().splitlines()]
+        ours[name] = (results, {(line["doc_id"], line["filter"]): line for line in lines})
+        assert set(ours[name][1]) == set(theirs[name]), name  # every doc, every filter: a line each
+
+    # LAMBADA-style: acc is is_greedy, certified; perplexity is lm-eval's aggregate, reported uncertified
+    results, lines = ours["conf_lambada"]
+    for key, line in lines.items():
+        assert line["acc"] == theirs["conf_lambada"][key]["acc"]
+        assert _close(line["perplexity"], theirs["conf_lambada"][key]["perplexity"])
+    model = results["models"][0]
+    assert model["metric"] == "acc,none"
+    assert model["mean"] == pytest.approx(lm["results"]["conf_lambada"]["acc,none"], abs=1e-12)
+    assert model["lower"] == model["upper"] == model["mean"]  # every doc scored: the bank's own value
+    ppl = model["metrics_uncertified"]["perplexity,none"]
+    assert _close(ppl["value"], lm["results"]["conf_lambada"]["perplexity,none"], nats=0) and not ppl["certified"]
+    assert 0 < model["mean"] < 1  # some greedy and some not: the check can fail
+
+    # perplexity: each doc's rolling log-likelihood, and lm-eval's three corpus ratios
+    results, lines = ours["conf_ppl"]
+    for key, line in lines.items():
+        mine, their = line["word_perplexity"], theirs["conf_ppl"][key]["word_perplexity"]
+        assert _close(mine[0], _loglik(their[0]), rel=0) and mine[1] == their[1]
+        assert line["bits_per_byte"][1] == theirs["conf_ppl"][key]["bits_per_byte"][1]
+    model = results["models"][0]
+    for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+        value = model["metrics_uncertified"][f"{metric},none"]["value"]
+        assert _close(value, lm["results"]["conf_ppl"][f"{metric},none"], nats=0), metric
+    assert model["metric"] == "byte_likelihood,none"  # certeval's own certified quantity, named as such
+
+    # Winogrande-style: one continuation after each context; acc and acc_norm per doc
+    results, lines = ours["conf_wino"]
+    for key, line in lines.items():
+        their = theirs["conf_wino"][key]
+        assert (line["acc"], line["acc_norm"]) == (their["acc"], their["acc_norm"]), key
+        for mine, other in zip(line["resps"], their["resps"]):
+            assert _close(_loglik(mine), _loglik(other), rel=0)
+    assert results["models"][0]["mean"] == pytest.approx(lm["results"]["conf_wino"]["acc,none"], abs=1e-12)
+    assert results["models"][0]["metrics"]["acc_norm,none"]["mean"] == pytest.approx(
+        lm["results"]["conf_wino"]["acc_norm,none"], abs=1e-12)
+
+    # generation, two filters: a line per doc and filter, each filter's exact_match equal, both certified
+    results, lines = ours["tiny_gen"]
+    for key, line in lines.items():
+        their = theirs["tiny_gen"][key]
+        assert line["exact_match"] == their["exact_match"], key
+        assert line["filtered_resps"] == [str(their["filtered_resps"][0])], key
+    model = results["models"][0]
+    for filt in ("strict-match", "flexible-extract"):
+        entry = model if model["metric"] == f"exact_match,{filt}" else model["metrics"][f"exact_match,{filt}"]
+        assert entry["mean"] == pytest.approx(lm["results"]["tiny_gen"][f"exact_match,{filt}"], abs=1e-12)
+        assert entry["lower"] <= entry["mean"] <= entry["upper"]
