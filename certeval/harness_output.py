@@ -42,7 +42,8 @@ def model_config(spec_text: str) -> dict[str, Any]:
 
 
 SCORER_METRICS = {"mc-loglik": "acc", "mc-loglik-norm": "acc_norm", "exact": "exact_match",
-                  "greedy": "acc", "byte-likelihood": "byte_likelihood"}
+                  "greedy": "acc", "byte-likelihood": "byte_likelihood",
+                  "lm-eval-task": "first_metric"}  # a mixed run: each item by its own task's first metric
 
 
 def metric_name(scorer: str | None) -> str:
@@ -270,34 +271,39 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
     listed = {meta["task"]: [m["metric"] for m in meta["metrics"]] for meta in task_metas(bank_frame)}
     for model, group in rounds.groupby("model", sort=False) if len(rounds) else []:
         others = _other_item_scores(entries.get(str(model)), group, bank_frame, filt)
-        names = [metric, *others]
-        lines: list[str] = []
-        by_filter: dict[str, list[str]] = {}  # a generation task's other filters: their lines after the run's
+        per_task = _task_item_scores(entries.get(str(model)), group, bank_frame)  # a mixed run's, by task
+        files: dict[str, list[str]] = {}
+        by_filter: dict[tuple[str, str], list[str]] = {}  # a generation task's other filters: after the run's
         for row in group.sort_values("round", kind="stable").itertuples(index=False):
             item_id = str(row.item_id)
             bank_row = docs.get(item_id, {"item_id": item_id})
+            file_task = str(bank_row.get("subset")) if per_task else task
+            line_filt, scores = per_task.get(file_task, (filt, others))
+            names = [metric, *scores]
             doc, target = _doc_and_target(bank_row)
             task_doc = _lm_eval_doc(bank_row)
-            resps, kept = _responses(bank_row, getattr(row, "output", None), getattr(row, RESPS, None), filt)
+            resps, kept = _responses(bank_row, getattr(row, "output", None), getattr(row, RESPS, None), line_filt)
             arguments = _arguments(bank_row)
             first = (arguments.get("gen_args_0") or {}).get("arg_0")
             line = {
                 "doc_id": task_doc["doc_id"] if task_doc else position.get(item_id, item_id), "doc": doc,
-                "target": target, "arguments": arguments, "resps": resps, "filtered_resps": kept, "filter": filt,
+                "target": target, "arguments": arguments, "resps": resps, "filtered_resps": kept, "filter": line_filt,
                 "metrics": names,
                 "doc_hash": _hash(json.dumps(doc, indent=2, default=str, ensure_ascii=False)),
                 "prompt_hash": _hash(first) if isinstance(first, str) else None, "target_hash": _hash(str(target)),
-                metric: float(row.score), **{name: scores[item_id] for name, scores in others.items()},
+                metric: float(row.score), **{name: values[item_id] for name, values in scores.items()},
                 **_uncertified_values(bank_row, getattr(row, RESPS, None), listed.get(str(bank_row.get("subset")))),
                 "item_id": item_id, "round": int(row.round),
                 "prob": None if getattr(row, "prob", None) is None else float(row.prob)}
-            lines.append(dumps(line, indent=None).decode())
+            files.setdefault(file_task, []).append(dumps(line, indent=None).decode())
             for other in _other_filter_lines(line, bank_row, getattr(row, "output", None)):
-                by_filter.setdefault(other["filter"], []).append(dumps(other, indent=None).decode())
-        lines += [line for name in by_filter for line in by_filter[name]]
-        rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"
-        folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
-        written.append(folder.url(rel))
+                by_filter.setdefault((file_task, other["filter"]), []).append(dumps(other, indent=None).decode())
+        for (file_task, _), more in by_filter.items():
+            files[file_task] += more
+        for file_task, lines in files.items():  # one file per task, as lm-eval writes them
+            rel = f"samples/{safe_name(str(model))}/samples_{file_task}_{stamp}.jsonl"
+            folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
+            written.append(folder.url(rel))
         block = (results.get("lm_eval") or {}).get(str(model))
         if block is not None:
             folder.write_bytes(f"samples/{safe_name(str(model))}/results_{stamp}.json", dumps(block))
@@ -318,6 +324,30 @@ def _other_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.D
         scores = item_scores((name, other_filter), group, bank_frame, kind)
         if isinstance(scores, dict):
             out[name] = scores
+    return out
+
+
+def _task_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.DataFrame | None
+                      ) -> dict[str, tuple[str, dict[str, dict[str, float]]]]:
+    """A mixed run's lines per task: ``{task: (its first filter, {metric: {item_id: value}})}`` for the certified
+    metrics of that filter in results.json's ``task_metrics``; empty for any other run."""
+    if not entry or not entry.get("task_metrics") or bank_frame is None:
+        return {}
+    subsets = bank_frame.set_index(bank_frame["item_id"].astype(str))["subset"].astype(str)
+    tasks = group["item_id"].astype(str).map(subsets)
+    out = {}
+    for task, metrics in entry["task_metrics"].items():
+        keys = [key.partition(",") for key in metrics]
+        first = keys[0][2] if keys else FILTER
+        mine = group[tasks == task]
+        kind = "generate" if RESPS not in mine.columns or mine[RESPS].isna().all() else "loglik"
+        scores = {}
+        for name, _, filt in keys:
+            if filt == first and metrics[f"{name},{filt}"].get("certified") and len(mine):
+                values = item_scores((name, filt), mine, bank_frame, kind)
+                if isinstance(values, dict):
+                    scores[name] = values
+        out[task] = (first, scores)
     return out
 
 

@@ -117,6 +117,8 @@ def listed_pairs(frame: pd.DataFrame | None, primary: Pair, kind: str) -> tuple[
                                           f"({', '.join(LOGLIK_METRICS)} are)")
             else:
                 given.append((metric, filt))
+    elif kind == "mixed":  # tasks of several output types: their metrics per task (tasks.results._task_metrics)
+        pass
     elif frame is not None and SCORING in frame.columns and len(frame):
         judged = [pairs(row) for row in frame[[SCORING]].drop_duplicates().to_dict("records")]
         common_pairs = [p for p in judged[0] if all(p in other for other in judged[1:])]

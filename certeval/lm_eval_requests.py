@@ -169,3 +169,61 @@ def uncertified_metrics(rounds: Any, frame: Any) -> dict[str, dict[str, Any]]:
             out[f"{metric},none"] = {"value": aggregate(metric, values), "n_scored": len(values), "certified": False,
                                      "why": UNCERTIFIED[metric]}
     return out
+
+
+# ---------------------------------------------------------------------------------------- tasks of mixed types
+
+MIXED_SCORER = "lm-eval-task"  # each item judged by its own task's first metric: a run over mixed output types
+FIRST_METRIC_SCORERS = {"acc": "mc-loglik", "acc_norm": "mc-loglik-norm"}  # multiple choice: metric -> judge
+TYPE_SCORERS = {LOGLIKELIHOOD: "greedy", ROLLING: "byte-likelihood", "generate_until": "lm-eval"}
+
+
+def meta_scorer(meta: dict[str, Any]) -> str | None:
+    """The judge of a task's first metric (:func:`certeval.lm_eval_metrics.task_metas`' entry): acc (is_greedy) of
+    a loglikelihood task, certeval's byte likelihood of a rolling one, the task's first metric and filter of a
+    generation task (``lm-eval``), acc / acc_norm of multiple choice; None for another first metric (certeval's
+    default judge then: acc)."""
+    if meta["output_type"] in TYPE_SCORERS:
+        return TYPE_SCORERS[meta["output_type"]]
+    first = [m["metric"] for m in meta["metrics"]][:1]
+    return FIRST_METRIC_SCORERS.get(first[0]) if first else None
+
+
+JUDGE = "lm_eval_judge"  # bank column of tasks of several output types: the judge of the item's task's first metric
+
+
+def mark_judges(items: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) -> None:
+    """Each item of tasks of several output types names its own task's judge (:func:`meta_scorer`, the first
+    metric and filter for generation), so a host asks and judges it as its task does; ``metas`` by task name."""
+    from .lm_eval_scoring import SCORING, qualified
+
+    if len({meta["output_type"] for meta in metas.values()}) < 2:
+        return
+    for item in items:
+        name = meta_scorer(metas[item["subset"]]) or "mc-loglik"
+        item[JUDGE] = qualified(name, str(item[SCORING])) if name == "lm-eval" else name
+
+
+def item_scorer_name(item: dict[str, Any]) -> str:
+    """The judge of one item of a mixed run: its own task's (:func:`mark_judges`)."""
+    name = item.get(JUDGE)
+    if _missing(name) or not name:
+        raise InputError(f"item {item.get('item_id')!r}: scorer {MIXED_SCORER!r} judges items of lm-eval tasks "
+                         "of several output types (--tasks) by their own task's first metric; this one has none")
+    return str(name)
+
+
+def check_mixed_scorer(frame: Any, scorer: str | None, bank: Any) -> None:
+    """A bank whose tasks need different judges runs only with :data:`MIXED_SCORER`; that scorer only on such a
+    bank's items (InputError naming the scorer and the tasks' output types)."""
+    from .lm_eval_metrics import task_metas
+
+    metas = task_metas(frame)
+    kinds = sorted({meta["output_type"] for meta in metas})
+    if len(kinds) > 1 and scorer not in (None, "", "auto", MIXED_SCORER):
+        raise InputError(f"--scorer {scorer!r}: bank {bank!r} holds tasks of several output types "
+                         f"({', '.join(kinds)}); each is judged by its own task's first metric (--scorer "
+                         f"{MIXED_SCORER}, the default), every listed metric reported per task")
+    if scorer == MIXED_SCORER and not metas:
+        raise InputError(f"--scorer {MIXED_SCORER!r} judges items of lm-eval tasks (--tasks); bank {bank!r} holds "
+                         "none")

@@ -283,7 +283,7 @@ def load_task_items(location: str) -> pd.DataFrame:
 
 
 def _load_items(manager, names: list[str], where: str, value: str, shots: int | None) -> pd.DataFrame:
-    from .lm_eval_requests import request_item
+    from .lm_eval_requests import mark_judges, request_item
     from .lm_eval_scoring import item_fields, task_scoring
     from .readers import GENERATE_UNTIL, _lm_eval_item
 
@@ -316,9 +316,7 @@ def _load_items(manager, names: list[str], where: str, value: str, shots: int | 
             for item, rec in zip(mine, records):
                 item.update(item_fields(task, name, scoring, rec["doc"], rec["arguments"][0][1]))
         items += mine
-    if len({GENERATE_UNTIL in item for item in items}) > 1:
-        raise InputError(f"{where} mixes multiple-choice and generation tasks; one bank is scored one way: run them "
-                         "separately")
+    mark_judges(items, {name: task_meta(task, name) for name, task in tasks.items()})
     frame = pd.DataFrame(items)
     aggregate = _group_aggregate(loaded.get("groups") or {})
     if aggregate is not None:

@@ -15,11 +15,10 @@ import sys
 import textwrap
 
 import pytest
+from lm_eval_outputs_support import write_output_tasks
 
 from certeval.backends.hf_rolling import rolling_windows
 from certeval.cli import main
-
-from lm_eval_outputs_support import write_output_tasks
 
 pytest.importorskip("lm_eval")
 
@@ -78,11 +77,14 @@ def offline(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_every_output_type_item_by_item_as_lm_eval(infra, kept_actors, tmp_path, offline, capsys):
+def test_every_output_type_item_by_item_as_lm_eval_in_one_mixed_run(infra, kept_actors, tmp_path, offline, capsys):
+    """One lm-eval run and one certeval run over the four tasks together (``--tasks A,B,C,D --include_path``):
+    each item asked and judged as its own task's, a samples file per task with a line per doc (and per filter), every
+    per-item metric equal to lm-eval's and certified per task, lm-eval's perplexities reported (not certified)."""
     from certeval.backends.smollm import ensure_converted
 
     folder = tmp_path / "tasks"
-    paths = write_output_tasks(folder)
+    write_output_tasks(folder)
     lm_out = tmp_path / "lm_eval.json"
     subprocess.run([sys.executable, "-c", RUNNER, str(folder), str(ensure_converted()), str(MAX_LENGTH),
                     str(lm_out), ",".join(TASKS)], check=True, timeout=600, env={**os.environ},
@@ -91,63 +93,59 @@ def test_every_output_type_item_by_item_as_lm_eval(infra, kept_actors, tmp_path,
     theirs = {name: {(s["doc_id"], s.get("filter", "none")): s for s in lm["samples"][name]} for name in TASKS}
     runs = tmp_path / "runs"
     kept_actors()
-    ours = {}
+    rc = main(["certify", "--model", f"hf:bundled:smollm2?max_length={MAX_LENGTH}", "--tasks", ",".join(TASKS),
+               "--include_path", str(folder), "--goal", "halfwidth:0.0001", "--batch-size", "13", "--run-id", "mixed",
+               "--output", str(runs), "--ray-address", infra, "--log_samples"])
+    out = capsys.readouterr()
+    assert rc in (0, 1), out.err
+    results = json.loads((runs / "mixed" / "results.json").read_text())
+    model = results["models"][0]
+    assert model["metric"] == "first_metric,none" and model["n_scored"] == 8 + 6 + 6 + 6
+    per_task = model["task_metrics"]
+    lines = {}
     for name in TASKS:
-        rc = main(["certify", "--model", f"hf:bundled:smollm2?max_length={MAX_LENGTH}", "--tasks", paths[name],
-                   "--goal", "halfwidth:0.0001", "--batch-size", "8", "--run-id", name, "--output", str(runs),
-                   "--ray-address", infra, "--log_samples"])
-        out = capsys.readouterr()
-        assert rc in (0, 1), out.err
-        results = json.loads((runs / name / "results.json").read_text())
-        lines = [json.loads(text) for text in
-                 next((runs / name / "samples").rglob("samples_*.jsonl")).read_text().splitlines()]
-        ours[name] = (results, {(line["doc_id"], line["filter"]): line for line in lines})
-        assert set(ours[name][1]) == set(theirs[name]), name  # every doc, every filter: a line each
+        path = next((runs / "mixed" / "samples").rglob(f"samples_{name}_*.jsonl"))
+        lines[name] = {(line["doc_id"], line["filter"]): line for line in map(json.loads, path.read_text().splitlines())}
+        assert set(lines[name]) == set(theirs[name]), name  # every doc, every filter: a line each
+
+    def certified(task: str, key: str, expected: float) -> None:
+        entry = per_task[task][key]
+        assert entry["certified"] and entry["mean"] == pytest.approx(expected, abs=1e-12), (task, key)
+        assert entry["lower"] <= entry["mean"] + 1e-9 and entry["mean"] - 1e-9 <= entry["upper"], (task, key)
 
     # LAMBADA-style: acc is is_greedy, certified; perplexity is lm-eval's aggregate, reported uncertified
-    results, lines = ours["conf_lambada"]
-    for key, line in lines.items():
+    for key, line in lines["conf_lambada"].items():
         assert line["acc"] == theirs["conf_lambada"][key]["acc"]
         assert _close(line["perplexity"], theirs["conf_lambada"][key]["perplexity"])
-    model = results["models"][0]
-    assert model["metric"] == "acc,none"
-    assert model["mean"] == pytest.approx(lm["results"]["conf_lambada"]["acc,none"], abs=1e-12)
-    assert model["lower"] == model["upper"] == model["mean"]  # every doc scored: the bank's own value
+    certified("conf_lambada", "acc,none", lm["results"]["conf_lambada"]["acc,none"])
+    assert 0 < per_task["conf_lambada"]["acc,none"]["mean"] < 1  # some greedy and some not: the check can fail
     ppl = model["metrics_uncertified"]["perplexity,none"]
     assert _close(ppl["value"], lm["results"]["conf_lambada"]["perplexity,none"], nats=0) and not ppl["certified"]
-    assert 0 < model["mean"] < 1  # some greedy and some not: the check can fail
+    assert not per_task["conf_lambada"]["perplexity,none"]["certified"]
 
-    # perplexity: each doc's rolling log-likelihood, and lm-eval's three corpus ratios
-    results, lines = ours["conf_ppl"]
-    for key, line in lines.items():
+    # perplexity: each doc's rolling log-likelihood (several windows for the longer texts), lm-eval's three ratios
+    for key, line in lines["conf_ppl"].items():
         mine, their = line["word_perplexity"], theirs["conf_ppl"][key]["word_perplexity"]
         assert _close(mine[0], _loglik(their[0]), rel=0) and mine[1] == their[1]
         assert line["bits_per_byte"][1] == theirs["conf_ppl"][key]["bits_per_byte"][1]
-    model = results["models"][0]
     for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
         value = model["metrics_uncertified"][f"{metric},none"]["value"]
         assert _close(value, lm["results"]["conf_ppl"][f"{metric},none"], nats=0), metric
-    assert model["metric"] == "byte_likelihood,none"  # certeval's own certified quantity, named as such
+    assert per_task["conf_ppl"]["byte_likelihood,none"]["certified"]  # certeval's own quantity, named as such
 
     # Winogrande-style: one continuation after each context; acc and acc_norm per doc
-    results, lines = ours["conf_wino"]
-    for key, line in lines.items():
+    for key, line in lines["conf_wino"].items():
         their = theirs["conf_wino"][key]
         assert (line["acc"], line["acc_norm"]) == (their["acc"], their["acc_norm"]), key
         for mine, other in zip(line["resps"], their["resps"]):
             assert _close(_loglik(mine), _loglik(other), rel=0)
-    assert results["models"][0]["mean"] == pytest.approx(lm["results"]["conf_wino"]["acc,none"], abs=1e-12)
-    assert results["models"][0]["metrics"]["acc_norm,none"]["mean"] == pytest.approx(
-        lm["results"]["conf_wino"]["acc_norm,none"], abs=1e-12)
+    for metric in ("acc", "acc_norm"):
+        certified("conf_wino", f"{metric},none", lm["results"]["conf_wino"][f"{metric},none"])
 
-    # generation, two filters: a line per doc and filter, each filter's exact_match equal, both certified
-    results, lines = ours["tiny_gen"]
-    for key, line in lines.items():
+    # generation, two filters: a line per doc and filter, each filter's exact_match equal and certified
+    for key, line in lines["tiny_gen"].items():
         their = theirs["tiny_gen"][key]
         assert line["exact_match"] == their["exact_match"], key
         assert line["filtered_resps"] == [str(their["filtered_resps"][0])], key
-    model = results["models"][0]
     for filt in ("strict-match", "flexible-extract"):
-        entry = model if model["metric"] == f"exact_match,{filt}" else model["metrics"][f"exact_match,{filt}"]
-        assert entry["mean"] == pytest.approx(lm["results"]["tiny_gen"][f"exact_match,{filt}"], abs=1e-12)
-        assert entry["lower"] <= entry["mean"] <= entry["upper"]
+        certified("tiny_gen", f"exact_match,{filt}", lm["results"]["tiny_gen"][f"exact_match,{filt}"])

@@ -284,6 +284,22 @@ class HFHost(ModelHost):
             return []
         t0 = time.perf_counter()
         scorer = self.scorer_for(items)
+        if scorer.kind == sc.MIXED:  # tasks of several output types: each item asked and judged as its task's
+            return self._score_by_task(items)
+        return self._score_with(scorer, items, t0)
+
+    def _score_by_task(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        groups: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            groups.setdefault(sc.item_scorer(item).name, []).append(i)
+        out: list[dict[str, Any]] = [{}] * len(items)
+        for name, members in groups.items():
+            for i, row in zip(members, self._score_with(sc.get_scorer(name, allow_import=False),
+                                                        [items[i] for i in members], time.perf_counter())):
+                out[i] = row
+        return out
+
+    def _score_with(self, scorer: sc.Scorer, items: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
         for item in items:
             scorer.check_item(item)
         if scorer.kind == sc.LOGLIK:

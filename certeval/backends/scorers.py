@@ -42,6 +42,7 @@ from ..estimators._validation import InputError
 
 LOGLIK = "loglik"
 GENERATE = "generate"
+MIXED = "mixed"  # each item judged by its own lm-eval task's judge (a run over tasks of several output types)
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,19 @@ def _judge_byte_likelihood(resps: Sequence[Sequence[Any]], item: dict[str, Any])
     return float(per_doc_value("byte_likelihood", [list(r) for r in resps], item))
 
 
+def item_scorer(item: dict[str, Any]) -> Scorer:
+    """The judge of one item of a run over lm-eval tasks of several output types: its own task's
+    (:func:`certeval.lm_eval_requests.item_scorer_name`)."""
+    from ..lm_eval_requests import item_scorer_name
+
+    return get_scorer(item_scorer_name(item), allow_import=False)
+
+
+def _judge_by_task(output: Any, item: dict[str, Any]) -> float:
+    # ``output`` is what the item's own judge takes (the host asks each item as its own task does)
+    return item_scorer(item).judge(output, item)
+
+
 _TEXT = ("question", "prompt")
 _ANSWERS = ("answers", "aliases", "answer")
 BUILTIN: dict[str, Scorer] = {
@@ -303,6 +317,8 @@ def get_scorer(name: str, *, allow_import: bool = True) -> Scorer:
         raise InputError(f"scorer must be a name ({', '.join(BUILTIN)}) or package.module:function, got {name!r}")
     if name in BUILTIN:
         return BUILTIN[name]
+    if name == "lm-eval-task":
+        return Scorer(name, MIXED, _judge_by_task, (("lm_eval_judge",),))
     if lm_eval_scoring.is_lm_eval_scorer(name):
         judge_fn, required = lm_eval_scoring.scorer_parts(name)
         return Scorer(name, GENERATE, judge_fn, required)
