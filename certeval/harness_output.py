@@ -256,8 +256,9 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
     ``round`` and ``prob`` (selection probability). Beside them ``results_<stamp>.json``, the model's lm-eval
     results file (each certified interval as ``<metric>_ci_lower`` / ``_ci_upper``), so each folder is what
     ``lm_eval --output_path … --log_samples`` writes. The files read back as scores and history (lm-eval's layout:
-    the folder names the model; the first metric is the run's). One line per item: a generation task's other
-    filters are in the results file, not in lines of their own as lm-eval writes them."""
+    the folder names the model; the first metric is the run's). A generation task's other filters get a line per
+    item each, after the run's filter's lines, as lm-eval writes a line per (doc, filter); a run over tasks of
+    several output types writes a file per task, each line with its task's metrics."""
     task = str(results["task"])
     metric, filt = results_metric_key(results)
     entries = {str(m.get("model")): m for m in results.get("models") or []}

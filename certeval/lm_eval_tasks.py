@@ -11,7 +11,9 @@ doc keeps lm-eval's exact context as ``prompt``, its choices and the gold, so ``
 are lm-eval's ``acc`` / ``acc_norm`` on the same requests; item ids are ``<task>/<doc_id>``, as in lm-eval's
 samples. A ``generate_until`` doc keeps its context, its request's generation settings and the task's filters,
 metrics and gold as data (:mod:`certeval.lm_eval_scoring`), so the ``lm-eval`` scorer generates and judges it as
-lm-eval does; any other request type is refused in one line. Every item also keeps what lm-eval's outputs say of
+lm-eval does. A ``loglikelihood`` (LAMBADA), ``loglikelihood_rolling`` (perplexity) or Winogrande-style doc (several
+contexts, one continuation) keeps lm-eval's own requests (:mod:`certeval.lm_eval_requests`); tasks of several output
+types make one bank whose items each name their task's judge. Every item also keeps what lm-eval's outputs say of
 it: its task's version, ``num_fewshot``, ``output_type``, listed metrics and config (column ``lm_eval_task``), and
 its dataset row and target (``lm_eval_doc``), so results and samples carry them as ``lm_eval`` writes them
 (:mod:`certeval.harness_output`).

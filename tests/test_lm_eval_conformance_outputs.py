@@ -58,6 +58,52 @@ def test_rolling_windows_are_lm_evals():
                                              get_rolling_token_windows(tokens, 0, 8, 1)]
 
 
+def test_uncertified_aggregates_are_lm_evals():
+    """lm-eval's own aggregation functions on the same per-doc values (a second method), and a swapped pair (the
+    broken control: words for bytes) differs."""
+    import random
+
+    from lm_eval.api.metrics import bits_per_byte, perplexity, weighted_perplexity
+
+    from certeval.lm_eval_requests import aggregate
+
+    rng = random.Random(3)
+    pairs = [[-rng.uniform(1, 200), rng.randint(1, 60)] for _ in range(9)]
+    lls = [p[0] for p in pairs]
+    assert math.isclose(aggregate("perplexity", lls), perplexity(lls), rel_tol=1e-12)
+    assert math.isclose(aggregate("word_perplexity", pairs), weighted_perplexity(pairs), rel_tol=1e-12)
+    assert math.isclose(aggregate("byte_perplexity", pairs), weighted_perplexity(pairs), rel_tol=1e-12)
+    assert math.isclose(aggregate("bits_per_byte", pairs), bits_per_byte(pairs), rel_tol=1e-12)
+    assert not math.isclose(aggregate("bits_per_byte", pairs), bits_per_byte([[a, b + 1] for a, b in pairs]),
+                            rel_tol=1e-6)
+
+
+def test_each_output_type_gets_its_judge_and_a_mixed_bank_refuses_another_scorer(tmp_path, offline, capsys):
+    """The judge a run stops on by default, per output type; tasks of several types together: each item names its
+    own task's judge, and a scorer that could judge only some of them is refused in one line, before anything starts
+    or is written."""
+    from certeval.lm_eval_requests import JUDGE
+    from certeval.lm_eval_tasks import load_task_items
+    from certeval.tasks.plan import task_scorer
+
+    folder = tmp_path / "tasks"
+    paths = write_output_tasks(folder)
+    expected = {"conf_lambada": "greedy", "conf_ppl": "byte-likelihood", "conf_wino": "mc-loglik", "tiny_gen": "lm-eval"}
+    for name, judge in expected.items():
+        frame = load_task_items(paths[name])
+        assert task_scorer(frame) == judge and JUDGE not in frame.columns, name
+    frame = load_task_items(f"lm-eval:{','.join(TASKS)}?include_path={folder}")
+    assert task_scorer(frame) == "lm-eval-task"
+    judges = dict(zip(frame["item_id"], frame[JUDGE]))
+    assert judges["conf_lambada/0"] == "greedy" and judges["conf_wino/0"] == "mc-loglik"
+    assert judges["tiny_gen/0"] == "lm-eval:exact_match,strict-match"
+    rc = main(["certify", "--model", "hf:bundled:smollm2", "--tasks", ",".join(TASKS), "--include_path", str(folder),
+               "--scorer", "mc-loglik", "--goal", "halfwidth:0.1", "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "several output types" in err and "'mc-loglik'" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
 def _close(a: float, b: float, rel: float = 1e-4, nats: float = 1e-4) -> bool:
     return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=nats)
 

@@ -16,7 +16,9 @@ sequence), ``batch`` rows a forward pass, longest first. What cannot be packed (
 model's limit, a model that attends differently) is scored one row per pair, left-padded so the continuation sits at
 the end of every row, with only the last ``max continuation`` positions' logits materialised (``logits_to_keep``);
 there the choices of a question that differ only in their last token (one-token answers) share one forward pass, as
-in lm-eval's hf model. Open questions: batched greedy generation, stopped at the
+in lm-eval's hf model. An lm-eval task's own requests (a LAMBADA pair, Winogrande's several contexts) are scored
+the same way; a perplexity doc's text in lm-eval's rolling windows (:mod:`certeval.backends.hf_rolling`); a run over
+tasks of several output types asks each item as its own task does. Open questions: batched greedy generation, stopped at the
 first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model.
 """
 

@@ -7,6 +7,12 @@ Two kinds, chosen by name (``--scorer`` / the model spec option ``?scorer=``):
                     summed log-probability is ``answer`` (lm-eval-harness ``acc``).
 ``mc-loglik-norm``  the same with log-probability divided by the choice's length in bytes
                     (lm-eval-harness ``acc_norm``).
+``greedy``          an lm-eval ``loglikelihood`` doc (LAMBADA): 1 when its continuation is the greedy one
+                    (lm-eval's ``acc`` of such a task).
+``byte-likelihood`` an lm-eval ``loglikelihood_rolling`` doc: exp(loglik / bytes), certeval's per-doc quantity
+                    in (0, 1] (lm-eval's perplexities are corpus ratios: :mod:`certeval.lm_eval_requests`).
+``lm-eval-task``    items of lm-eval tasks of several output types: each asked and judged as its own task's
+                    first metric.
 ``exact``           greedy generation; 1 when the stripped answer equals an alias exactly.
 ``normalized``      greedy generation; 1 when the answer equals an alias after lower-casing and
                     removing punctuation, articles (a, an, the) and extra whitespace
