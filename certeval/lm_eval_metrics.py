@@ -25,12 +25,13 @@ simultaneous claim.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .lm_eval_requests import LOGLIKELIHOOD, ROLLING, UNCERTIFIED, output_type, per_doc_value
+from .lm_eval_requests import LOGLIKELIHOOD, REQUESTS, ROLLING, UNCERTIFIED, aggregate, output_type, per_doc_value
 
 RESPS = "resps"  # rounds column: JSON of lm-eval's responses to a log-likelihood item, [[loglik, is_greedy], ...]
 _PACKED = "\x00certeval-resps\x00"  # a score cache's output that carries the item's resps too
@@ -154,6 +155,30 @@ def item_scores(pair: Pair, rounds: pd.DataFrame, frame: pd.DataFrame, kind: str
         else:
             score = judge(str(value), item, pair)
         out[item_id] = float(score)
+    return out
+
+
+def uncertified_metrics(rounds: Any, frame: Any) -> dict[str, dict[str, Any]]:
+    """lm-eval's aggregates of the metrics certeval reports but does not certify (``lm_eval_requests.UNCERTIFIED``)
+    over one model's scored docs (``rounds``: item_id, resps), for the metrics the bank's tasks list:
+    ``{"<metric>,none": {"value", "n_scored", "certified": False, "why"}}``; the corpus's own value when every doc
+    was scored."""
+    if frame is None or REQUESTS not in frame.columns or RESPS not in rounds.columns or not len(rounds):
+        return {}
+    listed = [m["metric"] for meta in task_metas(frame) for m in meta["metrics"] if m["metric"] in UNCERTIFIED]
+    rows = frame.set_index(frame["item_id"].astype(str))
+    out = {}
+    for metric in dict.fromkeys(listed):
+        values = []
+        for item_id, resps in zip(rounds["item_id"].astype(str), rounds[RESPS]):
+            if resps is None or (isinstance(resps, float) and math.isnan(resps)) or item_id not in rows.index:
+                continue
+            value = per_doc_value(metric, json.loads(resps), rows.loc[item_id].to_dict())
+            if value is not None:
+                values.append(value)
+        if values:
+            out[f"{metric},none"] = {"value": aggregate(metric, values), "n_scored": len(values), "certified": False,
+                                     "why": UNCERTIFIED[metric]}
     return out
 
 

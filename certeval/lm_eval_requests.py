@@ -146,31 +146,6 @@ def aggregate(metric: str, values: list[Any]) -> float:
     return -total / math.log(2) if metric == "bits_per_byte" else math.exp(-total)
 
 
-def uncertified_metrics(rounds: Any, frame: Any) -> dict[str, dict[str, Any]]:
-    """lm-eval's aggregates of the metrics certeval reports but does not certify (:data:`UNCERTIFIED`) over one
-    model's scored docs (``rounds``: item_id, resps), for the metrics the bank's tasks list: ``{"<metric>,none":
-    {"value", "n_scored", "certified": False, "why"}}``; the corpus's own value when every doc was scored."""
-    from .lm_eval_metrics import RESPS, task_metas
-
-    if frame is None or REQUESTS not in frame.columns or RESPS not in rounds.columns or not len(rounds):
-        return {}
-    listed = [m["metric"] for meta in task_metas(frame) for m in meta["metrics"] if m["metric"] in UNCERTIFIED]
-    rows = frame.set_index(frame["item_id"].astype(str))
-    out = {}
-    for metric in dict.fromkeys(listed):
-        values = []
-        for item_id, resps in zip(rounds["item_id"].astype(str), rounds[RESPS]):
-            if _missing(resps) or item_id not in rows.index:
-                continue
-            value = per_doc_value(metric, json.loads(resps), rows.loc[item_id].to_dict())
-            if value is not None:
-                values.append(value)
-        if values:
-            out[f"{metric},none"] = {"value": aggregate(metric, values), "n_scored": len(values), "certified": False,
-                                     "why": UNCERTIFIED[metric]}
-    return out
-
-
 # ---------------------------------------------------------------------------------------- tasks of mixed types
 
 MIXED_SCORER = "lm-eval-task"  # each item judged by its own task's first metric: a run over mixed output types
@@ -213,12 +188,10 @@ def item_scorer_name(item: dict[str, Any]) -> str:
     return str(name)
 
 
-def check_mixed_scorer(frame: Any, scorer: str | None, bank: Any) -> None:
-    """A bank whose tasks need different judges runs only with :data:`MIXED_SCORER`; that scorer only on such a
-    bank's items (InputError naming the scorer and the tasks' output types)."""
-    from .lm_eval_metrics import task_metas
-
-    metas = task_metas(frame)
+def check_mixed_scorer(metas: list[dict[str, Any]], scorer: str | None, bank: Any) -> None:
+    """A bank whose tasks (``metas``: :func:`certeval.lm_eval_metrics.task_metas`) need different judges runs only
+    with :data:`MIXED_SCORER`; that scorer only on such a bank's items (InputError naming the scorer and the tasks'
+    output types)."""
     kinds = sorted({meta["output_type"] for meta in metas})
     if len(kinds) > 1 and scorer not in (None, "", "auto", MIXED_SCORER):
         raise InputError(f"--scorer {scorer!r}: bank {bank!r} holds tasks of several output types "
@@ -227,3 +200,16 @@ def check_mixed_scorer(frame: Any, scorer: str | None, bank: Any) -> None:
     if scorer == MIXED_SCORER and not metas:
         raise InputError(f"--scorer {MIXED_SCORER!r} judges items of lm-eval tasks (--tasks); bank {bank!r} holds "
                          "none")
+
+
+def check_hosts(frame: Any, scorer: str | None, specs: Any) -> None:
+    """An lm-eval task's own requests (LAMBADA, perplexity, Winogrande-style) and runs over several output types are
+    asked by the ``hf`` host (and answered by ``replay``); another backend is refused before anything starts."""
+    own = frame is not None and REQUESTS in frame.columns and frame[REQUESTS].notna().any()
+    if not own and scorer != MIXED_SCORER:
+        return
+    for spec in specs:
+        if spec.kind not in ("hf", "replay"):
+            raise InputError(f"--model {spec.text!r}: the bank's lm-eval tasks ask loglikelihood, rolling or "
+                             "several-context requests (or are of several output types), which certeval asks as "
+                             "lm-eval does only with --model hf")

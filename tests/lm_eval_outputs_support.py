@@ -9,6 +9,7 @@ import json
 import textwrap
 from pathlib import Path
 
+from lm_eval_support import _header as task_header
 from lm_eval_support import write_gen_task
 
 SENTENCES = [
@@ -37,15 +38,7 @@ WINO = [
 
 
 def _header(name: str, docs: Path, output_type: str) -> str:
-    return textwrap.dedent(f"""\
-        task: {name}
-        dataset_path: json
-        dataset_kwargs:
-          data_files:
-            test: {docs}
-        test_split: test
-        output_type: {output_type}
-        """)
+    return task_header(name, docs, 0, output_type)
 
 
 def write_output_tasks(folder: Path) -> dict[str, str]:
