@@ -379,7 +379,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     if any(s.kind != "replay" for s in specs):
         from ..backends.scorers import resolve_scorer
         from ..lm_eval_metrics import task_metas
-        from ..lm_eval_requests import check_hosts, check_mixed_scorer
+        from ..lm_eval_requests import MIXED_SCORER, check_hosts, check_mixed_scorer
         from ..lm_eval_scoring import SCORING, check_scoring_column, is_lm_eval_scorer, qualified
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
@@ -387,6 +387,8 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
             scorer = task_scorer(loaded.frame)
         check_mixed_scorer(task_metas(loaded.frame), scorer, bank)
         check_hosts(loaded.frame, scorer, specs)
+        if scorer == MIXED_SCORER and SCORING in columns:  # generation items among other tasks': registered names
+            check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
         if is_lm_eval_scorer(scorer):  # named by the metric and filter it judges, as lm-eval's results name it
             check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")  # registered names only
