@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import lm_eval_requests
+from . import lm_eval_output_types
 from .backends.base import parse_model_spec
 from .lm_eval_metrics import RESPS, item_scores, task_metas
 from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, judge, pairs, parse_choice
@@ -182,7 +182,7 @@ def _arguments(doc: dict) -> dict[str, dict[str, Any]]:
     if not isinstance(context, str):
         return {}
     choices = doc.get("choices")
-    own = lm_eval_requests.parsed(doc)
+    own = lm_eval_output_types.parsed(doc)
     if own is not None:  # an lm-eval task's own requests (LAMBADA, perplexity, Winogrande-style)
         requests = own["requests"]
     elif isinstance(choices, list) and choices:
@@ -376,8 +376,8 @@ def _uncertified_values(bank_row: dict, resps: Any, listed: list[str] | None) ->
     """A LAMBADA or perplexity doc's per-doc values of lm-eval's metrics certeval reports but does not certify
     (``perplexity``: the loglik; ``word_perplexity`` etc.: ``[loglik, words or bytes]``), as lm-eval's lines hold
     them, for the metrics its task lists."""
-    if _missing(resps) or lm_eval_requests.parsed(bank_row) is None:
+    if _missing(resps) or lm_eval_output_types.parsed(bank_row) is None:
         return {}
-    values = {m: lm_eval_requests.per_doc_value(m, json.loads(resps), bank_row)
-              for m in listed or [] if m in lm_eval_requests.UNCERTIFIED}
+    values = {m: lm_eval_output_types.per_doc_value(m, json.loads(resps), bank_row)
+              for m in listed or [] if m in lm_eval_output_types.UNCERTIFIED}
     return {m: v for m, v in values.items() if v is not None}

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .lm_eval_requests import LOGLIKELIHOOD, REQUESTS, ROLLING, UNCERTIFIED, aggregate, output_type, per_doc_value
+from .lm_eval_output_types import LOGLIKELIHOOD, REQUESTS, ROLLING, UNCERTIFIED, aggregate, output_type, per_doc_value
 
 RESPS = "resps"  # rounds column: JSON of lm-eval's responses to a log-likelihood item, [[loglik, is_greedy], ...]
 _PACKED = "\x00certeval-resps\x00"  # a score cache's output that carries the item's resps too
@@ -159,7 +159,7 @@ def item_scores(pair: Pair, rounds: pd.DataFrame, frame: pd.DataFrame, kind: str
 
 
 def uncertified_metrics(rounds: Any, frame: Any) -> dict[str, dict[str, Any]]:
-    """lm-eval's aggregates of the metrics certeval reports but does not certify (``lm_eval_requests.UNCERTIFIED``)
+    """lm-eval's aggregates of the metrics certeval reports but does not certify (``lm_eval_output_types.UNCERTIFIED``)
     over one model's scored docs (``rounds``: item_id, resps), for the metrics the bank's tasks list:
     ``{"<metric>,none": {"value", "n_scored", "certified": False, "why"}}``; the corpus's own value when every doc
     was scored."""

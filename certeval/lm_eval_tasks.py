@@ -12,7 +12,7 @@ are lm-eval's ``acc`` / ``acc_norm`` on the same requests; item ids are ``<task>
 samples. A ``generate_until`` doc keeps its context, its request's generation settings and the task's filters,
 metrics and gold as data (:mod:`certeval.lm_eval_scoring`), so the ``lm-eval`` scorer generates and judges it as
 lm-eval does. A ``loglikelihood`` (LAMBADA), ``loglikelihood_rolling`` (perplexity) or Winogrande-style doc (several
-contexts, one continuation) keeps lm-eval's own requests (:mod:`certeval.lm_eval_requests`); tasks of several output
+contexts, one continuation) keeps lm-eval's own requests (:mod:`certeval.lm_eval_output_types`); tasks of several output
 types make one bank whose items each name their task's judge. Every item also keeps what lm-eval's outputs say of
 it: its task's version, ``num_fewshot``, ``output_type``, listed metrics and config (column ``lm_eval_task``), and
 its dataset row and target (``lm_eval_doc``), so results and samples carry them as ``lm_eval`` writes them
@@ -285,7 +285,7 @@ def load_task_items(location: str) -> pd.DataFrame:
 
 
 def _load_items(manager, names: list[str], where: str, value: str, shots: int | None) -> pd.DataFrame:
-    from .lm_eval_requests import mark_judges, request_item
+    from .lm_eval_output_types import mark_judges, request_item
     from .lm_eval_scoring import item_fields, task_scoring
     from .readers import GENERATE_UNTIL, _lm_eval_item
 

@@ -65,7 +65,7 @@ def test_uncertified_aggregates_are_lm_evals():
 
     from lm_eval.api.metrics import bits_per_byte, perplexity, weighted_perplexity
 
-    from certeval.lm_eval_requests import aggregate
+    from certeval.lm_eval_output_types import aggregate
 
     rng = random.Random(3)
     pairs = [[-rng.uniform(1, 200), rng.randint(1, 60)] for _ in range(9)]
@@ -82,7 +82,7 @@ def test_each_output_type_gets_its_judge_and_a_mixed_bank_refuses_another_scorer
     """The judge a run stops on by default, per output type; tasks of several types together: each item names its
     own task's judge, and a scorer that could judge only some of them is refused in one line, before anything starts
     or is written."""
-    from certeval.lm_eval_requests import JUDGE
+    from certeval.lm_eval_output_types import JUDGE
     from certeval.lm_eval_tasks import load_task_items
     from certeval.tasks.plan import task_scorer
 

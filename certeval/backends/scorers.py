@@ -10,7 +10,7 @@ Two kinds, chosen by name (``--scorer`` / the model spec option ``?scorer=``):
 ``greedy``          an lm-eval ``loglikelihood`` doc (LAMBADA): 1 when its continuation is the greedy one
                     (lm-eval's ``acc`` of such a task).
 ``byte-likelihood`` an lm-eval ``loglikelihood_rolling`` doc: exp(loglik / bytes), certeval's per-doc quantity
-                    in (0, 1] (lm-eval's perplexities are corpus ratios: :mod:`certeval.lm_eval_requests`).
+                    in (0, 1] (lm-eval's perplexities are corpus ratios: :mod:`certeval.lm_eval_output_types`).
 ``lm-eval-task``    items of lm-eval tasks of several output types: each asked and judged as its own task's
                     first metric.
 ``exact``           greedy generation; 1 when the stripped answer equals an alias exactly.
@@ -235,14 +235,14 @@ def mc_request(item: dict[str, Any]) -> tuple[str, list[str]]:
 
 def loglik_requests(item: dict[str, Any]) -> list[tuple[str, str]] | str:
     """What a log-likelihood item asks: an lm-eval task's own (context, continuation) pairs (a loglikelihood or
-    Winogrande-style doc, :mod:`certeval.lm_eval_requests`), the text of a rolling doc (a str), else
+    Winogrande-style doc, :mod:`certeval.lm_eval_output_types`), the text of a rolling doc (a str), else
     :func:`mc_request`'s pairs."""
-    from .. import lm_eval_requests
+    from .. import lm_eval_output_types
 
-    pairs = lm_eval_requests.string_pairs(item)
+    pairs = lm_eval_output_types.string_pairs(item)
     if pairs is not None:
         return pairs
-    text = lm_eval_requests.rolling_text(item)
+    text = lm_eval_output_types.rolling_text(item)
     if text is not None:
         return text
     context, continuations = mc_request(item)
@@ -280,15 +280,15 @@ def _judge_greedy(resps: Sequence[Sequence[Any]], item: dict[str, Any]) -> float
 
 
 def _judge_byte_likelihood(resps: Sequence[Sequence[Any]], item: dict[str, Any]) -> float:
-    from ..lm_eval_requests import per_doc_value
+    from ..lm_eval_output_types import per_doc_value
 
     return float(per_doc_value("byte_likelihood", [list(r) for r in resps], item))
 
 
 def item_scorer(item: dict[str, Any]) -> Scorer:
     """The judge of one item of a run over lm-eval tasks of several output types: its own task's
-    (:func:`certeval.lm_eval_requests.item_scorer_name`)."""
-    from ..lm_eval_requests import item_scorer_name
+    (:func:`certeval.lm_eval_output_types.item_scorer_name`)."""
+    from ..lm_eval_output_types import item_scorer_name
 
     return get_scorer(item_scorer_name(item), allow_import=False)
 

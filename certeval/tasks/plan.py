@@ -148,7 +148,7 @@ def task_scorer(frame: Any) -> str | None:
     first metric and filter of a generation task); ``lm-eval-task`` for tasks whose judges differ (each item judged
     by its own task's); None (certeval's default) for a bank of no task."""
     from ..lm_eval_metrics import task_metas
-    from ..lm_eval_requests import MIXED_SCORER, meta_scorer
+    from ..lm_eval_output_types import MIXED_SCORER, meta_scorer
 
     metas = task_metas(frame)
     names = [meta_scorer(meta) for meta in metas]
@@ -379,7 +379,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     if any(s.kind != "replay" for s in specs):
         from ..backends.scorers import resolve_scorer
         from ..lm_eval_metrics import task_metas
-        from ..lm_eval_requests import MIXED_SCORER, check_hosts, check_mixed_scorer
+        from ..lm_eval_output_types import MIXED_SCORER, check_hosts, check_mixed_scorer
         from ..lm_eval_scoring import SCORING, check_scoring_column, is_lm_eval_scorer, qualified
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]

@@ -81,7 +81,7 @@ def run_results(run: Any) -> dict[str, Any]:
         if others or not_reported:
             entry["metrics"] = {f"{o['metric']},{o['filter']}": o for o in others}
             entry["metrics_not_reported"] = not_reported
-        if uncertified:  # lm-eval's perplexities over the scored docs: values, no interval (lm_eval_requests)
+        if uncertified:  # lm-eval's perplexities over the scored docs: values, no interval (lm_eval_output_types)
             entry["metrics_uncertified"] = uncertified
         if kind == "mixed":  # tasks of several output types: every metric of each task, with its interval
             entry["task_metrics"] = _task_metrics(run, label, rounds, est.target == "bank")
@@ -239,7 +239,7 @@ def _task_metrics(run: Any, label: str, rounds: pd.DataFrame, bank_target: bool)
     (``s``'s mean of sub-dataset means is the task's mean over ``K``), by ``N / N_task`` for the bank's own mean;
     a distribution-target mean over all items has no known task share, so no interval there (why given)."""
     from ..lm_eval_metrics import LOGLIK_METRICS
-    from ..lm_eval_requests import UNCERTIFIED
+    from ..lm_eval_output_types import UNCERTIFIED
 
     out: dict[str, dict[str, Any]] = {}
     mine = rounds[rounds["model"] == label] if len(rounds) else rounds
