@@ -20,9 +20,10 @@ from typing import Any
 
 import pandas as pd
 
+from . import lm_eval_output_types
 from .backends.base import parse_model_spec
-from .lm_eval_metrics import RESPS, item_scores
-from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, parse_choice
+from .lm_eval_metrics import RESPS, item_scores, task_metas
+from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, judge, pairs, parse_choice
 from .lm_eval_tasks import DOC as TASK_DOC
 from .lm_eval_tasks import TASK_META
 from .storage import Folder, dumps, safe_name
@@ -40,7 +41,9 @@ def model_config(spec_text: str) -> dict[str, Any]:
     return {"model": spec.kind, "model_args": ",".join(args)}
 
 
-SCORER_METRICS = {"mc-loglik": "acc", "mc-loglik-norm": "acc_norm", "exact": "exact_match"}
+SCORER_METRICS = {"mc-loglik": "acc", "mc-loglik-norm": "acc_norm", "exact": "exact_match",
+                  "greedy": "acc", "byte-likelihood": "byte_likelihood",
+                  "lm-eval-task": "first_metric"}  # a mixed run: each item by its own task's first metric
 
 
 def metric_name(scorer: str | None) -> str:
@@ -179,7 +182,10 @@ def _arguments(doc: dict) -> dict[str, dict[str, Any]]:
     if not isinstance(context, str):
         return {}
     choices = doc.get("choices")
-    if isinstance(choices, list) and choices:
+    own = lm_eval_output_types.parsed(doc)
+    if own is not None:  # an lm-eval task's own requests (LAMBADA, perplexity, Winogrande-style)
+        requests = own["requests"]
+    elif isinstance(choices, list) and choices:
         continuations = doc.get("continuations")  # an lm-eval task item's own (its target_delimiter)
         if not (isinstance(continuations, list) and len(continuations) == len(choices)):
             continuations = [f" {choice}" for choice in choices]
@@ -253,8 +259,9 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
     ``round`` and ``prob`` (selection probability). Beside them ``results_<stamp>.json``, the model's lm-eval
     results file (each certified interval as ``<metric>_ci_lower`` / ``_ci_upper``), so each folder is what
     ``lm_eval --output_path … --log_samples`` writes. The files read back as scores and history (lm-eval's layout:
-    the folder names the model; the first metric is the run's). One line per item: a generation task's other
-    filters are in the results file, not in lines of their own as lm-eval writes them."""
+    the folder names the model; the first metric is the run's). A generation task's other filters get a line per
+    item each, after the run's filter's lines, as lm-eval writes a line per (doc, filter); a run over tasks of
+    several output types writes a file per task, each line with its task's metrics."""
     task = str(results["task"])
     metric, filt = results_metric_key(results)
     entries = {str(m.get("model")): m for m in results.get("models") or []}
@@ -265,31 +272,42 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
         frame = bank_frame.drop(columns=[c for c in ("embedding", TASK_META) if c in bank_frame.columns])
         docs = {str(r["item_id"]): r for r in json.loads(frame.to_json(orient="records"))}
     written = []
+    listed = {meta["task"]: [m["metric"] for m in meta["metrics"]] for meta in task_metas(bank_frame)}
     for model, group in rounds.groupby("model", sort=False) if len(rounds) else []:
         others = _other_item_scores(entries.get(str(model)), group, bank_frame, filt)
-        names = [metric, *others]
-        lines = []
+        per_task = _task_item_scores(entries.get(str(model)), group, bank_frame)  # a mixed run's, by task
+        files: dict[str, list[str]] = {}
+        by_filter: dict[tuple[str, str], list[str]] = {}  # a generation task's other filters: after the run's
         for row in group.sort_values("round", kind="stable").itertuples(index=False):
             item_id = str(row.item_id)
             bank_row = docs.get(item_id, {"item_id": item_id})
+            file_task = str(bank_row.get("subset")) if per_task else task
+            line_filt, scores = per_task.get(file_task, (filt, others))
+            names = [metric, *scores]
             doc, target = _doc_and_target(bank_row)
             task_doc = _lm_eval_doc(bank_row)
-            resps, kept = _responses(bank_row, getattr(row, "output", None), getattr(row, RESPS, None), filt)
+            resps, kept = _responses(bank_row, getattr(row, "output", None), getattr(row, RESPS, None), line_filt)
             arguments = _arguments(bank_row)
             first = (arguments.get("gen_args_0") or {}).get("arg_0")
             line = {
                 "doc_id": task_doc["doc_id"] if task_doc else position.get(item_id, item_id), "doc": doc,
-                "target": target, "arguments": arguments, "resps": resps, "filtered_resps": kept, "filter": filt,
+                "target": target, "arguments": arguments, "resps": resps, "filtered_resps": kept, "filter": line_filt,
                 "metrics": names,
                 "doc_hash": _hash(json.dumps(doc, indent=2, default=str, ensure_ascii=False)),
                 "prompt_hash": _hash(first) if isinstance(first, str) else None, "target_hash": _hash(str(target)),
-                metric: float(row.score), **{name: scores[item_id] for name, scores in others.items()},
+                metric: float(row.score), **{name: values[item_id] for name, values in scores.items()},
+                **_uncertified_values(bank_row, getattr(row, RESPS, None), listed.get(str(bank_row.get("subset")))),
                 "item_id": item_id, "round": int(row.round),
                 "prob": None if getattr(row, "prob", None) is None else float(row.prob)}
-            lines.append(dumps(line, indent=None).decode())
-        rel = f"samples/{safe_name(str(model))}/samples_{task}_{stamp}.jsonl"
-        folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
-        written.append(folder.url(rel))
+            files.setdefault(file_task, []).append(dumps(line, indent=None).decode())
+            for other in _other_filter_lines(line, bank_row, getattr(row, "output", None)):
+                by_filter.setdefault((file_task, other["filter"]), []).append(dumps(other, indent=None).decode())
+        for (file_task, _), more in by_filter.items():
+            files[file_task] += more
+        for file_task, lines in files.items():  # one file per task, as lm-eval writes them
+            rel = f"samples/{safe_name(str(model))}/samples_{file_task}_{stamp}.jsonl"
+            folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
+            written.append(folder.url(rel))
         block = (results.get("lm_eval") or {}).get(str(model))
         if block is not None:
             folder.write_bytes(f"samples/{safe_name(str(model))}/results_{stamp}.json", dumps(block))
@@ -311,3 +329,58 @@ def _other_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.D
         if isinstance(scores, dict):
             out[name] = scores
     return out
+
+
+def _task_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.DataFrame | None
+                      ) -> dict[str, tuple[str, dict[str, dict[str, float]]]]:
+    """A mixed run's lines per task: ``{task: (its first filter, {metric: {item_id: value}})}`` for the certified
+    metrics of that filter in results.json's ``task_metrics``; empty for any other run."""
+    if not entry or not entry.get("task_metrics") or bank_frame is None:
+        return {}
+    subsets = bank_frame.set_index(bank_frame["item_id"].astype(str))["subset"].astype(str)
+    tasks = group["item_id"].astype(str).map(subsets)
+    out = {}
+    for task, metrics in entry["task_metrics"].items():
+        keys = [key.partition(",") for key in metrics]
+        first = keys[0][2] if keys else FILTER
+        mine = group[tasks == task]
+        kind = "generate" if RESPS not in mine.columns or mine[RESPS].isna().all() else "loglik"
+        scores = {}
+        for name, _, filt in keys:
+            if filt == first and metrics[f"{name},{filt}"].get("certified") and len(mine):
+                values = item_scores((name, filt), mine, bank_frame, kind)
+                if isinstance(values, dict):
+                    scores[name] = values
+        out[task] = (first, scores)
+    return out
+
+
+def _other_filter_lines(line: dict[str, Any], bank_row: dict, output: Any) -> list[dict[str, Any]]:
+    """A generation item's lines for its task's other filters, as lm-eval writes a line per (doc, filter): the
+    answer after that filter and each of the task's metrics judged on it by lm-eval."""
+    scoring = bank_row.get(SCORING)
+    if not isinstance(scoring, str) or not scoring or _missing(output):
+        return []
+    judged = pairs(bank_row)
+    out = []
+    for filt in dict.fromkeys(f for _, f in judged):
+        if filt == line["filter"]:
+            continue
+        names = [m for m, f in judged if f == filt]
+        kept = {"doc_id", "doc", "target", "arguments", "resps", "doc_hash", "prompt_hash", "target_hash",
+                "item_id", "round", "prob"}
+        out.append({**{k: v for k, v in line.items() if k in kept},
+                    "filtered_resps": [_sanitized(filtered(str(output), bank_row, filt))], "filter": filt,
+                    "metrics": names, **{m: judge(str(output), bank_row, (m, filt)) for m in names}})
+    return out
+
+
+def _uncertified_values(bank_row: dict, resps: Any, listed: list[str] | None) -> dict[str, Any]:
+    """A LAMBADA or perplexity doc's per-doc values of lm-eval's metrics certeval reports but does not certify
+    (``perplexity``: the loglik; ``word_perplexity`` etc.: ``[loglik, words or bytes]``), as lm-eval's lines hold
+    them, for the metrics its task lists."""
+    if _missing(resps) or lm_eval_output_types.parsed(bank_row) is None:
+        return {}
+    values = {m: lm_eval_output_types.per_doc_value(m, json.loads(resps), bank_row)
+              for m in listed or [] if m in lm_eval_output_types.UNCERTIFIED}
+    return {m: v for m, v in values.items() if v is not None}

@@ -25,10 +25,13 @@ simultaneous claim.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from .lm_eval_output_types import LOGLIKELIHOOD, REQUESTS, ROLLING, UNCERTIFIED, aggregate, output_type, per_doc_value
 
 RESPS = "resps"  # rounds column: JSON of lm-eval's responses to a log-likelihood item, [[loglik, is_greedy], ...]
 _PACKED = "\x00certeval-resps\x00"  # a score cache's output that carries the item's resps too
@@ -110,11 +113,15 @@ def listed_pairs(frame: pd.DataFrame | None, primary: Pair, kind: str) -> tuple[
         for metric, filt in wanted:
             if filt != "none":
                 cannot[(metric, filt)] = f"filter {filt!r} on log-likelihoods is not one certeval applies"
+            elif metric in UNCERTIFIED:
+                cannot[(metric, filt)] = f"not certified: {UNCERTIFIED[metric]}; its value is in metrics_uncertified"
             elif metric not in LOGLIK_METRICS:
                 cannot[(metric, filt)] = ("not a per-item score in [0, 1] read off the log-likelihoods "
                                           f"({', '.join(LOGLIK_METRICS)} are)")
             else:
                 given.append((metric, filt))
+    elif kind == "mixed":  # tasks of several output types: their metrics per task (tasks.results._task_metrics)
+        pass
     elif frame is not None and SCORING in frame.columns and len(frame):
         judged = [pairs(row) for row in frame[[SCORING]].drop_duplicates().to_dict("records")]
         common_pairs = [p for p in judged[0] if all(p in other for other in judged[1:])]
@@ -138,7 +145,11 @@ def item_scores(pair: Pair, rounds: pd.DataFrame, frame: pd.DataFrame, kind: str
     rows = {str(rec["item_id"]): rec for rec in frame[frame["item_id"].astype(str).isin(wanted)].to_dict("records")}
     for item_id, value in zip(rounds["item_id"].astype(str), rounds[column]):
         item = rows[item_id]
-        if kind == "loglik":
+        if kind == "loglik" and output_type(item) in (LOGLIKELIHOOD, ROLLING):  # LAMBADA / perplexity docs
+            score = per_doc_value(pair[0], json.loads(value), item)
+            if not isinstance(score, float):
+                return f"{pair[0]} is not a per-item score of a {output_type(item)} doc"
+        elif kind == "loglik":
             choices = [str(c) for c in as_list(item.get("choices"))]
             score = loglik_scores(pair[0], json.loads(value), choices, gold_indices(item))
             if score is None:
@@ -146,6 +157,30 @@ def item_scores(pair: Pair, rounds: pd.DataFrame, frame: pd.DataFrame, kind: str
         else:
             score = judge(str(value), item, pair)
         out[item_id] = float(score)
+    return out
+
+
+def uncertified_metrics(rounds: Any, frame: Any) -> dict[str, dict[str, Any]]:
+    """lm-eval's aggregates of the metrics certeval reports but does not certify (``lm_eval_output_types.UNCERTIFIED``)
+    over one model's scored docs (``rounds``: item_id, resps), for the metrics the bank's tasks list:
+    ``{"<metric>,none": {"value", "n_scored", "certified": False, "why"}}``; the corpus's own value when every doc
+    was scored."""
+    if frame is None or REQUESTS not in frame.columns or RESPS not in rounds.columns or not len(rounds):
+        return {}
+    listed = [m["metric"] for meta in task_metas(frame) for m in meta["metrics"] if m["metric"] in UNCERTIFIED]
+    rows = frame.set_index(frame["item_id"].astype(str))
+    out = {}
+    for metric in dict.fromkeys(listed):
+        values = []
+        for item_id, resps in zip(rounds["item_id"].astype(str), rounds[RESPS]):
+            if resps is None or (isinstance(resps, float) and math.isnan(resps)) or item_id not in rows.index:
+                continue
+            value = per_doc_value(metric, json.loads(resps), rows.loc[item_id].to_dict())
+            if value is not None:
+                values.append(value)
+        if values:
+            out[f"{metric},none"] = {"value": aggregate(metric, values), "n_scored": len(values), "certified": False,
+                                     "why": UNCERTIFIED[metric]}
     return out
 
 

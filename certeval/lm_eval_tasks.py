@@ -11,7 +11,9 @@ doc keeps lm-eval's exact context as ``prompt``, its choices and the gold, so ``
 are lm-eval's ``acc`` / ``acc_norm`` on the same requests; item ids are ``<task>/<doc_id>``, as in lm-eval's
 samples. A ``generate_until`` doc keeps its context, its request's generation settings and the task's filters,
 metrics and gold as data (:mod:`certeval.lm_eval_scoring`), so the ``lm-eval`` scorer generates and judges it as
-lm-eval does; any other request type is refused in one line. Every item also keeps what lm-eval's outputs say of
+lm-eval does. A ``loglikelihood`` (LAMBADA), ``loglikelihood_rolling`` (perplexity) or Winogrande-style doc (several
+contexts, one continuation) keeps lm-eval's own requests (:mod:`certeval.lm_eval_output_types`); tasks of several output
+types make one bank whose items each name their task's judge. Every item also keeps what lm-eval's outputs say of
 it: its task's version, ``num_fewshot``, ``output_type``, listed metrics and config (column ``lm_eval_task``), and
 its dataset row and target (``lm_eval_doc``), so results and samples carry them as ``lm_eval`` writes them
 (:mod:`certeval.harness_output`).
@@ -297,6 +299,7 @@ def load_task_items(location: str) -> pd.DataFrame:
 
 
 def _load_items(manager, names: list[str], where: str, value: str, shots: int | None, requests) -> pd.DataFrame:
+    from .lm_eval_output_types import mark_judges, request_item
     from .lm_eval_scoring import item_fields, task_scoring
     from .readers import GENERATE_UNTIL, _lm_eval_item
 
@@ -321,7 +324,7 @@ def _load_items(manager, names: list[str], where: str, value: str, shots: int | 
     items = []
     for name, task in tasks.items():
         records = _records(task, name)
-        mine = [_lm_eval_item(where, name, rec) for rec in records]
+        mine = [request_item(task, name, rec) or _lm_eval_item(where, name, rec) for rec in records]
         meta = json.dumps(task_meta(task, name), sort_keys=True)  # one text object for all the task's items
         for item, rec in zip(mine, records):
             item[TASK_META] = meta
@@ -331,9 +334,7 @@ def _load_items(manager, names: list[str], where: str, value: str, shots: int | 
             for item, rec in zip(mine, records):
                 item.update(item_fields(task, name, scoring, rec["doc"], rec["arguments"][0][1]))
         items += mine
-    if len({GENERATE_UNTIL in item for item in items}) > 1:
-        raise InputError(f"{where} mixes multiple-choice and generation tasks; one bank is scored one way: run them "
-                         "separately")
+    mark_judges(items, {name: task_meta(task, name) for name, task in tasks.items()})
     frame = pd.DataFrame(items)
     aggregate = _group_aggregate(loaded.get("groups") or {})
     if aggregate is not None:

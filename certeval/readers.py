@@ -116,7 +116,14 @@ def _lm_eval_records(path: str) -> tuple[str, str, list[dict]]:
         if not isinstance(rec, dict) or "doc_id" not in rec:
             raise InputError(f"lm-eval samples file {path!r} line {number} has no doc_id (not an lm-eval sample)")
         records.append(rec)
-    return task, model, records
+    return task, model, _first_filter(records)
+
+
+def _first_filter(records: list[dict]) -> list[dict]:
+    """The lines of the file's first filter: lm-eval (and certeval) write a generation task's doc once per filter,
+    each line scored after its own filter; one item is one score."""
+    first = records[0].get("filter")
+    return [rec for rec in records if rec.get("filter") == first]
 
 
 def read_lm_eval_samples(path: str, metric: str | None = None) -> pd.DataFrame:

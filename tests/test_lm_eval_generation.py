@@ -186,8 +186,12 @@ def test_smollm2_generates_and_scores_each_item_as_lm_eval_does_per_filter_and_s
         assert entry["mean"] == pytest.approx(sum(lm_eval_scores[other].values()) / 12)  # all 12 scored
         lines = [json.loads(text) for text in
                  next((runs / filt / "samples").rglob("samples_*.jsonl")).read_text().splitlines()]
-        # filtered_resps: the answer after the run's filter, as lm-eval's own samples hold it
-        assert {line["item_id"]: line["filtered_resps"][0] for line in lines} == kept[filt]
+        # a line per item and filter, as lm-eval writes them: filtered_resps the answer after that filter, and
+        # exact_match judged after it
+        for f in FILTERS:
+            mine = [line for line in lines if line["filter"] == f]
+            assert {line["item_id"]: line["filtered_resps"][0] for line in mine} == kept[f], f
+            assert {line["item_id"]: line["exact_match"] for line in mine} == lm_eval_scores[f], f
         line = lines[0]
         assert line["filter"] == filt
         assert line["arguments"]["gen_args_0"]["arg_1"] == {"until": ["\n", "Question:"], "max_gen_toks": 12}

@@ -19,7 +19,9 @@ sequence), ``batch`` rows a forward pass, longest first. What cannot be packed (
 model's limit, a model that attends differently) is scored one row per pair, left-padded so the continuation sits at
 the end of every row, with only the last ``max continuation`` positions' logits materialised (``logits_to_keep``);
 there the choices of a question that differ only in their last token (one-token answers) share one forward pass, as
-in lm-eval's hf model. Open questions: batched greedy generation, stopped at the
+in lm-eval's hf model. An lm-eval task's own requests (a LAMBADA pair, Winogrande's several contexts) are scored
+the same way; a perplexity doc's text in lm-eval's rolling windows (:mod:`certeval.backends.hf_rolling`); a run over
+tasks of several output types asks each item as its own task does. Open questions: batched greedy generation, stopped at the
 first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model.
 """
 
@@ -334,6 +336,28 @@ class HFHost(ModelHost):
                         used[i] = len(encoded[row]) + len(new)
         return texts, used
 
+    def _item_resps(self, requests: list[list[tuple[str, str]] | str]) -> tuple[list[list[list]], list[int]]:
+        """lm-eval's answers to each item's log-likelihood requests, ``[[loglik, is_greedy], …]``, and the tokens
+        each item used: (context, continuation) pairs scored together (:meth:`loglikelihoods_greedy`), a rolling
+        text (a str) in its windows (:mod:`certeval.backends.hf_rolling`; is_greedy None, as lm-eval gives none)."""
+        from .hf_rolling import rolling_loglikelihoods
+
+        pairs = [pair for request in requests if not isinstance(request, str) for pair in request]
+        logliks, tokens, greedy = self.loglikelihoods_greedy(pairs) if pairs else ([], [], [])
+        texts = [request for request in requests if isinstance(request, str)]
+        rolled = iter(rolling_loglikelihoods(self, texts) if texts else [])
+        resps, used, pos = [], [], 0
+        for request in requests:
+            if isinstance(request, str):
+                resps.append([[next(rolled), None]])
+                used.append(len(self._encode(request)))
+                continue
+            end = pos + len(request)
+            resps.append([[ll, g] for ll, g in zip(logliks[pos:end], greedy[pos:end])])
+            used.append(sum(tokens[pos:end]))
+            pos = end
+        return resps, used
+
     def _pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return int(pad if pad is not None else self.tokenizer.eos_token_id)
@@ -350,22 +374,33 @@ class HFHost(ModelHost):
             return []
         t0 = time.perf_counter()
         scorer = self.scorer_for(items)
+        if scorer.kind == sc.MIXED:  # tasks of several output types: each item asked and judged as its task's
+            return self._score_by_task(items)
+        return self._score_with(scorer, items, t0)
+
+    def _score_by_task(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        groups: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            groups.setdefault(sc.item_scorer(item).name, []).append(i)
+        out: list[dict[str, Any]] = [{}] * len(items)
+        for name, members in groups.items():
+            for i, row in zip(members, self._score_with(sc.get_scorer(name, allow_import=False),
+                                                        [items[i] for i in members], time.perf_counter())):
+                out[i] = row
+        return out
+
+    def _score_with(self, scorer: sc.Scorer, items: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
         for item in items:
             scorer.check_item(item)
         if scorer.kind == sc.LOGLIK:
-            requests = [sc.mc_request(item) for item in items]
-            pairs = [(ctx, cont) for ctx, conts in requests for cont in conts]
-            logliks, tokens, greedy = self.loglikelihoods_greedy(pairs)
-            outputs, used, resps, pos = [], [], [], 0
-            for _, conts in requests:
-                outputs.append(logliks[pos:pos + len(conts)])
-                used.append(sum(tokens[pos:pos + len(conts)]))
-                resps.append([[ll, g] for ll, g in zip(logliks[pos:pos + len(conts)], greedy[pos:pos + len(conts)])])
-                pos += len(conts)
+            resps, used = self._item_resps([sc.loglik_requests(item) for item in items])
+            outputs = [r if scorer.resps else [ll for ll, _ in r] for r in resps]
         else:
             outputs, used = self.generate(sc.generation_requests(items, self.options.max_new_tokens))
             resps = [None] * len(items)
         scores = [sc.judge(scorer, out, item) for out, item in zip(outputs, items)]
+        if scorer.resps:  # the text of an answer is read off its log-likelihoods, as for every other judge
+            outputs = [[ll for ll, _ in r] for r in resps]
         share = (time.perf_counter() - t0) / len(items)  # per-item share of this call's wall time
         # resps: lm-eval's answer to each log-likelihood request, (loglik, is_greedy) per choice
         return [{"item_id": str(item["item_id"]), "score": s, "tokens": int(n), "latency_s": share,

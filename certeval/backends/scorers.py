@@ -7,6 +7,12 @@ Two kinds, chosen by name (``--scorer`` / the model spec option ``?scorer=``):
                     summed log-probability is ``answer`` (lm-eval-harness ``acc``).
 ``mc-loglik-norm``  the same with log-probability divided by the choice's length in bytes
                     (lm-eval-harness ``acc_norm``).
+``greedy``          an lm-eval ``loglikelihood`` doc (LAMBADA): 1 when its continuation is the greedy one
+                    (lm-eval's ``acc`` of such a task).
+``byte-likelihood`` an lm-eval ``loglikelihood_rolling`` doc: exp(loglik / bytes), certeval's per-doc quantity
+                    in (0, 1] (lm-eval's perplexities are corpus ratios: :mod:`certeval.lm_eval_output_types`).
+``lm-eval-task``    items of lm-eval tasks of several output types: each asked and judged as its own task's
+                    first metric.
 ``exact``           greedy generation; 1 when the stripped answer equals an alias exactly.
 ``normalized``      greedy generation; 1 when the answer equals an alias after lower-casing and
                     removing punctuation, articles (a, an, the) and extra whitespace
@@ -43,6 +49,7 @@ from ..estimators._validation import InputError
 
 LOGLIK = "loglik"
 GENERATE = "generate"
+MIXED = "mixed"  # each item judged by its own lm-eval task's judge (a run over tasks of several output types)
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class Scorer:
     kind: str  # LOGLIK or GENERATE
     judge: Callable[..., float]
     required: tuple[tuple[str, ...], ...]
+    resps: bool = False  # a log-likelihood judge given lm-eval's (loglik, is_greedy) per request, not the logliks
 
     def check_fields(self, columns: Iterable[str], source: str = "bank") -> None:
         """Raise :class:`InputError` naming the first missing field group."""
@@ -271,6 +279,22 @@ def check_mc_items(items: Iterable[dict[str, Any]]) -> None:
         gold_indices(item)
 
 
+def loglik_requests(item: dict[str, Any]) -> list[tuple[str, str]] | str:
+    """What a log-likelihood item asks: an lm-eval task's own (context, continuation) pairs (a loglikelihood or
+    Winogrande-style doc, :mod:`certeval.lm_eval_output_types`), the text of a rolling doc (a str), else
+    :func:`mc_request`'s pairs."""
+    from .. import lm_eval_output_types
+
+    pairs = lm_eval_output_types.string_pairs(item)
+    if pairs is not None:
+        return pairs
+    text = lm_eval_output_types.rolling_text(item)
+    if text is not None:
+        return text
+    context, continuations = mc_request(item)
+    return [(context, c) for c in continuations]
+
+
 # ---------------------------------------------------------------- judges
 
 def _judge_mc(logliks: Sequence[float], item: dict[str, Any]) -> float:
@@ -297,11 +321,38 @@ def _judge_numeric(prediction: str, item: dict[str, Any]) -> float:
     return numeric_match(extract_answer(prediction), answer_aliases(item))
 
 
+def _judge_greedy(resps: Sequence[Sequence[Any]], item: dict[str, Any]) -> float:
+    # lm-eval's acc of a loglikelihood doc (LAMBADA): the continuation is the greedy one
+    return float(bool(resps[0][1]))
+
+
+def _judge_byte_likelihood(resps: Sequence[Sequence[Any]], item: dict[str, Any]) -> float:
+    from ..lm_eval_output_types import per_doc_value
+
+    return float(per_doc_value("byte_likelihood", [list(r) for r in resps], item))
+
+
+def item_scorer(item: dict[str, Any]) -> Scorer:
+    """The judge of one item of a run over lm-eval tasks of several output types: its own task's
+    (:func:`certeval.lm_eval_output_types.item_scorer_name`)."""
+    from ..lm_eval_output_types import item_scorer_name
+
+    return get_scorer(item_scorer_name(item), allow_import=False)
+
+
+def _judge_by_task(output: Any, item: dict[str, Any]) -> float:
+    # ``output`` is what the item's own judge takes (the host asks each item as its own task does)
+    return item_scorer(item).judge(output, item)
+
+
 _TEXT = ("question", "prompt")
 _ANSWERS = ("answers", "aliases", "answer")
 BUILTIN: dict[str, Scorer] = {
     "mc-loglik": Scorer("mc-loglik", LOGLIK, _judge_mc, (_TEXT, ("choices",), ("answer", GOLD))),
     "mc-loglik-norm": Scorer("mc-loglik-norm", LOGLIK, _judge_mc_norm, (_TEXT, ("choices",), ("answer", GOLD))),
+    "greedy": Scorer("greedy", LOGLIK, _judge_greedy, (("lm_eval_requests",),), resps=True),
+    "byte-likelihood": Scorer("byte-likelihood", LOGLIK, _judge_byte_likelihood, (("lm_eval_requests",),),
+                              resps=True),
     "exact": Scorer("exact", GENERATE, _judge_exact, (_TEXT, _ANSWERS)),
     "normalized": Scorer("normalized", GENERATE, _judge_normalized, (_TEXT, _ANSWERS)),
     "numeric": Scorer("numeric", GENERATE, _judge_numeric, (_TEXT, _ANSWERS)),
@@ -319,6 +370,8 @@ def get_scorer(name: str, *, allow_import: bool = True) -> Scorer:
         raise InputError(f"scorer must be a name ({', '.join(BUILTIN)}) or package.module:function, got {name!r}")
     if name in BUILTIN:
         return BUILTIN[name]
+    if name == "lm-eval-task":
+        return Scorer(name, MIXED, _judge_by_task, (("lm_eval_judge",),))
     if lm_eval_scoring.is_lm_eval_scorer(name):
         judge_fn, required = lm_eval_scoring.scorer_parts(name)
         return Scorer(name, GENERATE, judge_fn, required)

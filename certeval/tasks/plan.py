@@ -168,18 +168,22 @@ class RunPlan:
                             precision=parse_goal(self.goal).value if self.paired and self.goal else None)
 
 
-LOGLIK_SCORERS = {"acc": "mc-loglik", "acc_norm": "mc-loglik-norm"}  # lm-eval's metric -> certeval's judge of it
-MC_SCORERS = frozenset(LOGLIK_SCORERS.values())
+MC_SCORERS = frozenset({"mc-loglik", "mc-loglik-norm"})  # certeval's judges of lm-eval's acc / acc_norm
 
 
 def task_scorer(frame: Any) -> str | None:
-    """The scorer a multiple-choice lm-eval task bank stops on by default: the judge of the first metric its task
-    lists (acc, or acc_norm); None (certeval's default) for a bank of no task."""
+    """The scorer an lm-eval task bank stops on by default: its task's judge of the task's first metric (acc, or
+    acc_norm, of multiple choice; acc of a LAMBADA-style task; certeval's byte likelihood of a perplexity task; the
+    first metric and filter of a generation task); ``lm-eval-task`` for tasks whose judges differ (each item judged
+    by its own task's); None (certeval's default) for a bank of no task."""
     from ..lm_eval_metrics import task_metas
+    from ..lm_eval_output_types import MIXED_SCORER, meta_scorer
 
     metas = task_metas(frame)
-    first = [m["metric"] for m in metas[0]["metrics"]][:1] if metas else []
-    return LOGLIK_SCORERS.get(first[0]) if first else None
+    names = [meta_scorer(meta) for meta in metas]
+    if len({meta["output_type"] for meta in metas}) > 1 and len(set(names)) > 1:
+        return MIXED_SCORER
+    return names[0] if names else None
 
 
 # options that change how a model is run, not what it answers (kept out of the cache key)
@@ -417,14 +421,21 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         check_replay_coverage(specs, loaded)
     if any(s.kind != "replay" for s in specs):
         from ..backends.scorers import check_mc_items, resolve_scorer
+        from ..lm_eval_metrics import task_metas
+        from ..lm_eval_output_types import MIXED_SCORER, REQUESTS, check_hosts, check_mixed_scorer
         from ..lm_eval_scoring import SCORING, check_scoring_column, is_lm_eval_scorer, qualified
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
-        if scorer in (None, "", "auto") and SCORING not in columns:
+        if scorer in (None, "", "auto"):
             scorer = task_scorer(loaded.frame)
+        check_mixed_scorer(task_metas(loaded.frame), scorer, bank)
+        check_hosts(loaded.frame, scorer, specs)
+        if scorer == MIXED_SCORER and SCORING in columns:  # generation items among other tasks': registered names
+            check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
         if scorer in MC_SCORERS and loaded.frame is not None:  # every item askable, its gold a choice: before start-up
-            check_mc_items(loaded.frame.to_dict("records"))
+            # (an lm-eval task's own requests, e.g. Winogrande-style, were checked as lm-eval built them)
+            check_mc_items(r for r in loaded.frame.to_dict("records") if not isinstance(r.get(REQUESTS), str))
         if is_lm_eval_scorer(scorer):  # named by the metric and filter it judges, as lm-eval's results name it
             check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")  # registered names only
             scorer = qualified(scorer, str(loaded.frame[SCORING].dropna().iloc[0]))

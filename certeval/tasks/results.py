@@ -14,7 +14,14 @@ import pandas as pd
 from ..estimators._validation import InputError
 from ..estimators.results import Estimate
 from ..harness_output import filter_name, lm_eval_block, metric_name, task_block
-from ..lm_eval_metrics import interval_on_same_draws, item_scores, listed_pairs, other_interval_text, task_metas
+from ..lm_eval_metrics import (
+    interval_on_same_draws,
+    item_scores,
+    listed_pairs,
+    other_interval_text,
+    task_metas,
+    uncertified_metrics,
+)
 from ..looks import last_looks
 from ..results_record import RunResults
 
@@ -73,13 +80,21 @@ def run_results(run: Any) -> dict[str, Any]:
         if label in run.history:
             entry["history"] = run.history[label].describe()
         entry["metric"] = f"{metric},{filt}"  # what the run stopped on: the interval above
+        uncertified = uncertified_metrics(rounds[rounds["model"] == label] if len(rounds) else rounds,
+                                          run.bank.frame)
         if others or not_reported:
             entry["metrics"] = {f"{o['metric']},{o['filter']}": o for o in others}
             entry["metrics_not_reported"] = not_reported
+        if uncertified:  # lm-eval's perplexities over the scored docs: values, no interval (lm_eval_output_types)
+            entry["metrics_uncertified"] = uncertified
+        if kind == "mixed":  # tasks of several output types: every metric of each task, with its interval
+            entry["task_metrics"] = _task_metrics(run, label, rounds, est.target == "bank")
         # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
         block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
                            n_scored=n, n_total=total, metric=metric, filter_key=filt, others=others,
                            confidence=est.confidence)
+        block.update({k: v for key, u in uncertified.items()
+                      for k, v in ((key, u["value"]), (key.replace(",", "_stderr,", 1), "N/A"))})
         entry["results"] = {plan.task_name: block}
         lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
         lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
@@ -247,6 +262,69 @@ def _other_metrics(run: Any, label: str, rounds: pd.DataFrame, pairs: list, kind
             "anytime_valid": est.anytime_valid, "guarantee": est.guarantee,
             "interval": other_interval_text(est, metric, stopped_on, run.plan.paired)})
     return others, missing
+
+
+def _task_metrics(run: Any, label: str, rounds: pd.DataFrame, bank_target: bool) -> dict[str, dict[str, Any]]:
+    """A mixed run's metrics per task (``{task: {"<metric>,<filter>": entry}}``): each per-item metric its task
+    lists, read off the stored answers of the task's items. Its interval: the run's method fed the score
+    ``s = metric`` on the task's items and 0 on the others, on the same draws (:func:`interval_on_same_draws`),
+    scaled to the task's mean — by ``K`` (sub-datasets) when the estimand is the mean of the tasks' means
+    (``s``'s mean of sub-dataset means is the task's mean over ``K``), by ``N / N_task`` for the bank's own mean;
+    a distribution-target mean over all items has no known task share, so no interval there (why given)."""
+    from ..lm_eval_metrics import LOGLIK_METRICS
+    from ..lm_eval_output_types import UNCERTIFIED
+
+    out: dict[str, dict[str, Any]] = {}
+    mine = rounds[rounds["model"] == label] if len(rounds) else rounds
+    method, frame = run.methods.get(label), run.bank.frame
+    if method is None or not len(mine) or method.n_scored == 0 or frame is None:
+        return out
+    state = method.state()
+    looks = np.cumsum(mine.groupby("round", sort=True).size().to_numpy()).tolist()
+    subsets = frame["subset"].astype(str)
+    k = int(subsets.nunique())
+    stratified = bool(run.spec.mean_of_means) and k > 1
+    for meta in task_metas(frame):
+        task = meta["task"]
+        members = set(frame.loc[subsets == task, "item_id"].astype(str))
+        theirs = mine[mine["item_id"].astype(str).isin(members)]
+        kind = "generate" if meta["output_type"] == "generate_until" else "loglik"
+        if kind == "generate":
+            from ..lm_eval_scoring import SCORING, pairs
+
+            wanted = pairs(frame.loc[subsets == task].iloc[0].to_dict()) if SCORING in frame.columns else []
+        else:  # a perplexity task: certeval's certified byte likelihood first, then lm-eval's ratios
+            wanted = [("byte_likelihood", "none")] * (meta["output_type"] == "loglikelihood_rolling")
+            wanted += [(m["metric"], "none") for m in meta["metrics"]]
+        entries: dict[str, Any] = {}
+        for metric, filt in wanted:
+            key = f"{metric},{filt}"
+            if metric in UNCERTIFIED or (kind == "loglik" and metric not in (*LOGLIK_METRICS, "byte_likelihood")):
+                entries[key] = {"certified": False, "why": UNCERTIFIED.get(metric, "not a per-item score in [0, 1]")}
+                continue
+            scores = item_scores((metric, filt), theirs, frame, kind) if len(theirs) else {}
+            if isinstance(scores, str):
+                entries[key] = {"certified": False, "why": scores}
+                continue
+            every = {str(i): float(scores.get(str(i), 0.0)) for i in mine["item_id"].astype(str)}
+            positions = run.bank.positions(list(every))
+            at = dict(zip(positions.tolist(), every.values()))
+            scale = k if stratified else (run.bank.n_items / max(1, len(members)) if bank_target else None)
+            values = np.fromiter(scores.values(), dtype=float)
+            entry = {"metric": metric, "filter": filt, "task": task, "n_scored": len(values),
+                     "mean": float(values.mean()) if len(values) else None}
+            if scale is None or not set(int(p) for p in state["order"]) <= set(at):
+                entries[key] = {**entry, "certified": False, "why": "the estimand is a distribution's mean over all "
+                                "items: the task's share of it is not known, so no interval for the task alone"}
+                continue
+            est = interval_on_same_draws(state, at, looks)
+            entries[key] = {**entry, "certified": True, "lower": max(0.0, min(1.0, est.lower * scale)),
+                            "upper": max(0.0, min(1.0, est.upper * scale)), "confidence": est.confidence,
+                            "method": est.method, "anytime_valid": est.anytime_valid,
+                            "interval": other_interval_text(est, metric, "the run's first metrics", run.plan.paired)
+                            + f"; fed the metric on {task}'s items and 0 elsewhere, scaled by {scale:.6g}"}
+        out[task] = entries
+    return out
 
 
 def aggregate_of(spec: Any) -> dict[str, Any]:
