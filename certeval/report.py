@@ -30,6 +30,7 @@ from __future__ import annotations
 import html as _html
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ from .report_plots import (  # noqa: F401
 )
 from .report_plots import differences_caption as pairs_caption
 from .results_record import read_record
-from .storage import MAX_RECORD_BYTES, Folder, bounded, check_folder, filesystem, read_file, verify_record
+from .storage import MAX_RECORD_BYTES, Folder, bounded, check_folder, filesystem, is_local, read_file, verify_record
 
 # --------------------------------------------------------------------------------------
 # reading a run
@@ -87,7 +88,8 @@ def load_run(run: str) -> RunData:
     """Read a run folder; raise :class:`InputError` naming the folder when it is not one."""
     fs, path = filesystem(str(run))
     folder = Folder(fs, path)
-    check_folder(str(run), "run folder")
+    if is_local(fs) and os.path.lexists(path):  # a pipe, a file or a link loop in its place: one line
+        check_folder(str(run), "run folder")
     if bounded(fs, "isfile", path):
         raise InputError(f"{run!r} is a file, not a run folder")
     try:

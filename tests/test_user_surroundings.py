@@ -137,6 +137,12 @@ def fx(tmp_path_factory) -> dict[str, str]:
     out["cfg_backtest"] = _run_folder(records, "cfg-backtest", results=_run_record(),
                                       config={"kind": "backtest", "models": ["m"]})
     out["results_list"] = _run_folder(records, "results-list", raw_results=b"[1, 2]")
+    for name, results in (("auto-unknown-field", _run_record(kind="select", picked="all")),
+                          ("auto-no-models", _run_record(kind="select", models=[]))):
+        specs = [f"replay:{out['scores']}#{STRONG}", f"replay:{out['scores']}#{WEAK}"]
+        _run_folder(d / name, "yesterday", results=results,
+                    config={"kind": "select", "models": specs, "labels": [STRONG, WEAK], "bank": None})
+        out[name] = str(d / name)
     for name, row in (("surrogate-choice", {"choices": ["ok", "\udc80"]}),
                       ("surrogate-question", {"question": "caf\udc80 au lait"}),
                       ("surrogate-nested", {"meta": {"note": ["\udfff"]}})):
@@ -174,7 +180,7 @@ def _refused(case_id, argv, fx, tmp_path, monkeypatch, capsys, *, flag, echo) ->
     """Run ``argv`` from an empty folder: exit 2, one line naming ``flag`` and echoing ``echo``, nothing written,
     no process left; the line."""
     monkeypatch.chdir(tmp_path)
-    if argv[0] in ("certify", "compare", "rank", "select", "demo"):
+    if argv[0] in ("certify", "compare", "rank", "select", "demo") and "--output" not in argv:
         argv = [*argv, "--output", str(tmp_path / "out")]
     watched = (tmp_path, Path(fx["root"]))
     before, procs = listing(*watched), children()
@@ -333,6 +339,10 @@ RECORDS = [
      "extra_field"),
     ("history-run-config-of-a-backtest", lambda fx: _certify(fx, "--history", fx["cfg_backtest"]), "--history",
      "config.json"),
+    ("select-history-auto-unknown-field", lambda fx: _pair("select", fx, "--history", "auto", "--output",
+                                                           fx["auto-unknown-field"]), "--history", "picked"),
+    ("select-history-auto-no-models", lambda fx: _pair("select", fx, "--history", "auto", "--output",
+                                                       fx["auto-no-models"]), "--history", "no models"),
     ("backtest-history-results-a-list", lambda fx: ["backtest", "--scores", fx["scores"], "--history",
                                                     fx["results_list"]], "--history", "not a JSON object"),
     ("bank-lone-surrogate-in-a-choice", lambda fx: _certify(fx, "--bank", fx["bank_surrogate-choice"]), "choices",
