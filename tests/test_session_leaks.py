@@ -60,8 +60,11 @@ def _kill_tagged(tag: str) -> None:
                 os.kill(int(entry), signal.SIGKILL)
 
 
-@pytest.mark.parametrize("leak,fails", [("none", False), ("process", True), ("file", True), ("home", True)])
-def test_a_session_that_leaves_a_process_or_a_file_fails_naming_it(leak, fails, tmp_path):
+@pytest.mark.parametrize("leak,fails,workers", [("none", False, 0), ("process", True, 0), ("file", True, 0),
+                                                ("home", True, 0), ("process", True, 1)])
+def test_a_session_that_leaves_a_process_or_a_file_fails_naming_it(leak, fails, workers, tmp_path):
+    """``workers``: 1 runs the small session under pytest-xdist (the check in its controller, the leak in a worker
+    that has exited by then)."""
     root, home, tests = tmp_path / "checkout", tmp_path / "home", tmp_path / "checkout" / "tests"
     tests.mkdir(parents=True)
     home.mkdir()
@@ -72,9 +75,9 @@ def test_a_session_that_leaves_a_process_or_a_file_fails_naming_it(leak, fails, 
     env.update(LEAK=leak, LEAK_ROOT=str(root), LEAK_TAG=tag, HOME=str(home),
                PYTHONPATH=f"{HERE}{os.pathsep}{env.get('PYTHONPATH', '')}")
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                               str(tests)], cwd=root, env=env, capture_output=True, text=True,
-                              timeout=120)
+        xdist = ["-n", str(workers)] if workers else ["-p", "no:xdist"]
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, str(tests)],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=120)
     finally:
         _kill_tagged(tag)
     report = [line for line in proc.stderr.splitlines() if line.startswith("session leak check:")]
