@@ -49,7 +49,6 @@ def bundled_datasets() -> list[str]:
 def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
     """Read Parquet, JSONL/JSON or CSV from a local path or fsspec URL, through the one way certeval opens a user's
     file (:func:`certeval.storage.open_file`: a regular file within the size bound, never a pipe or a link loop)."""
-    from .messages import shown
     from .storage import MAX_RECORD_BYTES, MAX_TABLE_BYTES, open_file
 
     resolved = resolve_path(path)
@@ -193,7 +192,7 @@ def _encode_subsets(values: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
 
 
 def _check_text(values: pd.Series, ids: pd.Series, column: str, source: str) -> None:
-    """Text a model host will encode is valid Unicode: a lone surrogate (``"\\ud800"`` in JSON) passes pandas and
+    """Text a model host will encode is valid Unicode: a lone surrogate (``"\\udc80"`` in JSON) passes pandas and
     used to reach the host as a tokenizer's TypeError mid-run."""
     for value, item_id in zip(values, ids):
         stack = [value]

@@ -75,15 +75,19 @@ def _os_refusal(path: str, what: str, exc: OSError) -> InputError:
     return _refuse(path, what, f"cannot be read ({exc.strerror or type(exc).__name__})")
 
 
+def _check_size(size: int, path: str, what: str, limit: int) -> int:
+    if size > limit:
+        raise _refuse(path, what, f"declares {size} bytes, over the {limit} bytes a file is read with "
+                                  "(--max-file-size); refused before reading")
+    return int(size)
+
+
 def _check_stat(st: os.stat_result, path: str, what: str, limit: int) -> int:
     if stat.S_ISDIR(st.st_mode):
         raise _refuse(path, what, "is a folder, not a file")
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(path, what, "is not a regular file (a pipe, socket or device); refused unread")
-    if st.st_size > limit:
-        raise _refuse(path, what, f"declares {st.st_size} bytes, over the {limit} bytes a file is read with "
-                                  "(--max-file-size); refused before reading")
-    return int(st.st_size)
+    return _check_size(st.st_size, path, what, limit)
 
 
 def check_file(path: str, what: str, limit: int = MAX_TABLE_BYTES) -> int:
@@ -103,11 +107,7 @@ def check_file(path: str, what: str, limit: int = MAX_TABLE_BYTES) -> int:
         raise _refuse(str(path), what, "does not exist") from None
     if info.get("type") == "directory":
         raise _refuse(str(path), what, "is a folder, not a file")
-    size = int(info.get("size") or 0)
-    if size > limit:
-        raise _refuse(str(path), what, f"declares {size} bytes, over the {limit} bytes a file is read with "
-                                       "(--max-file-size); refused before reading")
-    return size
+    return _check_size(int(info.get("size") or 0), str(path), what, limit)
 
 
 def check_folder(path: str, what: str) -> None:
@@ -119,8 +119,6 @@ def check_folder(path: str, what: str) -> None:
     try:
         mode = os.stat(local).st_mode
     except OSError as exc:
-        if exc.errno == errno.ENOTDIR:
-            raise _refuse(str(path), what, "lies below a file, not a folder") from None
         raise _os_refusal(local, what, exc) from None
     if not stat.S_ISDIR(mode):
         kind = "a file" if stat.S_ISREG(mode) else "a pipe, socket or device"
