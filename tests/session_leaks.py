@@ -8,7 +8,7 @@ process still carrying this session's mark is a leak, even one that was reparent
 session waits up to :data:`GRACE_S` for them to end (a watchdog polls every second), then names them and fails.
 Sessions running beside it (another checkout's, another user's) carry other marks and are never counted.
 
-Files: the checkout (every path but ``.git``, ``.venv``, caches) and the places in HOME certeval or its services
+Files: the checkout (every path but ``.git``, ``.venv``, caches and the quick benchmarks' results folder) and the places in HOME certeval or its services
 would write (``.prefect``, ``.ray``, ``certeval-runs``, ``.certeval``) are listed when the session starts and again
 when it ends; a new path is a file written outside the temporary folders. tests/test_session_leaks.py runs a
 session with a planted leak of each kind (the control) and one without.
@@ -28,6 +28,9 @@ MARK = "CERTEVAL_TEST_SESSION"
 GRACE_S = 60.0
 ROOT = Path(__file__).resolve().parents[1]
 SKIPPED = {".git", ".venv", ".cache", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
+# the quick benchmarks' results folder is the one place in the checkout the suite writes on purpose (git-ignored;
+# tests/test_benchmarks_quick.py runs `python -m benchmarks all --quick`, which writes there)
+DECLARED = ("benchmarks/results/_quick",)
 HOME_PLACES = (".prefect", ".ray", "certeval-runs", ".certeval")
 
 # the process that begins the session marks it; xdist workers and every child inherit the mark
@@ -41,8 +44,10 @@ def _controller(config) -> bool:
 def files_outside(root: Path | None = None, home: Path | None = None) -> set[str]:
     """Every path of the checkout (caches and virtual environments left out) and certeval's places in HOME."""
     out: set[str] = set()
-    for base, dirs, files in os.walk(root or ROOT):
-        dirs[:] = [d for d in dirs if d not in SKIPPED]
+    root = Path(root or ROOT)
+    declared = {str(root / d) for d in DECLARED}
+    for base, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SKIPPED and os.path.join(base, d) not in declared]
         out.update(os.path.join(base, name) for name in dirs + files)
     home = Path(home or os.path.expanduser("~"))
     for name in HOME_PLACES:

@@ -86,9 +86,13 @@ def fx(tmp_path_factory) -> dict[str, str]:
     os.symlink(special / "pipe.parquet", special / "link-to-pipe.csv")
     os.symlink("/dev/zero", special / "zero.jsonl")  # a device behind a table's name
     out["socket"] = str(special / "sock.parquet")
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(out["socket"])
-    listener.close()  # the socket file stays
+    listener, here = socket.socket(socket.AF_UNIX), os.getcwd()
+    try:  # bound by a relative name: a socket's path may not exceed 107 bytes, a deep temporary folder's may
+        os.chdir(special)
+        listener.bind("sock.parquet")
+    finally:
+        os.chdir(here)
+        listener.close()  # the socket file stays
     os.symlink(special / "ring-b.parquet", special / "ring-a.parquet")
     os.symlink(special / "ring-a.parquet", special / "ring-b.parquet")
     _sparse(special / "huge.scores.parquet")
