@@ -34,6 +34,9 @@ from surface_table_support import assert_refused, children, listing, no_new_chil
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK
 
 HUGE = 3 << 30  # declared by sparse files: 3 GiB that take no disk space
+# checkpoint folder names holding what a spec reserves, glob magic, shell syntax (class 5)
+NAMES = ["run#3", "what?", "100%", "a%23b", "x&y", "sp ace", "ünï", "#?%", "[brackets]", "semi;colon", "quote'd",
+         "key=value", "$(touch x)"]
 
 
 def _sparse(path: Path, size: int = HUGE) -> str:
@@ -157,7 +160,7 @@ def fx(tmp_path_factory) -> dict[str, str]:
 
     # class 5: folders with what a spec reserves in their names
     ckpts = d / "ckpts"
-    for name in ("run#3", "what?", "100%", "a%23b", "x&y", "sp ace", "ünï", "#?%"):
+    for name in NAMES:
         (ckpts / name).mkdir(parents=True)
         (ckpts / name / "config.json").write_text(json.dumps({"model_type": "llama"}))
     out["ckpts"] = str(ckpts)
@@ -550,8 +553,6 @@ def _quiet(run_up, cpus: int) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # 5. any folder name is a model spec's location
 # ---------------------------------------------------------------------------------------------------------------
-
-NAMES = ["run#3", "what?", "100%", "a%23b", "x&y", "sp ace", "ünï", "#?%"]
 
 
 @pytest.mark.parametrize("name", NAMES)
