@@ -22,6 +22,7 @@ import pandas as pd
 from .estimators._validation import InputError
 from .estimators.protocol import BankSpec
 from .estimators.results import to_jsonable
+from .messages import shown
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SCORE_COLUMNS = ("model", "item_id", "score")
@@ -46,26 +47,31 @@ def bundled_datasets() -> list[str]:
 
 
 def read_table(path: str | Path, what: str = "table") -> pd.DataFrame:
-    """Read Parquet, JSONL/JSON or CSV from a local path or fsspec URL."""
+    """Read Parquet, JSONL/JSON or CSV from a local path or fsspec URL, through the one way certeval opens a user's
+    file (:func:`certeval.storage.open_file`: a regular file within the size bound, never a pipe or a link loop)."""
+    from .storage import MAX_RECORD_BYTES, MAX_TABLE_BYTES, open_file
+
     resolved = resolve_path(path)
     lower = resolved.lower()
+    readers = {".parquet": pd.read_parquet, ".pq": pd.read_parquet, ".jsonl": lambda fh: pd.read_json(fh, lines=True),
+               ".json": pd.read_json, ".csv": lambda fh: list_cells(pd.read_csv(fh))}
+    suffix = next((s for s in readers if lower.endswith(s)), None)
+    if suffix is None:
+        raise InputError(f"{what} {shown(str(path))} must be .parquet, .jsonl, .json or .csv")
+    limit = MAX_RECORD_BYTES if suffix == ".json" else MAX_TABLE_BYTES  # one JSON document is parsed whole
     try:
-        if lower.endswith(".parquet") or lower.endswith(".pq"):
-            frame = pd.read_parquet(resolved)
-        elif lower.endswith(".jsonl"):
-            frame = pd.read_json(resolved, lines=True)
-        elif lower.endswith(".json"):
-            frame = pd.read_json(resolved)
-        elif lower.endswith(".csv"):
-            frame = list_cells(pd.read_csv(resolved))
-        else:
-            raise InputError(f"{what} {str(path)!r} must be .parquet, .jsonl, .json or .csv")
+        with open_file(resolved, what, limit) as handle:
+            frame = readers[suffix](handle)
     except InputError:
         raise
     except FileNotFoundError:
-        raise InputError(f"{what} {str(path)!r} does not exist") from None
+        raise InputError(f"{what} {shown(str(path))} does not exist") from None
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\\udc80" in JSON) that pandas could not store
+        raise InputError(f"{what} {shown(str(path))} holds text that is not valid Unicode ({exc.reason}: "
+                         f"{shown(exc.object[exc.start:exc.end])}); a model cannot encode it") from None
     except Exception as exc:  # unreadable file: one line, not a traceback
-        raise InputError(f"{what} {str(path)!r} could not be read: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise InputError(f"{what} {shown(str(path))} could not be read: {type(exc).__name__}: {first}") from None
     return frame
 
 
@@ -185,6 +191,26 @@ def _encode_subsets(values: pd.Series) -> tuple[np.ndarray, tuple[str, ...]]:
     return np.array([lookup[v] for v in values.astype(str)], dtype=np.int64), names
 
 
+def _check_text(values: pd.Series, ids: pd.Series, column: str, source: str) -> None:
+    """Text a model host will encode is valid Unicode: a lone surrogate (``"\\udc80"`` in JSON) passes pandas and
+    used to reach the host as a tokenizer's TypeError mid-run."""
+    for value, item_id in zip(values, ids):
+        stack = [value]
+        while stack:
+            cell = stack.pop()
+            if isinstance(cell, str):
+                try:
+                    cell.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise InputError(f"{source}: item {shown(item_id)}, column {shown(column)} holds text that is "
+                                     f"not valid Unicode ({exc.reason} at character {exc.start}); a model cannot "
+                                     "encode it") from None
+            elif isinstance(cell, (list, tuple)):
+                stack.extend(cell)
+            elif isinstance(cell, dict):
+                stack.extend(cell.values())
+
+
 def bank_from_frame(frame: pd.DataFrame, source: str = "bank") -> Bank:
     """Validate an items table and build a :class:`Bank` (order of rows is kept)."""
     if len(frame) == 0:
@@ -197,6 +223,7 @@ def bank_from_frame(frame: pd.DataFrame, source: str = "bank") -> Bank:
         # list columns (choices, answers) read from Parquet come back as numpy arrays, gaps as NaN or pd.NA: plain
         # lists and None, as from JSONL (the one converter of stored values, also the cache's hash input)
         frame[column] = pd.Series([to_jsonable(v) for v in frame[column]], index=frame.index, dtype=object)
+        _check_text(frame[column], frame["item_id"], str(column), source)
     dup = frame["item_id"].duplicated()
     if dup.any():
         raise InputError(f"{source} has duplicate item_id {frame.loc[dup, 'item_id'].iloc[0]!r}")

@@ -36,14 +36,67 @@ def configure_offline_env(home: str | Path | None = None) -> None:
         os.environ.setdefault("PREFECT_HOME", str(Path(home) / "prefect"))
 
 
+def ray_state_folder() -> Path:
+    """Where a Ray that certeval starts keeps its bootstrap HOME and auth token: one folder per user under the
+    temporary folder (a predictable path, so it is made private and checked before every reuse)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"certeval-ray-{os.getuid()}"
+
+
+def private_folder(path: str | Path, *, create: bool = True) -> Path:
+    """``path`` as a folder only this user can enter: created with mode 0700, or, when it exists, a real folder (not
+    a link) owned by this user, tightened to 0700 if it was looser. Another user's folder, or a link or file in its
+    place (a neighbour may create the predictable path first), is refused in one line: its contents are never
+    trusted (the Ray token is a secret)."""
+    import stat
+
+    from .estimators._validation import InputError
+
+    path = Path(path)
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{str(path)!r} must be a private folder of this user, but it is "
+                         f"{'a link' if stat.S_ISLNK(st.st_mode) else 'not a folder'}; remove it (certeval keeps the "
+                         "Ray token there)")
+    if st.st_uid != os.getuid():
+        raise InputError(f"{str(path)!r} belongs to uid {st.st_uid}, not to this user ({os.getuid()}); remove it or "
+                         "set TMPDIR to a folder of your own (certeval keeps the Ray token there)")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def private_file_ok(path: Path) -> bool:
+    """Whether an existing secret file may be reused: a regular file (not a link) of this user that nobody else may
+    read or write."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
 def ray_bootstrap_home(base: str | Path) -> Path:
     """A HOME holding ``ray_bootstrap_config.yaml`` (``provider: {type: local}``).
 
     Ray's usage-stats module probes cloud metadata (169.254.169.254) unless this
     file exists in $HOME while ``ray.init`` runs (NOTES.md).
     """
+    private_folder(base)
     home = Path(base) / "ray-home"
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, exist_ok=True)
     cfg = home / "ray_bootstrap_config.yaml"
     if not cfg.exists():
         cfg.write_text("provider: {type: local}\n")

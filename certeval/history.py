@@ -15,6 +15,7 @@ the result says so. :func:`history_prior` fits :func:`~certeval.estimators.histo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,7 +25,9 @@ import pandas as pd
 from .banks import Bank, load_scores
 from .estimators._validation import InputError
 from .estimators.history import DEFAULT_FACTORS, HistoryPrior, fit_history_prior
-from .storage import Folder, filesystem, verify_record
+from .messages import shown
+from .results_record import RUN_KINDS, read_record
+from .storage import Folder, check_folder, filesystem, is_local, verify_record
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,13 @@ def _run_folder_scores(fs, path: str) -> pd.DataFrame | None:
     if not fs.exists(f"{path}/config.json") or not fs.isdir(f"{path}/rounds"):
         return None
     folder = Folder(fs, path)  # its reads name a damaged round in one line (exit 2), never a traceback
+    config = folder.read_json("config.json")
+    if not isinstance(config, dict) or config.get("kind") not in RUN_KINDS:
+        raise InputError(f"run folder {shown(folder.url())}: config.json is not a certify/compare/rank/select "
+                         "run's (a JSON object with its kind)")
+    results = folder.read_json("results.json")
+    if results is not None:  # a finished run: its record read through its type (not a newer schema, kind or field)
+        read_record(results, f"run folder {shown(folder.url())}: results.json")
     verify_record(folder)  # an edited, deleted or stray round is refused, never used as history
     frames = []
     for name in folder.list("rounds"):
@@ -61,6 +71,8 @@ def _run_folder_scores(fs, path: str) -> pd.DataFrame | None:
 def _read_source(source: str, metric: str | None = None) -> pd.DataFrame:
     if not source.startswith("bundled:"):
         fs, path = filesystem(source)
+        if is_local(fs) and os.path.lexists(path) and not os.path.exists(path):
+            check_folder(source, "--history")  # a symbolic link loop or a link to nothing: one line
         if fs.isdir(path):
             own = _run_folder_scores(fs, path)
             if own is not None:

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 
 from .estimators._validation import InputError
-from .readers import MAX_RESULTS_BYTES, MAX_SAMPLES_BYTES, SAMPLES_NAME, declared_size
-from .storage import filesystem, is_local
+from .readers import MAX_RESULTS_BYTES, MAX_SAMPLES_BYTES, SAMPLES_NAME
+from .storage import check_file, filesystem, is_local, read_file
 from .storage.io import bounded
 
 RESULTS_NAME = re.compile(r"^(?P<stem>.+)_(?P<stamp>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.json$")
@@ -73,10 +73,8 @@ def _model_args(raw, path: str) -> dict[str, str]:
 
 def read_settings(path: str) -> dict[str, str]:
     """What made a run's model: ``--model``, its ``model_args`` and the generation settings lm-eval records."""
-    declared_size(path, "lm-eval results file", MAX_RESULTS_BYTES)
-    fs, local = filesystem(path)
     try:
-        data = json.loads(bounded(fs, "cat_file", local))
+        data = json.loads(read_file(path, "lm-eval results file", MAX_RESULTS_BYTES))
     except (OSError, ValueError) as exc:
         raise InputError(f"lm-eval results file {path!r} could not be read: {type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
@@ -171,10 +169,10 @@ def walk(folder: str) -> list[Run]:
                          "was lm-eval run with --log_samples?")
     for run in runs.values():  # every size is checked before any file is read
         for path in run.samples:
-            declared_size(path, "lm-eval samples file", MAX_SAMPLES_BYTES)
+            check_file(path, "lm-eval samples file", MAX_SAMPLES_BYTES)
     for paths in results.values():
         for path in paths:
-            declared_size(path, "lm-eval results file", MAX_RESULTS_BYTES)
+            check_file(path, "lm-eval results file", MAX_RESULTS_BYTES)
     for key, run in runs.items():
         _pair(run, results.get(key, []))
     return list(runs.values())

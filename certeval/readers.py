@@ -26,7 +26,7 @@ from pathlib import PurePosixPath
 import pandas as pd
 
 from .estimators._validation import InputError
-from .storage import filesystem
+from .storage import check_file, open_file, read_file
 
 LM_EVAL_FIELDS = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "doc_hash", "prompt_hash",
                   "target_hash", "task", "filter", "metrics",
@@ -38,43 +38,6 @@ SCORE_WORDS = {"c": 1.0, "i": 0.0, "p": 0.5, "n": 0.0, "yes": 1.0, "no": 0.0, "t
 MAX_EVAL_LOG_BYTES = 2 << 30  # an .eval log's members, unpacked: refused beyond this before reading
 MAX_SAMPLES_BYTES = 2 << 30  # an lm-eval samples file: refused from its declared size before it is read
 MAX_RESULTS_BYTES = 256 << 20  # an lm-eval results file (a summary: kilobytes)
-
-
-def declared_size(path: str, what: str, limit: int) -> int:
-    """The size ``path`` declares (its file system's, a sparse file's full length), checked before anything is
-    read: InputError for what is missing, not a regular file (a folder, pipe, socket, device, a link to nothing)
-    or larger than ``limit``."""
-    import os
-    import stat
-
-    from .storage import bounded, is_local
-
-    fs, local = filesystem(str(path))
-    if is_local(fs):
-        try:
-            st = os.stat(local)
-        except FileNotFoundError:
-            dangling = " (a link to nothing)" if os.path.islink(local) else ""
-            raise InputError(f"{what} {path!r} does not exist{dangling}") from None
-        except OSError as exc:
-            raise InputError(f"{what} {path!r} cannot be read ({exc.strerror})") from None
-        if stat.S_ISDIR(st.st_mode):
-            raise InputError(f"{what} {path!r} is a folder, not a file")
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{what} {path!r} is not a regular file (a pipe, socket or device); refused unread")
-        size = st.st_size
-    else:
-        try:
-            info = bounded(fs, "info", local)
-        except FileNotFoundError:
-            raise InputError(f"{what} {path!r} does not exist") from None
-        if info.get("type") == "directory":
-            raise InputError(f"{what} {path!r} is a folder, not a file")
-        size = int(info.get("size") or 0)
-    if size > limit:
-        raise InputError(f"{what} {path!r} declares {size} bytes, over the {limit} bytes it is read with; refused "
-                         "before reading")
-    return size
 
 
 def is_lm_eval_samples(path: str) -> bool:
@@ -89,15 +52,8 @@ def _lm_eval_records(path: str) -> tuple[str, str, list[dict]]:
         raise InputError(f"{path!r} is not an lm-eval samples file (samples_<task>_<timestamp>.jsonl)")
     task = match.group("task")
     model = PurePosixPath(str(path)).parent.name or "model"
-    declared_size(str(path), "lm-eval samples file", MAX_SAMPLES_BYTES)
-    fs, local = filesystem(str(path))
     try:
-        with fs.open(local, "rb") as fh:
-            raw = fh.read(MAX_SAMPLES_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(f"lm-eval samples file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"lm-eval samples file {path!r} is a folder, not a file") from None
+        raw = read_file(str(path), "lm-eval samples file", MAX_SAMPLES_BYTES)
     except OSError as exc:
         raise InputError(f"lm-eval samples file {path!r} cannot be read ({exc.strerror or type(exc).__name__})") from None
     try:
@@ -252,11 +208,10 @@ def is_inspect_log(path: str) -> bool:
         return True
     if not lower.endswith(".json"):
         return False
-    fs, local = filesystem(str(path))
     try:
-        with fs.open(local, "rb") as fh:
+        with open_file(str(path), "Inspect log", MAX_EVAL_LOG_BYTES) as fh:
             head = fh.read(4096)
-    except (FileNotFoundError, IsADirectoryError):
+    except (InputError, OSError):  # not a readable regular file: not a log (its reader names the problem)
         return False
     return bool(re.match(rb'\s*\{\s*"(version|status|eval)"', head)) and b'"eval"' in head
 
@@ -289,11 +244,9 @@ def _read_inspect(path: str):
     except ImportError:
         raise InputError(f"{path!r} is an Inspect log; reading it needs the optional package inspect-ai "
                          "(pip install 'certeval[inspect]')") from None
-    fs, local = filesystem(str(path))
-    if not fs.exists(local):
-        raise InputError(f"Inspect log {path!r} does not exist")
+    check_file(str(path), "Inspect log", MAX_EVAL_LOG_BYTES)
     if str(path).lower().endswith(".eval"):
-        _check_declared_size(fs, local, path)
+        _check_declared_size(path)
     try:
         return read_eval_log(str(path))
     except Exception as exc:  # a damaged log: one line, not a traceback
@@ -301,13 +254,13 @@ def _read_inspect(path: str):
                          f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
-def _check_declared_size(fs, local: str, path: str) -> None:
+def _check_declared_size(path: str) -> None:
     """An ``.eval`` log is a zip archive: refuse it from its members' declared sizes, before anything is unpacked
     (a small file can declare gigabytes; reading stops at the declared size, so the declared total bounds it)."""
     import zipfile
 
     try:
-        with fs.open(local, "rb") as fh, zipfile.ZipFile(fh) as archive:
+        with open_file(str(path), "Inspect log", MAX_EVAL_LOG_BYTES) as fh, zipfile.ZipFile(fh) as archive:
             total = sum(info.file_size for info in archive.infolist())
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(f"Inspect log {path!r} is not a readable .eval archive ({exc})") from None

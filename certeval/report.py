@@ -30,6 +30,7 @@ from __future__ import annotations
 import html as _html
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +63,8 @@ from .report_plots import (  # noqa: F401
     spell_verdict,
 )
 from .report_plots import differences_caption as pairs_caption
-from .results_record import read_results
-from .storage import Folder, bounded, filesystem, verify_record
+from .results_record import read_record
+from .storage import MAX_RECORD_BYTES, Folder, bounded, check_folder, filesystem, is_local, read_file, verify_record
 
 # --------------------------------------------------------------------------------------
 # reading a run
@@ -87,6 +88,8 @@ def load_run(run: str) -> RunData:
     """Read a run folder; raise :class:`InputError` naming the folder when it is not one."""
     fs, path = filesystem(str(run))
     folder = Folder(fs, path)
+    if is_local(fs) and os.path.lexists(path):  # a pipe, a file or a link loop in its place: one line
+        check_folder(str(run), "run folder")
     if bounded(fs, "isfile", path):
         raise InputError(f"{run!r} is a file, not a run folder")
     try:
@@ -96,7 +99,7 @@ def load_run(run: str) -> RunData:
         raise InputError(f"run folder {run!r} has an unreadable JSON file: {exc}") from None
     if results is None:
         raise InputError(f"{run!r} is not a run folder: it has no results.json")
-    results = read_results(results, f"run folder {run!r}: results.json")  # a JSON object, not a newer schema
+    results = read_record(results, f"run folder {run!r}: results.json")  # not a newer schema, kind or field
     _check_results(run, results)
     if not isinstance(config, dict):
         raise InputError(f"run folder {run!r} is damaged: config.json is not a JSON object")
@@ -349,12 +352,8 @@ def markdown_to_html(markdown: str, title: str = "certeval report") -> str:
 def _savings_cells(run: RunData, savings: str | None) -> list[dict[str, Any]]:
     cells = list(run.results.get("cells") or [])
     if savings:
-        fs, path = filesystem(str(savings))
         try:
-            with fs.open(path, "rb") as fh:
-                doc = json.load(fh)
-        except FileNotFoundError:
-            raise InputError(f"--savings {savings!r} does not exist") from None
+            doc = json.loads(read_file(str(savings), "--savings", MAX_RECORD_BYTES))
         except json.JSONDecodeError as exc:
             raise InputError(f"--savings {savings!r} is not JSON: {exc}") from None
         extra = doc.get("cells") if isinstance(doc, dict) else None

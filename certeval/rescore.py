@@ -39,8 +39,20 @@ from .backends.base import parse_model_spec
 from .engine import play
 from .estimators._validation import InputError
 from .estimators.results import Decision
-from .results_record import RunResults, read_results
-from .storage import Folder, RunStore, bounded, check_reachable, filesystem, prompt_hash, safe_name
+from .messages import shown
+from .results_record import RunResults, read_record
+from .storage import (
+    Folder,
+    RunStore,
+    bounded,
+    check_folder,
+    check_reachable,
+    filesystem,
+    is_local,
+    prompt_hash,
+    safe_name,
+)
+from .tasks.plan import read_run_config
 from .tasks.round_steps import RunSteps
 
 RULE = "recorded"  # decision rule of a model whose replay reached the end of what the source run scored
@@ -76,18 +88,22 @@ def _source(run: str) -> tuple[RunStore, dict, dict, pd.DataFrame]:
     fs, path = filesystem(str(run))
     if bounded(fs, "isfile", path):
         raise InputError(f"rescore: {run!r} is a file, not a run folder")
+    if not is_local(fs) or os.path.lexists(path):
+        check_folder(str(run), "rescore: run folder")
     folder = Folder(fs, path)
     config = folder.read_json("config.json")
     if config is None:
         raise InputError(f"rescore: no run at {run!r} (it has no config.json)")
     if not isinstance(config, dict) or config.get("kind") not in ("certify", "compare", "rank", "select"):
         raise InputError(f"rescore: {run!r} is not a certify/compare/rank/select run (config.json kind "
-                         f"{config.get('kind') if isinstance(config, dict) else None!r})")
+                         f"{shown(config.get('kind') if isinstance(config, dict) else None)})")
+    read_run_config(config, f"rescore: run {run!r}'s config.json")
     results = folder.read_json("results.json")
     if results is None:
         raise InputError(f"rescore: run {run!r} has no results.json (interrupted or still running): finish it "
                          "first with the same --run-id")
-    read_results(results, f"rescore: run {run!r}'s results.json")  # not from a newer schema than this reads
+    # the typed record: not a newer schema, a kind, field or part this version does not know
+    read_record(results, f"rescore: run {run!r}'s results.json", complete=True)
     url = folder.url()
     root, _, run_id = url.rstrip("/").rpartition("/")
     store = RunStore(root or ".", run_id)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .estimators._validation import InputError
+from .messages import shown
 
 SCHEMA_VERSION = 1
 RUN_KINDS = ("certify", "compare", "rank", "select")
@@ -158,6 +159,32 @@ def read_results(obj: Any, where: str = "results.json") -> dict[str, Any]:
     return obj
 
 
+def read_record(obj: Any, where: str = "results.json", *, complete: bool = False) -> dict[str, Any]:
+    """A stored results.json read through its type: :func:`read_results`, then a ``kind`` this version knows (a run's
+    or a backtest's), no top-level field the record does not have, and a run's ``models`` a non-empty list.
+    ``complete``: every required field present too (:meth:`RunResults.from_json`; rescore builds a new record from
+    it). InputError naming ``where`` otherwise."""
+    obj = read_results(obj, where)
+    kind = obj.get("kind", ABSENT)
+    if kind is not ABSENT and kind not in (*RUN_KINDS, BACKTEST_KIND):
+        raise InputError(f"{where} has kind {shown(kind)}, which this certeval does not know (kinds: "
+                         f"{', '.join((*RUN_KINDS, BACKTEST_KIND))})")
+    record = BacktestResults if kind == BACKTEST_KIND else RunResults
+    unknown = sorted(set(obj) - {f.name for f in fields(record)})
+    if unknown:
+        raise InputError(f"{where} has unknown field {shown(unknown[0])} (schema_version "
+                         f"{obj.get('schema_version', 0)}); it was not written by this version of certeval")
+    if record is RunResults:
+        if not isinstance(obj.get("models"), list) or not obj["models"]:
+            raise InputError(f"{where} lists no models (field 'models' {'missing' if 'models' not in obj else 'empty'})")
+        if complete:
+            RunResults.from_json(obj, where)
+    elif complete or "cells" in obj:
+        if not isinstance(obj.get("cells"), list):
+            raise InputError(f"{where} holds a backtest summary without its 'cells' list")
+    return obj
+
+
 def load_schema(path: str | Path = SCHEMA_FILE) -> dict[str, Any]:
     """The JSON Schema of results.json (docs/results.schema.json of a checkout)."""
     return json.loads(Path(path).read_text())
@@ -183,4 +210,4 @@ def validate(obj: Mapping[str, Any], schema: Mapping[str, Any] | None = None) ->
 
 
 __all__ = ["ABSENT", "BACKTEST_KIND", "RUN_KINDS", "SCHEMA_FILE", "SCHEMA_VERSION", "BacktestResults",
-           "ResultsSchemaError", "RunResults", "load_schema", "read_results", "validate"]
+           "ResultsSchemaError", "RunResults", "load_schema", "read_record", "read_results", "validate"]

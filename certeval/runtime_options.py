@@ -99,10 +99,15 @@ def runtime_options(value: Any) -> RuntimeOptions:
                      f"got {value!r}")
 
 
+MAX_WAIT_S = 10_000_000.0  # about 116 days: longer waits are typos, and 1e300 s overflowed the clocks waited on
+
+
 def _seconds(value: Any, flag: str) -> float:
     # never unbounded and never zero: a wait that cannot end, or one that cannot succeed, is a typo
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InputError(f"{flag} must be a positive number of seconds, got {value!r}")
+    if value > MAX_WAIT_S:
+        raise InputError(f"{flag} must be at most {MAX_WAIT_S:.0f} seconds, got {value!r}")
     return float(value)
 
 

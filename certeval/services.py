@@ -223,7 +223,13 @@ def _check_file(path: Path) -> bytes:
         raise _bad(path, f"may be written by others (mode {stat.S_IMODE(st.st_mode):o})")
     if st.st_size > MAX_RECORD_BYTES:
         raise _bad(path, f"declares {st.st_size} bytes, over the {MAX_RECORD_BYTES} a record is read with")
-    with open(path, "rb") as fh:
+    try:  # opened as it was checked: a link or pipe swapped in since is refused, never followed or waited on
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _bad(path, f"cannot be read ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _bad(path, "is not a regular file")
         return fh.read(MAX_RECORD_BYTES + 1)
 
 

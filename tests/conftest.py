@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from session_leaks import check_session, record_files
 
 # one BLAS thread: on a loaded 2-core machine a threaded OpenBLAS made a 40×600 SVD 200× slower
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -130,6 +131,18 @@ LONGEST_FIRST = ("test_benchmarks_quick.py", "test_faults.py", "test_prefect_ser
                  "test_services.py", "test_conformance.py", "test_deployment_checkpoints.py", "test_look_log.py",
                  "test_propose_ahead.py", "test_network_loopback.py", "test_history_method.py",
                  "test_resume_crash.py", "test_history_pipeline.py", "test_bank_ranking.py")
+
+
+def pytest_configure(config):
+    record_files(config)  # the checkout and HOME's certeval places, to compare at the end
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's own sessionfinish has shut its workers down
+def pytest_sessionfinish(session, exitstatus):
+    from test_pipeline_support import shutdown
+
+    shutdown()  # this process's shared Prefect server and Ray now, not at exit: the check below would see them
+    check_session(session)  # no process left, no file written outside the temporary folders (tests/session_leaks.py)
 
 
 def pytest_collection_modifyitems(config, items):

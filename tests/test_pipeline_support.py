@@ -30,9 +30,25 @@ def prefect_api() -> str:
 
         harness = prefect_test_harness(server_startup_timeout=120)
         harness.__enter__()
-        atexit.register(harness.__exit__, None, None, None)
+        atexit.register(_stop_prefect)
         _STATE["prefect"] = PREFECT_API_URL.value()
+        _STATE["harness"] = harness
     return _STATE["prefect"]
+
+
+def _stop_prefect() -> None:
+    harness = _STATE.pop("harness", None)
+    if harness is not None:
+        harness.__exit__(None, None, None)
+
+
+def shutdown() -> None:
+    """Stop the shared Prefect server and Ray of this process (at the session's end; idempotent)."""
+    _stop_prefect()
+    _STATE.pop("ray", None)
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # the shared one, or one a test started in this process
+        ray.shutdown()
 
 
 def ray_address(state_dir: Path) -> str:

@@ -378,8 +378,11 @@ def test_a_run_takes_only_derived_settings_from_the_record(fake, monkeypatch, tm
             assert os.environ["PREFECT_HOME"].startswith(str(fake.work / FOLDER))
             assert os.environ["RAY_AUTH_TOKEN_PATH"].startswith(fake.ray_dir + "/")
             subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60, cwd=fake.work)
-            for key in changed:
-                m.delenv(key, raising=False) if key not in before else m.setenv(key, before[key])
+            for key in changed:  # directly: an m.delenv here would be undone by the context, setting them again
+                if key in before:
+                    os.environ[key] = before[key]
+                else:
+                    os.environ.pop(key, None)
         assert not marker.exists()
     finally:
         server.shutdown()

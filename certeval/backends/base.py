@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,23 @@ class ModelSpec:
         return out
 
 
+# what a spec's syntax reserves in a location (the name after '#', options after '?') and the escape that stands for
+# it; '%' itself too, so that any folder name can be written. openai: the location is a URL, escaped as URLs are.
+LOCATION_ESCAPES = {"%": "%25", "#": "%23", "?": "%3F"}
+_UNESCAPE = re.compile("|".join(LOCATION_ESCAPES.values()), re.IGNORECASE)
+
+
+def quote_location(path: str) -> str:
+    """``path`` as a spec's location: ``%``, ``#`` and ``?`` written ``%25``, ``%23``, ``%3F`` (a checkpoint folder
+    named ``run#3?`` is ``hf:/ckpts/run%233%3F``)."""
+    return "".join(LOCATION_ESCAPES.get(c, c) for c in path)
+
+
+def _unquote_location(location: str) -> str:
+    back = {v.upper(): k for k, v in LOCATION_ESCAPES.items()}
+    return _UNESCAPE.sub(lambda m: back[m.group(0).upper()], location)
+
+
 def parse_model_spec(text: str) -> ModelSpec:
     """Parse a model spec; raise :class:`InputError` naming the spec when it is malformed."""
     if not isinstance(text, str) or ":" not in text:
@@ -101,6 +119,8 @@ def parse_model_spec(text: str) -> ModelSpec:
         raise InputError(f"model spec {text!r} has no location after {kind}:")
     if kind in ("replay", "openai") and not name:
         raise InputError(f"model spec {text!r} needs a model name after '#'")
+    if kind != "openai":
+        location = _unquote_location(location)
     return ModelSpec(kind, location, name or None, tuple(options), text)
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from ..envsetup import configure_offline_env, ray_bootstrap_home
+from ..envsetup import configure_offline_env, private_file_ok, private_folder, ray_bootstrap_home, ray_state_folder
 from ..estimators._validation import InputError
 from ..redact import is_secret_name
 
@@ -36,7 +35,7 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
     if ray.is_initialized():
         return
     configure_offline_env()
-    base = Path(state_dir) if state_dir else Path(tempfile.gettempdir()) / f"certeval-ray-{os.getuid()}"
+    base = Path(state_dir) if state_dir else ray_state_folder()
     real_home = os.environ.get("HOME", str(Path.home()))
     ray_home = ray_bootstrap_home(base)
     _pin_auth_token(ray_home, Path(real_home), local=not address)
@@ -220,10 +219,13 @@ def _pin_auth_token(ray_home: Path, real_home: Path, *, local: bool) -> None:
         import secrets
 
         token = ray_home / ".ray" / "auth_token"
-        if not token.exists():
-            token.parent.mkdir(parents=True, exist_ok=True)
-            token.write_text(secrets.token_hex(32))
-            token.chmod(0o600)
+        private_folder(token.parent)
+        if not private_file_ok(token):  # missing, or one another user could have read or planted: a fresh one
+            if os.path.lexists(token):
+                os.remove(token)
+            fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_hex(32))
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
     elif (real_home / ".ray" / "auth_token").exists():
         os.environ["RAY_AUTH_TOKEN_PATH"] = str(real_home / ".ray" / "auth_token")

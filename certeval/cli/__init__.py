@@ -20,7 +20,9 @@ import sys
 import threading
 
 from ..estimators._validation import InputError
+from ..messages import one_line
 from ..redact import redact
+from .ranges import bound_whole_numbers
 
 EXIT_OK, EXIT_NOT_REACHED, EXIT_BAD_INPUT, EXIT_RUNTIME = 0, 1, 2, 3
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
@@ -45,7 +47,7 @@ COMMANDS = {
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse's own convention too)
-        self.exit(EXIT_BAD_INPUT, f"certeval: error: {message}\n")
+        self.exit(EXIT_BAD_INPUT, f"certeval: error: {one_line(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +69,34 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         seen.add(module)
         mod.add_parser(sub)
+    _add_everywhere(parser)
+    bound_whole_numbers(parser)
     return parser
+
+
+def _add_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Flags every command takes, wherever they stand on the line (a subcommand's own parser included)."""
+    parser.add_argument("--max-file-size", default=argparse.SUPPRESS, metavar="SIZE", type=_size,
+                        help="refuse any file certeval reads above SIZE bytes (K, M, G suffixes; default: 2G for "
+                             "tables, 256M for JSON records), checked before reading")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _add_everywhere(child)
+
+
+def _size(text: str) -> int:
+    """``--max-file-size``: bytes, or a number with a K, M or G suffix (powers of 1024)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    body = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = body[-1:] if body[-1:] in units and body[-1:] else ""
+    try:
+        value = float(body[: len(body) - len(unit)])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-file-size takes a size such as 512M or 4G, got {text!r}") from None
+    if not 1 <= value * units[unit] <= 1 << 50:
+        raise argparse.ArgumentTypeError(f"--max-file-size must lie in [1 byte, 1P], got {text!r}")
+    return int(value * units[unit])
 
 
 class Terminated(KeyboardInterrupt):
@@ -139,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = functools.partial(_redeliver_swallowed, default=previous_hook)
     _SIGTERMS.clear()
     _failure.clear_run_folder()
+    _max_file_size(getattr(args, "max_file_size", None))
     try:
         return int(args.func(args) or 0)
     except InputError as exc:
-        print(f"certeval: error: {redact(str(exc))}", file=sys.stderr)
+        print(f"certeval: error: {one_line(redact(str(exc)))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
@@ -152,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             return _interrupted(interrupt)
         where = _failure.record(exc)
         step = _failure.next_step(exc)  # what to try, before the run folder is forgotten
-        print(f"certeval: runtime failure: {_failure.one_line(exc)}" + (f"; {step}" if step else "")
-              + (f" (traceback: {where})" if where else ""), file=sys.stderr)
+        print(one_line(f"certeval: runtime failure: {_failure.one_line(exc)}" + (f"; {step}" if step else "")
+                       + (f" (traceback: {where})" if where else ""), word=1000, total=4000), file=sys.stderr)
         return EXIT_RUNTIME
     except BaseException as exc:
         if _prefect_termination(exc) or _ray_termination(exc):
@@ -161,9 +191,17 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         _failure.clear_run_folder()
+        _max_file_size(None)
         sys.unraisablehook = previous_hook
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _max_file_size(limit: int | None) -> None:
+    if limit is not None or "certeval.storage.io" in sys.modules:  # storage (pandas, pyarrow) only when used
+        from ..storage.io import set_max_file_bytes
+
+        set_max_file_bytes(limit)
 
 
 def _install_sigterm():

@@ -233,14 +233,15 @@ def user_prefect_configured() -> bool:
     return (Path.home() / ".prefect" / "profiles.toml").is_file()
 
 
-def history_sources(args, models: list[str]) -> list[str] | None:
-    """``--history`` as given, with ``auto`` (select only) replaced by the earlier select runs it names (announced in
-    one line on stderr). Without ``--history`` there is no history: the same command twice gives the same answer."""
+def history_sources(args, models: list[str]) -> tuple[list[str] | None, str | None]:
+    """``--history`` as given, with ``auto`` (select only) replaced by the earlier select runs it names, and the line
+    that announces them (printed once the plan has read them: a refused one is the command's only line). Without
+    ``--history`` there is no history: the same command twice gives the same answer."""
     from ..estimators._validation import InputError
 
     sources = list(getattr(args, "history", None) or [])
     if AUTO_HISTORY not in sources:
-        return sources or None
+        return sources or None, None
     if args.command != "select" or (args.target or "bank") != "bank":
         raise InputError(f"--history {AUTO_HISTORY} (earlier select runs under --output as history) is for select on "
                          f"the bank target; got {args.command} with --target {args.target or 'bank'}")
@@ -248,10 +249,10 @@ def history_sources(args, models: list[str]) -> list[str] | None:
 
     earlier = earlier_select_runs(args, models)
     where = args.output or DEFAULT_OUTPUT
-    print(f"certeval: --history auto: {len(earlier)} earlier select run(s) under {where} as history"
-          + (f": {', '.join(earlier)}" if earlier else " (none found: no history)"), file=sys.stderr)
+    note = (f"certeval: --history auto: {len(earlier)} earlier select run(s) under {where} as history"
+            + (f": {', '.join(earlier)}" if earlier else " (none found: no history)"))
     sources = [s for s in sources if s != AUTO_HISTORY] + earlier
-    return sources or None
+    return sources or None, note
 
 
 def earlier_select_runs(args, models: list[str]) -> list[str]:
@@ -260,16 +261,16 @@ def earlier_select_runs(args, models: list[str]) -> list[str]:
     count for itself, and their folders are checked when read."""
     import json
 
-    from ..storage import DEFAULT_OUTPUT
+    from ..storage import DEFAULT_OUTPUT, MAX_RECORD_BYTES, read_file
 
     root = Path(args.output or DEFAULT_OUTPUT)
     if "://" in str(args.output or "") or not root.is_dir():
         return []
     runs = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != args.run_id):
-        try:
-            config = json.loads((folder / "config.json").read_text())
-        except (OSError, ValueError):
+        try:  # read as any run folder's file: a pipe or a huge file there is skipped, never waited on
+            config = json.loads(read_file(str(folder / "config.json"), "config.json", MAX_RECORD_BYTES))
+        except (OSError, ValueError):  # InputError included: not a readable run, not one of the earlier runs
             continue
         if (isinstance(config, dict) and config.get("kind") == "select" and config.get("bank") == args.bank
                 and (folder / "results.json").is_file() and set(config.get("models") or []) & set(models)):
@@ -303,10 +304,13 @@ def plan_from_args(args, options=None) -> tuple[Any, Any]:
             raise InputError(f"--limit {fraction!r} is a fraction of each lm-eval task's docs: --tasks {args.bank!r} "
                              "is a bank file; give a whole number of items")
         args.max_items = None
-    plan, prepared = make_plan(plan_request(args, models, history_sources(args, models), options))
+    sources, note = history_sources(args, models)
+    plan, prepared = make_plan(plan_request(args, models, sources, options))
     if fraction is not None:
         args.max_items = fraction
         plan = replace(plan, max_items=fraction_budget(prepared.bank.frame, fraction))
+    if note:
+        print(note, file=sys.stderr)
     return plan, prepared
 
 

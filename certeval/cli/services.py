@@ -33,16 +33,17 @@ def run_up(args) -> int:
     cpus = (os.cpu_count() or 2) if args.num_cpus is None else args.num_cpus
     if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
         raise InputError(f"--num-cpus must be a positive integer, got {args.num_cpus!r}")
-    known = load_services()  # a record that is not one: exit 2, nothing started or changed
-    if known is not None and known.alive():
-        print(f"certeval: already up (Ray {known.ray_address}, Prefect {known.prefect_api_url}); "
-              f"{services_file()}")
-        return 0
-    if known is not None and known.verified():
-        raise InputError(f"{services_file()} names processes of a certeval up that is still running or was stopped "
-                         "half-way; run certeval down first")
+    load_services()  # a record that is not one: exit 2, nothing started, created or changed
     configure_offline_env()
-    with record_lock(services_file().parent):
+    with record_lock(services_file().parent):  # up is exclusive: a second one waits its turn, then finds it up
+        known = load_services()
+        if known is not None and known.alive():
+            print(f"certeval: already up (Ray {known.ray_address}, Prefect {known.prefect_api_url}); "
+                  f"{services_file()}")
+            return 0
+        if known is not None and known.verified():
+            raise InputError(f"{services_file()} names processes of a certeval up that is still starting or was "
+                             "stopped half-way; run certeval down first")
         services = start_services(cpus)
     print(f"certeval: up: Ray {services.ray_address} ({cpus} CPUs), Prefect {services.prefect_api_url}; runs from "
           f"this folder use them until certeval down ({services_file()})")

@@ -9,6 +9,7 @@ import argparse
 import os
 from urllib.parse import quote
 
+from ..backends.base import quote_location
 from ..estimators._validation import InputError
 from ..lm_eval_requests import parse_bool
 from ..model_folders import TRUST_FLAG
@@ -201,8 +202,9 @@ def _natural(path: str) -> list:
 
 def checkpoint_specs(patterns: list[str] | None) -> list[str]:
     """``select --checkpoints``: every folder the patterns name (globs expanded, in natural order: ckpt-20 before
-    ckpt-100) as an ``hf:`` spec. Refused: a pattern that names nothing, a file, a folder whose name holds what a
-    model spec reserves, or one without a readable config.json holding a JSON object (certeval.model_folders)."""
+    ckpt-100) as an ``hf:`` spec, its path escaped (:func:`~certeval.backends.base.quote_location`). Refused: a
+    pattern that names nothing, a file, or a folder without a readable config.json holding a JSON object
+    (certeval.model_folders)."""
     import glob
 
     from ..model_folders import read_model_config
@@ -215,12 +217,8 @@ def checkpoint_specs(patterns: list[str] | None) -> list[str]:
         for path in found:
             if not os.path.isdir(path):
                 raise InputError(f"--checkpoints {pattern!r}: {path!r} is a file, not a checkpoint folder")
-            bad = next((c for c in RESERVED if c in os.path.abspath(path)), None)
-            if bad is not None:
-                raise InputError(f"--checkpoints {pattern!r}: {path!r} holds {bad!r}, which a model spec reserves; "
-                                 "rename the folder or link it under another name")
             read_model_config(path, "--checkpoints", pattern)  # no config.json, not a JSON object: one line here
-            spec = f"hf:{os.path.abspath(path)}"
+            spec = f"hf:{quote_location(os.path.abspath(path))}"  # any folder name: '#', '?', '%' escaped
             if spec not in specs:
                 specs.append(spec)
     return specs

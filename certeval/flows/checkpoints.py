@@ -34,7 +34,7 @@ from prefect.cache_policies import NONE
 
 # absolute imports: a deployment's entrypoint (deployments/prefect.yaml) names this file by path, and
 # Prefect loads it as a script, where relative imports fail
-from certeval.backends.base import parse_model_spec
+from certeval.backends.base import parse_model_spec, quote_location
 from certeval.estimators._validation import InputError
 from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
@@ -63,7 +63,7 @@ def find_checkpoints(folder: str) -> list[str]:
                 if not local:
                     raise InputError(f"checkpoint {base!r} in {folder!r}: transformers checkpoints must be on a local "
                                      "path; put a model.spec (e.g. vllm:...) beside remote ones")
-                specs.append(f"hf:{name}")
+                specs.append(f"hf:{quote_location(name)}")
         elif base.endswith(".spec"):
             specs.append(fs.cat_file(name).decode().strip())
     if not specs:

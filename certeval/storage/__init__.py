@@ -37,23 +37,31 @@ from .io import (
                  CACHE_DIR,
                  CALL_TIMEOUT_S,
                  DEFAULT_OUTPUT,
+                 MAX_RECORD_BYTES,
+                 MAX_TABLE_BYTES,
                  Folder,
                  bounded,
+                 check_file,
+                 check_folder,
                  check_reachable,
                  dumps,
                  filesystem,
                  is_local,
                  nearest_existing,
+                 open_file,
                  parquet_bytes,
+                 read_file,
                  safe_name,
+                 set_max_file_bytes,
                  stage_file,
 )
 from .lock import LEASE_S, LOCK_NAME, STALE_LEASE_WAIT_S, RunLock, clean_temporaries
 from .runstore import MANIFEST, RUN_MARKER, RunStore, round_name, verify_record
 from .state_codec import REF_KEY, REFS_DIR, StateArrays, array_digest
 
-__all__ = ["ASKED_FIELDS", "CACHE_DIR", "CALL_TIMEOUT_S", "DEFAULT_OUTPUT", "Folder", "LEASE_S", "LOCK_NAME", "MANIFEST",
+__all__ = ["ASKED_FIELDS", "CACHE_DIR", "CALL_TIMEOUT_S", "DEFAULT_OUTPUT", "Folder", "MAX_RECORD_BYTES",
+           "MAX_TABLE_BYTES", "LEASE_S", "LOCK_NAME", "MANIFEST",
            "MAX_PARTS", "PROMPT_FIELDS", "REFS_DIR", "REF_KEY", "RUN_MARKER", "RunLock", "RunStore", "STALE_LEASE_WAIT_S",
-           "ScoreCache", "StateArrays", "array_digest", "bounded", "cache_key", "check_reachable", "clean_temporaries",
-           "compact_parts", "dumps", "filesystem", "is_local", "item_key", "nearest_existing", "parquet_bytes",
-           "prompt_hash", "round_name", "safe_name", "stage_file", "verify_record"]
+           "ScoreCache", "StateArrays", "array_digest", "bounded", "cache_key", "check_file", "check_folder", "check_reachable", "clean_temporaries",
+           "compact_parts", "dumps", "filesystem", "is_local", "item_key", "nearest_existing", "open_file", "parquet_bytes",
+           "prompt_hash", "read_file", "round_name", "safe_name", "set_max_file_bytes", "stage_file", "verify_record"]

@@ -3,13 +3,15 @@ encoder, and the checks of an output location (certeval.storage holds the layout
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import os
 import re
+import stat
 import uuid
-from typing import Any
+from typing import IO, Any
 
 import fsspec
 import pandas as pd
@@ -18,6 +20,7 @@ import pyarrow.parquet as pq
 
 from ..estimators._validation import InputError
 from ..estimators.results import to_jsonable
+from ..messages import shown
 
 DEFAULT_OUTPUT = "./certeval-runs"
 CACHE_DIR = "_cache"
@@ -33,6 +36,124 @@ _S3_OPTIONS = {
 S3_CALL_TRIES = 2
 CALL_TIMEOUT_S = 30.0
 CALL_SECONDS_PER_MB = 1.0  # large uploads (pairs tables) get more time: 1 MB/s at worst
+
+
+# the most bytes a file a user names or a run folder holds is read with, checked from its declared size before any
+# byte is read (a sparse multi-GiB file would end in MemoryError); ``--max-file-size`` sets one bound for all
+MAX_TABLE_BYTES = 2 << 30  # score tables, banks, round files, history tables
+MAX_RECORD_BYTES = 256 << 20  # JSON records: results.json, config.json, states, manifests
+_max_file_bytes: list[int] = []  # --max-file-size of this command, when given
+
+
+def set_max_file_bytes(limit: int | None) -> None:
+    """``--max-file-size``: every file certeval reads is refused above ``limit`` bytes (None: the defaults)."""
+    _max_file_bytes[:] = [] if limit is None else [int(limit)]
+
+
+def file_limit(default: int) -> int:
+    return _max_file_bytes[0] if _max_file_bytes else default
+
+
+def _refuse(path: str, what: str, why: str) -> InputError:
+    return InputError(f"{what} {shown(str(path))} {why}")
+
+
+def _os_refusal(path: str, what: str, exc: OSError) -> InputError:
+    if exc.errno == errno.ELOOP:
+        return _refuse(path, what, "is a symbolic link loop (or too many links deep); refused unread")
+    if exc.errno == errno.ENOENT:
+        dangling = " (a link to nothing)" if os.path.islink(path) else ""
+        return _refuse(path, what, f"does not exist{dangling}")
+    if exc.errno == errno.ENOTDIR:
+        return _refuse(path, what, "lies below a file, not in a folder")
+    if exc.errno == errno.ENXIO:  # opening a socket
+        return _refuse(path, what, "is not a regular file (a pipe, socket or device); refused unread")
+    if exc.errno == errno.EISDIR:
+        return _refuse(path, what, "is a folder, not a file")
+    if exc.errno == errno.ENAMETOOLONG:
+        return _refuse(path, what, "is too long a path for this file system")
+    return _refuse(path, what, f"cannot be read ({exc.strerror or type(exc).__name__})")
+
+
+def _check_size(size: int, path: str, what: str, limit: int) -> int:
+    if size > limit:
+        raise _refuse(path, what, f"declares {size} bytes, over the {limit} bytes a file is read with "
+                                  "(--max-file-size); refused before reading")
+    return int(size)
+
+
+def _check_stat(st: os.stat_result, path: str, what: str, limit: int) -> int:
+    if stat.S_ISDIR(st.st_mode):
+        raise _refuse(path, what, "is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, what, "is not a regular file (a pipe, socket or device); refused unread")
+    return _check_size(st.st_size, path, what, limit)
+
+
+def check_file(path: str, what: str, limit: int = MAX_TABLE_BYTES) -> int:
+    """The size ``path`` declares (a sparse file's full length), checked before anything is read: InputError for a
+    file that is missing, a folder, not a regular file (a pipe, socket, device), a symbolic link loop, or larger
+    than ``limit`` (or ``--max-file-size``). Local paths and any fsspec URL."""
+    limit = file_limit(limit)
+    fs, local = filesystem(str(path))
+    if is_local(fs):
+        try:
+            return _check_stat(os.stat(local), str(path), what, limit)
+        except OSError as exc:
+            raise _os_refusal(local, what, exc) from None
+    try:
+        info = bounded(fs, "info", local)
+    except FileNotFoundError:
+        raise _refuse(str(path), what, "does not exist") from None
+    if info.get("type") == "directory":
+        raise _refuse(str(path), what, "is a folder, not a file")
+    return _check_size(int(info.get("size") or 0), str(path), what, limit)
+
+
+def check_folder(path: str, what: str) -> None:
+    """A local ``path`` is a folder (links followed): InputError for what is missing, a file, a pipe or device, or a
+    symbolic link loop. Other stores have no such things; their reads name what is missing."""
+    fs, local = filesystem(str(path))
+    if not is_local(fs):
+        return
+    try:
+        mode = os.stat(local).st_mode
+    except OSError as exc:
+        raise _os_refusal(local, what, exc) from None
+    if not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else "a pipe, socket or device"
+        raise _refuse(str(path), what, f"is {kind}, not a folder")
+
+
+def open_file(path: str, what: str, limit: int = MAX_TABLE_BYTES) -> IO[bytes]:
+    """The one way certeval opens a file a user names or a run folder holds, for reading in binary: checked as in
+    :func:`check_file`. A local file is opened without blocking (``O_NONBLOCK``: a FIFO swapped in after the check
+    cannot hang the read) and checked again through its descriptor."""
+    fs, local = filesystem(str(path))
+    if not is_local(fs):
+        check_file(str(path), what, limit)
+        return bounded(fs, "open", local, "rb")
+    try:
+        fd = os.open(local, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _os_refusal(local, what, exc) from None
+    try:
+        _check_stat(os.fstat(fd), str(path), what, file_limit(limit))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_file(path: str, what: str, limit: int = MAX_TABLE_BYTES) -> bytes:
+    """The bytes of ``path`` read through :func:`open_file`; a file that grew past the bound while read is refused."""
+    bound = file_limit(limit)
+    with open_file(path, what, limit) as handle:
+        data = handle.read(bound + 1)
+    if len(data) > bound:
+        raise _refuse(str(path), what, f"holds more than the {bound} bytes a file is read with (--max-file-size)")
+    return data
 
 
 def call_timeout_s(size: int = 0) -> float:
@@ -147,7 +268,14 @@ class Folder:
         else:  # one PUT: the object appears complete or not at all
             bounded(self.fs, "pipe_file", target, data, size=len(data))
 
-    def read_bytes(self, rel: str) -> bytes | None:
+    def read_bytes(self, rel: str, limit: int = MAX_TABLE_BYTES) -> bytes | None:
+        """The file's bytes, None when it does not exist; a local file through :func:`read_file` (a pipe, a link
+        loop or a file over ``limit`` is refused in one line)."""
+        if self.local:
+            full = self.full(rel)
+            if not os.path.lexists(full):
+                return None
+            return read_file(full, "run folder file", limit)
         try:
             return bounded(self.fs, "cat_file", self.full(rel))
         except FileNotFoundError:
@@ -157,7 +285,7 @@ class Folder:
         self.write_bytes(rel, dumps(obj))
 
     def read_json(self, rel: str) -> Any:
-        raw = self.read_bytes(rel)
+        raw = self.read_bytes(rel, MAX_RECORD_BYTES)
         if raw is None:
             return None
         try:

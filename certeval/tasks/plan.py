@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .. import __version__
@@ -27,7 +27,7 @@ from ..model_folders import check_model_folder
 from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
-from .plan_checks import check_epsilon, leaderboard_goal
+from .plan_checks import check_choice_items, check_epsilon, leaderboard_goal, trial_start
 
 KINDS = ("certify", "compare", "rank", "select")
 # keys of config.json a resumed run must match exactly
@@ -43,6 +43,7 @@ BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on his
 REPLAY_OPTIONS = {"latency"}
 INTEGRITY = "manifest-v1"  # config.json: the run folder keeps manifest.json, checked on resume
 PAIRED_METHOD = "uniform"  # per-model intervals on the shared item order (drawn ∝ weight on the bank target)
+MAX_GPUS = 64  # GPUs one model actor may ask for
 TARGETS = ("bank", "distribution")  # what compare/rank/select answer (docs/architecture.md §4); bank is the default
 
 
@@ -411,6 +412,9 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         threshold = check_in_range(threshold, "--threshold", 0.0, 1.0)
         halfwidth = check_in_range(halfwidth, "--halfwidth", 0.0, 1.0) if target == "bank" else \
             check_positive(halfwidth, "--halfwidth")
+        if halfwidth >= 1.0:  # the best-arm tolerance (bank) and the interval's half-width (distribution) lie below 1
+            raise InputError(f"--halfwidth must lie in [0, 1) on the bank target and (0, 1) on the distribution "
+                             f"target, got {halfwidth!r}")
     for spec in specs:
         check_model(spec)
     loaded = load_run_bank(bank, tuple(s.text for s in specs))
@@ -439,6 +443,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         if is_lm_eval_scorer(scorer):  # named by the metric and filter it judges, as lm-eval's results name it
             check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")  # registered names only
             scorer = qualified(scorer, str(loaded.frame[SCORING].dropna().iloc[0]))
+        check_choice_items(loaded.frame, scorer, f"bank {bank!r}")
     # fitted here, so unreadable sources or unmatched items are found before any write, and once
     priors = run_history_priors(history, loaded, labels) if history else {}
     if method_obj is not None and getattr(method_obj, "needs_features", False):
@@ -455,11 +460,15 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         chunk_size=None if chunk_size is None else _positive_int(chunk_size, "--chunk-size"), history=history,
         target=target, top=top, epsilon=epsilon, aggregate=aggregate, options=options,
     )
-    if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not num_gpus >= 0:
-        raise InputError(f"--num-gpus must be a number >= 0, got {num_gpus!r}")
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not 0 <= num_gpus <= MAX_GPUS:
+        raise InputError(f"--num-gpus must be a number in [0, {MAX_GPUS}], got {num_gpus!r}")
     ray_address = ray_address or (os.environ.get("RAY_ADDRESS") if r.probe else None) or None  # the user's cluster
     if num_cpus is not None:
         num_cpus = _positive_int(num_cpus, "--num-cpus")
+    if ray_address is None and r.probe:  # the local Ray's token folder: this user's own, checked before any start
+        from ..envsetup import private_folder, ray_state_folder
+
+        private_folder(ray_state_folder(), create=False)
     if num_gpus > 0 and ray_address is None:
         found = local_gpu_count()
         if found < min(num_gpus, 1.0) or (num_gpus >= 1 and found < num_gpus):
@@ -467,6 +476,7 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
                              f"{found} GPU(s) on this machine; drop --num-gpus or pass --ray-address of a cluster "
                              "with GPUs")
     plan = replace(plan, ray_address=ray_address, num_cpus=num_cpus)
+    trial_start(plan, loaded, priors)
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
@@ -503,6 +513,33 @@ def local_gpu_count(timeout_s: float = 10.0) -> int:
     if visible is not None:
         count = min(count, len([v for v in visible.split(",") if v.strip()]))
     return count
+
+
+# what config.json holds besides the plan's fields (RunPlan.config)
+CONFIG_EXTRAS = ("versions", "created", "integrity", "workdir")
+
+
+def read_run_config(config: Any, where: str) -> dict[str, Any]:
+    """A stored config.json read through its type: a JSON object of a run kind this version knows, with no field a
+    plan does not write and its ``models`` (and ``labels``) non-empty lists of text; InputError naming ``where``."""
+    from ..messages import shown
+
+    if not isinstance(config, dict):
+        raise InputError(f"{where} is not a JSON object")
+    if config.get("kind") not in KINDS:
+        raise InputError(f"{where} has kind {shown(config.get('kind'))}, not one of {', '.join(KINDS)}")
+    known = {f.name for f in fields(RunPlan)} - {"options"} | set(CONFIG_EXTRAS)
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise InputError(f"{where} has unknown field {shown(unknown[0])}; it was not written by this version of "
+                         "certeval")
+    for key in ("models", "labels"):
+        value = config.get(key)
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise InputError(f"{where}: {key} must be a non-empty list of text, got {shown(value)}")
+    if len(config["labels"]) != len(config["models"]):
+        raise InputError(f"{where}: {len(config['labels'])} labels for {len(config['models'])} models")
+    return config
 
 
 def claim_run(plan: RunPlan) -> bool:

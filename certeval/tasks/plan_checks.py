@@ -40,3 +40,40 @@ def check_epsilon(r: Any) -> float | None:
         raise InputError(f"--epsilon replaces the strict verdicts of --margin; pass one of them, got --margin "
                          f"{r.margin!r}")
     return float(r.epsilon)
+
+
+CHOICE_SCORERS = ("mc-loglik", "mc-loglik-norm")
+
+
+def check_choice_items(frame: Any, scorer: str, source: str) -> None:
+    """Every item a multiple-choice scorer judges has what the model host will need: two or more choices and its
+    answer among them (one choice, or a gold index past the choices, used to pass the plan and fail the run after
+    Ray and Prefect had started). An lm-eval task's items carry lm-eval's own gold and are checked with the task."""
+    from ..backends.scorers import answer_index, mc_request
+    from ..lm_eval_scoring import SCORING
+    from ..lm_eval_tasks import TASK_META
+
+    if scorer not in CHOICE_SCORERS or frame is None or {SCORING, TASK_META} & set(frame.columns):
+        return
+    for item in frame.to_dict("records"):
+        try:
+            mc_request(item)
+            answer_index(item)
+        except InputError as exc:
+            raise InputError(f"{source}: {exc} (--scorer {scorer} needs two or more choices and the answer among "
+                             "them)") from None
+
+
+def trial_start(plan: Any, bank: Any, priors: dict[str, Any]) -> None:
+    """Start the paired run's group estimator on the bank and drop it: whatever it refuses (a combination of
+    numbers the flags' own checks let through) is refused here, before Ray or Prefect start, not 30 s later."""
+    from ..engine import PairedRounds, paired_order_rng
+
+    if not plan.paired or bank is None:
+        return
+    engine = PairedRounds(plan.group_request(history=priors or None), n_items=bank.n_items,
+                          batch_size=plan.batch_size, max_items=plan.max_items)
+    try:
+        engine.start(bank.spec(mean_of_means=plan.mean_of_means), paired_order_rng(plan.seed))
+    except InputError as exc:
+        raise InputError(f"{plan.kind}: {exc}") from None
