@@ -194,7 +194,9 @@ def test_draws_favour_spread_items_only_where_that_is_predicted_to_narrow_the_in
     n = 2000
     certain = np.arange(n) >= n // 2
     hist = (rng.random((20, n)) < np.where(certain, 0.99, 0.5)).astype(float)
-    method = HistoryMethod(warmup=0, **tuning).start(BankSpec(n, history=fit_history_prior(hist, n_factors=2)))
+    # trust_start=1: the first batch follows the history fully, so its predictions are the ones the law weighs
+    method = HistoryMethod(warmup=0, trust_start=1.0, **tuning).start(
+        BankSpec(n, history=fit_history_prior(hist, n_factors=2)))
     prop = method.propose(50, np.random.default_rng(1))
     probs = np.asarray(prop.probs)
     if law == "weight":  # successive sampling ∝ 1/N: draw i has probability 1/(N − i + 1)
@@ -231,10 +233,10 @@ class LeakyHistory(HistoryMethod):
     name = "history-leaky-test-only"
     truth_row: np.ndarray
 
-    def _log(self, items, a, s, totals, batch):
+    def _log(self, items, a, s, totals, batch, *predictions):
         if batch >= 0:
             a = self.truth_row[items]
-        super()._log(items, a, s, totals, batch)
+        super()._log(items, a, s, totals, batch, *predictions)
 
 
 def _history_kind(kind: str, pop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
