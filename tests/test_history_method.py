@@ -280,8 +280,10 @@ def tolerance(reps: int) -> int:
     return int(binom.ppf(0.999, reps, DELTA))
 
 
-# bets: WSR's all-times plug-in, and tuned to a goal's half-width or to an item budget (what runs use)
-TUNINGS = {"plug-in": {}, "halfwidth": {"bet_halfwidth": 0.1}, "horizon": {"bet_horizon": 40}}
+# bets: WSR's all-times plug-in, and tuned to a goal's half-width, to an item budget, or to the smaller of an
+# unreachable goal's horizon and the budget (what `--goal halfwidth:0.001 --max-items 40` runs)
+TUNINGS = {"plug-in": {}, "halfwidth": {"bet_halfwidth": 0.1}, "horizon": {"bet_horizon": 40},
+           "goal+budget": {"bet_halfwidth": 0.001, "bet_horizon": 40}}
 
 
 @pytest.mark.parametrize("tuning", sorted(TUNINGS))
@@ -294,7 +296,7 @@ def test_miscoverage_with_peeking_whatever_the_history(kind, n_items, subsets, t
     assert misses <= tolerance(REPS), f"history={kind}: missed in {misses}/{REPS} runs"
 
 
-@pytest.mark.parametrize("tuning", ["plug-in", "halfwidth"])
+@pytest.mark.parametrize("tuning", ["plug-in", "halfwidth", "goal+budget"])
 def test_leaky_predictions_are_caught_by_the_same_check(tuning):
     misses = miscoverage_history("biased", 600, 20, 400, seed=11, leaky=True, **TUNINGS[tuning])
     assert misses > tolerance(REPS), f"the leaky variant slipped through ({misses}/{REPS})"
