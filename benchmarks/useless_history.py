@@ -12,7 +12,15 @@ reps (rep r evaluates model r mod M with its own seed; half the other models are
 Reported: mean items of each, ``history-permuted ÷ uniform`` (the cost of useless history; bound 1.05) with its
 standard error (delta method over independent reps), ``history ÷ uniform``, and coverage at the stop.
 
+``--paired``: the paired comparison's CS (``compare --history``:
+:class:`~certeval.estimators.paired_history.PairDifferenceMethod`) at 100 items of a shared order drawn ∝ weight,
+for random pairs of models, with both models' history, with both permuted, and with a prior that predicts nothing
+(the history's grand mean everywhere, no factors: the run without history in the same class); the width ratios to
+that, and the same with the trust fixed at 1 (the history followed whatever it shows: the weighting switched off).
+Written to ``useless_history_paired.json``.
+
     python -m benchmarks useless_history            # helm_mmlu, openllm_arc, vlm_ocrbench; goals 0.1, 0.05; 100 reps
+    python -m benchmarks useless_history --paired   # the same banks, 60 pairs each at 100 items (a minute)
     python -m benchmarks useless_history --quick    # one bank, one goal, 4 reps (seconds)
 """
 
@@ -43,15 +51,64 @@ def _ratio(num: list[float], den: list[float]) -> dict[str, float]:
     return {"ratio": float(r), "se": float(se)}
 
 
+PAIR_ITEMS, PAIR_LABELS = 100, ("history", "permuted", "blind")
+
+
+def paired_widths(name: str, pairs: int, seed: int, trust_fixed: bool = False) -> dict:
+    """Median width ratios to the no-information prior of ``compare --history``'s CS at ``PAIR_ITEMS`` items."""
+    from dataclasses import replace
+
+    from certeval.estimators.paired_history import PairDifferenceMethod, PairPrior
+
+    data = dataset_arrays(name, features=False, history=True)
+    prior, w, models = data.history, data.spec.weights(), len(data.models)
+    blind = replace(prior, item_mean=np.full(prior.n_items, float(prior.item_mean.mean())), factors=prior.factors * 0)
+    method_cls = PairDifferenceMethod
+    if trust_fixed:  # the weighting switched off: the history's prediction is the control variate, as before
+        method_cls = type("UntrustingPair", (PairDifferenceMethod,), {"history_trust": lambda self, h, z: 1.0})
+    widths = {lab: [] for lab in PAIR_LABELS}
+    for r in range(pairs):
+        rng = np.random.default_rng([seed, r])
+        a, b = rng.choice(models, 2, replace=False)
+        order = np.argsort(rng.exponential(size=w.size) / w)[:PAIR_ITEMS]  # successive sampling ∝ weight
+        permuted = (prior.permuted(np.random.default_rng([seed, r, 1])), prior.permuted(np.random.default_rng([seed, r, 2])))
+        for lab, (pa, pb) in zip(PAIR_LABELS, ((prior, prior), permuted, (blind, blind))):
+            method = method_cls(confidence=0.95, subset_intervals=False, bet_horizon=PAIR_ITEMS).start(
+                replace(data.spec, history=PairPrior(pa, pb)))
+            for s in range(0, PAIR_ITEMS, 10):
+                items = order[s:s + 10]
+                method.propose_shared_order(items)
+                method.update_pair(items, data.matrix[a][items], data.matrix[b][items])
+            est = method.result()
+            widths[lab].append(est.upper - est.lower)
+    base = np.asarray(widths["blind"])
+    return {lab: float(np.median(np.asarray(v) / base)) for lab, v in widths.items() if lab != "blind"}
+
+
+def main_paired(names: list[str], pairs: int, seed: int, quick: bool) -> int:
+    rows = []
+    for name in names:
+        row = {"dataset": name, "pairs": pairs, "items": PAIR_ITEMS, "width_vs_no_information": paired_widths(
+            name, pairs, seed), "trust_fixed_at_1": paired_widths(name, pairs, seed, trust_fixed=True)}
+        rows.append(row)
+        print(f"[useless_history] paired {name}: {row}", file=sys.stderr, flush=True)
+    path = write_result("useless_history_paired", {"seed": seed, "rows": rows}, quick)
+    print(f"useless_history_paired -> {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks useless_history", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--reps", type=int, default=None, help="reps per cell (default 100; --quick 4)")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--datasets", default=None, help="comma-separated bundled datasets")
+    p.add_argument("--paired", action="store_true", help="the paired comparison's widths instead (see above)")
     args = p.parse_args(argv)
     reps = args.reps or (4 if args.quick else 100)
     names = args.datasets.split(",") if args.datasets else (["openllm_arc"] if args.quick else list(DATASETS))
+    if args.paired:
+        return main_paired(names, args.reps or (4 if args.quick else 60), args.seed, args.quick)
     goals = GOALS[:1] if args.quick else GOALS
     rows = []
     for name in names:
