@@ -40,8 +40,11 @@ and the bet are fixed before draw i (predictable), so the hedged capital
 
 under any stopping rule, whatever the history is: useless or adversarial history costs items, never
 validity. The interval is intersected with the deterministic bounds of the bank, so its width is
-exactly 0, at the exact bank mean, once every item is scored. The bets' variance is the predicted
-``Var(Y)`` times a calibration factor (observed / predicted squared residuals, shrunk to 1).
+exactly 0, at the exact bank mean, once every item is scored. The control variate ``a_j`` is
+the history's prediction only as far as it has shown it predicts: ``a_j = z_j + ρ (h_j − z_j)``, with ``z_j`` the
+running mean of the model's scores in j's sub-dataset and ``ρ`` measured on draws already scored
+(:meth:`HistoryMethod.history_trust`), so useless history falls back to the run without it. The bets' variance is
+the predicted ``Var(Y)`` times a calibration factor (observed / predicted squared residuals, shrunk to 1).
 Per-subset intervals (mean-of-means banks) are the same construction for each sub-dataset's mean;
 each holds with probability ≥ 1 − δ on its own (the overall one needs no union bound).
 """
