@@ -45,6 +45,9 @@ def test_select_with_history_share_uses_the_history_selection(capsys):
     run = out["runs"][0]
     assert len(run["models"]) == 22 and not {m["model"] for m in run["models"]} & set(run["history_models"])
     assert "whatever the history" in s["guarantee"], s["guarantee"]  # the history selection ran
+    # the same models on the same order without history, beside it (what the history saved)
+    assert 0.0 < s["fraction_used_without_history"] <= 1.0
+    assert s["history_vs_without"] == pytest.approx(s["fraction_used"] / s["fraction_used_without_history"])
 
 
 @pytest.mark.parametrize("flags, named", [

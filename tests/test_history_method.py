@@ -194,7 +194,9 @@ def test_draws_favour_spread_items_only_where_that_is_predicted_to_narrow_the_in
     n = 2000
     certain = np.arange(n) >= n // 2
     hist = (rng.random((20, n)) < np.where(certain, 0.99, 0.5)).astype(float)
-    method = HistoryMethod(warmup=0, **tuning).start(BankSpec(n, history=fit_history_prior(hist, n_factors=2)))
+    # trust_start=1: the first batch follows the history fully, so its predictions are the ones the law weighs
+    method = HistoryMethod(warmup=0, trust_start=1.0, **tuning).start(
+        BankSpec(n, history=fit_history_prior(hist, n_factors=2)))
     prop = method.propose(50, np.random.default_rng(1))
     probs = np.asarray(prop.probs)
     if law == "weight":  # successive sampling ∝ 1/N: draw i has probability 1/(N − i + 1)
@@ -231,10 +233,10 @@ class LeakyHistory(HistoryMethod):
     name = "history-leaky-test-only"
     truth_row: np.ndarray
 
-    def _log(self, items, a, s, totals, batch):
+    def _log(self, items, a, s, totals, batch, *predictions):
         if batch >= 0:
             a = self.truth_row[items]
-        super()._log(items, a, s, totals, batch)
+        super()._log(items, a, s, totals, batch, *predictions)
 
 
 def _history_kind(kind: str, pop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -278,8 +280,10 @@ def tolerance(reps: int) -> int:
     return int(binom.ppf(0.999, reps, DELTA))
 
 
-# bets: WSR's all-times plug-in, and tuned to a goal's half-width or to an item budget (what runs use)
-TUNINGS = {"plug-in": {}, "halfwidth": {"bet_halfwidth": 0.1}, "horizon": {"bet_horizon": 40}}
+# bets: WSR's all-times plug-in, and tuned to a goal's half-width, to an item budget, or to the smaller of an
+# unreachable goal's horizon and the budget (what `--goal halfwidth:0.001 --max-items 40` runs)
+TUNINGS = {"plug-in": {}, "halfwidth": {"bet_halfwidth": 0.1}, "horizon": {"bet_horizon": 40},
+           "goal+budget": {"bet_halfwidth": 0.001, "bet_horizon": 40}}
 
 
 @pytest.mark.parametrize("tuning", sorted(TUNINGS))
@@ -292,7 +296,7 @@ def test_miscoverage_with_peeking_whatever_the_history(kind, n_items, subsets, t
     assert misses <= tolerance(REPS), f"history={kind}: missed in {misses}/{REPS} runs"
 
 
-@pytest.mark.parametrize("tuning", ["plug-in", "halfwidth"])
+@pytest.mark.parametrize("tuning", ["plug-in", "halfwidth", "goal+budget"])
 def test_leaky_predictions_are_caught_by_the_same_check(tuning):
     misses = miscoverage_history("biased", 600, 20, 400, seed=11, leaky=True, **TUNINGS[tuning])
     assert misses > tolerance(REPS), f"the leaky variant slipped through ({misses}/{REPS})"

@@ -218,8 +218,10 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
     rule 'recorded' (anytime-valid at that stopping time); every absorbed round is a recorded round."""
     root, log = lm_run
     runs = root / "runs"
+    # a budget of 64: bets tuned to a 32-item horizon are large enough that adaptive draws ∝ weight throughout
+    # (score-independent); at 64 its Neyman draws follow the scores after 12 items
     assert main(["certify", "--model", "hf:bundled:smollm2", "--bank", TWO, "--goal", "halfwidth:0.05",
-                 "--method", "adaptive", "--batch-size", "4", "--max-items", "32", "--seed", "1",
+                 "--method", "adaptive", "--batch-size", "4", "--max-items", "64", "--seed", "1",
                  "--output", str(runs), "--run-id", "ad", "--ray-address", infra, "--call-log", str(log),
                  "--keep-actors"]) == 1
     capsys.readouterr()
@@ -244,7 +246,7 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
     from certeval.tasks.inputs import load_run_bank
 
     bank = load_run_bank(TWO, ("hf:bundled:smollm2",))
-    method = method_for_goal("adaptive", parse_goal("halfwidth:0.05"), 32, confidence=0.95).start(bank.spec())
+    method = method_for_goal("adaptive", parse_goal("halfwidth:0.05"), 64, confidence=0.95).start(bank.spec())
     for r, part in new.groupby("round", sort=True):
         proposed = method.propose(4, np.random.default_rng([1, int(r)]))
         assert [bank.item_ids[p] for p in proposed.items] == list(part["item_id"])

@@ -245,9 +245,19 @@ def rank_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         "guarantee": rows[-1]["guarantee"], "full_bank_order": [bt.models[k] for k in np.argsort(-exact, kind="stable")],
         "statement": "strict" if bt.request.epsilon is None else "epsilon", "epsilon": bt.request.epsilon,
         "construction": _construction(bt.request) if bt.history_fraction is None else "history",
-        **bt.history_summary(),
+        **bt.history_summary(), **_without_history(rows),
     }
     return {"rankings": rankings, "summary": summary}
+
+
+def _without_history(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """With a history share: the cells the same models use on the same orders without history, and the ratio."""
+    plain = [r["fraction_used_without_history"] for r in rows if "fraction_used_without_history" in r]
+    if not plain:
+        return {}
+    used = float(np.mean([r["fraction_used"] for r in rows]))
+    return {"fraction_used_without_history": float(np.mean(plain)),
+            "history_vs_without": used / float(np.mean(plain)) if np.mean(plain) > 0 else None}
 
 
 def _coverage(rows: list[dict[str, Any]]) -> float | None:
@@ -276,7 +286,7 @@ def select_backtest(bt: ComparativeBacktest) -> dict[str, Any]:
         "wrong_discard_rate": float(np.mean(errors)),
         "simultaneous_coverage": float(np.mean([x["all_intervals_cover"] for x in runs])),
         **({"top": top, "epsilon": epsilon} if request.target == "bank" else {"halfwidth": epsilon}),
-        "guarantee": rows[-1]["guarantee"], **bt.history_summary(),
+        "guarantee": rows[-1]["guarantee"], **bt.history_summary(), **_without_history(runs),
     }
     return {"runs": runs, "summary": summary}
 

@@ -5,6 +5,7 @@ checked against the exact bank means of the models it ran. Pure: no driver, no p
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -85,11 +86,17 @@ def paired_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root_
         # the run's own models, whose exact bank means its statements are checked against
         run = DatasetArrays(data.name, data.spec, tuple(data.models[k] for k in rows), data.matrix[rows])
         exact = run.matrix @ run.spec.weights()
+        plain_rng = copy.deepcopy(rng)  # the same order for the run without history
         start = time.perf_counter()
         rounds = play_paired(data, rows, request, cell, rng)
         res = rounds.outcome
         wall = time.perf_counter() - start
-        extra = {"history_models": [data.models[k] for k in hist]} if cell.history_fraction is not None else {}
+        extra = {}
+        if cell.history_fraction is not None:
+            # what the history saved: the same models on the same order without it
+            plain = play_paired(data, rows, replace(request, history=None), cell, plain_rng).outcome
+            extra = {"history_models": [data.models[k] for k in hist],
+                     "fraction_used_without_history": float(plain.fraction_used)}
         if cell.request.kind == "rank" and cell.request.target == "bank":  # the group's per-model intervals
             extra["all_intervals_cover"] = _intervals_cover(rounds.intervals, run.models, exact)
         out.append({"dataset": data.name, "method": cell.name, "goal": cell.goal, "rep": rep,

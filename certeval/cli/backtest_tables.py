@@ -58,6 +58,10 @@ def print_history(console: Any, summary: dict[str, Any]) -> None:
     if h:
         console.print(f"history: {h['history_models']} of the models per rep at random ({h['run_models']} run); "
                       f"{h['rule']}")
+    if summary.get("fraction_used_without_history") is not None:
+        console.print(f"without history (the same models, the same orders): items used "
+                      f"{summary['fraction_used_without_history']:.3f}; with ÷ without "
+                      f"{summary['history_vs_without']:.3f}")
 
 
 def print_select(out: dict[str, Any]) -> None:

@@ -47,16 +47,21 @@ def make_method(name: str, **params):
 
 def method_for_goal(name: str, goal, max_items: int | None = None, **params):
     """:func:`make_method` with bets tuned to where the run will stop, for the methods that take it (the exact
-    betting CSs: ``uniform``, ``adaptive``, ``history``): a ``halfwidth:E`` goal gives ``bet_halfwidth=E``; any
-    other goal with an item budget gives ``bet_horizon=max_items``; ``params`` that set either win. Bets change
-    the width at the stop, never the validity."""
+    betting CSs: ``uniform``, ``adaptive``, ``history``): the reachable horizon ``min(n_goal, max_items, N)``.
+
+    A ``halfwidth:E`` goal gives ``bet_halfwidth=E`` and, with an item budget, ``bet_horizon=max_items`` as well:
+    the bets then tune to whichever stops the run first (:func:`~.single.bounds.bet_sizes`), so a goal the budget
+    cannot reach does not tune the bets for a run that never happens; any other goal with an item budget gives
+    ``bet_horizon=max_items``. A budget at or past the bank's size N adds nothing (the width is 0 there). ``params``
+    that set either win. Both are fixed before any score, so bets change the width at the stop, never the
+    validity."""
     _load_methods()
     cls = REGISTRY.methods.get(name)
     takes = set() if cls is None else set(inspect.signature(cls.__init__).parameters)
     if "bet_halfwidth" in takes and not {"bet_halfwidth", "bet_horizon"} & set(params):
         if getattr(goal, "kind", None) == "halfwidth":
             params = {**params, "bet_halfwidth": float(goal.value)}
-        elif max_items is not None:
+        if max_items is not None:
             params = {**params, "bet_horizon": int(max_items)}
     return make_method(name, **params)
 

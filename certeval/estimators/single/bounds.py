@@ -250,13 +250,19 @@ def bet_sizes(i: np.ndarray, alpha: np.ndarray, var: np.ndarray, log_bet: float,
     * ``horizon`` (``1/n* − 1/N`` from :func:`horizon_scale`) — tuned to stop after n* draws: the half-width
       reachable there, ``ε = sqrt(2 v ln(2/δ) (1/n* − 1/N))`` (without replacement Σ α_i² ≈ n* N/(N − n*)),
       in the rule above: ``λ_i = α_i sqrt(2 ln(2/δ) (1/n* − 1/N) / v_i)``.
+    * both — tuned to the run's reachable horizon ``min(n_goal, n*)``: the goal's half-width unless the budget
+      stops the run first, i.e. ``ε_i = max(ε, sqrt(2 v_i ln(2/δ) (1/n* − 1/N)))`` in ``λ_i = α_i ε_i / v_i``
+      (the goal's implied size ``n_goal`` solves ``ε = sqrt(2 v ln(2/δ)(1/n − 1/N))``; a larger ε is a smaller n).
 
     Any nonnegative predictable λ keeps the capital a nonnegative (super)martingale: the choice changes the
     width, never the validity (callers truncate λ so that every factor stays ≥ 1 − c).
     """
     var = np.maximum(np.asarray(var, dtype=float), 1e-6)
     if halfwidth is not None:
-        return np.asarray(alpha, dtype=float) * float(halfwidth) / var
+        eps = float(halfwidth)
+        if horizon is not None:  # the budget stops the run before the goal's size: tune to the budget
+            eps = np.maximum(eps, np.sqrt(log_bet * float(horizon) * var))
+        return np.asarray(alpha, dtype=float) * eps / var
     if horizon is not None:
         return np.asarray(alpha, dtype=float) * np.sqrt(log_bet * float(horizon) / var)
     return np.sqrt(log_bet / (var * i * np.log1p(i)))

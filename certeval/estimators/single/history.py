@@ -40,8 +40,11 @@ and the bet are fixed before draw i (predictable), so the hedged capital
 
 under any stopping rule, whatever the history is: useless or adversarial history costs items, never
 validity. The interval is intersected with the deterministic bounds of the bank, so its width is
-exactly 0, at the exact bank mean, once every item is scored. The bets' variance is the predicted
-``Var(Y)`` times a calibration factor (observed / predicted squared residuals, shrunk to 1).
+exactly 0, at the exact bank mean, once every item is scored. The control variate ``a_j`` is
+the history's prediction only as far as it has shown it predicts: ``a_j = z_j + ρ (h_j − z_j)``, with ``z_j`` the
+running mean of the model's scores in j's sub-dataset and ``ρ`` measured on draws already scored
+(:meth:`HistoryMethod.history_trust`), so useless history falls back to the run without it. The bets' variance is
+the predicted ``Var(Y)`` times a calibration factor (observed / predicted squared residuals, shrunk to 1).
 Per-subset intervals (mean-of-means banks) are the same construction for each sub-dataset's mean;
 each holds with probability ≥ 1 − δ on its own (the overall one needs no union bound).
 """
@@ -74,8 +77,10 @@ class HistoryMethod(DrawLogReplay, BankMethod):
 
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
                  uniform_mix: float = 0.3, variance_floor: float = 0.01, subset_intervals: bool = True,
-                 warmup: int = 50, bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
+                 warmup: int = 50, bet_halfwidth: float | None = None, bet_horizon: int | None = None,
+                 trust_start: float = 0.5) -> None:
         super().__init__(confidence=confidence, target=target)
+        self.trust_start = trust_start
         self.bet_halfwidth = bet_halfwidth
         self.bet_horizon = bet_horizon
         self.grid_size = grid_size
@@ -95,6 +100,7 @@ class HistoryMethod(DrawLogReplay, BankMethod):
             raise InputError(f"uniform_mix must lie in (0, 1], got {self.uniform_mix!r}")
         check_in_range(self.variance_floor, "variance_floor", 0.0, 0.25, closed=False)
         check_bet_tuning(self.bet_halfwidth, self.bet_horizon)
+        check_in_range(self.trust_start, "trust_start", 0.0, 1.0)
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, np.integer)) or self.warmup < 0:
             raise InputError(f"warmup must be a non-negative integer (items), got {self.warmup!r}")
 
@@ -115,6 +121,8 @@ class HistoryMethod(DrawLogReplay, BankMethod):
                 masks.append(codes == s)
                 self.group_subset_.append(int(s))
         self.group_mask_ = np.vstack(masks)
+        # the no-history prediction's cells: sub-datasets where the bank has them (``uniform``'s controls)
+        self.z_cells_ = spec.subset_codes()
         self.group_weight_ = self.group_mask_ @ self.w_
         # the estimand's CS bets for the goal's half-width; per-subset intervals keep the all-times plug-in
         self.cs_ = [ControlVariateCS(self.delta, int(self.grid_size),
@@ -125,6 +133,8 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         # the draw log, in the order items leave the population; outside (undrawn) items have batch −1
         self.log_items_ = np.zeros(0, dtype=np.int64)
         self.log_a_ = np.zeros(0)
+        self.log_h_ = np.zeros(0)  # the history's and the no-history prediction at draw time (for the trust)
+        self.log_z_ = np.zeros(0)
         self.log_s_ = np.zeros(0)
         self.log_total_ = np.zeros(0)
         self.log_batch_ = np.zeros(0, dtype=np.int64)
@@ -147,12 +157,50 @@ class HistoryMethod(DrawLogReplay, BankMethod):
 
     # -- predictions ------------------------------------------------------------------
     def predictions(self) -> np.ndarray:
-        """Current prediction of every item's score (history refitted on the scores absorbed so far)."""
+        """Current control variate of every item: ``z + ρ (h − z)`` (see :meth:`_prediction_parts`)."""
+        return self._prediction_parts()[0]
+
+    def _prediction_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(control variate, history prediction h, no-history prediction z) per item, fixed by the scores so far.
+
+        ``h`` is the history refitted on the model's scores; ``z`` the running mean of its scores in the item's
+        sub-dataset (shrunk to ½ by one pseudo-item), what a run without history predicts (``uniform``'s controls). The control variate ``z + ρ (h − z)`` trusts
+        the history by ``ρ`` = :meth:`history_trust`, measured on draws the predictions had not seen, so useless
+        history falls back to ``z`` (with draws ∝ w, Y is then the score itself: the run without history).
+        """
         n = int(self.order_.size)
         if self._pred_cache is None or self._pred_cache[0] != n:
             seen = np.flatnonzero(self.scored_)  # bank order: the fit never depends on arrival order
-            self._pred_cache = (n, self._predict(seen))
+            h = self._predict(seen)
+            cells = self.z_cells_[seen]
+            z = ((0.5 + np.bincount(cells, self.scores_[seen], minlength=self.z_cells_.max() + 1))
+                 / (1.0 + np.bincount(cells, minlength=self.z_cells_.max() + 1)))[self.z_cells_]
+            rho = self.history_trust(h, z)
+            self._pred_cache = (n, (np.clip(z + rho * (h - z), 0.0, 1.0), h, z))
         return self._pred_cache[1]
+
+    def history_trust(self, h: np.ndarray, z: np.ndarray) -> float:
+        """ρ ∈ [0, 1]: how far the control variate follows the history, from what it has shown it predicts.
+
+        Over the processed draws, with the predictions each was drawn under (out of sample: a draw's predictions
+        were fixed before its score), the least-squares slope of ``x − z`` on ``h − z`` is ρ̂ with standard error
+        s; ρ = min(ρ̂, 1)·max(0, 1 − s²/ρ̂²) (positive-part James–Stein shrinkage towards no history, so a slope
+        that noise could explain is not followed), 0 for ρ̂ ≤ 0, and ``trust_start`` before two draws. It uses
+        only scores already seen, so the control variate, and every draw probability, stays predictable.
+        """
+        done = slice(0, self.processed_)
+        hd, zd = self.log_h_[done], self.log_z_[done]
+        ok = np.isfinite(hd) & np.isfinite(zd)
+        d = hd[ok] - zd[ok]
+        dd = float(d @ d)
+        if d.size < 2 or dd <= 0.0:
+            return float(self.trust_start)
+        y = self.scores_[self.log_items_[done][ok]] - zd[ok]
+        slope = float(y @ d) / dd
+        if slope <= 0.0:
+            return 0.0
+        se2 = float(np.mean((y - slope * d) ** 2)) / dd
+        return min(slope, 1.0) * max(0.0, 1.0 - se2 / slope**2)
 
     def _predict(self, seen: np.ndarray) -> np.ndarray:
         return self.prior_.predict(seen, self.scores_[seen])
@@ -228,7 +276,8 @@ class HistoryMethod(DrawLogReplay, BankMethod):
             np.where(gm, w_r * (1.0 - a_r) / s, 0.0).max(axis=1),
             gm @ (w_r**2 * self._sigma2(a_r) / s) * self._calibration(),
         ])
-        self._log(drawn, a[drawn], s_drawn, totals, self.batch_stats_.shape[0])
+        _, h, z = self._prediction_parts()
+        self._log(drawn, a[drawn], s_drawn, totals, self.batch_stats_.shape[0], h[drawn], z[drawn])
         self.batch_stats_ = np.concatenate([self.batch_stats_, stats[None]], axis=0)
         return s_drawn / totals
 
@@ -252,9 +301,12 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         rank[items] = self._next_rank + np.arange(items.size)
         self._next_rank += items.size
 
-    def _log(self, items, a, s, totals, batch) -> None:
+    def _log(self, items, a, s, totals, batch, h=None, z=None) -> None:
+        nan = np.full(len(items), np.nan)
         self.log_items_ = np.concatenate([self.log_items_, items])
         self.log_a_ = np.concatenate([self.log_a_, a])
+        self.log_h_ = np.concatenate([self.log_h_, nan if h is None else h])
+        self.log_z_ = np.concatenate([self.log_z_, nan if z is None else z])
         self.log_s_ = np.concatenate([self.log_s_, s])
         self.log_total_ = np.concatenate([self.log_total_, totals])
         self.log_batch_ = np.concatenate([self.log_batch_, np.full(len(items), batch, dtype=np.int64)])
@@ -382,6 +434,7 @@ class HistoryMethod(DrawLogReplay, BankMethod):
             return [None if not np.isfinite(v) else float(v) for v in arr]
 
         return {"log_items": self.log_items_.tolist(), "log_a": floats(self.log_a_), "log_s": floats(self.log_s_),
+                "log_h": floats(self.log_h_), "log_z": floats(self.log_z_),
                 "log_total": floats(self.log_total_), "log_batch": self.log_batch_.tolist(),
                 "batch_stats": self.batch_stats_.tolist(),
                 "rejected": [_pack(cs.rejected) for cs in self.cs_]}
@@ -398,6 +451,8 @@ class HistoryMethod(DrawLogReplay, BankMethod):
             return arr
 
         a, s, tot = col("log_a"), col("log_s"), col("log_total")
+        # states written before the trust was measured have no draw-time predictions: those draws do not count
+        h, z = ((col(key) if key in extra else np.full(items.size, np.nan)) for key in ("log_h", "log_z"))
         batch = np.asarray(extra.get("log_batch", []), dtype=np.int64)
         stats = np.asarray(extra.get("batch_stats", []), dtype=float)
         n_groups = len(self.cs_)
@@ -405,7 +460,7 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         if batch.size != items.size or (batch.size and batch.max() >= stats.shape[0]):
             raise InputError("state's draw log is damaged: batch numbers do not match its batch statistics")
         self.batch_stats_ = stats
-        self._log(items, a, s, tot, 0)
+        self._log(items, a, s, tot, 0, h, z)
         self.log_batch_ = batch
         outside = self.order_[~self.in_log_[self.order_]]
         if outside.size:
