@@ -2,7 +2,9 @@
 from the first gives: :class:`SequentialRanking` against ``rank_models(path="pairs")`` (per-pair score rows,
 an independent computation of the same statistic), :class:`SequentialSelection` against a from-scratch
 replay written out here (mean of sub-dataset means over each look's prefix, Arviv et al. 2026 eq. 1), over many
-seeds, with and without sub-datasets, in both selection modes."""
+seeds, with and without sub-datasets, in both selection modes; its default betting construction against one
+single-model :class:`~certeval.estimators.single.bounds.BettingCS` (i.i.d., a separate implementation: a Python
+loop for the bets, a rejected set instead of a window) per model and sub-dataset, fed one item at a time."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import pytest
 from certeval.estimators._validation import InputError
 from certeval.estimators.comparison import ComparisonDesign
 from certeval.estimators.ranking import SequentialRanking, rank_models
-from certeval.estimators.selection import SequentialSelection
+from certeval.estimators.selection import SequentialSelection, select_models
 from certeval.estimators.sequential import boundary_multiplier
+from certeval.estimators.single.bounds import BettingCS
 
 
 def _case(seed: int):
@@ -95,9 +98,12 @@ def _replay_selection(x, sub, looks, threshold, halfwidth, mode, alpha=0.05, loo
 @pytest.mark.parametrize("mode", ["precision", "best"])
 @pytest.mark.parametrize("seed", range(20))
 def test_sequential_selection_matches_a_replay(seed, mode):
+    """The asymptotic (group-sequential Wald) construction, kept beside the default betting one."""
     x, sub, looks, names = _case(seed)
     sel = SequentialSelection(names, n_total=x.shape[1], threshold=0.45, halfwidth=0.08, mode=mode,
-                              look_size=25, subsets=sub, n_subsets=None if sub is None else 3)
+                              look_size=25, subsets=sub, n_subsets=None if sub is None else 3,
+                              construction="group-sequential")
+    assert sel.result().validity == "asymptotic" and sel.result().guarantee.startswith("asymptotic")
     prev = 0
     for n_k in looks:
         if not sel.running.any():
@@ -111,12 +117,82 @@ def test_sequential_selection_matches_a_replay(seed, mode):
     np.testing.assert_allclose([s.upper for s in got.models], upper, atol=1e-10)
 
 
+def _betting_replay(x, sub, looks, threshold, halfwidth, mode, alpha=0.05, grid=257):
+    """The betting selection's rule with each model's per-sub-dataset CS a single-model BettingCS at alpha/(M S),
+    its bets tuned as SequentialSelection tunes them (precision: to reach the half-width; best: the sub-dataset)."""
+    m, n = x.shape
+    codes = np.zeros(n, dtype=np.int64) if sub is None else sub
+    n_sub = int(codes.max()) + 1
+    delta = alpha / (m * n_sub)
+    sizes = np.bincount(codes, minlength=n_sub)
+    need = int(np.ceil(np.log(2 / delta) / (2 * halfwidth ** 2)))
+    cs = [[BettingCS(delta, grid_size=grid, bet_horizon=int(min(need, size)) if mode == "precision" else int(size))
+           for size in sizes] for _ in range(m)]
+    status, lower, upper, prev = ["running"] * m, np.zeros(m), np.ones(m), 0
+    for n_k in looks:
+        idx = [j for j in range(m) if status[j] == "running"]
+        if not idx:
+            break
+        for j in idx:
+            for col in range(prev, n_k):
+                cs[j][codes[col]].update(x[j, col:col + 1])
+            lower[j] = np.mean([c.interval()[0] for c in cs[j]])
+            upper[j] = np.mean([c.interval()[1] for c in cs[j]])
+        prev = n_k
+        for j in idx:
+            if upper[j] < threshold:
+                status[j] = "below"
+        alive = [j for j in range(m) if status[j] not in ("below", "not-best")]
+        for j in alive:
+            if mode == "precision" and status[j] == "running" and (upper[j] - lower[j]) / 2 <= halfwidth:
+                status[j] = "precise"
+            if mode == "best" and status[j] == "running" and upper[j] < max(
+                    (lower[i] for i in alive if i != j), default=-np.inf):
+                status[j] = "not-best"
+        alive = [j for j in range(m) if status[j] not in ("below", "not-best")]
+        if mode == "best" and (len(alive) == 1 or all((upper[j] - lower[j]) / 2 <= halfwidth for j in alive)):
+            status = [("candidate" if j in alive else s) for j, s in enumerate(status)]
+        if n_k == n:
+            status = ["exhausted" if s == "running" else s for s in status]
+    return status, lower, upper
+
+
+@pytest.mark.parametrize("mode", ["precision", "best"])
+@pytest.mark.parametrize("seed", range(8))
+def test_betting_selection_matches_single_model_betting_cs(seed, mode):
+    """The default (exact) construction: every model's interval at every look is the mean over its sub-datasets of
+    single-model i.i.d. betting CSs on the same grid (measured: equal to the last bit on these cases)."""
+    x, sub, looks, names = _case(seed)
+    sel = SequentialSelection(names, n_total=x.shape[1], threshold=0.45, halfwidth=0.12, mode=mode, subsets=sub,
+                              n_subsets=None if sub is None else 3, grid_size=257)
+    prev = 0
+    for n_k in looks:
+        if not sel.running.any():
+            break
+        got = sel.update(x[:, prev:n_k])
+        prev = n_k
+    assert got.validity == "exact" and got.guarantee.startswith("exact")
+    status, lower, upper = _betting_replay(x, sub, looks, 0.45, 0.12, mode)
+    assert [s.status for s in got.models] == status
+    np.testing.assert_allclose([s.lower for s in got.models], lower, atol=1e-12)
+    np.testing.assert_allclose([s.upper for s in got.models], upper, atol=1e-12)
+    assert all(s.lower <= s.mean <= s.upper for s in got.models if np.isfinite(s.mean))
+
+
 def test_statuses_are_exercised():  # the cases above reach more than one kind of stop (else they prove little)
     seen = set()
     for seed in range(20):
         x, sub, looks, names = _case(seed)
         for mode in ("precision", "best"):
             seen |= set(_replay_selection(x, sub, looks, 0.45, 0.08, mode)[0])
+    assert {"below", "precise", "not-best", "candidate"} <= seen
+    seen = set()  # the betting cases (the selection itself: it equals the replay, above)
+    for seed in range(8):
+        x, sub, looks, names = _case(seed)
+        for mode in ("precision", "best"):
+            sel = select_models(x, names, looks, threshold=0.45, halfwidth=0.12, mode=mode, subsets=sub,
+                                n_subsets=None if sub is None else 3, grid_size=257)
+            seen |= {s.status for s in sel.models}
     assert {"below", "precise", "not-best", "candidate"} <= seen
 
 

@@ -309,7 +309,8 @@ class DistributionGroup(_Group):
 
         r, n = self.request, int(spec.n_items)
         self.order_ = np.asarray(order, dtype=np.int64)
-        codes = None if spec.subsets is None else spec.subset_codes()[self.order_]
+        by_subset = spec.subsets is not None and spec.mean_of_means  # else the estimand is the plain item mean
+        codes = spec.subset_codes()[self.order_] if by_subset else None
         n_subsets = None if codes is None else int(spec.subset_codes().max()) + 1
         design = r.design or ComparisonDesign(alpha=r.alpha, margin=r.margin, look_size=r.look_size)
         if r.kind == "compare":
@@ -319,10 +320,11 @@ class DistributionGroup(_Group):
             self.estimator_ = SequentialRanking(r.labels, n_total=n, alpha=r.alpha, margin=r.margin, design=design,
                                                 subsets=codes, n_subsets=n_subsets)
         else:
+            # exact i.i.d. betting CSs per model (the design's spending is the asymptotic construction's alone)
             self.estimator_ = SequentialSelection(r.labels, n_total=n, threshold=r.threshold,
                                                   halfwidth=r.halfwidth, alpha=r.alpha, mode=r.mode,
                                                   spending=design.spending, look_size=r.look_size, subsets=codes,
-                                                  n_subsets=n_subsets)
+                                                  n_subsets=n_subsets, bet_horizon=r.max_items)
         self.outcome_, self.looks_ = None, 0
         return self
 
@@ -335,6 +337,19 @@ class DistributionGroup(_Group):
 
     def _result(self) -> Any:
         return self.estimator_.result()
+
+    def interval_claim(self) -> dict[str, Any]:
+        claim = super().interval_claim()
+        selection = getattr(self, "estimator_", None)  # None before start: the default construction, betting
+        if self.request.kind == "select" and getattr(selection, "construction", "betting") == "betting":
+            m, r = len(self.request.labels), self.request
+            union = " (union bound over the sub-datasets)" if getattr(selection, "n_sub", 1) > 1 else ""
+            claim.update(validity="exact", anytime_valid=True,
+                         guarantee=f"the selection's own interval for each model: exact i.i.d. betting confidence "
+                                   f"sequences for the expected scores (Waudby-Smith & Ramdas 2024){union}, each at "
+                                   f"level 1 - alpha/{m}, simultaneous over the {m} models and every item with "
+                                   f"probability >= {r.confidence:g} (the intervals its verdicts use)")
+        return claim
 
     def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
         if self.request.kind != "compare":
