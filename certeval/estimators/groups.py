@@ -343,7 +343,8 @@ class DistributionGroup(_Group):
         selection = getattr(self, "estimator_", None)  # None before start: the default construction, betting
         if self.request.kind == "select" and getattr(selection, "construction", "betting") == "betting":
             m, r = len(self.request.labels), self.request
-            union = " (union bound over the sub-datasets)" if getattr(selection, "n_sub", 1) > 1 else ""
+            union = (" (one CS on the sub-datasets' importance-weighted scores)" if getattr(selection, "n_sub", 1) > 1
+                     else "")
             claim.update(validity="exact", anytime_valid=True,
                          guarantee=f"the selection's own interval for each model: exact i.i.d. betting confidence "
                                    f"sequences for the expected scores (Waudby-Smith & Ramdas 2024){union}, each at "

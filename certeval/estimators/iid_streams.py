@@ -12,6 +12,10 @@ bounded random variables by betting", JRSS-B 2024):
 * :class:`IidBernsteinStreams` — the predictable plug-in empirical-Bernstein CS (WSR 2024 Thm 2) in closed form,
   O(1) per stream and item, for thousands of models.
 
+A value may also come with a known range ``B_i >= 1`` fixed before it is drawn: values ``v_i`` in [0, 1] with
+``E[v_i | past] = m / B_i`` (``ν_i(m) = (m − 0) / B_i``, slope ``1/B_i``) — the importance-weighted values of a
+mean of sub-dataset means (:class:`~.selection.SequentialSelection`).
+
 Both are nonnegative (super)martingales under the truth, so by Ville's inequality each stream's CS holds at every
 item, hence at any stopping time, with probability >= 1 − δ (``exact``: no normal approximation). Unlike the bank
 target, scoring the whole bank does not reveal the estimand: the width never collapses to 0.
@@ -21,18 +25,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._validation import InputError
 from .wor_streams import BETTING_CELLS, STREAM_GRID, BettingStreams, WorStreams
 
 
 class _Iid:
-    """Values of an i.i.d. stream: the order's draws weigh nothing in the known sum (``ν_i(m) = m``)."""
+    """Values of an i.i.d. stream: the order's draws weigh nothing in the known sum (``ν_i(m) = B_i⁻¹ m``)."""
 
     EXACT_AT_END = False
 
-    def absorb(self, x: np.ndarray, w: np.ndarray | None = None, a: np.ndarray | None = None) -> None:
-        """The next ``b`` values of every stream, ``(K, b)`` (``w`` is ignored: an i.i.d. draw uses nothing up)."""
+    def absorb(self, x: np.ndarray, scale: np.ndarray | None = None, a: np.ndarray | None = None) -> None:
+        """The next ``b`` values of every stream, ``(K, b)``, each in [0, 1] with conditional mean ``m / B_i`` given
+        the past; ``scale``: the ``b`` values of ``B_i >= 1``, each fixed before its value is drawn (default 1: plain
+        i.i.d. values of mean m)."""
         x = np.asarray(x, dtype=float)
-        super().absorb(x, np.zeros(x.shape[-1] if x.ndim else 0), a)  # type: ignore[misc]
+        b = x.shape[-1] if x.ndim else 0
+        scale = np.ones(b) if scale is None else np.asarray(scale, dtype=float).reshape(-1)
+        if scale.shape != (b,) or not (scale >= 1.0).all():
+            raise InputError(f"scales must be one number >= 1 per value ({b}), got {scale!r}")
+        self._scales = scale  # read in order by _undrawn_before, chunk by chunk
+        super().absorb(x, np.zeros(b), a)  # type: ignore[misc]
+
+    def _undrawn_before(self, w: np.ndarray) -> np.ndarray:
+        """``B_i`` of the next ``len(w)`` values: in the without-replacement streams' terms, the undrawn weight
+        ``U_i`` (the slope of the conditional mean is ``1 / B_i``; nothing is used up, ``K`` stays 0)."""
+        out, self._scales = self._scales[: w.size], self._scales[w.size:]
+        return out
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(mean, lower, upper)`` of each stream (mean: nan before the first value)."""
