@@ -96,6 +96,17 @@ def _replay_selection(x, sub, looks, threshold, halfwidth, mode, alpha=0.05, loo
     return status, mean, lower, upper
 
 
+def _play(sel, x, looks):
+    """Feed the selection each look's new columns until no model runs; its last result."""
+    prev, got = 0, sel.result()
+    for n_k in looks:
+        if not sel.running.any():
+            break
+        got = sel.update(x[:, prev:n_k])
+        prev = n_k
+    return got
+
+
 @pytest.mark.parametrize("mode", ["precision", "best"])
 @pytest.mark.parametrize("seed", range(20))
 def test_sequential_selection_matches_a_replay(seed, mode):
@@ -105,12 +116,7 @@ def test_sequential_selection_matches_a_replay(seed, mode):
                               look_size=25, subsets=sub, n_subsets=None if sub is None else 3,
                               construction="group-sequential")
     assert sel.result().validity == "asymptotic" and sel.result().guarantee.startswith("asymptotic")
-    prev = 0
-    for n_k in looks:
-        if not sel.running.any():
-            break
-        got = sel.update(x[:, prev:n_k])
-        prev = n_k
+    got = _play(sel, x, looks)
     status, mean, lower, upper = _replay_selection(x, sub, looks, 0.45, 0.08, mode)
     assert [s.status for s in got.models] == status
     np.testing.assert_allclose([s.mean for s in got.models], mean, atol=1e-12)
@@ -190,12 +196,7 @@ def test_betting_selection_matches_single_model_betting_cs(seed, mode):
     x, sub, looks, names = _case(seed)
     sel = SequentialSelection(names, n_total=x.shape[1], threshold=0.45, halfwidth=0.12, mode=mode, subsets=sub,
                               n_subsets=None if sub is None else 3, grid_size=257)
-    prev = 0
-    for n_k in looks:
-        if not sel.running.any():
-            break
-        got = sel.update(x[:, prev:n_k])
-        prev = n_k
+    got = _play(sel, x, looks)
     assert got.validity == "exact" and got.guarantee.startswith("exact")
     status, lower, upper = _betting_replay(x, sub, looks, 0.45, 0.12, mode)
     assert [s.status for s in got.models] == status

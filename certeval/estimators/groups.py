@@ -5,7 +5,7 @@ A paired run scores every model still in play on the same items, the next slice 
 difference, a ranking's pairs, a selection's arms — and there are several: the bank target's exact
 without-replacement CSs (:mod:`.bank_ranking`, :mod:`.bank_selection`), the same with history as control variates
 (:mod:`.paired_history`), and the distribution target's group-sequential tests (:mod:`.comparison`,
-:mod:`.ranking`, :mod:`.selection`). Each is wrapped here in a :class:`GroupEstimator` — start / update / result /
+:mod:`.ranking`) and i.i.d. betting confidence sequences (:mod:`.selection`). Each is wrapped here in a :class:`GroupEstimator` — start / update / result /
 active, the shape of inspect_ai's four-method ``EarlyStopping``, plus the per-model intervals it reports and what
 they claim — so the round engine (:class:`certeval.engine.PairedRounds`) drives any of them the same way and
 never probes them::
@@ -298,9 +298,10 @@ class HistoryPairGroup(_Group):
 
 
 class DistributionGroup(_Group):
-    """Distribution target: the group-sequential tests fed one look at a time (:class:`~.comparison.PairedComparison`,
-    :class:`~.ranking.SequentialRanking`, :class:`~.selection.SequentialSelection`); their sub-dataset codes are
-    in the shared order."""
+    """Distribution target, fed one look at a time: the group-sequential tests (:class:`~.comparison.PairedComparison`,
+    :class:`~.ranking.SequentialRanking`; asymptotic) and the selection's exact i.i.d. betting confidence sequences
+    (:class:`~.selection.SequentialSelection`); their sub-dataset codes (a mean of sub-dataset means only) are in
+    the shared order."""
 
     def start(self, spec: Any, order: np.ndarray) -> DistributionGroup:
         from .comparison import ComparisonDesign, PairedComparison
