@@ -379,8 +379,8 @@ def test_a_group_at_twice_the_miscoverage_fails_the_same_check():
 def test_distribution_select_covers_16_close_arms_with_peeking(board, mode):
     """The board the Wald design failed on: 16 arms linear over ``board``, alpha = 0.1, a look every 25 items up to
     200; a run misses when any model's interval excludes its expected score at any look. The same check as every
-    method: <= 30 of 200 (power: module docstring). Measured at these seeds: 8–12 of 200 with the shipped betting
-    CSs; 1,000 runs on a 1,000-item bank with looks of 50: docs/selection_coverage.md."""
+    method: <= 30 of 200 (power: module docstring). Measured at these seeds: 4–11 of 200 with the betting
+    CSs (on 129 candidate means); 1,000 runs on a 500-item bank, looks of 50: docs/selection_coverage.md."""
     assert close_arm_selection(board, mode).result().validity == "exact"
     misses = close_arm_misses(board, mode, _seed("close", board, mode))
     assert misses <= MAX_MISSES, f"select {mode} on arms {board} missed in {misses}/{REPS} runs"
