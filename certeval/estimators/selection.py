@@ -125,14 +125,14 @@ def select_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int
 
 class SequentialSelection:
     """:func:`select_models` one look at a time, O(M x new items) per look, never a replay from the first look:
-    per model and sub-dataset running confidence sequences (``construction="betting"``) or running sums and sums
-    of squares (``"group-sequential"``).
+    one running confidence sequence per model (``construction="betting"``) or per model and sub-dataset running
+    sums and sums of squares (``"group-sequential"``).
 
     ``update(block)`` takes the next ``(M, b)`` columns of the shared order (rows of models that stopped are
     ignored); ``result()`` is the :class:`Selection` so far. ``bet_horizon`` (betting): tune the bets to stop
-    after that many items of the shared order (default: the items to reach ``halfwidth`` in precision mode, the bank in best mode);
-    it changes the widths, never the validity; ``grid_size``: candidate means per betting CS (the interval's
-    resolution). ``spending`` and ``look_size`` are the group-sequential design's.
+    after that many items of the shared order (default: the items to reach ``halfwidth`` in precision mode, the
+    bank in best mode); it changes the widths, never the validity. ``grid_size``: candidate means per betting CS
+    (the interval's resolution). ``spending`` and ``look_size`` are the group-sequential design's.
     """
 
     def __init__(self, names: Sequence[str], *, n_total: int, threshold: float, halfwidth: float,
@@ -152,7 +152,10 @@ class SequentialSelection:
         self.count = np.zeros(self.n_sub)
         self.sums = np.zeros((self.n_sub, m))
         self.squares = np.zeros((self.n_sub, m))
-        self.streams = self._streams(bet_horizon, grid_size) if self.construction == "betting" else None
+        self.streams = None
+        if self.construction == "betting":
+            self.scale, self.range, self.joint_end = self._weighted()
+            self.streams = self._streams(bet_horizon, grid_size)
         self.status = ["running"] * m
         self.look_of: list[int | None] = [None] * m
         self.used = np.zeros(m, dtype=np.int64)
@@ -166,7 +169,6 @@ class SequentialSelection:
         """One i.i.d. CS per model at alpha / M on the importance-weighted values (:meth:`_weighted`)."""
         m = len(self.names)
         delta = self.alpha / m
-        self.scale, self.range, self.joint_end = self._weighted()
         if bet_horizon is not None:
             horizon = int(bet_horizon)
         elif self.mode == "precision":  # where a CS of a [0, 1] mean reaches ±halfwidth (variance <= 1/4)
@@ -188,9 +190,10 @@ class SequentialSelection:
         per model, no union bound over sub-datasets."""
         n = self.n_total
         if self.codes is None:
+            self.present = np.zeros(1, dtype=np.int64)
             return np.ones(n), np.ones(n), n
         codes = self.codes[:n]
-        present = np.flatnonzero(np.bincount(codes, minlength=self.n_sub))
+        present = self.present = np.flatnonzero(np.bincount(codes, minlength=self.n_sub))
         s = present.size
         onehot = codes[:, None] == present[None, :]
         left = onehot.sum(axis=0)[None, :] - np.cumsum(onehot, axis=0) + onehot  # r_s before each draw
@@ -243,7 +246,7 @@ class SequentialSelection:
         _, lower, upper = self.streams.bounds()
         with np.errstate(invalid="ignore", divide="ignore"):
             mu = np.mean([self.sums[s, idx] / self.count[s] if self.count[s] else np.full(idx.size, np.nan)
-                          for s in range(self.n_sub)], axis=0)
+                          for s in self.present], axis=0)  # the bank's sub-datasets (the estimand's)
         return np.clip(mu, lower[idx], upper[idx]), lower[idx], upper[idx]
 
     def update(self, block: np.ndarray) -> Selection:
