@@ -163,6 +163,43 @@ GROUP_CASES = (
 )
 SELECT_MODES = ("best", "precision")
 
+# the 16-close-arms board of select --target distribution: 16 models, expected scores linear between the two ends,
+# each run a fresh bank of i.i.d. Bernoulli scores scored in order, a look every CLOSE_LOOK items up to CLOSE_N
+CLOSE_ARMS = ((0.75, 0.60), (0.55, 0.40))
+CLOSE_MODELS, CLOSE_N, CLOSE_LOOK = 16, 200, 25
+CLOSE_GRID = 129  # candidates per betting CS: the interval's resolution (1/128), not its construction
+CLOSE_RULES = {"best": (0.02, 0.02), "precision": (None, 0.05)}  # mode: (threshold above the lowest arm, half-width)
+
+
+def close_arm_selection(board: tuple[float, float], mode: str, **options):
+    """A started :class:`~certeval.estimators.selection.SequentialSelection` for the board at alpha = DELTA
+    (``options``: the construction and its design; default the shipped betting one on a :data:`CLOSE_GRID` grid)."""
+    from certeval.estimators.selection import SequentialSelection
+
+    above, halfwidth = CLOSE_RULES[mode]
+    threshold = 0.0 if above is None else board[1] + above
+    options = {"grid_size": CLOSE_GRID, "look_size": CLOSE_LOOK, **options}
+    return SequentialSelection([f"m{j}" for j in range(CLOSE_MODELS)], n_total=CLOSE_N, threshold=threshold,
+                               halfwidth=halfwidth, alpha=DELTA, mode=mode, **options)
+
+
+def close_arm_misses(board: tuple[float, float], mode: str, seed: int, reps: int = REPS, **options) -> int:
+    """Runs (of ``reps``) in which some model's interval excludes its expected score at one or more looks, up to
+    the model's stop (a stopped model's interval stays as it was)."""
+    p = np.linspace(board[0], board[1], CLOSE_MODELS)
+    misses = 0
+    for r in range(reps):
+        x = (np.random.default_rng([seed, r]).random((CLOSE_MODELS, CLOSE_N)) < p[:, None]).astype(float)
+        sel = close_arm_selection(board, mode, **options)
+        for start in range(0, CLOSE_N, CLOSE_LOOK):
+            if not sel.running.any():
+                break
+            sel.update(x[:, start:start + CLOSE_LOOK])
+            if ((sel.lower > p + 1e-12) | (sel.upper < p - 1e-12)).any():
+                misses += 1
+                break
+    return misses
+
 
 def group_request(case: GroupCase, scores: np.ndarray, rng: np.random.Generator, confidence: float = 1 - DELTA,
                   look: int = LOOK):

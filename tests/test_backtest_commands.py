@@ -55,6 +55,7 @@ def test_each_command_reports_fraction_and_errors(argv, capsys):
     assert answer["fraction_used"] == pytest.approx(out["summary"]["fraction_used"])
     if argv[1:3] == ["--mode", "precision"]:  # the distribution target is implied, nothing is discarded below 0
         assert out["config"]["target"] == "distribution" and out["config"]["threshold"] == 0.0
+        assert out["summary"]["guarantee"].startswith("exact: i.i.d. betting confidence sequences")
 
 
 def test_compare_defaults_to_the_first_two_models_by_name(capsys):

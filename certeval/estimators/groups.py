@@ -5,7 +5,7 @@ A paired run scores every model still in play on the same items, the next slice 
 difference, a ranking's pairs, a selection's arms — and there are several: the bank target's exact
 without-replacement CSs (:mod:`.bank_ranking`, :mod:`.bank_selection`), the same with history as control variates
 (:mod:`.paired_history`), and the distribution target's group-sequential tests (:mod:`.comparison`,
-:mod:`.ranking`, :mod:`.selection`). Each is wrapped here in a :class:`GroupEstimator` — start / update / result /
+:mod:`.ranking`) and i.i.d. betting confidence sequences (:mod:`.selection`). Each is wrapped here in a :class:`GroupEstimator` — start / update / result /
 active, the shape of inspect_ai's four-method ``EarlyStopping``, plus the per-model intervals it reports and what
 they claim — so the round engine (:class:`certeval.engine.PairedRounds`) drives any of them the same way and
 never probes them::
@@ -298,9 +298,10 @@ class HistoryPairGroup(_Group):
 
 
 class DistributionGroup(_Group):
-    """Distribution target: the group-sequential tests fed one look at a time (:class:`~.comparison.PairedComparison`,
-    :class:`~.ranking.SequentialRanking`, :class:`~.selection.SequentialSelection`); their sub-dataset codes are
-    in the shared order."""
+    """Distribution target, fed one look at a time: the group-sequential tests (:class:`~.comparison.PairedComparison`,
+    :class:`~.ranking.SequentialRanking`; asymptotic) and the selection's exact i.i.d. betting confidence sequences
+    (:class:`~.selection.SequentialSelection`); their sub-dataset codes (a mean of sub-dataset means only) are in
+    the shared order."""
 
     def start(self, spec: Any, order: np.ndarray) -> DistributionGroup:
         from .comparison import ComparisonDesign, PairedComparison
@@ -309,7 +310,8 @@ class DistributionGroup(_Group):
 
         r, n = self.request, int(spec.n_items)
         self.order_ = np.asarray(order, dtype=np.int64)
-        codes = None if spec.subsets is None else spec.subset_codes()[self.order_]
+        by_subset = spec.subsets is not None and spec.mean_of_means  # else the estimand is the plain item mean
+        codes = spec.subset_codes()[self.order_] if by_subset else None
         n_subsets = None if codes is None else int(spec.subset_codes().max()) + 1
         design = r.design or ComparisonDesign(alpha=r.alpha, margin=r.margin, look_size=r.look_size)
         if r.kind == "compare":
@@ -319,10 +321,11 @@ class DistributionGroup(_Group):
             self.estimator_ = SequentialRanking(r.labels, n_total=n, alpha=r.alpha, margin=r.margin, design=design,
                                                 subsets=codes, n_subsets=n_subsets)
         else:
+            # exact i.i.d. betting CSs per model (the design's spending is the asymptotic construction's alone)
             self.estimator_ = SequentialSelection(r.labels, n_total=n, threshold=r.threshold,
                                                   halfwidth=r.halfwidth, alpha=r.alpha, mode=r.mode,
                                                   spending=design.spending, look_size=r.look_size, subsets=codes,
-                                                  n_subsets=n_subsets)
+                                                  n_subsets=n_subsets, bet_horizon=r.max_items)
         self.outcome_, self.looks_ = None, 0
         return self
 
@@ -335,6 +338,20 @@ class DistributionGroup(_Group):
 
     def _result(self) -> Any:
         return self.estimator_.result()
+
+    def interval_claim(self) -> dict[str, Any]:
+        claim = super().interval_claim()
+        selection = getattr(self, "estimator_", None)  # None before start: the default construction, betting
+        if self.request.kind == "select" and getattr(selection, "construction", "betting") == "betting":
+            m, r = len(self.request.labels), self.request
+            union = (" (one CS on the sub-datasets' importance-weighted scores)" if getattr(selection, "n_sub", 1) > 1
+                     else "")
+            claim.update(validity="exact", anytime_valid=True,
+                         guarantee=f"the selection's own interval for each model: exact i.i.d. betting confidence "
+                                   f"sequences for the expected scores (Waudby-Smith & Ramdas 2024){union}, each at "
+                                   f"level 1 - alpha/{m}, simultaneous over the {m} models and every item with "
+                                   f"probability >= {r.confidence:g} (the intervals its verdicts use)")
+        return claim
 
     def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
         if self.request.kind != "compare":

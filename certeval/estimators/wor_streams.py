@@ -75,6 +75,7 @@ class _Streams:
     interval ``[lower, upper]`` on the [0, 1] scale."""
 
     FIELDS: tuple[str, ...] = ("total", "known", "lower", "upper")
+    EXACT_AT_END = True  # the whole bank scored: the estimand is known (False for an i.i.d. stream's mean)
 
     def __init__(self, k: int, n_total: int, delta: float) -> None:
         self.n_total = int(n_total)
@@ -107,14 +108,19 @@ class _Streams:
         self.total += (x if v is None else v).sum(axis=1)
         self.known += x @ w
         self.remaining = max(self.remaining - float(w.sum()), 0.0)
-        if self.n == self.n_total:  # the whole list is known: its weighted mean, width 0
+        if self.exhausted:  # the whole list is known: its weighted mean, width 0
             self.remaining = 0.0
             self.lower, self.upper = self.known.copy(), self.known.copy()
+
+    @property
+    def exhausted(self) -> bool:
+        """Every value of the bank seen, and the estimand is the bank's: its exact value is known."""
+        return self.EXACT_AT_END and self.n == self.n_total
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(estimate, lower, upper)`` of each stream on the [0, 1] scale; the estimate is the plain mean of
         the values drawn ∝ weight (the weighted mean once exhausted)."""
-        if self.n == self.n_total:
+        if self.exhausted:
             return self.known.copy(), self.lower.copy(), self.upper.copy()
         mean = self.total / self.n if self.n else np.full(len(self), np.nan)
         return np.clip(mean, self.lower, self.upper), self.lower.copy(), self.upper.copy()
@@ -195,7 +201,7 @@ class WorStreams(_Streams):
             self.known += w[col] * xi
             self.n += 1
             self.remaining = max(self.remaining - float(w[col]), 0.0)
-            if self.n == self.n_total:  # the whole list is known: its weighted mean, width 0
+            if self.exhausted:  # the whole list is known: its weighted mean, width 0
                 self.remaining = 0.0
                 self.lower, self.upper = self.known.copy(), self.known.copy()
                 break
@@ -270,7 +276,7 @@ class BettingStreams(_Streams):
         sq_before = self.sq[:, None] + np.concatenate([np.zeros((k, 1)), np.cumsum(dev2, axis=1)[:, :-1]], axis=1)
         var = sq_before / i
         lam = bet_sizes(i, 1.0 / undrawn, var, 2.0 * math.log(2.0 / self.delta), None,  # scale-free in the values
-                        horizon_scale(self.bet_horizon, self.n_total))  # (K, b)
+                        horizon_scale(self.bet_horizon, self.n_total if self.EXACT_AT_END else None))  # (K, b)
         known_before = self.known[:, None] + np.concatenate(
             [np.zeros((k, 1)), np.cumsum(x * w, axis=1)[:, :-1]], axis=1)
         if a is not None:  # nu_i(m) = (m - K - A)/(2U) + 1/2, A the predicted rest before draw i
@@ -315,7 +321,7 @@ class BettingStreams(_Streams):
         if a is not None:
             self.rest = self.rest - aw.sum(axis=1)
         self._finish_block(x, w, None if a is None else v)
-        if self.n == self.n_total:
+        if self.exhausted:
             return
         # the deterministic bounds only tighten: candidates outside them are rejected for good
         f_lo, f_hi = self.known, self.known + self.remaining
