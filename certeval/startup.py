@@ -33,7 +33,7 @@ def configure(path: str | os.PathLike | None) -> None:
 def mark(phase: str) -> None:
     """Record that ``phase`` was reached now (written only once a timeline file is configured)."""
     now = time.time()
-    seen = _state["seen"]
+    seen = _state.setdefault("seen", {})
     if phase not in seen and len(seen) < _MAX_SEEN:
         seen[phase] = now
     line = f"{phase}\t{now:.6f}\t{os.getpid()}\n".encode()
@@ -46,7 +46,7 @@ def mark(phase: str) -> None:
 
 def seen(phase: str) -> float | None:
     """When this process first reached ``phase`` (unix time), or None."""
-    return _state["seen"].get(phase)
+    return _state.get("seen", {}).get(phase)
 
 
 def _append(line: bytes) -> None:

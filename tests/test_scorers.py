@@ -177,7 +177,7 @@ def test_an_lm_eval_items_continuations_are_its_requests():
     item = {"item_id": "x", "prompt": "2 + 2 = ", "choices": ["4", "5"], "continuations": ["4", "5"], "gold": [0]}
     assert sc.mc_request(item) == ("2 + 2 = ", ["4", "5"])  # target_delimiter "": no space added
     with pytest.raises(InputError, match="at least 2 choices"):
-        sc.check_mc_items([{"item_id": "y", "prompt": "q", "choices": ["only"], "gold": [0]}])
+        sc.mc_request({"item_id": "y", "prompt": "q", "choices": ["only"], "gold": [0]})
 
 
 @pytest.mark.parametrize("item, message", [

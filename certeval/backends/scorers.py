@@ -271,14 +271,6 @@ def mc_request(item: dict[str, Any]) -> tuple[str, list[str]]:
     return context, [" " + c for c in choices]
 
 
-def check_mc_items(items: Iterable[dict[str, Any]]) -> None:
-    """Every multiple-choice item askable and judgeable (two choices or more, a gold among them), checked before a
-    run starts: :class:`InputError` naming the first item that is not."""
-    for item in items:
-        mc_request(item)
-        gold_indices(item)
-
-
 def loglik_requests(item: dict[str, Any]) -> list[tuple[str, str]] | str:
     """What a log-likelihood item asks: an lm-eval task's own (context, continuation) pairs (a loglikelihood or
     Winogrande-style doc, :mod:`certeval.lm_eval_output_types`), the text of a rolling doc (a str), else

@@ -158,15 +158,23 @@ def _limit(text: str) -> int | float:
     """A whole number of items, or (with --tasks) a fraction below 1; ``2.0`` is 2, as lm-eval reads it."""
     from argparse import ArgumentTypeError
 
+    from .ranges import INT_RANGES
+
+    least, most = INT_RANGES["--max-items"]
+    refusal = ArgumentTypeError(f"must be a whole number of items in [{least}, {most}] or a fraction in (0, 1), "
+                                f"got {text!r}")
     try:
-        return int(text)
+        value: int | float = int(text)
     except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        raise ArgumentTypeError(f"must be a whole number of items or a fraction below 1, got {text!r}") from None
-    return int(value) if value >= 1 and value.is_integer() else value
+        try:
+            value = float(text)
+        except ValueError:
+            raise refusal from None
+        if value >= 1 and value.is_integer():
+            value = int(value)
+    if isinstance(value, int) and not least <= value <= most or isinstance(value, float) and not 0 < value < 1:
+        raise refusal
+    return value
 
 
 def _add_run_options(p) -> None:

@@ -169,9 +169,6 @@ class RunPlan:
                             precision=parse_goal(self.goal).value if self.paired and self.goal else None)
 
 
-MC_SCORERS = frozenset({"mc-loglik", "mc-loglik-norm"})  # certeval's judges of lm-eval's acc / acc_norm
-
-
 def task_scorer(frame: Any) -> str | None:
     """The scorer an lm-eval task bank stops on by default: its task's judge of the task's first metric (acc, or
     acc_norm, of multiple choice; acc of a LAMBADA-style task; certeval's byte likelihood of a perplexity task; the
@@ -424,9 +421,9 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     if bank is not None:
         check_replay_coverage(specs, loaded)
     if any(s.kind != "replay" for s in specs):
-        from ..backends.scorers import check_mc_items, resolve_scorer
+        from ..backends.scorers import resolve_scorer
         from ..lm_eval_metrics import task_metas
-        from ..lm_eval_output_types import MIXED_SCORER, REQUESTS, check_hosts, check_mixed_scorer
+        from ..lm_eval_output_types import MIXED_SCORER, check_hosts, check_mixed_scorer
         from ..lm_eval_scoring import SCORING, check_scoring_column, is_lm_eval_scorer, qualified
 
         columns = [c for c in loaded.frame.columns if loaded.frame[c].notna().any()] if loaded.frame is not None else ["item_id"]
@@ -437,9 +434,6 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
         if scorer == MIXED_SCORER and SCORING in columns:  # generation items among other tasks': registered names
             check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")
         scorer = resolve_scorer(scorer, columns, source=f"bank {bank!r}").name
-        if scorer in MC_SCORERS and loaded.frame is not None:  # every item askable, its gold a choice: before start-up
-            # (an lm-eval task's own requests, e.g. Winogrande-style, were checked as lm-eval built them)
-            check_mc_items(r for r in loaded.frame.to_dict("records") if not isinstance(r.get(REQUESTS), str))
         if is_lm_eval_scorer(scorer):  # named by the metric and filter it judges, as lm-eval's results name it
             check_scoring_column(loaded.frame, f"--scorer {scorer}: bank {bank!r}")  # registered names only
             scorer = qualified(scorer, str(loaded.frame[SCORING].dropna().iloc[0]))

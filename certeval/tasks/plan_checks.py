@@ -49,7 +49,7 @@ def check_choice_items(frame: Any, scorer: str, source: str) -> None:
     """Every item a multiple-choice scorer judges has what the model host will need: two or more choices and its
     answer among them (one choice, or a gold index past the choices, used to pass the plan and fail the run after
     Ray and Prefect had started). An lm-eval task's items carry lm-eval's own gold and are checked with the task."""
-    from ..backends.scorers import answer_index, mc_request
+    from ..backends.scorers import gold_indices, mc_request
     from ..lm_eval_scoring import SCORING
     from ..lm_eval_tasks import TASK_META
 
@@ -58,7 +58,7 @@ def check_choice_items(frame: Any, scorer: str, source: str) -> None:
     for item in frame.to_dict("records"):
         try:
             mc_request(item)
-            answer_index(item)
+            gold_indices(item)
         except InputError as exc:
             raise InputError(f"{source}: {exc} (--scorer {scorer} needs two or more choices and the answer among "
                              "them)") from None
