@@ -50,6 +50,11 @@ def _split(location: str) -> tuple[str, dict[str, str]]:
     return text, dict(parse_qsl(query))
 
 
+def location_query(location: str) -> dict[str, str]:
+    """The query of a task bank's location: its ``--num_fewshot``, ``--include_path`` and request flags."""
+    return _split(location)[1]
+
+
 def is_task_yaml(location: str | None) -> bool:
     return bool(location) and _split(str(location))[0].lower().endswith(TASK_SUFFIXES)
 
