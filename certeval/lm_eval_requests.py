@@ -237,13 +237,6 @@ def request_options(args, models: list[str], cache_dir: str | None) -> RequestOp
                           gen_kwargs=gen_kwargs)
 
 
-def bank_request_options(location: str | None) -> RequestOptions:
-    """The request flags a bank location carries (lm-eval's defaults for a bank of no lm-eval task)."""
-    from .lm_eval_tasks import is_lm_eval_task, location_query
-
-    return RequestOptions.from_query(location_query(location)) if is_lm_eval_task(location) else RequestOptions()
-
-
 def parse_bool(text: str) -> bool:
     """lm-eval's ``--fewshot_as_multiturn`` value: true / 1 / yes (any case) is true, anything else false."""
     return text.lower() in TRUE_WORDS

@@ -50,9 +50,12 @@ def _split(location: str) -> tuple[str, dict[str, str]]:
     return text, dict(parse_qsl(query))
 
 
-def location_query(location: str) -> dict[str, str]:
-    """The query of a task bank's location: its ``--num_fewshot``, ``--include_path`` and request flags."""
-    return _split(location)[1]
+def bank_request_options(location: str | None):
+    """The request flags a bank's location carries (:class:`certeval.lm_eval_requests.RequestOptions`; lm-eval's
+    defaults for a bank of no lm-eval task)."""
+    from .lm_eval_requests import RequestOptions
+
+    return RequestOptions.from_query(_split(str(location))[1]) if is_lm_eval_task(location) else RequestOptions()
 
 
 def is_task_yaml(location: str | None) -> bool:

@@ -15,7 +15,7 @@ from ..estimators._validation import InputError
 from ..estimators.results import Estimate
 from ..harness_output import filter_name, lm_eval_block, metric_name, task_block
 from ..lm_eval_metrics import interval_on_same_draws, item_scores, listed_pairs, other_interval_text, task_metas
-from ..lm_eval_requests import bank_request_options
+from ..lm_eval_tasks import bank_request_options
 from ..looks import last_looks
 from ..results_record import RunResults
 
