@@ -163,5 +163,5 @@ def test_scheduled_certification_certifies_a_checkpoint_anew_when_its_files_chan
     _copy_weights(first, folder / "latest")  # the first weights back: the first run answers again, nothing scored
     five, said = tick()
     assert (five, said) == (one, "")
-    assert sorted(p.name for p in runs.iterdir() if p.is_dir()) == ["ckpt-latest", new_run]
+    assert sorted(p.name for p in runs.glob("ckpt-*")) == ["ckpt-latest", new_run]
     assert json.loads((runs / "checkpoints.json").read_text())["checkpoints"][0]["run_id"] == "ckpt-latest"
