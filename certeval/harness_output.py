@@ -23,6 +23,7 @@ import pandas as pd
 from . import lm_eval_output_types
 from .backends.base import parse_model_spec
 from .lm_eval_metrics import RESPS, item_scores, task_metas
+from .lm_eval_requests import RequestOptions
 from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, judge, pairs, parse_choice
 from .lm_eval_tasks import DOC as TASK_DOC
 from .lm_eval_tasks import TASK_META
@@ -121,12 +122,15 @@ def _common(values: list[Any]) -> Any:
 def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], *, batch_size: int,
                   limit: int | None, seed: int, date: str | None = None, metric: str = "score",
                   aggregation: str = "mean", metas: list[dict[str, Any]] | None = None,
-                  output_type: str | None = None) -> dict[str, Any]:
+                  output_type: str | None = None, requests: RequestOptions | None = None) -> dict[str, Any]:
     """The whole lm-eval results file of one model (see the module docstring); ``aggregation`` names how the
     items were summed up, as lm-eval's ``metric_list`` does (``mean``, or ``mean_of_subset_means``). ``metas`` are
     the bank's lm-eval tasks (:func:`certeval.lm_eval_tasks.task_meta`): their versions, ``num_fewshot``,
     ``output_type`` and configs as lm-eval writes them (a group's leaves each under their own name, and the group
-    under its own when they agree); a bank of no task has no version, 0 shots and the scorer's request type."""
+    under its own when they agree); a bank of no task has no version, 0 shots and the scorer's request type.
+    ``requests``: the bank's request flags, recorded where and as lm-eval's command line records them (chat template,
+    system instruction and their sha256, ``fewshot_as_multiturn`` at the top level; ``config.gen_kwargs``)."""
+    settings, generation = (requests or RequestOptions()).results_record()
     filt = next(key.partition(",")[2] for key in block if key.startswith("items_total,"))
     names = list(dict.fromkeys(key.partition(",")[0] for key in block
                                if "," in key and not key.startswith("items_")
@@ -158,9 +162,11 @@ def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], 
                                                  for end in ("lower", "upper")}}},
         "n-samples": {task: {"original": block[f"items_total,{filt}"],
                              "effective": block[f"items_scored,{filt}"]}},
-        "config": {**model_config(spec_text), "batch_size": batch_size, "limit": limit, "random_seed": seed},
+        "config": {**model_config(spec_text), "batch_size": batch_size, "limit": limit, **generation,
+                   "random_seed": seed},
         "model_name": label,
         "date": date,
+        **settings,
     }
 
 

@@ -15,6 +15,7 @@ of requests.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,22 @@ class RequestOptions:
                    system_instruction=params.get("system_instruction"),
                    fewshot_as_multiturn=params.get("fewshot_as_multiturn") == "true",
                    gen_kwargs=params.get("gen_kwargs"))
+
+    def results_record(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What lm-eval 0.4.13's results file records of these flags, as its command line records them: the
+        top-level fields of its ``GeneralConfigTracker`` (``system_instruction`` and ``chat_template`` with their
+        sha256 as ``*_sha``; ``fewshot_as_multiturn``, null without a chat template) and ``config.gen_kwargs``
+        (the parsed settings, ``{}`` when none were given)."""
+        import hashlib
+
+        def sha(text: str | None) -> str | None:
+            return hashlib.sha256(text.encode("utf-8")).hexdigest() if text else None
+
+        template = None if self.chat_template is None else _template_text(str(self.tokenizer), self.chat_template)
+        top = {"system_instruction": self.system_instruction, "system_instruction_sha": sha(self.system_instruction),
+               "fewshot_as_multiturn": None if self.chat_template is None else self.fewshot_as_multiturn,
+               "chat_template": template, "chat_template_sha": sha(template)}
+        return top, {"gen_kwargs": json.loads(self.gen_kwargs) if self.gen_kwargs is not None else {}}
 
     def configure(self, task) -> None:
         """``--gen_kwargs`` over a ``generate_until`` task's own settings, as ``simple_evaluate`` sets them."""
@@ -114,6 +131,13 @@ class ChatTemplate:
             return render(chat_history)
         except jinja2.exceptions.TemplateError:  # lm-eval's fallback: a template that takes no system turn
             return render([m for m in chat_history if m["role"] != "system"])
+
+
+@functools.lru_cache(maxsize=8)
+def _template_text(folder: str, name: str) -> str:
+    """The text of the template a bank's requests were rendered with (read once per process: results.json is
+    written at every look)."""
+    return template_text(_tokenizer(folder), folder, name)
 
 
 def template_text(tokenizer, folder: str, name: str) -> str:

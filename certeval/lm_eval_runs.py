@@ -85,7 +85,8 @@ def read_settings(path: str) -> dict[str, str]:
     if config.get("gen_kwargs"):
         settings["gen_kwargs"] = _text(config["gen_kwargs"])
     for key in SETTING_FIELDS:
-        # fewshot_as_multiturn acts only with a chat template (the CLI records False, the Python API True)
+        # fewshot_as_multiturn acts only with a chat template (without one lm-eval 0.4.13's CLI records null, its
+        # Python API True)
         if data.get(key) and (key != "fewshot_as_multiturn" or data.get("chat_template_sha")):
             settings[key] = _text(data[key])
     return settings

@@ -52,6 +52,14 @@ def _split(location: str) -> tuple[str, dict[str, str]]:
     return text, dict(parse_qsl(query))
 
 
+def bank_request_options(location: str | None):
+    """The request flags a bank's location carries (:class:`certeval.lm_eval_requests.RequestOptions`; lm-eval's
+    defaults for a bank of no lm-eval task)."""
+    from .lm_eval_requests import RequestOptions
+
+    return RequestOptions.from_query(_split(str(location))[1]) if is_lm_eval_task(location) else RequestOptions()
+
+
 def is_task_yaml(location: str | None) -> bool:
     return bool(location) and _split(str(location))[0].lower().endswith(TASK_SUFFIXES)
 

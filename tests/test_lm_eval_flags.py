@@ -94,6 +94,52 @@ def test_chat_template_requests_equal_those_lm_evals_hf_model_renders(tmp_path, 
     assert all(p.count("<|im_start|>user") == (3 if multiturn else 1) for p in theirs.values())
 
 
+def test_the_flags_are_recorded_as_lm_evals_results_file_records_them(offline):
+    """The lm-eval results block certeval writes records the flags where and as lm-eval 0.4.13's command line does:
+    its ``GeneralConfigTracker`` fields (the template lm-eval's ``TemplateLM.chat_template`` picks, the system
+    instruction, their sha256, ``fewshot_as_multiturn``) and ``config.gen_kwargs`` as ``EvaluatorConfig.from_cli``
+    parses ``--gen_kwargs``; without flags, what lm-eval records without them."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from lm_eval._cli.harness import HarnessCLI
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
+    from transformers import AutoTokenizer
+
+    from certeval.backends.smollm import ensure_converted
+    from certeval.harness_output import lm_eval_block
+    from certeval.lm_eval_requests import RequestOptions, parse_gen_kwargs
+
+    folder = str(ensure_converted())
+    block = {"acc,none": 0.5, "items_scored,none": 2, "items_total,none": 4}
+    fields = ("system_instruction", "system_instruction_sha", "fewshot_as_multiturn", "chat_template",
+              "chat_template_sha")
+    gen = "max_gen_toks=8,until=['\\n\\n']"
+    for flags, options in (
+            ([], RequestOptions()),
+            (["--apply_chat_template", "--system_instruction", SYSTEM, "--gen_kwargs", gen],
+             RequestOptions(chat_template="true", tokenizer=folder, system_instruction=SYSTEM,
+                            fewshot_as_multiturn=True, gen_kwargs=parse_gen_kwargs([gen]))),
+            (["--apply_chat_template", "--fewshot_as_multiturn", "false"],
+             RequestOptions(chat_template="true", tokenizer=folder, fewshot_as_multiturn=False))):
+        cfg = EvaluatorConfig.from_cli(HarnessCLI()._parser.parse_args(["run", "--model", "hf", "--tasks", "t",
+                                                                        *flags]))
+        lm = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(folder))
+        tracker = GeneralConfigTracker()
+        tracker.log_experiment_args(model_source="hf", model_args="", system_instruction=cfg.system_instruction,
+                                    chat_template=TemplateLM.chat_template(lm, cfg.apply_chat_template)
+                                    if cfg.apply_chat_template else None,
+                                    fewshot_as_multiturn=cfg.fewshot_as_multiturn)
+        theirs = asdict(tracker)
+        mine = lm_eval_block("t", "m", f"hf:{folder}", block, batch_size=1, limit=None, seed=0, requests=options)
+        assert {k: mine[k] for k in fields} == {k: theirs[k] for k in fields}, flags
+        assert mine["config"]["gen_kwargs"] == cfg.gen_kwargs, flags
+    assert theirs["chat_template_sha"] and mine["config"]["gen_kwargs"] == {}  # the control: flags change the record
+    assert mine["fewshot_as_multiturn"] is False and mine["system_instruction_sha"] is None
+
+
 def test_batch_size_and_device_are_the_hf_hosts_options(tmp_path, offline):
     """--batch_size N caps an hf host's rows per forward pass (its batch option), auto keeps the host's own;
     --device cpu is its device option."""
@@ -176,16 +222,20 @@ def test_tasks_list_prints_lm_evals_table_and_starts_nothing(tmp_path, offline, 
 LM_EVAL_CHAT = textwrap.dedent("""
     import json, sys
     import lm_eval
+    from lm_eval.loggers import EvaluationTracker
     from lm_eval.tasks import TaskManager
 
-    tasks, model_dir, system = sys.argv[1], sys.argv[2], sys.argv[3]
+    tasks, model_dir, system, output = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    tracker = EvaluationTracker(output_path=output)  # what lm-eval's command line writes its results file with
     results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32", device="cpu",
                                       batch_size=1, tasks=["tiny_gen"], log_samples=True, apply_chat_template=True,
                                       system_instruction=system, fewshot_as_multiturn=True,
-                                      gen_kwargs="max_gen_toks=8",
+                                      gen_kwargs="max_gen_toks=8", evaluation_tracker=tracker,
                                       task_manager=TaskManager(include_path=tasks, include_defaults=False))
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)
     print(json.dumps([[s["filter"], f"tiny_gen/{s['doc_id']}", s["exact_match"], s["resps"][0][0],
-                       s["arguments"][0]] for s in results["samples"]["tiny_gen"]]))
+                       s["arguments"][0]] for s in samples["tiny_gen"]]))
 """)
 
 
@@ -203,7 +253,7 @@ def test_chat_template_requests_answers_and_scores_equal_lm_evals(infra, kept_ac
 
     yaml = write_gen_task(tmp_path / "tasks", n_docs=8)
     done = subprocess.run([sys.executable, "-c", LM_EVAL_CHAT, str(tmp_path / "tasks"), str(ensure_converted()),
-                           SYSTEM], check=True, timeout=600, env={**os.environ}, capture_output=True, text=True)
+                           SYSTEM, str(tmp_path / "lm-eval")], check=True, timeout=600, env={**os.environ}, capture_output=True, text=True)
     samples = json.loads(done.stdout.strip().splitlines()[-1])
     theirs = {(f, item): score for f, item, score, _, _ in samples}
     answers = {item: text for _, item, _, text, _ in samples}
@@ -223,6 +273,20 @@ def test_chat_template_requests_answers_and_scores_equal_lm_evals(infra, kept_ac
     assert dict(zip(frame["item_id"], frame["output"])) == {k: answers[k] for k in frame["item_id"]}
     assert dict(zip(frame["item_id"], frame["score"])) == {k: theirs[("flexible-extract", k)] for k in frame["item_id"]}
     stored = json.loads((runs / "chat" / "results.json").read_text())
+    # the flags recorded where and as lm-eval's own results file records them (what `import lm-eval` tells runs by)
+    [lm_eval_file] = (tmp_path / "lm-eval").rglob("results_*.json")
+    recorded = json.loads(lm_eval_file.read_text())
+    [mine] = stored["lm_eval"].values()
+    fields = ("chat_template", "chat_template_sha", "system_instruction", "system_instruction_sha",
+              "fewshot_as_multiturn")
+    assert {k: mine[k] for k in fields} == {k: recorded[k] for k in fields} and recorded["chat_template_sha"]
+    assert mine["config"]["gen_kwargs"] == recorded["config"]["gen_kwargs"] == {"max_gen_toks": 8}
+    from certeval.lm_eval_runs import SETTING_FIELDS, read_settings
+
+    [my_file] = (runs / "chat" / "samples").rglob("results_*.json")  # --log_samples: certeval's lm-eval tree
+    keys = (*SETTING_FIELDS, "gen_kwargs")
+    told = {k: read_settings(str(my_file)).get(k) for k in keys}
+    assert told == {k: read_settings(str(lm_eval_file)).get(k) for k in keys} and all(told.values())
     strict = stored["models"][0]["metrics"]["exact_match,strict-match"]
     assert strict["mean"] == pytest.approx(sum(theirs[("strict-match", k)] for k in frame["item_id"]) / 4)
     lines = [json.loads(t) for t in next((runs / "chat" / "samples").rglob("samples_*.jsonl")).read_text().splitlines()]

@@ -1,6 +1,7 @@
 """A checkpoint folder certified, other weights copied over it (what a training run's ``latest/`` does), certified
 again: the second run scores the new weights and says why it did not reuse the cache; an unchanged folder
-reuses it. Real parts: tiny Llama checkpoints with SmolLM2's tokenizer (random weights, two seeds, no download),
+reuses it. The same for the scheduled checkpoint certification, which reuses a checkpoint's earlier run only on
+the files that run was made on. Real parts: tiny Llama checkpoints with SmolLM2's tokenizer (random weights, two seeds, no download),
 the session's Ray and Prefect, the flow as the CLI runs it."""
 
 from __future__ import annotations
@@ -32,14 +33,13 @@ def _checkpoint(path, tokenizer, seed: int):
     return path
 
 
-def test_weights_copied_over_a_certified_folder_are_scored_anew_and_the_run_says_why(tmp_path, infra, kept_actors):
-    needs_small_lm()
+def _bank_and_checkpoints(tmp_path):
+    """Two tiny checkpoints (seeds 100 and 7) and a bank whose answer key is the first one's own picks: it scores
+    1.0; the other's mean (below 1.0) is returned with them."""
     from transformers import AutoTokenizer
 
     from certeval.backends.base import make_host
     from certeval.backends.smollm import ensure_converted
-    from certeval.flows.pipeline import run_plan
-    from certeval.tasks.plan import PlanRequest, make_plan
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_converted()))
     first, other = _checkpoint(tmp_path / "step-100", tokenizer, 100), _checkpoint(tmp_path / "step-200", tokenizer, 7)
@@ -53,6 +53,24 @@ def test_weights_copied_over_a_certified_folder_are_scored_anew_and_the_run_says
     assert other_mean < 1.0  # the other weights answer differently: a stale cache would show 1.0
     bank = tmp_path / "bank.jsonl"
     bank.write_text("".join(json.dumps(item) + "\n" for item in items))
+    return bank, first, other, other_mean
+
+
+def _copy_weights(source, folder) -> None:
+    """``source``'s weights written over ``folder``'s in place, as a trainer's save does, the old mtime put back."""
+    weights = folder / "model.safetensors"
+    st = weights.stat()
+    assert (source / "model.safetensors").stat().st_size == st.st_size  # same shapes: same size
+    shutil.copyfile(source / "model.safetensors", weights)
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_weights_copied_over_a_certified_folder_are_scored_anew_and_the_run_says_why(tmp_path, infra, kept_actors):
+    needs_small_lm()
+    from certeval.flows.pipeline import run_plan
+    from certeval.tasks.plan import PlanRequest, make_plan
+
+    bank, first, other, other_mean = _bank_and_checkpoints(tmp_path)
     latest = tmp_path / "latest"
     shutil.copytree(first, latest)
 
@@ -74,11 +92,7 @@ def test_weights_copied_over_a_certified_folder_are_scored_anew_and_the_run_says
     two, err = certify("two")  # unchanged folder: every score from the cache
     assert (two["items_sent_to_model"], two["mean"], two["score_cache"]) == (0, one["mean"], one["score_cache"])
 
-    weights = latest / "model.safetensors"
-    st = weights.stat()
-    assert (other / "model.safetensors").stat().st_size == st.st_size  # same shapes: same size
-    shutil.copyfile(other / "model.safetensors", weights)  # written in place, as a trainer's save does
-    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime put back
+    _copy_weights(other, latest)
     kept_actors()  # the kept actor of the earlier weights holds the CPUs (it is never adopted: its name differs)
     three, err = certify("three")
     assert three["items_sent_to_model"] == 24 and three["mean"] == pytest.approx(other_mean)
@@ -91,3 +105,63 @@ def test_weights_copied_over_a_certified_folder_are_scored_anew_and_the_run_says
     four, _ = certify("four", folder=other)
     assert (four["items_sent_to_model"], four["mean"]) == (0, pytest.approx(other_mean))
     assert four["score_cache"]["key"] == three["score_cache"]["key"]
+
+
+def test_scheduled_certification_certifies_a_checkpoint_anew_when_its_files_changed(tmp_path, infra, kept_actors):
+    """``certify_checkpoints_flow`` over a folder holding ``latest/``: a tick on unchanged files reuses its run; after
+    other weights are copied over it the next tick certifies them (a run named by their fingerprint, one line on
+    stderr saying why), where the old rule (skip a checkpoint whose ``ckpt-<name>`` run has results) would have
+    reported the earlier weights' 1.0; the weights copied back reuse the first run, scoring nothing."""
+    needs_small_lm()
+    from certeval.backends.base import parse_model_spec
+    from certeval.flows.checkpoints import certify_checkpoints_flow
+    from certeval.model_fingerprint import fingerprint_models
+    from certeval.storage import RunStore
+
+    bank, first, other, other_mean = _bank_and_checkpoints(tmp_path)
+    kept_actors()  # the actors the module's earlier test kept hold the shared Ray's CPUs
+    folder, runs = tmp_path / "checkpoints", tmp_path / "runs"
+    shutil.copytree(first, folder / "latest")
+
+    def tick() -> tuple[dict, str]:
+        err = io.StringIO()
+        with redirect_stderr(err):
+            report = certify_checkpoints_flow(str(folder), str(runs), goal="halfwidth:0.01", bank=str(bank),
+                                              batch_size=24, seed=1, ray_address=infra,
+                                              options={"cache_dir": str(tmp_path / "cache")})
+        [row] = report["checkpoints"]
+        return row, "\n".join(line for line in err.getvalue().splitlines() if line.startswith("certeval: checkpoint"))
+
+    def stored(run_id: str) -> dict:
+        return json.loads((runs / run_id / "results.json").read_text())
+
+    one, said = tick()
+    assert (one["run_id"], one["checkpoint"], one["mean"], said) == ("ckpt-latest", "latest", pytest.approx(1.0), "")
+    assert stored("ckpt-latest")["models"][0]["items_sent_to_model"] == 24
+    results_file = (runs / "ckpt-latest" / "results.json").read_bytes()
+    again, said = tick()  # unchanged files: the same run, nothing scored, nothing said
+    assert (again, said) == (one, "") and (runs / "ckpt-latest" / "results.json").read_bytes() == results_file
+
+    before = json.loads((runs / "ckpt-latest" / "config.json").read_text())["fingerprints"][0]["digest"]
+    _copy_weights(other, folder / "latest")
+    [now] = fingerprint_models([parse_model_spec(f"hf:{folder / 'latest'}")], None)
+    assert now.digest != before
+    # the control: the old rule's test still holds (results under ckpt-latest), so it would have skipped the
+    # checkpoint and reported the earlier weights' answer
+    old_answer = RunStore(str(runs), "ckpt-latest").read_results()
+    assert old_answer is not None and old_answer["models"][0]["mean"] == pytest.approx(1.0)
+    three, said = tick()
+    new_run = f"ckpt-latest-{now.digest[:12]}"
+    assert said == (f"certeval: checkpoint latest: its files changed since run 'ckpt-latest' certified it (fingerprint "
+                    f"{before} then, {now.digest} now); certifying it anew as run {new_run!r}")
+    assert (three["run_id"], three["mean"]) == (new_run, pytest.approx(other_mean))
+    assert stored(new_run)["models"][0]["items_sent_to_model"] == 24  # the new weights were asked every item
+    assert stored(new_run)["models"][0]["score_cache"]["fingerprint"] == now.digest
+    four, said = tick()  # the new files unchanged: their run reused
+    assert (four, said) == (three, "")
+
+    _copy_weights(first, folder / "latest")  # the first weights back: the first run answers again, nothing scored
+    five, said = tick()
+    assert (five, said) == (one, "")
+    assert sorted(p.name for p in runs.glob("ckpt-*")) == ["ckpt-latest", new_run]
+    assert json.loads((runs / "checkpoints.json").read_text())["checkpoints"][0]["run_id"] == "ckpt-latest"

@@ -11,10 +11,13 @@ A checkpoint is an entry of the folder:
   in it (one line, e.g. ``vllm:/ckpt/step-2000`` or ``replay:scores.parquet#step-2000``).
 
 ``certify-checkpoints``: the history-powered schedule. Each tick certifies every checkpoint of the
-folder that has no run yet (one ``certify`` run each, run id ``ckpt-<name>``), with the stored runs of the
-checkpoints already evaluated under ``output`` as history (plus any ``history`` sources): a training run's
-later checkpoints cost fewer items, and every interval stays exact (method ``history``; the checkpoint
-itself is never its own history). ``checkpoints.json`` lists every certified checkpoint, best mean first.
+folder that has no run on its current files yet (one ``certify`` run each, run id ``ckpt-<name>``), with the
+stored runs of the checkpoints already evaluated under ``output`` as history (plus any ``history`` sources): a
+training run's later checkpoints cost fewer items, and every interval stays exact (method ``history``; the
+checkpoint itself is never its own history). A checkpoint's earlier run is reused only when the fingerprint of
+its files recorded in that run's ``config.json`` is the fingerprint now: weights copied over ``latest/`` or
+``checkpoint-best/`` are certified anew, as run ``ckpt-<name>-<first 12 hex of the fingerprint>`` (one line on
+stderr says why). ``checkpoints.json`` lists every checkpoint as its files are now, best mean first.
 
 ``rank-models``: a ranking run over a fixed list of model specs.
 
@@ -27,6 +30,8 @@ cache folder), e.g. ``options: {batch_timeout_s: 3600}`` in a deployment; it is 
 from __future__ import annotations
 
 import datetime as _dt
+import re
+import sys
 from typing import Any
 
 from prefect import flow, task
@@ -37,6 +42,8 @@ from prefect.cache_policies import NONE
 from certeval.backends.base import parse_model_spec, quote_location
 from certeval.estimators._validation import InputError
 from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
+from certeval.model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
+from certeval.runtime_options import runtime_options
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
 from certeval.tasks.plan import PlanRequest, claim_run, make_plan
 
@@ -125,13 +132,41 @@ def _report_artifact(report: dict[str, Any]) -> None:
     create_markdown_artifact("\n".join(lines), key="best-checkpoint", description="certeval checkpoint selection")
 
 
-def _has_history(output: str) -> bool:
-    """Whether ``output`` already holds a certeval run with stored rounds (history for the next checkpoint)."""
+def _has_history(output: str, checkpoint: str) -> bool:
+    """Whether ``output`` already holds a certeval run with stored rounds (history for the next checkpoint) other
+    than the runs of ``checkpoint`` itself (``ckpt-<name>`` and its ``ckpt-<name>-<fingerprint>`` runs): a
+    checkpoint is never its own history, so its earlier runs alone are none."""
+    own = re.compile(rf"{re.escape(checkpoint)}(-[0-9a-f]{{12}})?")
     fs, path = filesystem(output)
     try:
-        return any(fs.isdir(f"{p}/rounds") for p in fs.ls(path, detail=False))
+        return any(fs.isdir(f"{p}/rounds") for p in fs.ls(path, detail=False)
+                   if not own.fullmatch(p.rstrip("/").rsplit("/", 1)[-1]))
     except FileNotFoundError:
         return False
+
+
+def checkpoint_run(output: str, spec: str, fingerprint: ModelFingerprint) -> tuple[str, str | None]:
+    """The run id that certifies checkpoint ``spec`` on its files as they are now, and why its run ``ckpt-<name>``
+    is not that run (None when it is). ``ckpt-<name>`` is the checkpoint's first run; once its ``config.json``
+    records another fingerprint (weights copied over the folder since), or none (a run stored before fingerprints
+    were recorded: what it certified cannot be told), the checkpoint's run is ``ckpt-<name>-<12 hex of the
+    fingerprint>``: one per version of the files, so a version seen before is reused, never scored again."""
+    label = parse_model_spec(spec).label
+    first = f"ckpt-{safe_name(label)}"
+    config = RunStore(output, first).read_config()
+    if config is None:
+        return first, None
+    recorded = config.get("fingerprints")
+    then = recorded[0] if isinstance(recorded, list) and recorded and isinstance(recorded[0], dict) else None
+    if then is not None and then.get("digest") == fingerprint.digest:
+        return first, None
+    run_id = f"{first}-{fingerprint.digest[:12]}"
+    if then is None:
+        why = f"run {first!r} records no fingerprint of its files, so what it certified cannot be told"
+    else:
+        why = (f"its files changed since run {first!r} certified it (fingerprint {then.get('digest')} then, "
+               f"{fingerprint.digest} now)")
+    return run_id, f"checkpoint {label}: {why}; certifying it anew as run {run_id!r}"
 
 
 @flow(name="certify-checkpoints", validate_parameters=True, persist_result=False)
@@ -140,14 +175,22 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
                              max_items: int | None = None, seed: int = 0, scorer: str | None = None,
                              ray_address: str | None = None, num_cpus: int | None = None,
                              num_gpus: float = 0.0, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Certify every new checkpoint of a folder, learning from the checkpoints already certified in ``output``."""
+    """Certify every checkpoint of a folder not yet certified on its current files, learning from the checkpoints
+    already certified in ``output``."""
     specs = find_checkpoints(checkpoints)
-    for spec in specs:
-        run_id = f"ckpt-{safe_name(parse_model_spec(spec).label)}"
-        store = RunStore(output, run_id)
-        if store.read_results() is not None:
-            continue  # certified on an earlier tick: never scored again
-        sources = list(history or []) + ([output] if _has_history(output) else [])
+    # the files as they are now (bounded; read once per version of a file): which earlier run still answers
+    fingerprints = fingerprint_models([parse_model_spec(s) for s in specs],
+                                      runtime_options(options).cache_path() / MEMO_DIR)
+    run_ids = {}
+    for spec, fingerprint in zip(specs, fingerprints):
+        run_id, why = checkpoint_run(output, spec, fingerprint)
+        run_ids[spec] = run_id
+        if RunStore(output, run_id).read_results() is not None:
+            continue  # certified on these files on an earlier tick: never scored again
+        if why is not None:
+            print(f"certeval: {why}", file=sys.stderr, flush=True)
+        own = f"ckpt-{safe_name(parse_model_spec(spec).label)}"
+        sources = list(history or []) + ([output] if _has_history(output, own) else [])
         plan, prepared = make_plan(PlanRequest("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
                                         confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
                                         scorer=scorer, ray_address=ray_address, history=sources or None,
@@ -155,7 +198,7 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
         certify_flow(plan, prepared=prepared.claimed(claim_run(plan)))
     rows = []
     for spec in specs:
-        res = RunStore(output, f"ckpt-{safe_name(parse_model_spec(spec).label)}").read_results() or {}
+        res = RunStore(output, run_ids[spec]).read_results() or {}
         for m in res.get("models", []):
             rows.append({"checkpoint": m["model"], "spec": spec, "mean": m["mean"], "lower": m["lower"],
                          "upper": m["upper"], "n_scored": m["n_scored"], "method": m["method"],

@@ -22,6 +22,7 @@ from ..lm_eval_metrics import (
     task_metas,
     uncertified_metrics,
 )
+from ..lm_eval_tasks import bank_request_options
 from ..looks import last_looks
 from ..results_record import RunResults
 
@@ -47,6 +48,7 @@ def run_results(run: Any) -> dict[str, Any]:
     # every other metric the task lists that the same requests give (acc_norm beside acc, other filters)
     pairs, cannot = listed_pairs(run.bank.frame, (metric, filt), kind) if kind else ([(metric, filt)], {})
     metas = task_metas(run.bank.frame)
+    requests = bank_request_options(plan.bank)  # --apply_chat_template, --gen_kwargs, ...: recorded as lm-eval does
     aggregate = aggregate_of(run.spec)
     claim = run.engine.group.interval_claim() if plan.paired else None
     for label, spec in zip(run.labels, plan.models):
@@ -101,7 +103,7 @@ def run_results(run: Any) -> dict[str, Any]:
                                              limit=plan.max_items, seed=plan.seed, metric=metric,
                                              aggregation=AGGREGATION[aggregate["name"]],
                                              date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
-                                             metas=metas, output_type=OUTPUT_TYPES.get(kind))
+                                             metas=metas, output_type=OUTPUT_TYPES.get(kind), requests=requests)
         models.append(entry)
     group = run.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
     if plan.kind == "select" and group is not None:  # (names kept from before one interval per model)
