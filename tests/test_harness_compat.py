@@ -13,6 +13,7 @@ from test_readers import write_samples
 
 from certeval.banks import load_scores
 from certeval.cli import main
+from certeval.estimators._validation import InputError
 from certeval.harness_output import model_config
 from certeval.history import load_history
 
@@ -56,7 +57,9 @@ def test_lm_evals_model_form_maps_to_a_spec(tmp_path, capsys):
     from certeval.cli.pipeline import with_model_args
 
     assert with_model_args(["hf"], "pretrained=/m/dir,dtype=float32") == ["hf:/m/dir?dtype=float32"]
-    assert with_model_args(["vllm", "hf:/a"], "pretrained=/b") == ["vllm:/b", "hf:/a?pretrained=/b"]
+    # a spec that names its folder has no use for pretrained=: an option its backend does not know, refused by name
+    with pytest.raises(InputError, match="--model_args 'pretrained=/b': unknown hf option 'pretrained'"):
+        with_model_args(["vllm", "hf:/a"], "pretrained=/b")
     # the mapped spec reaches the hf backend's own check (a folder without a model config)
     assert main(["certify", "--model", "hf", "--model_args", f"pretrained={tmp_path}", "--goal", "halfwidth:0.1",
                  "--bank", "bundled:trivia", "--output_path", str(tmp_path / "runs")]) == 2

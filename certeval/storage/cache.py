@@ -111,7 +111,7 @@ def read_part(folder: Folder, name: str, columns: tuple[str, ...] = ("item_key",
         return None
     try:
         raw = folder.read_bytes(f"parts/{name}")
-    except (OSError, TimeoutError):
+    except (OSError, TimeoutError, InputError):  # InputError: not a regular file, or past the size bound
         return None
     if raw is None or (match.group("digest") and hashlib.sha256(raw).hexdigest()[:16] != match.group("digest")):
         return None
@@ -129,6 +129,8 @@ def read_part(folder: Folder, name: str, columns: tuple[str, ...] = ("item_key",
     if scores.isna().any() or not scores.between(0.0, 1.0).all():
         return None
     return part.assign(score=scores.astype(float))
+
+
 COMPACT_BUDGET_S = 60.0  # reading parts to merge stops after this long; what was read is merged
 
 
