@@ -19,6 +19,7 @@ from scipy.optimize import minimize
 from scipy.stats import binom
 
 from certeval.estimators import BankSpec, InputError, make_method
+from certeval.estimators.groups import GroupRequest, HistoryPairGroup
 from certeval.estimators.history import HistoryPrior, fit_history_prior
 from certeval.estimators.single.history import HistoryMethod
 
@@ -422,3 +423,50 @@ def test_paired_difference_covers_with_peeking_on_the_shared_uniform_order(kind)
         else:
             assert comp.exact and comp.lower == pytest.approx(truth, abs=1e-12) == comp.upper
     assert misses <= tolerance(REPS), f"history={kind}: paired difference missed in {misses}/{REPS} runs"
+
+
+class LeakyTrustPairGroup(HistoryPairGroup):
+    """Broken control: ρ measured after the pair absorbed the block, then used for the models' draws of it."""
+
+    def _absorb(self, start, stop, block):
+        pair, pos = self.estimator_, self.order_[start:stop]
+        pair.propose_shared_order(pos)
+        pair.update_pair(pos, block[0], block[1])
+        self._share_trust()
+        for method, x in zip(self.models_, block):
+            method.propose_shared_order(pos)
+            method.update(pos, x)
+
+
+def _compare_history_controls(group_cls, xa, xb, spec, order, flip_block=None):
+    """compare --history's draw-time control variates (pair, A, B) and its last ρ, block by block of 25."""
+    request = GroupRequest("compare", ("a", "b"), history={"a": spec.history, "b": spec.history})
+    group = group_cls(request).start(spec, order)
+    for k, start in enumerate(range(0, order.size, 25)):
+        pos = order[start:start + 25]
+        block = np.vstack([xa[pos], xb[pos]])
+        group.update(start, start + pos.size, 1.0 - block if k == flip_block else block)
+    methods = [group.estimator_, *group.models_]
+    return [m.log_a_.copy() for m in methods], group.estimator_.trust_override_
+
+
+def test_compare_history_shares_one_predictable_trust():
+    """compare --history: the pair and both models use one ρ, measured before each block, so (1) the pair's
+    control variate is (a_A − a_B + 1)/2 at every draw (the models' means differ by the pair's difference) and
+    (2) a block's draw-time control variates do not move when that block's scores change; the broken control
+    (ρ measured after the pair saw the block) is caught by the same check."""
+    rng = np.random.default_rng(5)
+    pop = logistic_population(30, 200, rng)
+    spec = BankSpec(200, history=fit_history_prior(pop[:-2], n_factors=2))
+    order = rng.permutation(200)
+    flip, seen = 4, 25 * 5  # the draws up to and including the flipped block's
+    (pair, a, b), rho = _compare_history_controls(HistoryPairGroup, pop[-1], pop[-2], spec, order)
+    assert pair == pytest.approx((a - b + 1.0) / 2.0, abs=1e-12)
+    assert 0.0 < rho < 1.0 and rho != 0.5  # measured, not the starting value, and not clipped
+    flipped, _ = _compare_history_controls(HistoryPairGroup, pop[-1], pop[-2], spec, order, flip_block=flip)
+    for before, after in zip((pair, a, b), flipped):
+        np.testing.assert_array_equal(before[:seen], after[:seen])
+    (_, la, _), _ = _compare_history_controls(LeakyTrustPairGroup, pop[-1], pop[-2], spec, order)
+    (_, la_flipped, _), _ = _compare_history_controls(LeakyTrustPairGroup, pop[-1], pop[-2], spec, order,
+                                                      flip_block=flip)
+    assert not np.array_equal(la[:seen], la_flipped[:seen])

@@ -270,15 +270,29 @@ class HistoryPairGroup(_Group):
 
     def _absorb(self, start: int, stop: int, block: np.ndarray) -> None:
         pair, pos = self.estimator_, self.order_[start:stop]
-        fresh = ~pair.in_log_[pos]
-        if fresh.any():  # the shared order's draws (probability w_j / undrawn weight), logged before their scores
-            pair.propose_shared_order(pos[fresh])
+        methods = [pair, *self.models_]
+        self._share_trust()  # measured on the draws before this block: predictable for all three
+        for method in methods:
+            fresh = ~method.in_log_[pos]
+            if fresh.any():  # the shared order's draws (probability w_j / undrawn weight), logged before any score
+                method.propose_shared_order(pos[fresh])
         pair.update_pair(pos, block[0], block[1])
         for method, x in zip(self.models_, block):
-            fresh = ~method.in_log_[pos]
-            if fresh.any():
-                method.propose_shared_order(pos[fresh])
             method.update(pos, x)
+        self._share_trust()  # the point estimates shown at this look
+
+    def _share_trust(self) -> None:
+        """One history trust ρ for the pair and both models, measured on the pair's processed draws.
+
+        The control variates are linear in z and h, and with the same pseudo-counts and ρ the pair's
+        ``(a_A − a_B + 1)/2`` is its own ``z + ρ (h − z)``, so the models' point estimates differ by the pair's
+        exactly; useless history still falls back, as the pair's ρ measures the predicted difference.
+        """
+        pair = self.estimator_
+        pair.share_trust(None)
+        rho = pair.measured_trust()
+        for method in (pair, *self.models_):
+            method.share_trust(rho)
 
     def intervals(self, outcome: Any) -> dict[str, tuple[float, float, float, int]]:
         out = {}

@@ -142,7 +142,8 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         # per batch and group, fixed at the batch's draw time: Σ_R w a, max w a/s, max w (1−a)/s, Σ w² σ² κ / s
         self.batch_stats_ = np.zeros((0, 4, n_groups))
         self._reset_progress()
-        self._pred_cache: tuple[int, np.ndarray] | None = None
+        self._pred_cache: tuple[tuple[int, float | None], tuple] | None = None
+        self.trust_override_: float | None = None  # ρ fixed by a caller (see :meth:`share_trust`)
 
     def _reset_progress(self) -> None:
         n_groups = self.group_mask_.shape[0]
@@ -168,18 +169,35 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         the history by ``ρ`` = :meth:`history_trust`, measured on draws the predictions had not seen, so useless
         history falls back to ``z`` (with draws ∝ w, Y is then the score itself: the run without history).
         """
-        n = int(self.order_.size)
-        if self._pred_cache is None or self._pred_cache[0] != n:
+        key = (int(self.order_.size), self.trust_override_)
+        if self._pred_cache is None or self._pred_cache[0] != key:
             seen = np.flatnonzero(self.scored_)  # bank order: the fit never depends on arrival order
             h = self._predict(seen)
             cells = self.z_cells_[seen]
             z = ((0.5 + np.bincount(cells, self.scores_[seen], minlength=self.z_cells_.max() + 1))
                  / (1.0 + np.bincount(cells, minlength=self.z_cells_.max() + 1)))[self.z_cells_]
             rho = self.history_trust(h, z)
-            self._pred_cache = (n, (np.clip(z + rho * (h - z), 0.0, 1.0), h, z))
+            self._pred_cache = (key, (np.clip(z + rho * (h - z), 0.0, 1.0), h, z))
         return self._pred_cache[1]
 
+    def share_trust(self, rho: float | None) -> None:
+        """Use ``rho`` as ρ from now on (None: measure it again, :meth:`measured_trust`).
+
+        For a caller that keeps several methods' control variates linked (compare --history: the pair's and both
+        models', so the models' point estimates differ by the pair's). ``rho`` must be fixed by scores seen before
+        this method's next draws, which keeps every control variate predictable.
+        """
+        if rho is not None:
+            check_in_range(rho, "rho", 0.0, 1.0)
+        self.trust_override_ = None if rho is None else float(rho)
+
     def history_trust(self, h: np.ndarray, z: np.ndarray) -> float:
+        """ρ of the control variate: the one set by :meth:`share_trust`, else :meth:`measured_trust`."""
+        if self.trust_override_ is not None:
+            return self.trust_override_
+        return self.measured_trust()
+
+    def measured_trust(self) -> float:
         """ρ ∈ [0, 1]: how far the control variate follows the history, from what it has shown it predicts.
 
         Over the processed draws, with the predictions each was drawn under (out of sample: a draw's predictions
