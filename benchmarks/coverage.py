@@ -50,10 +50,10 @@ class LeakyHistory(HistoryMethod):
 
     name = "history-leaky-benchmark-only"
 
-    def _log(self, items, a, s, totals, batch):
+    def _log(self, items, a, s, totals, batch, h=None, z=None):
         if batch >= 0:
             a = self.truth_row_[items]
-        super()._log(items, a, s, totals, batch)
+        super()._log(items, a, s, totals, batch, h, z)
 
     def start(self, spec):
         out = super().start(spec)

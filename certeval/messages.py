@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-SHOWN_CHARS = 120  # a value echoed in a message: longer ones are cut to this many characters
+SHOWN_CHARS = 300  # a value echoed in a message (a long file path fits whole): longer ones are cut to this many
 
 
 def shown(value: Any, width: int = SHOWN_CHARS) -> str:
