@@ -467,8 +467,12 @@ def warm_up(model: Any, batch_size: int) -> None:
     import torch
 
     device = next(model.parameters()).device
+    ids = torch.zeros((batch_size, 32), dtype=torch.long, device=device)
     with torch.inference_mode():
-        model(input_ids=torch.zeros((batch_size, 32), dtype=torch.long, device=device), logits_to_keep=1)
+        try:
+            model(input_ids=ids, logits_to_keep=1)
+        except TypeError:  # a model whose forward takes no logits_to_keep: the whole row's logits, once
+            model(input_ids=ids)
     torch.cuda.synchronize(device)
 
 
