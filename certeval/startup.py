@@ -36,6 +36,9 @@ def mark(phase: str) -> None:
     seen = _state.setdefault("seen", {})
     if phase not in seen and len(seen) < _MAX_SEEN:
         seen[phase] = now
+    counts = _state.setdefault("counts", {})
+    if phase in seen:
+        counts[phase] = counts.get(phase, 0) + 1
     line = f"{phase}\t{now:.6f}\t{os.getpid()}\n".encode()
     if not _state["configured"]:
         if len(_state["early"]) < _MAX_EARLY:
@@ -47,6 +50,11 @@ def mark(phase: str) -> None:
 def seen(phase: str) -> float | None:
     """When this process first reached ``phase`` (unix time), or None."""
     return _state.get("seen", {}).get(phase)
+
+
+def times_seen(phase: str) -> int:
+    """How often this process has reached ``phase`` (a served deployment runs many flows in one process)."""
+    return _state.get("counts", {}).get(phase, 0)
 
 
 def _append(line: bytes) -> None:

@@ -169,9 +169,10 @@ def _phases(run: Any) -> dict[str, float | None]:
     the models load beside the services), and the rounds' time split into waiting for model scores (``rounds_s``),
     the controller's selection, update and decision (``controller_s``) and writing rounds, state and results
     (``storage_s``); ``report_s`` is filled in by the CLI once report.md is written."""
-    from ..startup import seen
+    from ..startup import seen, times_seen
 
-    began = seen("interpreter") or run.started
+    # the process's start is this command's only for its first flow (a served deployment or the demo runs several)
+    began = (seen("interpreter") if times_seen("flow_started") <= 1 else None) or run.started
     loads = [p["load_s"] for p in getattr(run.pool_stats, "placement", []) or [] if p.get("load_s") is not None]
     return {"startup_s": None if run.first_round_at is None else round(run.first_round_at - began, 3),
             "model_load_s": max(loads) if loads else None,
