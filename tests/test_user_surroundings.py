@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 from surface_table_support import assert_refused, children, listing, no_new_children, run_cli
 
-from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK
+from test_pipeline_support import MIDDLE, STRONG, WEAK, small_scores
 
 HUGE = 3 << 30  # declared by sparse files: 3 GiB that take no disk space
 # checkpoint folder names holding what a spec reserves, glob magic, shell syntax (class 5)
@@ -73,14 +73,9 @@ def _run_folder(root: Path, name: str, *, results=None, config=None, raw_results
 
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory) -> dict[str, str]:
-    from certeval.banks import load_scores
-
     d = tmp_path_factory.mktemp("surroundings")
-    frame = load_scores(SCORES)
-    ids = list(pd.unique(frame["item_id"]))[:30]
-    small = frame[frame["model"].isin([STRONG, MIDDLE, WEAK]) & frame["item_id"].isin(ids)]
-    out = {"root": str(d), "scores": str(d / "small.scores.parquet")}
-    small.to_parquet(out["scores"], index=False)
+    out = {"root": str(d), "scores": small_scores(d, n_items=30)}
+    first_id = str(pd.read_parquet(out["scores"], columns=["item_id"])["item_id"].iloc[0])
 
     # class 1: special files
     special = d / "special"
@@ -153,7 +148,7 @@ def fx(tmp_path_factory) -> dict[str, str]:
     for name, row in (("surrogate-choice", {"choices": ["ok", "\udc80"]}),
                       ("surrogate-question", {"question": "caf\udc80 au lait"}),
                       ("surrogate-nested", {"meta": {"note": ["\udfff"]}})):
-        item = {"item_id": ids[0], "question": "q", "choices": ["a", "b"], "answer": 0, **row}
+        item = {"item_id": first_id, "question": "q", "choices": ["a", "b"], "answer": 0, **row}
         path = records / f"{name}.jsonl"
         path.write_text(json.dumps(item) + "\n")  # JSON's \\udc80 escape: valid JSON, not valid Unicode text
         out[f"bank_{name}"] = str(path)
