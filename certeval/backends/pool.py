@@ -48,6 +48,8 @@ from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, init_ray, key_var
 from .worker import CONTROL, ModelWorker, _ping_answer  # noqa: F401
 
 MAX_ATTEMPTS = 3
+# libgomp spin iterations before an idle thread sleeps (a few microseconds; its default is 300,000)
+OPENMP_SPIN_COUNT = "3000"
 
 
 @dataclass
@@ -176,10 +178,11 @@ class ModelPool(PoolCpus, PoolAhead):
         env = _forwarded_env(self.key_variables)
         if threads is not None:  # OpenMP's pool sized before torch starts; the worker sets torch's own too
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-            if threads > 1 and "OMP_WAIT_POLICY" not in os.environ:
-                # idle OpenMP threads sleep instead of spinning: on a shared 2-core box (load 16-36) 24 items took
-                # 26-42 s on 2 passive threads, 102-271 s on 2 spinning ones, 10-34 s on 1 (issue 42)
-                env["OMP_WAIT_POLICY"] = "PASSIVE"
+            if threads > 1 and not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):
+                # idle OpenMP threads spin briefly, then sleep: long spinning (OpenMP's default) starves a loaded
+                # box (24 items: 102-271 s at load 16-36, 26-42 s passive), never spinning (PASSIVE) wakes threads
+                # late on every small step of greedy decoding (generation 5.0 vs 7.0 items/s on an idle 2-core box)
+                env["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
         extra = dict(lifetime="detached", get_if_exists=True) if kept else {}  # two commands at once: one actor
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
