@@ -38,7 +38,9 @@ from typing import Any
 import pandas as pd
 
 from .estimators._validation import InputError
+from .estimators.comparison import Comparison
 from .estimators.ranking import rank_numbers
+from .estimators.results import Decision
 from .report_answer import (  # noqa: F401
     _fmt,
     _listing,
@@ -62,7 +64,7 @@ from .report_plots import (  # noqa: F401
     spell_verdict,
 )
 from .report_plots import differences_caption as pairs_caption
-from .results_record import DecisionResult, ModelResult, Pair, RunResults, read_record
+from .results_record import ModelResult, RunResults, read_record
 from .storage import MAX_RECORD_BYTES, Folder, bounded, check_folder, filesystem, is_local, read_file, verify_record
 
 # --------------------------------------------------------------------------------------
@@ -179,7 +181,7 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
                     disable_numparse=True)
 
 
-NO_DECISION = DecisionResult(done=False, rule=None, look=None, reached=False, verdict=None, detail="")
+NO_DECISION = Decision(done=False)
 
 
 def model_rows(run: RunData) -> list[dict[str, Any]]:
@@ -193,7 +195,7 @@ def model_rows(run: RunData) -> list[dict[str, Any]]:
     return rows
 
 
-def paired_difference_curve(run: RunData, pair: Pair) -> list[tuple[int, float, float, float]]:
+def paired_difference_curve(run: RunData, pair: Comparison) -> list[tuple[int, float, float, float]]:
     """(items per model, difference, lower, upper) of the pair at every look, as the run recorded it (the look
     log's ``look_pair_*`` columns); empty for runs from before the look log."""
     return _logged(run.rounds, pair.model_a, PAIR_COLUMNS) or []

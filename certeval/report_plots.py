@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .results_record import Pair
+from .estimators.comparison import Comparison
 
 MAX_OVERLAY = 4  # up to this many models share one panel; more get one small panel each (small multiples)
 MAX_CURVES = 24  # small multiples drawn at most (a 6 x 4 grid)
@@ -48,7 +48,7 @@ VERDICT_TEXT = {
 }
 
 
-def spell_verdict(pair: Pair) -> str:
+def spell_verdict(pair: Comparison) -> str:
     """A pair's verdict with the models' names (``a>b`` → ``X better than Y``)."""
     template = VERDICT_TEXT.get(pair.verdict, "{a} vs {b}: " + pair.verdict)
     return template.format(a=pair.model_a, b=pair.model_b, m=float(pair.margin or 0.0))
@@ -285,7 +285,7 @@ def pair_status(verdict: Any) -> str:
     return "undecided" if verdict == "undecided" else "equivalent" if verdict == "equivalent" else "decided"
 
 
-def differences_caption(pairs: Sequence[Pair], epsilon: float | None = None) -> str:
+def differences_caption(pairs: Sequence[Comparison], epsilon: float | None = None) -> str:
     """What the differences plot shows, for the statement the run made (strict at the margin, or ε-statements)."""
     eps = _epsilon(pairs, epsilon)
     if eps is not None and _by_tests(pairs):
@@ -313,13 +313,13 @@ def differences_caption(pairs: Sequence[Pair], epsilon: float | None = None) -> 
     return text + "; grey: undecided."
 
 
-def _by_tests(pairs: Sequence[Pair]) -> bool:
+def _by_tests(pairs: Sequence[Comparison]) -> bool:
     """Whether the ε-listings were certified by one-sided tests (the default) rather than by the pair intervals,
     as the pairs' guarantee says."""
     return any("one-sided" in p.guarantee for p in pairs)
 
 
-def _epsilon(pairs: Sequence[Pair], epsilon: float | None) -> float | None:
+def _epsilon(pairs: Sequence[Comparison], epsilon: float | None) -> float | None:
     """The run's ε: given, or read off ε-verdicts (their ``margin`` is ε); None for strict statements."""
     if epsilon is not None:
         return float(epsilon)
@@ -327,7 +327,7 @@ def _epsilon(pairs: Sequence[Pair], epsilon: float | None) -> float | None:
     return float(marked[0].margin or 0.0) if marked else None
 
 
-def plot_differences(pairs: Sequence[Pair], curve: list[tuple[int, float, float, float]] | None = None,
+def plot_differences(pairs: Sequence[Comparison], curve: list[tuple[int, float, float, float]] | None = None,
                      epsilon: float | None = None) -> Plot:
     """Paired differences A − B with their intervals, coloured by whether the statement the run makes is decided
     (green), equivalent (blue) or undecided (grey), with that statement's boundaries: 0 and the equivalence margin

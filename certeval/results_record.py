@@ -1,7 +1,10 @@
 """results.json as a typed, versioned record (docs/architecture.md §5; JSON Schema: :func:`json_schema`).
 
-A run's results.json is a :class:`RunResults`, typed all the way down: each model's estimate (:class:`ModelResult`),
-each pair (:class:`Pair`), a ranking and its listing (:class:`RankingResult`), a selection (:class:`SelectionResult`),
+A run's results.json is a :class:`RunResults`, typed all the way down: each model's estimate (:class:`ModelResult`;
+its decision and sub-dataset intervals are the estimators' own :class:`~certeval.estimators.results.Decision` and
+:class:`~certeval.estimators.results.SubsetEstimate`, a selection's models its
+:class:`~certeval.estimators.selection.ModelStatus`),
+each pair (the estimators' :class:`~certeval.estimators.comparison.Comparison`), a ranking and its listing (:class:`RankingResult`), a selection (:class:`SelectionResult`),
 the run's cost and time (:class:`Pipeline`, :class:`Phases`), its history and settings. The record is turned into
 JSON by its one :meth:`RunResults.to_json` and read back by :func:`read_record` (any stored results.json: a JSON
 object of a version and ``kind`` this certeval knows, upgraded to :data:`SCHEMA_VERSION`, every part typed). The
@@ -13,7 +16,8 @@ kind is :data:`ABSENT` and left out of the JSON. lm-eval's own shapes (``results
 
 What changes the version: removing or renaming a key, or changing what one means; :func:`upgrade` reads every
 earlier version (0: written before ``schema_version`` existed; 1: a model entry of a rank or select run repeated its
-interval as ``ranking_*`` / ``selection_lower``/``selection_upper``). Adding an optional key keeps the version.
+interval as ``ranking_*`` / ``selection_lower``/``selection_upper``, and a pair's ``done`` its verdict). Adding an
+optional key keeps the version.
 
 :func:`json_schema` builds the JSON Schema from these types; the package ships it (:data:`SCHEMA_FILE`, package
 data, so an installed wheel validates) and docs/results.schema.json is the same file. :func:`validate` checks a
@@ -35,6 +39,9 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from .estimators._validation import InputError
+from .estimators.comparison import Comparison
+from .estimators.results import Decision, SubsetEstimate, to_jsonable
+from .estimators.selection import ModelStatus
 from .messages import shown
 
 SCHEMA_VERSION = 2
@@ -119,31 +126,6 @@ class ScoreCache(_Part):
 
 
 @dataclass(frozen=True)
-class DecisionResult(_Part):
-    """What a model's stopping rule concluded (:class:`certeval.estimators.results.Decision`)."""
-
-    done: bool
-    rule: str | None
-    look: int | None
-    reached: bool
-    verdict: str | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class SubsetResult(_Part):
-    """One sub-dataset's interval beside a mean-of-means estimate."""
-
-    subset: str
-    mean: float
-    lower: float
-    upper: float
-    n_scored: int
-    n_total: int
-    weight: float
-
-
-@dataclass(frozen=True)
 class EstimateResult(_Part):
     """The live estimator's result (:class:`certeval.estimators.results.Estimate`), equal to the look log's."""
 
@@ -159,7 +141,7 @@ class EstimateResult(_Part):
     guarantee: str
     exhausted: bool
     validity: Literal["exact", "asymptotic", "heuristic"]
-    subsets: tuple[SubsetResult, ...]
+    subsets: tuple[SubsetEstimate, ...]
     extra: Mapping[str, Any]
     halfwidth: float
 
@@ -221,7 +203,7 @@ class ModelResult(_Part):
     anytime_valid: bool = _about()
     validity: Literal["exact", "asymptotic", "heuristic"] = _about()
     items_sent_to_model: int = _about(minimum=0)
-    decision: DecisionResult | None = _about()
+    decision: Decision | None = _about()
     estimate: EstimateResult = _about()
     results: Mapping[str, TaskBlock] = _about("lm-eval's results block of the model's task")
     score_cache: ScoreCache = _optional("where the score cache keeps this model's scores")
@@ -232,30 +214,6 @@ class ModelResult(_Part):
     metrics_uncertified: Mapping[str, Mapping[str, Any]] = _optional("lm-eval's corpus metrics: values, no interval")
     task_metrics: Mapping[str, Mapping[str, TaskMetric]] = _optional("a mixed run: every metric of each task")
     selection_status: str = _optional("select: the model's status in the selection")
-
-
-@dataclass(frozen=True)
-class Pair(_Part):
-    """A pair's paired difference ``model_a - model_b`` with its interval and verdict
-    (:class:`certeval.estimators.comparison.Comparison`)."""
-
-    model_a: str
-    model_b: str
-    n_items: int
-    n_total: int
-    diff: float
-    lower: float
-    upper: float
-    verdict: str
-    rule: str | None
-    look: int | None
-    guarantee: str
-    confidence: float
-    statistic: str
-    goal: str
-    margin: float
-    exact: bool
-    done: bool
 
 
 @dataclass(frozen=True)
@@ -277,19 +235,6 @@ class RankingResult(_Part):
     halfwidth: float | None = _about("precision: every model's interval within ±halfwidth")
     n_pairs: int = _about()
     n_pairs_decided: int = _about()
-
-
-@dataclass(frozen=True)
-class ModelStatus(_Part):
-    """A model's final interval and status in a selection."""
-
-    model: str
-    mean: float
-    lower: float
-    upper: float
-    n_scored: int
-    status: str
-    look: int | None
 
 
 @dataclass(frozen=True)
@@ -408,7 +353,7 @@ class RunResults(_Part):
     run_folder: str = _about()
     pipeline: Pipeline = _about()
     ranking: RankingResult = _optional("rank: the ranking and its listing")
-    pairs: tuple[Pair, ...] | None = _optional("compare: the pair; rank: every pair (null when in pairs_file)")
+    pairs: tuple[Comparison, ...] | None = _optional("compare: the pair; rank: every pair (null when in pairs_file)")
     pairs_file: str = _optional("rank with more than 5000 pairs: a Parquet table of them")
     selection: SelectionResult = _optional("select: the selection")
     scorer: str = _optional("rescore: the scorer that judged the outputs again")
@@ -449,7 +394,7 @@ class RunResults(_Part):
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls, globals())
+    return get_type_hints(cls)
 
 
 def _check_fields(part: Any, where: str) -> None:
@@ -549,15 +494,15 @@ def _np_bool() -> type:
 
 
 def _plain(value: Any) -> Any:
-    """A part as the JSON object it is written as (absent fields left out; floats as they are: the writer turns
-    NaN into null)."""
+    """A part as the JSON object it is written as: absent fields left out, numpy values as Python's, NaN kept (the
+    writer turns it into null)."""
     if _is_part(type(value)):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value) if getattr(value, f.name) is not ABSENT}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
-    return value
+    return to_jsonable(value, strict=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -568,17 +513,20 @@ def _plain(value: Any) -> Any:
 def upgrade(obj: dict[str, Any]) -> dict[str, Any]:
     """A stored record of an earlier version as this version writes it: version 0 (written before
     ``schema_version`` existed) and 1 repeated each model's interval as ``ranking_mean``/``ranking_lower``/
-    ``ranking_upper``/``ranking_items`` (rank) and ``selection_lower``/``selection_upper`` (select): the model's
-    own ``mean``/``lower``/``upper``/``n_scored``, dropped here."""
+    ``ranking_upper``/``ranking_items`` (rank) and ``selection_lower``/``selection_upper`` (select), the model's
+    own ``mean``/``lower``/``upper``/``n_scored``, and each pair's ``done`` (its verdict is not ``undecided``):
+    dropped here."""
     version = obj.get("schema_version", 0)
     if version >= SCHEMA_VERSION:
         return obj
     repeated = ("ranking_mean", "ranking_lower", "ranking_upper", "ranking_items", "selection_lower", "selection_upper")
-    models = obj.get("models")
+    models, pairs = obj.get("models"), obj.get("pairs")
     if isinstance(models, list):
         models = [{k: v for k, v in m.items() if k not in repeated} if isinstance(m, dict) else m for m in models]
+    if isinstance(pairs, list):  # a pair's "done" repeated that its verdict is not "undecided"
+        pairs = [{k: v for k, v in p.items() if k != "done"} if isinstance(p, dict) else p for p in pairs]
     return {"schema_version": SCHEMA_VERSION, **{k: v for k, v in obj.items() if k != "schema_version"},
-            **({"models": models} if "models" in obj else {})}
+            **({"models": models} if "models" in obj else {}), **({"pairs": pairs} if "pairs" in obj else {})}
 
 
 def read_record(obj: Any, where: str = "results.json") -> RunResults:
@@ -693,8 +641,8 @@ if __name__ == "__main__":  # python -m certeval.results_record > certeval/data/
     print(schema_text(), end="")
 
 
-__all__ = ["ABSENT", "KIND_FIELDS", "RUN_KINDS", "SCHEMA_FILE", "SCHEMA_VERSION", "Aggregate", "DecisionResult",
-           "EstimateResult", "HistoryUse", "ModelResult", "ModelStatus", "OtherMetric", "Pair", "Phases", "Pipeline",
+__all__ = ["ABSENT", "KIND_FIELDS", "RUN_KINDS", "SCHEMA_FILE", "SCHEMA_VERSION", "Aggregate",
+           "EstimateResult", "HistoryUse", "ModelResult", "OtherMetric", "Phases", "Pipeline",
            "RankingResult", "Rescore", "ResultsSchemaError", "RunResults", "ScoreCache", "SelectionResult",
-           "Settings", "SubsetResult", "TaskBlock", "TaskMetric", "json_schema", "load_schema", "read_record",
+           "Settings", "TaskBlock", "TaskMetric", "json_schema", "load_schema", "read_record",
            "schema_text", "upgrade", "validate"]

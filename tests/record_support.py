@@ -30,8 +30,7 @@ def pair(model_a: str, model_b: str, diff: float, lower: float, upper: float, ve
          ) -> dict[str, Any]:
     return {"model_a": model_a, "model_b": model_b, "n_items": 100, "n_total": 300, "diff": diff, "lower": lower,
             "upper": upper, "verdict": verdict, "rule": "efficacy", "look": 1, "guarantee": "group-sequential",
-            "confidence": 0.95, "statistic": "paired", "goal": "difference", "margin": 0.0, "exact": False,
-            "done": verdict != "undecided", **over}
+            "confidence": 0.95, "statistic": "paired", "goal": "difference", "margin": 0.0, "exact": False, **over}
 
 
 def ranking(tie_groups: list[list[str]], means: list[float], **over: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 
 from certeval.cli import main
 from certeval.estimators import BankSpec, make_method, parse_goal
+from certeval.estimators.comparison import Comparison
 from certeval.report import (
     load_run,
     markdown_to_html,
@@ -19,7 +20,6 @@ from certeval.report import (
     report_run,
     write_report,
 )
-from certeval.results_record import Pair
 from certeval.storage import Folder, filesystem, safe_name
 
 from record_support import decision, model_entry, pair, ranking, run_record
@@ -252,7 +252,7 @@ def test_compare_report_draws_the_paired_difference(tmp_path):
     info = build_compare_run(str(path))
     rep = write_report(str(path), html=True)
     assert (path / "differences.png").read_bytes()[:8] == PNG_MAGIC and "differences.png" in rep.files
-    curve = paired_difference_curve(load_run(str(path)), Pair(**info["pair"]))
+    curve = paired_difference_curve(load_run(str(path)), Comparison(**info["pair"]))
     # the pair's difference and interval at every look, read from the look log, ending at the stored result
     a, b, order = info["a"], info["b"], info["used"]
     assert [c[0] for c in curve] == [40, 80, 120]
@@ -276,8 +276,8 @@ def test_verdicts_and_rank_numbers_spelled_once():
 
     assert rank_numbers([["a"], ["b", "c"], ["d"]]) == [1, 2, 4]  # per tie group
     one = pair("m1", "m2", -0.1, -0.2, -0.05, "b>a", margin=0.02)
-    assert spell_verdict(Pair(**one)) == "m2 better than m1"
-    assert spell_verdict(Pair(**{**one, "verdict": "equivalent"})) == "m1 and m2 equivalent (within ±0.02)"
+    assert spell_verdict(Comparison(**one)) == "m2 better than m1"
+    assert spell_verdict(Comparison(**{**one, "verdict": "equivalent"})) == "m1 and m2 equivalent (within ±0.02)"
     results = run_record("rank", [model_entry(m, 0.5, 0.4, 0.6, 1, 2) for m in "abcd"],
                          ranking=ranking([["a"], ["b", "c"], ["d"]], [0.5] * 4), pairs=[])
     text = summary(results)

@@ -11,8 +11,8 @@ from matplotlib.colors import to_rgba
 
 import certeval.report as report
 import certeval.report_plots as plots
+from certeval.estimators.comparison import Comparison
 from certeval.report import load_run, write_report
-from certeval.results_record import Pair
 
 from paired_fixed_seed import run_case
 from record_support import pair
@@ -135,7 +135,7 @@ def test_an_epsilon_ranking_decided_by_its_intervals_says_so_and_its_decided_int
     lower = np.array([-0.04, 0.02, -0.2, -0.03, -0.3])
     upper = np.array([0.08, 0.2, 0.1, 0.04, -0.06])
     codes = epsilon_verdicts(None, lower, upper, eps, exact=False)
-    pairs = [Pair(**pair(f"m{k}", f"n{k}", (lo + hi) / 2, float(lo), float(hi), VERDICTS[c], margin=eps,
+    pairs = [Comparison(**pair(f"m{k}", f"n{k}", (lo + hi) / 2, float(lo), float(hi), VERDICTS[c], margin=eps,
                          guarantee="pair intervals"))
              for k, (lo, hi, c) in enumerate(zip(lower, upper, codes))]
     drawn = plots.plot_differences(pairs, None, eps)

@@ -21,11 +21,11 @@ import jsonschema
 import pytest
 
 from certeval.estimators._validation import InputError
+from certeval.estimators.comparison import Comparison
 from certeval.results_record import (
     ABSENT,
     SCHEMA_FILE,
     SCHEMA_VERSION,
-    Pair,
     RankingResult,
     ResultsSchemaError,
     RunResults,
@@ -77,7 +77,7 @@ def test_the_schema_is_generated_from_the_types_and_shipped_in_the_package():
     assert set(ranking["properties"]) == {f.name for f in fields(RankingResult)}
     assert ranking["properties"]["tie_groups"]["items"] == {"type": "array", "items": {"type": "string"}}
     assert ranking["properties"]["statement"] == {"enum": ["strict", "epsilon", "precision"]}
-    assert set(generated["$defs"]["Pair"]["required"]) == {f.name for f in fields(Pair)}
+    assert set(generated["$defs"]["Comparison"]["required"]) == {f.name for f in fields(Comparison)}
     model = generated["$defs"]["ModelResult"]["properties"]
     assert not {"ranking_mean", "ranking_lower", "selection_lower", "selection_upper"} & set(model)
     assert all(d["additionalProperties"] is False for d in generated["$defs"].values())
@@ -98,7 +98,7 @@ def test_record_writes_version_first_and_leaves_absent_fields_out():
 
 def test_record_round_trips_typed():
     record = _record()
-    assert isinstance(record.ranking, RankingResult) and isinstance(record.pairs[0], Pair)
+    assert isinstance(record.ranking, RankingResult) and isinstance(record.pairs[0], Comparison)
     assert record.models[0].decision.rule and isinstance(record.models[0].estimate.subsets, tuple)
     again = read_record(json.loads(json.dumps(record.to_json())))
     assert again == record and again.to_json() == record.to_json()

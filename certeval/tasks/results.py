@@ -113,11 +113,11 @@ def run_results(run: Any) -> dict[str, Any]:
             entry["selection_status"] = status[entry["model"]]
     kinds: dict[str, Any] = {}  # the fields only some kinds have (RunResults: absent otherwise)
     if plan.kind == "compare" and group is not None:
-        kinds["pairs"] = [group.to_dict()]
+        kinds["pairs"] = [group]
     if plan.kind == "rank" and group is not None:
         kinds["ranking"] = group.to_dict(comparisons=False)
         if len(group.pairs) <= PAIRS_INLINE_MAX:
-            kinds["pairs"] = [c.to_dict() for c in group.comparisons]
+            kinds["pairs"] = list(group.comparisons)
         else:  # millions of pairs: a Parquet table next to results.json
             run.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(group.pairs.columns()))
             kinds["pairs"] = None
