@@ -1,11 +1,12 @@
 """results.json as a typed, versioned record (docs/architecture.md §5; JSON Schema: :func:`json_schema`).
 
-A run's results.json is a :class:`RunResults`, typed all the way down: each model's estimate (:class:`ModelResult`;
-its decision and sub-dataset intervals are the estimators' own :class:`~certeval.estimators.results.Decision` and
-:class:`~certeval.estimators.results.SubsetEstimate`, a selection's models its
-:class:`~certeval.estimators.selection.ModelStatus`),
-each pair (the estimators' :class:`~certeval.estimators.comparison.Comparison`), a ranking and its listing (:class:`RankingResult`), a selection (:class:`SelectionResult`),
-the run's cost and time (:class:`Pipeline`, :class:`Phases`), its history and settings. The record is turned into
+A run's results.json is a :class:`RunResults`, typed all the way down: each model's estimate (:class:`ModelResult`),
+each pair, a ranking and its listing (:class:`RankingResult`), a selection (:class:`SelectionResult`), the run's cost
+and time (:class:`Pipeline`, :class:`Phases`), its history, settings and provenance. Where the estimators' own frozen
+result is what is stored, it is the type: a pair is a :class:`~certeval.estimators.comparison.Comparison`, a decision
+a :class:`~certeval.estimators.results.Decision`, a sub-dataset's interval a
+:class:`~certeval.estimators.results.SubsetEstimate`, a selected model a
+:class:`~certeval.estimators.selection.ModelStatus`. The record is turned into
 JSON by its one :meth:`RunResults.to_json` and read back by :func:`read_record` (any stored results.json: a JSON
 object of a version and ``kind`` this certeval knows, upgraded to :data:`SCHEMA_VERSION`, every part typed). The
 constructor takes the nested parts as their types or as the JSON objects they are written as, and checks both.
@@ -630,11 +631,18 @@ def validate(obj: Mapping[str, Any], schema: Mapping[str, Any] | None = None) ->
     from .storage.io import dumps  # the one JSON encoder results.json is written with
 
     plain = json.loads(dumps(obj))
-    validator = jsonschema.Draft202012Validator(load_schema() if schema is None else dict(schema))
+    validator = _shipped_validator() if schema is None else jsonschema.Draft202012Validator(dict(schema))
     error = jsonschema.exceptions.best_match(validator.iter_errors(plain))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ResultsSchemaError(f"results.json does not match {SCHEMA_FILE.name} at {where}: {error.message}")
+
+
+@functools.cache
+def _shipped_validator() -> Any:
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(load_schema())
 
 
 if __name__ == "__main__":  # python -m certeval.results_record > certeval/data/results.schema.json
