@@ -454,7 +454,7 @@ def _as(tp: Any, value: Any, where: str, path: str = "") -> Any:
         if unknown:
             raise InputError(f"{_at(where, path)} has unknown field {shown(unknown[0])}; it was not written by this "
                              "version of certeval")
-        missing = [n for n, f in named.items() if n not in value and f.default is dataclasses.MISSING]
+        missing = [n for n, f in named.items() if n not in value and f.default is not ABSENT]  # as the schema
         if missing:
             raise InputError(f"{_at(where, path)} has no {missing[0]!r} field")
         for f in named.values():
