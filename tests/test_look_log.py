@@ -108,8 +108,8 @@ def test_compare_pair_curve_is_the_look_log(keep_actors, scores, tmp_path, targe
     res, rounds, folder = _run("compare", tmp_path, f"cmp-{target}-{history}", scores, target=target, batch_size=20,
                                margin=0.02, models=[replay(m, scores) for m in (STRONG, MIDDLE)], **kw, **keep_actors)
     _check_models(res, rounds, folder)
-    pair = res["pairs"][0]
-    curve = paired_difference_curve(load_run(str(folder)), pair)
+    pair, stored = res["pairs"][0], load_run(str(folder))
+    curve = paired_difference_curve(stored, stored.results.pairs[0])
     assert len(curve) == rounds["round"].nunique()
     assert curve[-1] == pytest.approx((pair["n_items"], pair["diff"], pair["lower"], pair["upper"]), **CLOSE)
     assert _last_look(rounds, STRONG)["look_pair_verdict"] == pair["verdict"]
