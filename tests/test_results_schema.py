@@ -39,7 +39,9 @@ from certeval.results_record import (
 from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
 
 ROOT = Path(__file__).resolve().parents[1]
-V1 = Path(__file__).resolve().parent / "data" / "results_v1"  # written by certeval at dc4e2e6 (schema_version 1)
+# written by certeval at dc4e2e6 (schema_version 1): `certeval rank` (3 replay models, 40 HELM MMLU items, --margin 0.05)
+# and `certeval select` (2 models, --halfwidth 0.2), seed 1, batch 20; their temporary folder cut from the paths
+V1 = Path(__file__).resolve().parent / "data" / "results_v1"
 
 
 def v1_record(kind: str) -> dict:
