@@ -27,6 +27,7 @@ from .lm_eval_requests import RequestOptions
 from .lm_eval_scoring import GENERATION, SCORING, filtered, is_lm_eval_scorer, judge, pairs, parse_choice
 from .lm_eval_tasks import DOC as TASK_DOC
 from .lm_eval_tasks import TASK_META
+from .results_record import ModelResult, RunResults
 from .storage import Folder, dumps, safe_name
 
 FILTER = "none"
@@ -254,7 +255,7 @@ def _responses(bank_row: dict, output: Any, resps: Any, filt: str) -> tuple[list
     return [[text]], [text]
 
 
-def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame, bank_frame: pd.DataFrame | None,
+def write_samples(folder: Folder, results: RunResults, rounds: pd.DataFrame, bank_frame: pd.DataFrame | None,
                   stamp: str) -> list[str]:
     """``--log_samples``: ``samples/<model>/samples_<task>_<stamp>.jsonl`` in the run folder, one line per
     scored item in scoring order, lm-eval's fields as its samples files hold them (``doc_id``, ``doc`` — an lm-eval
@@ -268,9 +269,9 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
     the folder names the model; the first metric is the run's). A generation task's other filters get a line per
     item each, after the run's filter's lines, as lm-eval writes a line per (doc, filter); a run over tasks of
     several output types writes a file per task, each line with its task's metrics."""
-    task = str(results["task"])
-    metric, filt = results_metric_key(results)
-    entries = {str(m.get("model")): m for m in results.get("models") or []}
+    task = results.task
+    metric, filt = results_metric_key(results.to_json())
+    entries = {m.model: m for m in results.models}
     docs: dict[str, dict] = {}
     position: dict[str, int] = {}
     if bank_frame is not None:
@@ -314,20 +315,20 @@ def write_samples(folder: Folder, results: dict[str, Any], rounds: pd.DataFrame,
             rel = f"samples/{safe_name(str(model))}/samples_{file_task}_{stamp}.jsonl"
             folder.write_bytes(rel, ("\n".join(lines) + "\n").encode())
             written.append(folder.url(rel))
-        block = (results.get("lm_eval") or {}).get(str(model))
+        block = results.lm_eval.get(str(model))
         if block is not None:
             folder.write_bytes(f"samples/{safe_name(str(model))}/results_{stamp}.json", dumps(block))
     return written
 
 
-def _other_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.DataFrame | None,
+def _other_item_scores(entry: ModelResult | None, group: pd.DataFrame, bank_frame: pd.DataFrame | None,
                        filt: str) -> dict[str, dict[str, float]]:
     """Per-item values of the model's other reported metrics of the run's filter (results.json's ``metrics``)."""
     if not entry or bank_frame is None:
         return {}
     kind = "loglik" if RESPS in group.columns and group[RESPS].notna().all() else "generate"
     out = {}
-    for key in entry.get("metrics") or {}:
+    for key in entry.metrics or {}:
         name, _, other_filter = key.partition(",")
         if other_filter != filt:
             continue
@@ -337,23 +338,23 @@ def _other_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.D
     return out
 
 
-def _task_item_scores(entry: dict | None, group: pd.DataFrame, bank_frame: pd.DataFrame | None
+def _task_item_scores(entry: ModelResult | None, group: pd.DataFrame, bank_frame: pd.DataFrame | None
                       ) -> dict[str, tuple[str, dict[str, dict[str, float]]]]:
     """A mixed run's lines per task: ``{task: (its first filter, {metric: {item_id: value}})}`` for the certified
     metrics of that filter in results.json's ``task_metrics``; empty for any other run."""
-    if not entry or not entry.get("task_metrics") or bank_frame is None:
+    if not entry or not entry.task_metrics or bank_frame is None:
         return {}
     subsets = bank_frame.set_index(bank_frame["item_id"].astype(str))["subset"].astype(str)
     tasks = group["item_id"].astype(str).map(subsets)
     out = {}
-    for task, metrics in entry["task_metrics"].items():
+    for task, metrics in entry.task_metrics.items():
         keys = [key.partition(",") for key in metrics]
         first = keys[0][2] if keys else FILTER
         mine = group[tasks == task]
         kind = "generate" if RESPS not in mine.columns or mine[RESPS].isna().all() else "loglik"
         scores = {}
         for name, _, filt in keys:
-            if filt == first and metrics[f"{name},{filt}"].get("certified") and len(mine):
+            if filt == first and metrics[f"{name},{filt}"].certified and len(mine):
                 values = item_scores((name, filt), mine, bank_frame, kind)
                 if isinstance(values, dict):
                     scores[name] = values

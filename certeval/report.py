@@ -1,6 +1,7 @@
 """Human report of a run folder: ``report.md`` (+ optional ``report.html``) and PNG plots.
 
-Reads the run layout of docs/architecture.md §5 from a local path or any fsspec URL::
+Reads the run layout of docs/architecture.md §5 from a local path or any fsspec URL (results.json through its
+type, :class:`certeval.results_record.RunResults`)::
 
     config.json  rounds/<n>.parquet  state/<model>.json  results.json
 
@@ -9,15 +10,14 @@ and writes, into the same folder:
 * ``interval_curve.png`` — the interval vs items scored, per model (like Arviv et al. 2026, Fig. 1), drawn as
   steps at the looks (one panel, or one small panel per model beyond four), read from the look log in
   ``rounds/*.parquet`` (the estimate recorded at every look; a ranking or
-  selection: each model's simultaneous interval); a ``curve`` list in a model's entry of ``results.json``
-  (backtests) is used as is. Nothing here re-runs an estimator: a run written before the look log
-  existed simply has no curve.
+  selection: each model's simultaneous interval). Nothing here re-runs an estimator: a run written before the
+  look log existed simply has no curve.
 * ``ranking.png`` — every model's interval, best first, coloured by tie group.
 * ``differences.png`` — compare/rank: each pair's paired difference with its interval, coloured decided /
   equivalent / undecided for the statement the run made, with its boundaries: 0 and the equivalence-margin band,
   or −ε and +ε for an ε-ranking (a compare run adds the running difference per look).
-* ``savings.png`` — items saved vs the goal (like Cer-Eval's Fig. 2, Wang et al. 2025, arXiv:2505.03814), when the run is a
-  backtest (``results.json`` holds ``cells``) or a benchmark/backtest JSON is given.
+* ``savings.png`` — items saved vs the goal (like Cer-Eval's Fig. 2, Wang et al. 2025, arXiv:2505.03814), when a
+  benchmark JSON with ``cells`` is given (``--savings``).
 * ``report.md`` — the tables: estimates and decisions (which rule fired), ranking with tie
   groups, pairs, savings; links to the plots.
 
@@ -35,11 +35,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from .estimators._validation import InputError
+from .estimators.comparison import Comparison
 from .estimators.ranking import rank_numbers
+from .estimators.results import Decision
 from .report_answer import (  # noqa: F401
     _fmt,
     _listing,
@@ -63,7 +64,7 @@ from .report_plots import (  # noqa: F401
     spell_verdict,
 )
 from .report_plots import differences_caption as pairs_caption
-from .results_record import read_record
+from .results_record import ModelResult, RunResults, read_record
 from .storage import MAX_RECORD_BYTES, Folder, bounded, check_folder, filesystem, is_local, read_file, verify_record
 
 # --------------------------------------------------------------------------------------
@@ -76,12 +77,12 @@ class RunData:
     url: str
     folder: Folder
     config: dict[str, Any]
-    results: dict[str, Any]
+    results: RunResults
     rounds: pd.DataFrame
 
     @property
-    def models(self) -> list[dict[str, Any]]:
-        return list(self.results.get("models") or [])
+    def models(self) -> tuple[ModelResult, ...]:
+        return self.results.models
 
 
 def load_run(run: str) -> RunData:
@@ -99,8 +100,8 @@ def load_run(run: str) -> RunData:
         raise InputError(f"run folder {run!r} has an unreadable JSON file: {exc}") from None
     if results is None:
         raise InputError(f"{run!r} is not a run folder: it has no results.json")
-    results = read_record(results, f"run folder {run!r}: results.json")  # not a newer schema, kind or field
-    _check_results(run, results)
+    # the typed record: not a newer schema, an unknown kind, field or part
+    results = read_record(results, f"run folder {run!r} is damaged: results.json")
     if not isinstance(config, dict):
         raise InputError(f"run folder {run!r} is damaged: config.json is not a JSON object")
     if config.get("integrity"):  # an edited, deleted or stray round is refused, never drawn (older runs: no manifest)
@@ -120,23 +121,6 @@ def load_run(run: str) -> RunData:
 
 
 ROUND_COLUMNS = ("model", "item_id", "score")
-
-
-def _check_results(run: str, results: Any) -> None:
-    """results.json is an object naming its models; otherwise the report would fail half-way."""
-    where = f"run folder {run!r} is damaged: results.json"
-    if not isinstance(results, dict):
-        raise InputError(f"{where} is not a JSON object")
-    models = results.get("models")
-    if not isinstance(models, list) or not models:
-        raise InputError(f"{where} lists no models")
-    for entry in models:
-        if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
-            raise InputError(f"{where} has a model entry without a name: {str(entry)[:60]!r}")
-        for key in ("mean", "lower", "upper"):
-            value = entry.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise InputError(f"{where}: {key} of model {entry['model']!r} is not a number: {value!r}")
 
 
 # --------------------------------------------------------------------------------------
@@ -178,13 +162,9 @@ def model_curves(run: RunData) -> dict[str, list[tuple[int, float, float, float]
     """
     curves: dict[str, list[tuple[int, float, float, float]]] = {}
     for entry in run.models:
-        name = str(entry.get("model"))
-        if entry.get("curve"):
-            curves[name] = [tuple(c) for c in entry["curve"]]  # type: ignore[misc]
-            continue
-        logged = look_log_curve(run.rounds, name)
+        logged = look_log_curve(run.rounds, entry.model)
         if logged is not None:  # runs from before the look log have no curve: nothing is re-run to make one
-            curves[name] = logged
+            curves[entry.model] = logged
     return curves
 
 
@@ -201,52 +181,36 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
                     disable_numparse=True)
 
 
-def _decision(entry: dict[str, Any]) -> dict[str, Any]:
-    d = entry.get("decision")
-    if isinstance(d, dict):
-        return d
-    return {k: entry.get(k) for k in ("rule", "reached", "verdict", "detail") if k in entry}
+NO_DECISION = Decision(done=False)
 
 
 def model_rows(run: RunData) -> list[dict[str, Any]]:
     """One flat row per model: estimate, interval, items, the rule that fired."""
     rows = []
     for e in run.models:
-        d = _decision(e)
-        rows.append({
-            "model": str(e.get("model")), "mean": e.get("mean"), "lower": e.get("lower"), "upper": e.get("upper"),
-            "n_scored": e.get("n_scored"), "n_total": e.get("n_total"),
-            "rule": d.get("rule"), "reached": d.get("reached"), "verdict": d.get("verdict"),
-            "detail": d.get("detail"),
-        })
+        d = e.decision or NO_DECISION
+        rows.append({"model": e.model, "mean": e.mean, "lower": e.lower, "upper": e.upper, "n_scored": e.n_scored,
+                     "n_total": e.n_total, "rule": d.rule, "reached": d.reached, "verdict": d.verdict,
+                     "detail": d.detail})
     return rows
 
 
-def paired_difference_curve(run: RunData, pair: dict[str, Any]) -> list[tuple[int, float, float, float]]:
+def paired_difference_curve(run: RunData, pair: Comparison) -> list[tuple[int, float, float, float]]:
     """(items per model, difference, lower, upper) of the pair at every look, as the run recorded it (the look
     log's ``look_pair_*`` columns); empty for runs from before the look log."""
-    return _logged(run.rounds, str(pair.get("model_a")), PAIR_COLUMNS) or []
+    return _logged(run.rounds, pair.model_a, PAIR_COLUMNS) or []
 
 
 def ranking_rows(run: RunData) -> list[dict[str, Any]]:
-    """Models best first with rank and tie group (1 = best group), from ``results['ranking']``."""
-    ranking = run.results.get("ranking")
-    by_model = {r["model"]: r for r in model_rows(run)}
+    """Models best first with rank and tie group (1 = best group), from the record's ranking: each with the
+    model's one interval (the Estimates table's, the console's)."""
+    ranking = run.results.ranking
     if not ranking:
         return []
-    names = [str(m) for m in ranking.get("models") or list(by_model)]
-    groups = ranking.get("tie_groups") or [[n] for n in names]
-    means = ranking.get("means")
-    rows = []
-    for gi, (group, rank) in enumerate(zip(groups, rank_numbers(groups)), 1):
-        members = [names[m] if isinstance(m, (int, np.integer)) else str(m) for m in group]
-        for name in members:
-            base = by_model.get(name, {"model": name})  # the model's one interval (Estimates table, console)
-            mean = base.get("mean")
-            if mean is None and means is not None and name in names:
-                mean = means[names.index(name)]
-            rows.append({**base, "model": name, "mean": mean, "group": gi, "rank": rank})
-    return rows
+    by_model = {r["model"]: r for r in model_rows(run)}
+    return [{**by_model.get(name, {"model": name}), "group": gi, "rank": rank}
+            for gi, (group, rank) in enumerate(zip(ranking.tie_groups, rank_numbers(ranking.tie_groups)), 1)
+            for name in group]
 
 
 # --------------------------------------------------------------------------------------
@@ -278,9 +242,7 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                 "seed"):
         if cfg.get(key) is not None:
             facts.append(f"**{key}** `{cfg[key]}`")
-    aggregate = (run.results or {}).get("aggregate")
-    if aggregate:  # runs stored before it was named have none
-        facts.append(f"**estimand** {aggregate['text']}")
+    facts.append(f"**estimand** {run.results.aggregate.text}")
     lines += answer_section(run)
     if facts:
         lines += [" · ".join(facts), ""]
@@ -299,7 +261,7 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                                      "estimate (compare Arviv et al. 2026, Fig. 1)."),
                   "", "![interval vs items scored](interval_curve.png)", ""]
     if ranking:
-        epsilon = (run.results.get("ranking") or {}).get("epsilon")
+        epsilon = run.results.ranking.epsilon if run.results.ranking else None
         meaning = ("Models in one tie group could not be separated at the run's confidence." if epsilon is None else
                    f"Epsilon-statements (ε = {epsilon:g}): every model in a higher group has a bank mean at least "
                    f"that of every model in a lower group minus {epsilon:g}, jointly at the run's confidence; "
@@ -308,19 +270,19 @@ def build_markdown(run: RunData, *, curves_png: bool, ranking: list[dict[str, An
                   markdown_table(["rank", "group", "model", "mean", "lower", "upper"],
                                  [[r["rank"], r["group"], r["model"], r.get("mean"), r.get("lower"), r.get("upper")]
                                   for r in ranking]), "", "![ranking](ranking.png)", ""]
-    pairs = run.results.get("pairs") or []
+    pairs = run.results.pairs or ()
     if pairs:
-        keys = [k for k in ("a", "b", "model_a", "model_b", "diff", "lower", "upper", "rule", "n_items", "n_scored",
-                            "items_used", "look") if any(k in p for p in pairs)]
-        lines += ["## Pairs", "", markdown_table(["verdict"] + keys, [[spell_verdict(p)] + [p.get(k) for k in keys]
+        keys = ("model_a", "model_b", "diff", "lower", "upper", "rule", "n_items", "look")
+        lines += ["## Pairs", "", markdown_table(["verdict", *keys], [[spell_verdict(p)] + [getattr(p, k) for k in keys]
                                                                       for p in pairs]), ""]
-        if run.results.get("kind") == "compare":
+        if run.results.kind == "compare":
             lines += ["The verdict comes from the pair's difference on the items both models scored, not from the "
                       "two models' own intervals in the table above: the paired difference cancels what the items "
                       "share (their difficulty), so its interval is far narrower than either model's, and a decided "
                       "pair can have overlapping per-model bands.", ""]
         if differences_png:
-            lines += [differences_caption or pairs_caption(pairs, (run.results.get("ranking") or {}).get("epsilon")),
+            lines += [differences_caption or pairs_caption(pairs, run.results.ranking.epsilon
+                                                           if run.results.ranking else None),
                       "",
                       "![paired differences](differences.png)", ""]
     if savings_cells:
@@ -349,8 +311,9 @@ def markdown_to_html(markdown: str, title: str = "certeval report") -> str:
             f"{body}</body></html>\n")
 
 
-def _savings_cells(run: RunData, savings: str | None) -> list[dict[str, Any]]:
-    cells = list(run.results.get("cells") or [])
+def _savings_cells(savings: str | None) -> list[dict[str, Any]]:
+    """The ``cells`` of a benchmark JSON (``--savings``): items saved against the goal."""
+    cells: list[dict[str, Any]] = []
     if savings:
         try:
             doc = json.loads(read_file(str(savings), "--savings", MAX_RECORD_BYTES))
@@ -359,7 +322,7 @@ def _savings_cells(run: RunData, savings: str | None) -> list[dict[str, Any]]:
         extra = doc.get("cells") if isinstance(doc, dict) else None
         if not isinstance(extra, list):
             raise InputError(f"--savings {savings!r} has no 'cells' list (a backtest or efficiency benchmark JSON)")
-        cells += extra
+        cells = extra
     return cells
 
 
@@ -368,7 +331,7 @@ def write_report(run: str, *, html: bool = False, savings: str | None = None) ->
     data = load_run(run)
     folder = data.folder
     files: dict[str, str] = {}
-    colours = model_colours([str(m.get("model")) for m in data.models])  # one colour per model in every plot
+    colours = model_colours([m.model for m in data.models])  # one colour per model in every plot
     curves = model_curves(data)
     captions: dict[str, str] = {}  # each plot's caption, made with the plot from the same facts
     if curves:
@@ -380,14 +343,14 @@ def write_report(run: str, *, html: bool = False, savings: str | None = None) ->
     if ranking:
         folder.write_bytes("ranking.png", plot_ranking(ranking, colours))
         files["ranking.png"] = folder.url("ranking.png")
-    pairs = [p for p in (data.results.get("pairs") or []) if isinstance(p, dict) and "diff" in p]
+    pairs = list(data.results.pairs or ())
     if pairs:
         curve = paired_difference_curve(data, pairs[0]) if len(pairs) == 1 else None
-        drawn = plot_differences(pairs, curve, (data.results.get("ranking") or {}).get("epsilon"))
+        drawn = plot_differences(pairs, curve, data.results.ranking.epsilon if data.results.ranking else None)
         folder.write_bytes("differences.png", drawn.png)
         files["differences.png"] = folder.url("differences.png")
         captions["differences_caption"] = drawn.caption
-    cells = _savings_cells(data, savings)
+    cells = _savings_cells(savings)
     savings_ok = bool(cells) and not savings_frame(cells).empty
     if savings_ok:
         folder.write_bytes("savings.png", plot_savings(cells))

@@ -1,5 +1,6 @@
 """What a report says first: the question, the statement made (margin, ε, top-K, half-width) and the answer in
-words, read from results.json (split from :mod:`certeval.report`; the same wording as the console's)."""
+words, read from the typed results.json (:class:`certeval.results_record.RunResults`; split from
+:mod:`certeval.report`; the same wording as the console's)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from .estimators.ranking import rank_numbers
 from .progress import SELECTION_WORDS as STATUS_TEXT  # a selection's statuses: one wording on every screen
 from .report_plots import VERDICT_TEXT, spell_verdict
+from .results_record import ABSENT, ModelResult, RunResults
 
 RunData = Any  # certeval.report.RunData (a run folder's results, rounds and config); not imported: no cycle
 
@@ -23,22 +25,16 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value).replace("|", "\\|")
 
 
-def _statement(results: dict[str, Any]) -> str | None:
+def _statement(results: RunResults) -> str | None:
     """A rank run's statements: ``strict``, ``epsilon`` or ``precision`` (None for the other kinds)."""
-    if results.get("kind") != "rank":
-        return None
-    ranking = results.get("ranking") or {}
-    if ranking.get("statement"):
-        return str(ranking["statement"])
-    config = results.get("config") or {}
-    return "epsilon" if config.get("epsilon") is not None else "precision" if config.get("goal") else "strict"
+    return results.ranking.statement if results.kind == "rank" else None
 
 
 def statement_keys(run: RunData) -> tuple[str, ...]:
     """The settings that state what the run claims, for the report's facts line: the margin only where the statement
     is one at a margin (compare, a strict ranking), ε for ε-statements, the selection's top-K, half-width and
     threshold; never a ``margin 0.0`` beside a statement that has none."""
-    kind = run.results.get("kind") or run.config.get("kind")
+    kind = run.results.kind
     if kind == "compare":
         return ("margin",)
     if kind == "rank":
@@ -48,27 +44,26 @@ def statement_keys(run: RunData) -> tuple[str, ...]:
     return ()
 
 
-def model_verdicts(results: dict[str, Any]) -> dict[str, str]:
+def model_verdicts(results: RunResults) -> dict[str, str]:
     """Each model's verdict in words, the same on the console (``certeval.cli.pipeline.summary``) and in report.md:
     its rank in the final ranking (ties share a rank), its selection status, the pair's verdict spelled with the
     models' names, or its single-model verdict (precise, above, below) or rule."""
     rank_of = {}
-    tie_groups = (results.get("ranking") or {}).get("tie_groups") or []
+    tie_groups = results.ranking.tie_groups if results.ranking else ()
     for group, rank in zip(tie_groups, rank_numbers(tie_groups)):
-        rank_of.update({str(m): rank for m in group})
-    pairs = [p for p in (results.get("pairs") or []) if isinstance(p, dict)]
+        rank_of.update({m: rank for m in group})
+    pairs = results.pairs or ()
     out = {}
-    for m in results.get("models") or []:
-        name = str(m.get("model"))
-        d = m.get("decision") or {}
-        note = str(d.get("verdict") or d.get("rule") or "")
-        if name in rank_of:
-            note = f"rank {rank_of[name]}" + (f" ({d.get('rule')})" if d and not d.get("reached") else "")
-        elif results.get("kind") == "select" and m.get("selection_status"):
-            note = STATUS_TEXT.get(str(m["selection_status"]), str(m["selection_status"]))
+    for m in results.models:
+        d = m.decision
+        note = str((d.verdict or d.rule or "") if d else "")
+        if m.model in rank_of:
+            note = f"rank {rank_of[m.model]}" + (f" ({d.rule})" if d and not d.reached else "")
+        elif results.kind == "select" and m.selection_status:
+            note = STATUS_TEXT.get(m.selection_status, m.selection_status)
         elif note in VERDICT_TEXT and pairs:  # a pair's verdict, spelled with the models' names
             note = spell_verdict(pairs[0])
-        out[name] = note
+        out[m.model] = note
     return out
 
 
@@ -76,22 +71,21 @@ def _num(value: Any, digits: int = 4) -> str:
     return _fmt(value, digits)
 
 
-def _listing(results: dict[str, Any]) -> str:
-    groups = (results.get("ranking") or {}).get("tie_groups") or []
+def _listing(results: RunResults) -> str:
+    groups = results.ranking.tie_groups if results.ranking else ()
     return "; ".join(f"{rank}. {' = '.join(map(str, group))}" for group, rank in zip(groups, rank_numbers(groups)))
 
 
-def question_and_statement(results: dict[str, Any]) -> tuple[str, str]:
+def question_and_statement(results: RunResults) -> tuple[str, str]:
     """What the run asked and the statement it makes (with its margin, ε, top-K or half-width), in words."""
-    kind = results.get("kind")
-    cfg = results.get("config") or {}
-    level = f"{float(results.get('confidence') or 0.95):g}"
-    estimand = (results.get("aggregate") or {}).get("text") or "the mean score over the bank's items"
-    target = ("the expected score on the items' distribution" if results.get("target") == "distribution"
-              else f"the bank mean, {estimand},")
-    names = [str(m.get("model")) for m in results.get("models") or []]
+    kind = results.kind
+    cfg = results.config
+    level = f"{float(results.confidence):g}"
+    target = ("the expected score on the items' distribution" if results.target == "distribution"
+              else f"the bank mean, {results.aggregate.text},")
+    names = [m.model for m in results.models]
     if kind == "certify":
-        goal = str(cfg.get("goal") or "")
+        goal = str(cfg.goal or "")
         what, _, raw = goal.partition("+")[0].partition(":")
         if what == "halfwidth":
             return (f"What is {target} of {', '.join(names)}, to within ±{raw}?".replace(", of", " of"),
@@ -102,7 +96,7 @@ def question_and_statement(results: dict[str, Any]) -> tuple[str, str]:
                 f"below {raw} (goal {goal})")
     if kind == "compare":
         a, b = (names + ["A", "B"])[:2]
-        margin = float(cfg.get("margin") or 0.0)
+        margin = float(cfg.margin or 0.0)
         return (f"Which of {a} and {b} scores higher on {target}?".replace(",?", "?"),
                 f"the difference {a} − {b} has an interval at confidence {level}: one model is better when it clears "
                 f"the margin ±{margin:g}, the two are equivalent when it lies inside (−{margin:g}, {margin:g})")
@@ -110,24 +104,24 @@ def question_and_statement(results: dict[str, Any]) -> tuple[str, str]:
         statement = _statement(results)
         question = f"How do the {len(names)} models rank by {target}?".replace(",?", "?")
         if statement == "epsilon":
-            eps = float(cfg.get("epsilon") or (results.get("ranking") or {}).get("epsilon") or 0.0)
+            eps = float(cfg.epsilon or results.ranking.epsilon or 0.0)
             return question, (f"ε-statements with ε = {eps:g}: a model listed in a higher tie group has a bank mean at "
                               f"least that of every model in a lower group minus {eps:g}, all jointly with probability "
                               f">= {level} (no margin)")
         if statement == "precision":
-            goal = str(cfg.get("goal") or "")
+            goal = str(cfg.goal or "")
             return question, (f"every model's bank mean within its interval of half-width <= {goal.partition(':')[2]} "
                               f"(goal {goal}), all jointly with probability >= {level}; a model is ranked above another "
                               "where their intervals do not overlap (no margin)")
-        margin = float(cfg.get("margin") or 0.0)
+        margin = float(cfg.margin or 0.0)
         return question, (f"strict ordering statements at margin {margin:g}: a model is ranked above another where "
                           f"the pair's difference clears {margin:g}, all jointly with probability >= {level}; models not "
                           "separated share a tie group")
     if kind == "select":
-        sel = results.get("selection") or {}
-        top = int(sel.get("top") or cfg.get("top") or 1)
-        eps = sel.get("epsilon", cfg.get("halfwidth"))
-        threshold = sel.get("threshold", cfg.get("threshold"))
+        sel = results.selection
+        top = int(sel.top or cfg.top or 1)
+        eps = cfg.halfwidth if sel.epsilon is ABSENT else sel.epsilon
+        threshold = sel.threshold
         which = "the best model" if top == 1 else f"the best {top} models"
         parts = [f"the selection is {which} to within {float(eps or 0.0):g} (an ε-top-{top} with ε = "
                  f"{float(eps or 0.0):g}) with probability >= {level}"]
@@ -137,43 +131,40 @@ def question_and_statement(results: dict[str, Any]) -> tuple[str, str]:
     return f"{kind}", ""
 
 
-def answer_text(results: dict[str, Any]) -> list[str]:
+def answer_text(results: RunResults) -> list[str]:
     """The run's answer in words: each model's interval and verdict (certify), the pair's verdict (compare), the
     listing (rank), the selected models (select); whether the goal was reached."""
-    kind = results.get("kind")
-    models = results.get("models") or []
+    kind = results.kind
     verdicts = model_verdicts(results)
 
-    def interval(m: dict[str, Any]) -> str:
-        return f"{_num(m.get('mean'))} [{_num(m.get('lower'))}, {_num(m.get('upper'))}]"
+    def interval(m: ModelResult) -> str:
+        return f"{_num(m.mean)} [{_num(m.lower)}, {_num(m.upper)}]"
 
-    if kind == "compare" and results.get("pairs"):
-        p = results["pairs"][0]
-        return [f"{spell_verdict(p)}: {p.get('model_a')} − {p.get('model_b')} = {_num(p.get('diff'))} "
-                f"[{_num(p.get('lower'))}, {_num(p.get('upper'))}] on {p.get('n_items')} items each"]
-    if kind == "rank" and results.get("ranking"):
+    if kind == "compare" and results.pairs:
+        p = results.pairs[0]
+        return [f"{spell_verdict(p)}: {p.model_a} − {p.model_b} = {_num(p.diff)} [{_num(p.lower)}, {_num(p.upper)}] "
+                f"on {p.n_items} items each"]
+    if kind == "rank" and results.ranking:
         return [f"{_listing(results)} (best first; models in one group share a rank)"]
-    if kind == "select" and results.get("selection") is not None:
-        selected = list(results["selection"].get("selected") or [])
-        by_name = {str(m.get("model")): m for m in models}
+    if kind == "select" and results.selection:
+        selected = results.selection.selected
+        by_name = {m.model: m for m in results.models}
         words = ", ".join(f"{s} {interval(by_name[s])}" if s in by_name else s for s in selected)
         return [f"selected: {words}" if selected else "no model selected (the run ended undecided)"]
     out = []
-    for m in models:
-        d = m.get("decision") or {}
-        words = verdicts.get(str(m.get("model")), "") + (f" ({d['detail']})" if d.get("detail") else "")
-        out.append(f"{m.get('model')}: {interval(m)}, {words}" + ("" if d.get("reached") else " (goal not reached)"))
+    for m in results.models:
+        d = m.decision
+        words = verdicts.get(m.model, "") + (f" ({d.detail})" if d and d.detail else "")
+        out.append(f"{m.model}: {interval(m)}, {words}" + ("" if d and d.reached else " (goal not reached)"))
     return out
 
 
 def answer_section(run: RunData) -> list[str]:
     """The top of every report: the question, the statement made and the answer in words."""
     results = run.results
-    if not results.get("kind") or not results.get("models") or results.get("cells"):  # a backtest: no question
-        return []
     question, statement = question_and_statement(results)
     answer = answer_text(results)
-    reached = "" if results.get("reached") else (" The run stopped before its goal was reached (the bank or the item "
+    reached = "" if results.reached else (" The run stopped before its goal was reached (the bank or the item "
                                                  "budget ran out): the answer is what it could state.")
     lines = [f"**Question.** {question}", ""]
     if statement:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from .estimators.comparison import Comparison
 
 MAX_OVERLAY = 4  # up to this many models share one panel; more get one small panel each (small multiples)
 MAX_CURVES = 24  # small multiples drawn at most (a 6 x 4 grid)
@@ -45,11 +48,10 @@ VERDICT_TEXT = {
 }
 
 
-def spell_verdict(pair: dict[str, Any]) -> str:
+def spell_verdict(pair: Comparison) -> str:
     """A pair's verdict with the models' names (``a>b`` → ``X better than Y``)."""
-    a, b = str(pair.get("model_a", "A")), str(pair.get("model_b", "B"))
-    template = VERDICT_TEXT.get(str(pair.get("verdict")), "{a} vs {b}: " + str(pair.get("verdict")))
-    return template.format(a=a, b=b, m=float(pair.get("margin") or 0.0))
+    template = VERDICT_TEXT.get(pair.verdict, "{a} vs {b}: " + pair.verdict)
+    return template.format(a=pair.model_a, b=pair.model_b, m=float(pair.margin or 0.0))
 
 
 def _interval_row(ax, y: float, lo: Any, hi: Any, point: Any, colour: Any, *, lw: float, ms: float) -> None:
@@ -283,7 +285,7 @@ def pair_status(verdict: Any) -> str:
     return "undecided" if verdict == "undecided" else "equivalent" if verdict == "equivalent" else "decided"
 
 
-def differences_caption(pairs: list[dict[str, Any]], epsilon: float | None = None) -> str:
+def differences_caption(pairs: Sequence[Comparison], epsilon: float | None = None) -> str:
     """What the differences plot shows, for the statement the run made (strict at the margin, or ε-statements)."""
     eps = _epsilon(pairs, epsilon)
     if eps is not None and _by_tests(pairs):
@@ -302,7 +304,7 @@ def differences_caption(pairs: list[dict[str, Any]], epsilon: float | None = Non
                 "(the dotted line on the right). So a decided pair (green) may straddle 0: the claim is the order "
                 f"up to {eps:g}, not that the two differ; a pair whose interval lies inside (−{eps:g}, +{eps:g}) "
                 "holds in either order. Grey: undecided (neither listing certified).")
-    margin = max([float(p.get("margin") or 0.0) for p in pairs] or [0.0])
+    margin = max([float(p.margin or 0.0) for p in pairs] or [0.0])
     text = ("Each pair's difference A − B with its interval: a pair is decided (green) once its interval clears 0 "
             "(the dashed boundary)")
     if margin > 0:
@@ -311,21 +313,21 @@ def differences_caption(pairs: list[dict[str, Any]], epsilon: float | None = Non
     return text + "; grey: undecided."
 
 
-def _by_tests(pairs: list[dict[str, Any]]) -> bool:
+def _by_tests(pairs: Sequence[Comparison]) -> bool:
     """Whether the ε-listings were certified by one-sided tests (the default) rather than by the pair intervals,
     as the pairs' guarantee says."""
-    return any("one-sided" in str(p.get("guarantee") or "") for p in pairs)
+    return any("one-sided" in p.guarantee for p in pairs)
 
 
-def _epsilon(pairs: list[dict[str, Any]], epsilon: float | None) -> float | None:
+def _epsilon(pairs: Sequence[Comparison], epsilon: float | None) -> float | None:
     """The run's ε: given, or read off ε-verdicts (their ``margin`` is ε); None for strict statements."""
     if epsilon is not None:
         return float(epsilon)
-    marked = [p for p in pairs if str(p.get("verdict")) in EPSILON_VERDICTS]
-    return float(marked[0].get("margin") or 0.0) if marked else None
+    marked = [p for p in pairs if p.verdict in EPSILON_VERDICTS]
+    return float(marked[0].margin or 0.0) if marked else None
 
 
-def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float, float, float]] | None = None,
+def plot_differences(pairs: Sequence[Comparison], curve: list[tuple[int, float, float, float]] | None = None,
                      epsilon: float | None = None) -> Plot:
     """Paired differences A − B with their intervals, coloured by whether the statement the run makes is decided
     (green), equivalent (blue) or undecided (grey), with that statement's boundaries: 0 and the equivalence margin
@@ -334,27 +336,27 @@ def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float, 
     ``curve``: the recorded (items, difference, lower, upper) per look of a single comparison (second panel, as
     steps at the looks)."""
     plt = _pyplot()
-    shown = sorted(pairs, key=lambda p: -abs(float(p.get("diff") or 0.0)))[:MAX_FOREST]
+    shown = sorted(pairs, key=lambda p: -abs(float(p.diff or 0.0)))[:MAX_FOREST]
     eps = _epsilon(pairs, epsilon)
     panels = 2 if curve else 1
     fig, axes = plt.subplots(1, panels, figsize=(7 * panels, max(2.2, 0.32 * len(shown) + 1.4)), squeeze=False)
     ax = axes[0, 0]
-    margin = 0.0 if eps is not None else max([float(p.get("margin") or 0.0) for p in shown] or [0.0])
+    margin = 0.0 if eps is not None else max([float(p.margin or 0.0) for p in shown] or [0.0])
     _boundaries(ax.axvline, ax.axvspan, eps, margin)
     marks = []
     for y, p in enumerate(shown):
-        status = pair_status(p.get("verdict"))
+        status = pair_status(p.verdict)
         colour = STATUS_COLOURS[status]
-        _interval_row(ax, y, p.get("lower"), p.get("upper"), p.get("diff"), colour, lw=2.4, ms=5)
-        marks.append({"pair": f"{p.get('model_a')} − {p.get('model_b')}", "verdict": p.get("verdict"),
-                      "status": status, "colour": colour, "lower": p.get("lower"), "upper": p.get("upper")})
+        _interval_row(ax, y, p.lower, p.upper, p.diff, colour, lw=2.4, ms=5)
+        marks.append({"pair": f"{p.model_a} − {p.model_b}", "verdict": p.verdict, "status": status,
+                      "colour": colour, "lower": p.lower, "upper": p.upper})
     present = [s for s in STATUS_COLOURS if any(m["status"] == s for m in marks)] or ["decided", "undecided"]
     key = ", ".join(f"{STATUS_COLOURS[s].removeprefix('tab:').replace('gray', 'grey')}: {s}" for s in present)
     statement = f"ε-statements, ε = {eps:g}" if eps is not None else "strict" + (
         f", margin {margin:g}" if margin > 0 else "")
     title = f"Paired differences ({statement}; {key})" + (
         f" — {len(shown)} largest of {len(pairs)}" if len(pairs) > len(shown) else "")
-    _forest_axes(ax, [f"{p.get('model_a')} − {p.get('model_b')}\n{spell_verdict(p)}" for p in shown],
+    _forest_axes(ax, [f"{p.model_a} − {p.model_b}\n{spell_verdict(p)}" for p in shown],
                  "paired difference of mean scores (A − B) with its interval", title, 9)
     ax.legend(fontsize=7, loc="best")
     if curve:
@@ -367,7 +369,7 @@ def plot_differences(pairs: list[dict[str, Any]], curve: list[tuple[int, float, 
                label="paired difference at each look")
         last = shown[0]
         w.set_xlabel("items scored per model")
-        w.set_ylabel(f"{last.get('model_a')} − {last.get('model_b')}")
+        w.set_ylabel(f"{last.model_a} − {last.model_b}")
         w.set_title(spell_verdict(last), fontsize=9)
         w.grid(alpha=0.3)
         w.legend(fontsize=7)

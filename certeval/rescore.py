@@ -83,7 +83,7 @@ class RecordedOutputs:
         return out
 
 
-def _source(run: str) -> tuple[RunStore, dict, dict, pd.DataFrame]:
+def _source(run: str) -> tuple[RunStore, dict, RunResults, pd.DataFrame]:
     """The source run's store, config, results and rounds; InputError when it is not a finished run."""
     fs, path = filesystem(str(run))
     if bounded(fs, "isfile", path):
@@ -103,7 +103,7 @@ def _source(run: str) -> tuple[RunStore, dict, dict, pd.DataFrame]:
         raise InputError(f"rescore: run {run!r} has no results.json (interrupted or still running): finish it "
                          "first with the same --run-id")
     # the typed record: not a newer schema, a kind, field or part this version does not know
-    read_record(results, f"rescore: run {run!r}'s results.json", complete=True)
+    results = read_record(results, f"rescore: run {run!r}'s results.json")
     url = folder.url()
     root, _, run_id = url.rstrip("/").rpartition("/")
     store = RunStore(root or ".", run_id)
@@ -251,7 +251,7 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
     plan = _plan(config, scorer=scorer_obj.name, output=memory_root, run_id=dest_id)
     try:
         result, code, stops = _replay(plan, recorded, RecordedOutputs(outputs, scorer_obj))
-        record = RunResults.from_json(result, "the rescored run's results.json")
+        record = read_record(result, "the rescored run's results.json")
         result = record.replace(
             scorer=scorer_obj.name,
             rescore={
@@ -261,7 +261,7 @@ def rescore_run(run: str, scorer: str, *, output: str | None = None, run_id: str
                         "judging the recorded outputs with the new scorer; a model stops (rule 'recorded') at the "
                         "first round whose items the source run did not score"},
             run_folder=dest.url,
-            pipeline={**record.pipeline, "ray_address": None, "batches": 0},  # no Ray, no model host
+            pipeline=dataclasses.replace(record.pipeline, ray_address=None, batches=0),  # no Ray, no model host
         ).to_json()
         _copy(plan.store(), dest, result, output=dest_root, source=source_url)
         return result, code

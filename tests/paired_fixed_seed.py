@@ -36,8 +36,7 @@ CASES = {
     "select-distribution": dict(kind="select", target="distribution", threshold=0.3, halfwidth=0.05),
 }
 RESULT_KEYS = ("kind", "target", "seed", "rounds", "done", "reached", "confidence")
-MODEL_KEYS = ("model", "mean", "lower", "upper", "n_scored", "decision", "ranking_mean", "ranking_lower",
-              "ranking_upper", "ranking_items", "selection_status", "selection_lower", "selection_upper")
+MODEL_KEYS = ("model", "mean", "lower", "upper", "n_scored", "decision", "selection_status")
 
 
 def run_case(name: str, folder: Path) -> dict:

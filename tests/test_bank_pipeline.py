@@ -37,7 +37,7 @@ def test_bank_rank_states_its_target_and_resumes_into_the_same_ranking(infra, tm
         assert p["lower"] - 1e-9 <= d <= p["upper"] + 1e-9 and p["verdict"] in ("a>b", "b>a")
     assert res["ranking"]["tie_groups"] == [[STRONG], [MIDDLE], [WEAK]]
     for m in res["models"]:  # the ranking's own simultaneous intervals cover the exact bank means
-        assert m["ranking_lower"] - 1e-9 <= exact[m["model"]] <= m["ranking_upper"] + 1e-9
+        assert m["lower"] - 1e-9 <= exact[m["model"]] <= m["upper"] + 1e-9
     run = Run.open(plan)  # resume: the stored rounds replayed once through the incremental estimator
     run.restore()
     again = run.engine.outcome.to_dict(comparisons=True)

@@ -40,7 +40,7 @@ def test_every_table_plot_and_console_line_shows_one_interval_per_model(case, tm
 
         monkeypatch.setattr(report, name, record)
     text = write_report(str(folder)).markdown
-    results = load_run(str(folder)).results
+    results = load_run(str(folder)).results.to_json()
     shown = {m["model"]: (m["mean"], m["lower"], m["upper"]) for m in results["models"]}
     fmt = {model: tuple(f"{v:.3f}" for v in values) for model, values in shown.items()}
 

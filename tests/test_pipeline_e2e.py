@@ -110,7 +110,7 @@ def test_rank_flow_orders_three_models(infra, tmp_path):
     flat = [m for group in ranking["tie_groups"] for m in group]
     assert flat.index(STRONG) < flat.index(WEAK)
     assert ranking["tie_groups"][0] == [STRONG]  # the best model is separated from both others
-    assert len(res["pairs"]) == 3 and all(p["done"] for p in res["pairs"])
+    assert len(res["pairs"]) == 3 and all(p["verdict"] != "undecided" for p in res["pairs"])
     # paired: every model in play was scored on the same items (the prefix of one order)
     import pandas as pd
 

@@ -10,6 +10,7 @@ import pytest
 
 from certeval.cli import main
 from certeval.estimators import BankSpec, make_method, parse_goal
+from certeval.estimators.comparison import Comparison
 from certeval.report import (
     load_run,
     markdown_to_html,
@@ -20,6 +21,8 @@ from certeval.report import (
     write_report,
 )
 from certeval.storage import Folder, filesystem, safe_name
+
+from record_support import decision, model_entry, pair, ranking, run_record
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODELS = ("model/a", "model-b", "model c")  # names that need safe_name()
@@ -59,15 +62,11 @@ def build_run(url: str, n_items: int = 300, batch: int = 40, seed: int = 3) -> d
         if k == 1:  # the pipeline's wrapped form: {"round", "method_state", "decision"}
             state = {"round": 3, "method_state": state, "decision": d.to_dict()}
         folder.write_json(f"state/{safe_name(name)}.json", state)
-        entries.append({**{k: v for k, v in est.to_dict().items() if k in ("mean", "lower", "upper", "n_scored",
-                                                                           "n_total")},
-                        "model": name, "decision": d.to_dict()})
+        entries.append(model_entry(name, est.mean, est.lower, est.upper, est.n_scored, est.n_total,
+                                   decision=decision(**d.to_dict())))
     folder.write_json("state/_run.json", {"round": 3})
-    results = {
-        "models": entries,
-        "pairs": [{"model_a": MODELS[0], "model_b": MODELS[1], "diff": 0.25, "verdict": "a>b", "rule": "efficacy"}],
-        "ranking": {"models": list(MODELS), "tie_groups": [[0], [1, 2]], "means": [e["mean"] for e in entries]},
-    }
+    results = run_record("rank", entries, pairs=[pair(MODELS[0], MODELS[1], 0.25, 0.1, 0.4, "a>b")],
+                         ranking=ranking([[MODELS[0]], [MODELS[1], MODELS[2]]], [e["mean"] for e in entries]))
     folder.write_json("results.json", results)
     return {"entries": entries, "spec": spec}
 
@@ -101,10 +100,11 @@ def test_report_writes_valid_png_markdown_and_html(run_dir):
     # the rule that fired is shown in each model's row: the fixture's goal (halfwidth:0.01) is decided with no
     # budget left after 160 of 300 items, so the budget rule fired, goal not reached
     assert {e["decision"]["rule"] for e in info["entries"]} == {"budget"}
-    for name in MODELS:
+    for name, rank in zip(MODELS, (1, 2, 2)):  # the fixture's tie groups: model/a, then the other two
         row = next(ln for ln in table if ln.startswith(f"| {name} "))
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[4:9] == ["160", "300", "budget", "budget", "False"], row  # items, bank, verdict, rule, reached
+        # items, bank, verdict (its rank, and the rule that stopped it short), rule, reached
+        assert cells[4:9] == ["160", "300", f"rank {rank} (budget)", "budget", "False"], row
 
 
 def test_a_run_without_a_look_log_gets_no_curve_and_nothing_is_re_run(run_dir):
@@ -231,21 +231,19 @@ def build_compare_run(url: str, rounds: int = 3, batch: int = 40, seed: int = 5)
         look = {"look_n_scored": len(so_far), "look_pair_diff": d, "look_pair_lower": d - 0.12,
                 "look_pair_upper": d + 0.12, "look_pair_verdict": "a>b" if d - 0.12 > 0 else "undecided"}
         frame = pd.concat([pd.DataFrame({"model": m, "item_id": [f"i{i}" for i in items], "score": s[items],
-                                         "round": rnd, "prob": 1 / n, **look})
+                                         "round": rnd, "prob": 1 / n, **look, "look_mean": s[so_far].mean(),
+                                         "look_lower": s[so_far].mean() - 0.1, "look_upper": s[so_far].mean() + 0.1})
                            for m, s in (("alpha", a), ("beta", b))])
         folder.write_parquet(f"rounds/{rnd:05d}.parquet", frame)
     used = order[:rounds * batch]
     for m, s in (("alpha", a), ("beta", b)):
         mean = float(s[used].mean())
-        entries.append({"model": m, "mean": mean, "lower": mean - 0.1, "upper": mean + 0.1,
-                        "n_scored": len(used), "n_total": n,
-                        "curve": [[len(used), mean, mean - 0.1, mean + 0.1]] if rounds == 1 else None})
+        entries.append(model_entry(m, mean, mean - 0.1, mean + 0.1, len(used), n))
     diff = float((a[used] - b[used]).mean())
-    pair = {"model_a": "alpha", "model_b": "beta", "n_items": len(used), "n_total": n, "diff": diff,
-            "lower": diff - 0.12, "upper": diff + 0.12, "verdict": "a>b" if diff - 0.12 > 0 else "undecided",
-            "rule": "efficacy", "look": rounds, "margin": 0.05, "confidence": 0.95}
-    folder.write_json("results.json", {"kind": "compare", "models": entries, "pairs": [pair]})
-    return {"pair": pair, "a": a, "b": b, "used": used}
+    the_pair = pair("alpha", "beta", diff, diff - 0.12, diff + 0.12, "a>b" if diff - 0.12 > 0 else "undecided",
+                    n_items=len(used), n_total=n, look=rounds, margin=0.05)
+    folder.write_json("results.json", run_record("compare", entries, pairs=[the_pair]))
+    return {"pair": the_pair, "a": a, "b": b, "used": used}
 
 
 def test_compare_report_draws_the_paired_difference(tmp_path):
@@ -255,7 +253,7 @@ def test_compare_report_draws_the_paired_difference(tmp_path):
     info = build_compare_run(str(path))
     rep = write_report(str(path), html=True)
     assert (path / "differences.png").read_bytes()[:8] == PNG_MAGIC and "differences.png" in rep.files
-    curve = paired_difference_curve(load_run(str(path)), info["pair"])
+    curve = paired_difference_curve(load_run(str(path)), Comparison(**info["pair"]))
     # the pair's difference and interval at every look, read from the look log, ending at the stored result
     a, b, order = info["a"], info["b"], info["used"]
     assert [c[0] for c in curve] == [40, 80, 120]
@@ -278,13 +276,11 @@ def test_verdicts_and_rank_numbers_spelled_once():
     from certeval.report import rank_numbers, spell_verdict
 
     assert rank_numbers([["a"], ["b", "c"], ["d"]]) == [1, 2, 4]  # per tie group
-    pair = {"model_a": "m1", "model_b": "m2", "verdict": "b>a", "margin": 0.02}
-    assert spell_verdict(pair) == "m2 better than m1"
-    assert spell_verdict({**pair, "verdict": "equivalent"}) == "m1 and m2 equivalent (within ±0.02)"
-    results = {"kind": "rank", "task": "t", "confidence": 0.95, "rounds": 1, "run_folder": "x",
-               "ranking": {"tie_groups": [["a"], ["b", "c"], ["d"]]},
-               "models": [{"model": m, "mean": 0.5, "lower": 0.4, "upper": 0.6, "n_scored": 1, "n_total": 2,
-                           "decision": {"reached": True}} for m in "abcd"]}
+    one = pair("m1", "m2", -0.1, -0.2, -0.05, "b>a", margin=0.02)
+    assert spell_verdict(Comparison(**one)) == "m2 better than m1"
+    assert spell_verdict(Comparison(**{**one, "verdict": "equivalent"})) == "m1 and m2 equivalent (within ±0.02)"
+    results = run_record("rank", [model_entry(m, 0.5, 0.4, 0.6, 1, 2) for m in "abcd"],
+                         ranking=ranking([["a"], ["b", "c"], ["d"]], [0.5] * 4), pairs=[])
     text = summary(results)
     assert "rank 4" in text and "rank 3" not in text  # the report's numbering (1, 2, 2, 4)
 

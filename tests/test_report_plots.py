@@ -11,9 +11,11 @@ from matplotlib.colors import to_rgba
 
 import certeval.report as report
 import certeval.report_plots as plots
+from certeval.estimators.comparison import Comparison
 from certeval.report import load_run, write_report
 
 from paired_fixed_seed import run_case
+from record_support import pair
 
 
 @pytest.fixture()
@@ -57,7 +59,7 @@ def _report_with_plots(case: str, tmp_path, monkeypatch) -> tuple[dict, str, dic
 
         monkeypatch.setattr(report, name, record)
     text = write_report(str(tmp_path / "runs" / case)).markdown
-    return load_run(str(tmp_path / "runs" / case)).results, text, made
+    return load_run(str(tmp_path / "runs" / case)).results.to_json(), text, made
 
 
 @pytest.mark.parametrize("case", ["rank-bank", "rank-bank-epsilon"])
@@ -133,8 +135,8 @@ def test_an_epsilon_ranking_decided_by_its_intervals_says_so_and_its_decided_int
     lower = np.array([-0.04, 0.02, -0.2, -0.03, -0.3])
     upper = np.array([0.08, 0.2, 0.1, 0.04, -0.06])
     codes = epsilon_verdicts(None, lower, upper, eps, exact=False)
-    pairs = [{"model_a": f"m{k}", "model_b": f"n{k}", "diff": (lo + hi) / 2, "lower": lo, "upper": hi,
-              "verdict": VERDICTS[c], "margin": eps, "guarantee": "pair intervals"}
+    pairs = [Comparison(**pair(f"m{k}", f"n{k}", (lo + hi) / 2, float(lo), float(hi), VERDICTS[c], margin=eps,
+                         guarantee="pair intervals"))
              for k, (lo, hi, c) in enumerate(zip(lower, upper, codes))]
     drawn = plots.plot_differences(pairs, None, eps)
     colours = _row_colours(figures[-1])

@@ -46,13 +46,11 @@ def _sparse(path: Path, size: int = HUGE) -> str:
     return str(path)
 
 
-def _run_record(kind: str = "certify", **over) -> dict:
-    """A complete results.json of a run (every required field of certeval.results_record.RunResults)."""
-    record = {"schema_version": 1, "run_id": "r1", "kind": kind, "task": "t", "bank": None, "target": "bank",
-              "confidence": 0.95, "seed": 0, "rounds": 1, "done": True, "reached": True, "aggregate": {},
-              "models": [{"model": "m", "mean": 0.5, "lower": 0.4, "upper": 0.6, "n_scored": 2, "n_total": 2}],
-              "results": {}, "lm_eval": {}, "history": None, "config": {}, "run_folder": "x", "pipeline": {}}
-    record.update(over)
+def _run_record(kind: str = "rank", **over) -> dict:
+    """A complete results.json of a run: a version-1 record certeval wrote (tests/data/results_v1/), with ``over``."""
+    stored = Path(__file__).parent / "data" / "results_v1" / f"{'select' if kind == 'select' else 'rank'}.results.json"
+    base = json.loads(stored.read_text())
+    record = {**base, "kind": kind, **over}
     return {k: v for k, v in record.items() if v is not _DROP}
 
 
@@ -127,9 +125,9 @@ def fx(tmp_path_factory) -> dict[str, str]:
             ("version-text", _run_record(schema_version="1")),
             ("version-negative", _run_record(schema_version=-1)),
             ("no-run-id", _run_record(run_id=_DROP)),
+            ("version-future", _run_record(schema_version=3)),
             ("kind-unknown", _run_record(kind="frobnicate")),
-            ("backtest-unknown-field", {"schema_version": 1, "kind": "backtest", "cells": [], "n_reps_total": 1,
-                                        "surprise": True})):
+            ("kind-backtest", {"schema_version": 1, "kind": "backtest", "cells": [], "n_reps_total": 1})):
         out[f"rec_{name}"] = _run_folder(records, name, results=results)
     out["cfg_unknown"] = _run_folder(records, "cfg-unknown", results=_run_record(),
                                      config={**CONFIG, "hook": "pkg.mod:func"})
@@ -323,8 +321,12 @@ RECORDS = [
     ("report-models-empty", lambda fx: ["report", fx["rec_no-models"]], "results.json", "no models"),
     ("report-schema-version-text", lambda fx: ["report", fx["rec_version-text"]], "schema_version", "'1'"),
     ("report-schema-version-negative", lambda fx: ["report", fx["rec_version-negative"]], "schema_version", "-1"),
-    ("report-backtest-unknown-field", lambda fx: ["report", fx["rec_backtest-unknown-field"]], "results.json",
-     "surprise"),
+    ("report-kind-backtest", lambda fx: ["report", fx["rec_kind-backtest"]], "results.json", "'backtest'"),
+    ("report-kind-unknown", lambda fx: ["report", fx["rec_kind-unknown"]], "results.json", "frobnicate"),
+    ("report-schema-version-future", lambda fx: ["report", fx["rec_version-future"]], "results.json",
+     "schema_version 3"),
+    ("rescore-schema-version-future", lambda fx: ["rescore", fx["rec_version-future"], "--scorer", "exact"],
+     "results.json", "schema_version 3"),
     ("rescore-results-missing-run-id", lambda fx: ["rescore", fx["rec_no-run-id"], "--scorer", "exact"],
      "results.json", "run_id"),
     ("rescore-results-kind-unknown", lambda fx: ["rescore", fx["rec_kind-unknown"], "--scorer", "exact"],
@@ -339,6 +341,8 @@ RECORDS = [
      "frobnicate"),
     ("history-run-unknown-field", lambda fx: _certify(fx, "--history", fx["rec_unknown-field"]), "--history",
      "extra_field"),
+    ("history-run-schema-version-future", lambda fx: _certify(fx, "--history", fx["rec_version-future"]),
+     "--history", "schema_version 3"),
     ("history-run-config-of-a-backtest", lambda fx: _certify(fx, "--history", fx["cfg_backtest"]), "--history",
      "config.json"),
     ("select-history-auto-unknown-field", lambda fx: _pair("select", fx, "--history", "auto", "--output",

@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from ..estimators import make_method, parse_goal
 from ..estimators._validation import InputError, check_positive_int
 
 # one rep and its cells, summaries: their own modules; the names stay importable from here
@@ -71,7 +70,7 @@ from .cells import (  # noqa: F401
     uninformative_factors,
 )
 from .kinds import ROWS, run_chunk  # noqa: F401  (the table of cell kinds)
-from .summary import SAME_GUARANTEE_BASELINE, store_backtest, summarise  # noqa: F401
+from .summary import SAME_GUARANTEE_BASELINE, summarise  # noqa: F401
 
 # --------------------------------------------------------------------------------------
 # Ray
@@ -378,45 +377,3 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
         faq=faq_arrays,
         history=prior,
     )
-
-
-def backtest(
-    scores: str,
-    method: str,
-    goal: str,
-    reps: int,
-    seed: int,
-    *,
-    params: dict[str, Any] | None = None,
-    batch_size: int = 20,
-    baseline: str | None = "uniform",
-    use_ray: bool = True,
-    ray_address: str | None = None,
-    output: str | None = None,
-    models: Sequence[str] | None = None,
-    mean_of_means: bool = True,
-    progress: ProgressFn | None = print_progress,
-) -> dict[str, Any]:
-    """One-call backtest of ``method`` (and the ``baseline`` at the same goal) on a scores file.
-
-    Reps cycle over ``models`` (default: every model; for a method that needs item features,
-    the half of the models not used to build them — see :func:`dataset_arrays`).
-
-    This is what ``certeval backtest --ray`` should call. Returns ``{"cells": summary, "url": ...}``.
-    """
-    parse_goal(goal)
-    reps = check_positive_int(reps, "reps")
-    needs = bool(getattr(make_method(method, **(params or {})), "needs_features", False))
-    data = dataset_arrays(scores, models=models, features=needs, mean_of_means=mean_of_means)
-    methods = [method] + ([baseline] if baseline and baseline != method else [])
-    cells = [Cell(data.name, m, goal, reps, batch_size, tuple(sorted((params or {}).items())) if m == method else ())
-             for m in methods]
-    rows = run_cells({data.name: data}, cells, seed, use_ray=use_ray, ray_address=ray_address, progress=progress)
-    summary = summarise(rows, baseline=baseline or method)
-    url = None
-    if output:
-        config = {"kind": "backtest", "scores": scores, "method": method, "params": params or {}, "goal": goal,
-                  "reps": reps, "seed": seed, "batch_size": batch_size, "baseline": baseline,
-                  "ray": bool(use_ray), "ray_address": ray_address, "dataset": data.notes}
-        url = store_backtest(output, config, rows, summary)
-    return {"cells": summary, "url": url}

@@ -1,16 +1,15 @@
-"""Backtest summaries (coverage with Wilson bounds, items against the same-guarantee baseline) and storage."""
+"""Backtest summaries (coverage with Wilson bounds, items against the same-guarantee baseline)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 # --------------------------------------------------------------------------------------
-# summaries and storage
+# summaries
 # --------------------------------------------------------------------------------------
 
 
@@ -105,25 +104,3 @@ def summarise(rows: Iterable[dict[str, Any]], baseline: str = "uniform",
             "errors": len(errors),
         })
     return out
-
-
-def store_backtest(output: str | Path, config: dict[str, Any], rows: list[dict[str, Any]],
-                   summary: list[dict[str, Any]]) -> str:
-    """Store a backtest like any run (docs/architecture.md §5) with :mod:`certeval.storage` (atomic writes).
-
-    ``<output>/config.json`` (what was asked), ``<output>/reps.parquet`` (one row per rep),
-    ``<output>/results.json`` (``kind: backtest`` and the per-cell summary). ``output`` is a
-    local folder or any fsspec URL. Returns the folder's URL.
-    """
-    import pandas as pd
-
-    from ..results_record import BacktestResults
-    from ..storage import Folder, filesystem
-
-    fs, path = filesystem(str(output))
-    folder = Folder(fs, path)
-    table = pd.DataFrame([{k: v for k, v in r.items() if k != "curve"} for r in rows])
-    folder.write_json("config.json", config)
-    folder.write_parquet("reps.parquet", table)
-    folder.write_json("results.json", BacktestResults(cells=summary, n_reps_total=len(rows)).to_json())
-    return folder.url()

@@ -422,36 +422,44 @@ def log_samples(plan, bank, results: dict[str, Any]) -> list[str]:
 
     store = plan.store()
     stamp = time.strftime("%Y-%m-%dT%H-%M-%S.000000", time.gmtime())
-    return write_samples(store.folder, results, store.read_rounds(), bank.frame, stamp)
+    return write_samples(store.folder, typed(results), store.read_rounds(), bank.frame, stamp)
+
+
+def typed(results: dict[str, Any]) -> Any:
+    """The run's results as the typed record (:class:`certeval.results_record.RunResults`), less what the CLI adds
+    to its ``--json`` output (``report``, ``samples_files``)."""
+    from dataclasses import fields
+
+    from ..results_record import RunResults
+
+    return RunResults.from_json({f.name: results[f.name] for f in fields(RunResults) if f.name in results})
 
 
 def summary(results: dict[str, Any]) -> str:
-    """A short human summary of a results.json."""
-    target = f", {results['target']} target" if results.get("target") else ""
-    aggregate = (results.get("aggregate") or {}).get("text")
-    lines = [f"{results['kind']} on {results['task']} (confidence {results['confidence']:g}{target}), "
-             f"{results['rounds']} round(s)" + (f"; estimand: {aggregate}" if aggregate else "")]
+    """A short human summary of a run's results (results.json, plus the CLI's ``report`` path), read through the
+    typed record."""
     from ..report import model_verdicts, spell_verdict
 
-    verdicts = model_verdicts(results)  # the report's words: rank (ties share one), status, the pair's verdict
-    for m in results["models"]:
-        mean = "nan" if m["mean"] is None else f"{m['mean']:.4f}"
-        note = verdicts.get(m["model"], "")
-        lines.append(f"  {m['model']:<40} {mean} [{m['lower']:.4f}, {m['upper']:.4f}]  "
-                     f"{m['n_scored']}/{m['n_total']} items  {note}")
-    if results.get("ranking"):
-        groups = [" = ".join(g) for g in results["ranking"]["tie_groups"]]
-        epsilon = results["ranking"].get("epsilon")
+    record = typed(results)
+    target = f", {record.target} target"
+    lines = [f"{record.kind} on {record.task} (confidence {record.confidence:g}{target}), "
+             f"{record.rounds} round(s); estimand: {record.aggregate.text}"]
+    verdicts = model_verdicts(record)  # the report's words: rank (ties share one), status, the pair's verdict
+    for m in record.models:
+        mean = "nan" if m.mean is None else f"{m.mean:.4f}"
+        lines.append(f"  {m.model:<40} {mean} [{m.lower:.4f}, {m.upper:.4f}]  "
+                     f"{m.n_scored}/{m.n_total} items  {verdicts.get(m.model, '')}")
+    if record.ranking:
+        groups = [" = ".join(g) for g in record.ranking.tie_groups]
+        epsilon = record.ranking.epsilon
         how = "" if epsilon is None else f" (each listed above the next groups up to ε = {epsilon:g})"
         lines.append(f"  ranking{how}: " + "  >  ".join(groups))
-    if results["kind"] == "compare" and results.get("pairs"):
-        p = results["pairs"][0]
-        lines.append(f"  {p['model_a']} - {p['model_b']}: {p['diff']:.4f} [{p['lower']:.4f}, {p['upper']:.4f}] -> "
-                     f"{spell_verdict(p)}")
-    if results.get("selection"):
-        lines.append("  selected: " + ", ".join(results["selection"]["selected"]))
-    wall = (results.get("pipeline") or {}).get("wall_s")
-    lines.append(f"  run folder: {results['run_folder']}" + (f"  ({wall:.0f} s)" if wall is not None else ""))
+    if record.kind == "compare" and record.pairs:
+        p = record.pairs[0]
+        lines.append(f"  {p.model_a} - {p.model_b}: {p.diff:.4f} [{p.lower:.4f}, {p.upper:.4f}] -> {spell_verdict(p)}")
+    if record.selection:
+        lines.append("  selected: " + ", ".join(record.selection.selected))
+    lines.append(f"  run folder: {record.run_folder}  ({record.pipeline.wall_s:.0f} s)")
     if results.get("report"):
         lines.append(f"  report: {results['report']}")
     return "\n".join(lines)

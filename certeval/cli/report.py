@@ -10,7 +10,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("run", help="run folder: a local path or an fsspec URL such as s3://bucket/runs/<id>")
     p.add_argument("--html", action="store_true", help="also write report.html")
     p.add_argument("--savings", default=None,
-                   help="a backtest results.json or benchmark JSON (e.g. benchmarks/results/efficiency.json) "
+                   help="a benchmark JSON with per-cell savings (e.g. benchmarks/results/efficiency.json) "
                         "for the savings-vs-goal curve")
     p.add_argument("--json", action="store_true", help="machine-readable list of written files on stdout")
     p.set_defaults(func=run)

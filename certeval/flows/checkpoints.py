@@ -42,7 +42,9 @@ from prefect.cache_policies import NONE
 from certeval.backends.base import parse_model_spec, quote_location
 from certeval.estimators._validation import InputError
 from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
+from certeval.messages import shown
 from certeval.model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
+from certeval.results_record import read_record
 from certeval.runtime_options import runtime_options
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
 from certeval.tasks.plan import PlanRequest, claim_run, make_plan
@@ -91,20 +93,21 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
         "select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
         batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer, threshold=threshold, halfwidth=halfwidth,
         mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus, options=options))
-    results = select_flow(plan, prepared=prepared.claimed(claim_run(plan)))
-    selected = results["selection"]["selected"]
+    results = read_record(select_flow(plan, prepared=prepared.claimed(claim_run(plan))), f"run {plan.run_id!r}")
+    selected = list(results.selection.selected)
     by_label = dict(zip(plan.labels, plan.models))
     best = selected[0] if selected else None
-    entry = next((m for m in results["models"] if m["model"] == best), None)
+    entry = results.model(best) if best is not None else None
     report = {
         "checkpoints": specs, "best": best, "best_spec": by_label.get(best), "selected": selected,
-        "discarded": results["selection"]["discarded"],
-        "best_estimate": None if entry is None else {k: entry[k] for k in ("mean", "lower", "upper", "n_scored")},
-        "run_folder": results["run_folder"], "run_id": plan.run_id,
+        "discarded": list(results.selection.discarded),
+        "best_estimate": None if entry is None else {"mean": entry.mean, "lower": entry.lower, "upper": entry.upper,
+                                                     "n_scored": entry.n_scored},
+        "run_folder": results.run_folder, "run_id": plan.run_id,
     }
     from certeval.report import write_report
 
-    report["report"] = write_report(results["run_folder"]).files.get("report.md")
+    report["report"] = write_report(results.run_folder).files.get("report.md")
     plan.store().folder.write_json("best.json", report)
     _report_artifact(report)
     return report
@@ -198,11 +201,12 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
         certify_flow(plan, prepared=prepared.claimed(claim_run(plan)))
     rows = []
     for spec in specs:
-        res = RunStore(output, run_ids[spec]).read_results() or {}
-        for m in res.get("models", []):
-            rows.append({"checkpoint": m["model"], "spec": spec, "mean": m["mean"], "lower": m["lower"],
-                         "upper": m["upper"], "n_scored": m["n_scored"], "method": m["method"],
-                         "history_models": (m.get("history") or {}).get("models", []), "run_id": res["run_id"]})
+        store = RunStore(output, run_ids[spec])
+        res = read_record(store.read_results(), f"run folder {shown(store.url)}: results.json")
+        for m in res.models:
+            rows.append({"checkpoint": m.model, "spec": spec, "mean": m.mean, "lower": m.lower, "upper": m.upper,
+                         "n_scored": m.n_scored, "method": m.method,
+                         "history_models": list((m.history or {}).get("models", [])), "run_id": res.run_id})
     rows.sort(key=lambda r: -r["mean"])
     report = {"goal": goal, "checkpoints": rows, "best": rows[0]["checkpoint"] if rows else None,
               "note": "each interval is valid on its own at the stated confidence (not simultaneously)"}

@@ -17,6 +17,7 @@ from typing import Any
 
 from prefect import flow
 
+from ..results_record import RunResults, read_record
 from ..runtime_options import RuntimeOptions
 from ..tasks.inputs import PreparedRun
 from ..tasks.plan import PlanRequest, RunPlan, make_plan
@@ -58,7 +59,7 @@ def demo_flow(plans: list[RunPlan], prepared: list[PreparedRun] | None = None) -
     for plan, inputs in zip(plans, prepared or [None] * len(plans)):
         sub = rank_flow if plan.kind == "rank" else certify_flow
         results = sub(plan, prepared=inputs)
-        results["full_run"] = full_run(results)
+        results["full_run"] = full_run(read_record(results, f"run {plan.run_id!r}"))
         report = _write_report(results["run_folder"])
         if report is not None:
             results["report"] = report
@@ -75,26 +76,25 @@ def _write_report(run_folder: str) -> str | None:
     return write_report(run_folder).files.get("report.md")
 
 
-def full_run(results: dict[str, Any]) -> dict[str, Any]:
+def full_run(results: RunResults) -> dict[str, Any]:
     """What scoring every item of the bank with every model would have cost (calls) beside what the run used, and,
     for the recorded models, the full run's answer: their exact bank means and order, and whether the certified
     listing holds against them (every model in a higher tie group at least each lower one's mean minus ε)."""
-    models = results["models"]
-    calls = sum(int(m.get("items_sent_to_model", m["n_scored"])) for m in models)
-    full_calls = sum(int(m["n_total"]) for m in models)
+    models = results.models
+    calls = sum(int(m.items_sent_to_model) for m in models)
+    full_calls = sum(int(m.n_total) for m in models)
     out: dict[str, Any] = {"calls": calls, "full_calls": full_calls, "fraction_of_calls": calls / full_calls}
-    ranking = results.get("ranking")
-    specs = [m.get("spec") or "" for m in models]
-    if ranking is None or not all(spec.startswith(f"replay:{RANK_SCORES}#") for spec in specs):
+    ranking = results.ranking
+    if not ranking or not all(m.spec.startswith(f"replay:{RANK_SCORES}#") for m in models):
         return out
     from ..banks import bank_from_scores, load_scores, score_matrix
 
-    names = [m["model"] for m in models]
+    names = [m.model for m in models]
     frame = load_scores(RANK_SCORES)
     bank = bank_from_scores(frame[frame["model"].isin(names)])
     means = dict(zip(names, (score_matrix(frame, names, bank) @ bank.spec().weights()).tolist()))
-    epsilon = ranking.get("epsilon") or 0.0
-    groups = ranking["tie_groups"]
+    epsilon = ranking.epsilon or 0.0
+    groups = ranking.tie_groups
     holds = all(means[a] >= means[b] - epsilon - 1e-12
                 for i, upper in enumerate(groups) for lower in groups[i + 1:] for a in upper for b in lower)
     out.update(means=means, order=sorted(names, key=lambda n: -means[n]), listing_holds=holds)

@@ -31,8 +31,9 @@ PAIRS_FILE = "pairs.parquet"
 
 
 def run_results(run: Any) -> dict[str, Any]:
-    """results.json of a :class:`~certeval.tasks.run.Run`, as the typed record :class:`~certeval.results_record.RunResults`
-    writes it: ``models`` (+ ``pairs``/``ranking``/``selection``) and
+    """results.json of a :class:`~certeval.tasks.run.Run`, built as the typed record
+    :class:`~certeval.results_record.RunResults` (which checks every part) and written by it: ``models``
+    (+ ``pairs``/``ranking``/``selection``) and
     lm-eval-style blocks. Every model's numbers are the look log's last entry (:mod:`certeval.looks`); the group's
     own objects (pairs, ranking, selection) are the engine's at the last look."""
     plan = run.plan
@@ -106,22 +107,17 @@ def run_results(run: Any) -> dict[str, Any]:
                                              metas=metas, output_type=OUTPUT_TYPES.get(kind), requests=requests)
         models.append(entry)
     group = run.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
-    if plan.kind == "select" and group is not None:  # (names kept from before one interval per model)
+    if plan.kind == "select" and group is not None:
         status = {s.model: s.status for s in group.models}
         for entry in models:
-            entry.update(selection_status=status[entry["model"]], selection_lower=entry["lower"],
-                         selection_upper=entry["upper"])
-    if plan.kind == "rank" and run.engine.intervals:
-        for entry in models:
-            entry.update(ranking_mean=entry["mean"], ranking_lower=entry["lower"], ranking_upper=entry["upper"],
-                         ranking_items=entry["n_scored"])
+            entry["selection_status"] = status[entry["model"]]
     kinds: dict[str, Any] = {}  # the fields only some kinds have (RunResults: absent otherwise)
     if plan.kind == "compare" and group is not None:
-        kinds["pairs"] = [group.to_dict()]
+        kinds["pairs"] = [group]
     if plan.kind == "rank" and group is not None:
         kinds["ranking"] = group.to_dict(comparisons=False)
         if len(group.pairs) <= PAIRS_INLINE_MAX:
-            kinds["pairs"] = [c.to_dict() for c in group.comparisons]
+            kinds["pairs"] = list(group.comparisons)
         else:  # millions of pairs: a Parquet table next to results.json
             run.store.folder.write_parquet(PAIRS_FILE, pd.DataFrame(group.pairs.columns()))
             kinds["pairs"] = None
