@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from certeval.estimators._validation import InputError
+
 from test_pipeline_support import MIDDLE, STRONG, WEAK, needs_small_lm, replay, small_scores
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "training.md"
@@ -81,8 +82,12 @@ def test_not_better_verdicts_with_replay_checkpoints(infra, tmp_path):
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
     from certeval.flows.trainer_callback import CheckpointCertifier
-    from certeval.flows.training import (CheckpointCertification, certify_checkpoint, comparison_confidence,
-                                         read_checkpoints)
+    from certeval.flows.training import (
+        CheckpointCertification,
+        certify_checkpoint,
+        comparison_confidence,
+        read_checkpoints,
+    )
 
     scores = small_scores(tmp_path, n_items=150)
     out = tmp_path / "runs"
