@@ -263,6 +263,8 @@ def certify_checkpoint(checkpoint: str | os.PathLike, settings: CheckpointCertif
             return earlier
         raise InputError(f"checkpoint {label!r} is already in {output}/{RECORD_FILE} with other files (an earlier "
                          "training run?); certify this run's checkpoints into another output")
+    if changed is not None:  # a run of this name on other files (no entry): certified anew, said why
+        logger.info("certeval: %s", changed)
     sources = list(settings.history) + [_run_folder(output, e.run_id) for e in record.checkpoints]
     certified = _run(_request(settings, "certify", [spec], run_id, sources))
     [model] = certified["models"]
