@@ -185,3 +185,22 @@ def test_checkpoint_spec(tmp_path):
     assert checkpoint_spec(folder) == "replay:bundled:helm_mmlu#openai_ada"
     with pytest.raises(InputError, match="neither a folder nor a model spec"):
         checkpoint_spec(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("bank, processing_class, message", [
+    (None, "tokenizer", "needs settings.bank"),
+    ("bundled:trivia?categories=uscapitals&mc=4", None, "needs the Trainer's processing_class"),
+    ("/nonexistent/bank.jsonl", "tokenizer", "/nonexistent/bank.jsonl"),
+])
+def test_the_callback_refuses_what_it_cannot_certify_before_training(tmp_path, bank, processing_class, message):
+    """Found at ``on_train_begin``, before any training step (the Trainer's events called directly: no model)."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from certeval.flows.trainer_callback import CheckpointCertifier
+    from certeval.flows.training import CheckpointCertification
+
+    certifier = CheckpointCertifier(CheckpointCertification(bank=bank))
+    args = TrainingArguments(output_dir=str(tmp_path / "train"), use_cpu=True, report_to=[])
+    with pytest.raises(InputError, match=re.escape(message)):
+        certifier.on_train_begin(args, TrainerState(), TrainerControl(), processing_class=processing_class)
+    assert certifier.settings.output == f"{tmp_path / 'train'}/certeval" and not (tmp_path / "train").exists()

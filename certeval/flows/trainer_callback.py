@@ -8,7 +8,8 @@ the earlier ones as history and compared with the best so far; the result goes i
 logger) and into ``checkpoints.json``. With ``stop_after=N`` the callback ends training (``control.
 should_training_stop``) once N checkpoints in a row were certifiably not better than the best so far.
 
-Only the main process certifies (``state.is_world_process_zero``); the checkpoints must stay on disk until the next
+The Trainer needs ``processing_class=tokenizer`` (each checkpoint then holds its tokenizer). Only the main process
+certifies (``state.is_world_process_zero``); the checkpoints must stay on disk until the next
 one is compared (a ``save_total_limit`` that deletes the best so far fails the next comparison in one line).
 """
 
@@ -44,6 +45,9 @@ class CheckpointCertifier(TrainerCallback):
             # a bad bank found before any training step, not after the first checkpoint
             if self.settings.bank is None:
                 raise InputError("CheckpointCertifier needs settings.bank: the items each checkpoint is scored on")
+            if kwargs.get("processing_class") is None:  # a checkpoint without its tokenizer cannot be scored
+                raise InputError("CheckpointCertifier needs the Trainer's processing_class (its tokenizer), so that "
+                                 "each checkpoint folder holds the tokenizer: Trainer(..., processing_class=tokenizer)")
             load_run_bank(self.settings.bank, ())
             read_checkpoints(self.settings.output)  # a record of another kind or schema refused now
 
