@@ -203,7 +203,7 @@ class CheckpointsRecord:
             entries = tuple(_entry(e) for e in data["checkpoints"])
             return cls(bank=data["bank"], goal=data["goal"], confidence=data["confidence"], margin=data["margin"],
                        checkpoints=entries)
-        except (KeyError, TypeError) as exc:
+        except (AttributeError, KeyError, TypeError) as exc:
             raise InputError(f"{where} is damaged (missing or bad field {exc}); certify into another output") from None
 
 
