@@ -20,7 +20,7 @@ import pytest
 
 from certeval.estimators._validation import InputError
 
-from test_pipeline_support import MIDDLE, STRONG, WEAK, needs_small_lm, replay, small_scores
+from test_pipeline_support import MIDDLE, STRONG, WEAK, bank_diff, needs_small_lm, replay, small_scores
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "training.md"
 
@@ -70,16 +70,6 @@ def test_trainer_certifies_each_checkpoint_of_a_smollm2_fine_tune(infra, tmp_pat
     assert written["checkpoints"][1]["history_models"] == ["checkpoint-1"]
 
 
-def _bank_diff(scores: str, a: str, b: str) -> float:
-    """The exact difference of two recorded models' bank means (the bank's weights: mean of sub-dataset means)."""
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
-
-    frame = load_scores(scores)
-    bank = bank_from_scores(frame)
-    x = score_matrix(frame, [a, b], bank)
-    return float(bank.spec().weights() @ (x[0] - x[1]))
-
-
 def test_not_better_verdicts_with_replay_checkpoints(infra, tmp_path):
     """WEAK, then STRONG (certifiably better: the new best), then MIDDLE through the callback (certifiably not
     better: with ``stop_after=1`` training is told to stop). The comparisons' intervals cover the exact bank
@@ -105,7 +95,7 @@ def test_not_better_verdicts_with_replay_checkpoints(infra, tmp_path):
     c = second.comparison
     assert (c.best, c.verdict, second.not_better, second.best) == (WEAK, "a>b", False, STRONG)
     assert c.confidence == pytest.approx(comparison_confidence(0.95, 1)) == pytest.approx(0.975)
-    assert c.lower - 1e-9 <= _bank_diff(scores, STRONG, WEAK) <= c.upper + 1e-9 and c.n_items < 150  # early
+    assert c.lower - 1e-9 <= bank_diff(scores, STRONG, WEAK) <= c.upper + 1e-9 and c.n_items < 150  # early
     assert read_checkpoints(str(out)).not_better_streak() == 0  # the control: a better checkpoint stops nothing
 
     # the third checkpoint as the Trainer would hand it over: a saved folder (here holding its model spec)
@@ -123,7 +113,7 @@ def test_not_better_verdicts_with_replay_checkpoints(infra, tmp_path):
     assert (c.best, c.verdict, third.not_better, third.best) == (STRONG, "b>a", True, STRONG)
     assert c.confidence == pytest.approx(1 - 0.05 / 6)
     # (a difference of 0.087 on 150 items, at level 1 - 0.05/6: decided once every item is scored, exactly)
-    assert c.lower - 1e-9 <= _bank_diff(scores, MIDDLE, STRONG) <= c.upper + 1e-9 and c.upper < 0
+    assert c.lower - 1e-9 <= bank_diff(scores, MIDDLE, STRONG) <= c.upper + 1e-9 and c.upper < 0
     assert control.should_training_stop
     [logged] = state.log_history
     assert (logged["step"], logged["certeval/checkpoint"], logged["certeval/not_better"]) == (300, MIDDLE, True)
