@@ -9,8 +9,9 @@ logger) and into ``checkpoints.json``. With ``stop_after=N`` the callback ends t
 should_training_stop``) once N checkpoints in a row were certifiably not better than the best so far.
 
 The Trainer needs ``processing_class=tokenizer`` (each checkpoint then holds its tokenizer). Only the main process
-certifies (``state.is_world_process_zero``); the checkpoints must stay on disk until the next
-one is compared (a ``save_total_limit`` that deletes the best so far fails the next comparison in one line).
+certifies (``state.is_world_process_zero``), so ``stop_after`` stops that process alone: use it with one process.
+The checkpoints must stay on disk until the next one is compared (a ``save_total_limit`` that deletes the best so far
+fails the next comparison in one line).
 """
 
 from __future__ import annotations
