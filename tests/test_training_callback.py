@@ -5,9 +5,9 @@ example, run as written — and certifies both checkpoints through the callback 
 Two steps cannot make two checkpoints reliably differ, so the verdicts are checked in the second test, with replay
 models of known bank means (recorded HELM MMLU scores) through the plain function and the callback's ``on_save``
 (real ``TrainerState`` / ``TrainerControl``; no Trainer, whose checkpoints would be torch models, not recorded
-scores). Cost (2026-12-06, a shared 2-core machine at load average 17-25, not idle): the SmolLM2 test 184-249 s of
-wall time, its whole process tree 89 CPU-seconds including the shared Prefect and Ray start (four model actors, two
-training steps, two saves of 540 MB); the replay test 44-74 s; the others under a second each.
+scores). Cost (2026-12-06, a shared 2-core machine at load average 17-25, not idle): the SmolLM2 test 166-249 s of
+wall time (four model actors, two training steps, two saves of 540 MB), its process tree 89 CPU-seconds with the
+shared Prefect and Ray start, the whole file 103; the replay test 40-74 s; the others under a second each.
 """
 
 from __future__ import annotations
