@@ -15,7 +15,7 @@ from certeval.estimators import InputError
 from certeval.report import load_run, model_curves
 from certeval.tasks.plan import PlanRequest, make_plan
 
-from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
+from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, bank_diff, replay, small_scores
 
 pytestmark = pytest.mark.slow
 
@@ -145,15 +145,6 @@ def test_checkpoint_schedule_learns_from_the_checkpoints_it_already_certified(in
     assert report["best"] == STRONG and (out / "checkpoints.json").is_file()
 
 
-def _bank_diff(scores: str, a: str, b: str) -> float:
-    from certeval.banks import bank_from_scores, score_matrix
-
-    frame = load_scores(scores)
-    bank = bank_from_scores(frame)
-    x = score_matrix(frame, [a, b], bank)
-    return float(bank.spec().weights() @ (x[0] - x[1]))
-
-
 def test_compare_with_history_answers_the_bank_question_exactly(infra, tmp_path):
     from certeval.flows.pipeline import run_plan
     from certeval.tasks.run import Run
@@ -163,7 +154,7 @@ def test_compare_with_history_answers_the_bank_question_exactly(infra, tmp_path)
                                     batch_size=20, seed=3, output=str(tmp_path / "runs"), run_id="cmp-hist"))
     res = run_plan(plan)
     pair = res["pairs"][0]
-    truth = _bank_diff(scores, STRONG, WEAK)
+    truth = bank_diff(scores, STRONG, WEAK)
     assert pair["statistic"] == "paired-history" and res["history"]["comparison_target"] == "bank"
     assert pair["lower"] - 1e-9 <= truth <= pair["upper"] + 1e-9 and pair["verdict"] == "a>b"
     assert pair["n_items"] < 200  # decided before the bank ran out
@@ -182,7 +173,7 @@ def test_compare_with_history_at_exhaustion_gives_the_exact_difference(infra, tm
     plan, _ = make_plan(PlanRequest("compare", models=[replay(a, scores), replay(b, scores)], history=[SCORES], batch_size=20,
                                     seed=1, output=str(tmp_path / "runs"), run_id="cmp-x"))
     pair = run_plan(plan)["pairs"][0]
-    truth = _bank_diff(scores, a, b)
+    truth = bank_diff(scores, a, b)
     assert truth == pytest.approx(0.0, abs=1e-12) and pair["exact"]  # margin 0: only the whole bank shows a tie
     assert pair["lower"] == pytest.approx(0.0, abs=1e-12) and pair["upper"] == pytest.approx(0.0, abs=1e-12)
     assert pair["verdict"] == "equivalent" and pair["rule"] == "exhausted"

@@ -80,6 +80,16 @@ def small_scores(path: Path, models=(STRONG, MIDDLE, WEAK), n_items: int = 150) 
     return str(out)
 
 
+def bank_diff(scores: str, a: str, b: str) -> float:
+    """The exact difference of two recorded models' bank means in a scores file (the bank's weights)."""
+    from certeval.banks import bank_from_scores, load_scores, score_matrix
+
+    frame = load_scores(scores)
+    bank = bank_from_scores(frame)
+    x = score_matrix(frame, [a, b], bank)
+    return float(bank.spec().weights() @ (x[0] - x[1]))
+
+
 def cli_env(state_dir: Path, **extra: str) -> dict[str, str]:
     """Environment for a CLI subprocess that reuses the session's Prefect server."""
     env = dict(os.environ)
