@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from certeval.report import load_run, model_curves, paired_difference_curve, write_report
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import request_for
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
 
@@ -43,7 +44,7 @@ def _run(kind: str, tmp_path, run_id: str, scores: str, **kw):
     from certeval.flows.pipeline import run_plan
 
     kw.setdefault("models", [replay(m, scores) for m in (STRONG, MIDDLE, WEAK)])
-    plan, _ = make_plan(PlanRequest(kind, output=str(tmp_path / "runs"), run_id=run_id, seed=2, **kw))
+    plan, _ = make_plan(request_for(kind, output=str(tmp_path / "runs"), run_id=run_id, seed=2, **kw))
     res = run_plan(plan)
     folder = tmp_path / "runs" / run_id
     rounds = pd.concat(pd.read_parquet(f) for f in sorted((folder / "rounds").glob("*.parquet")))

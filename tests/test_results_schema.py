@@ -112,7 +112,8 @@ def test_stored_results_of_every_kind_and_a_backtest_validate(infra, tmp_path):
     tests/test_rescore.py writes them with SmolLM2, checked as they are written like every other.)"""
     from certeval.backtest.ray_fanout import backtest
     from certeval.flows.pipeline import run_plan
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import request_for
+    from certeval.tasks.plan import make_plan
 
     scores = small_scores(tmp_path, n_items=120)
     models = [replay(m, scores) for m in (STRONG, MIDDLE, WEAK)]
@@ -121,7 +122,7 @@ def test_stored_results_of_every_kind_and_a_backtest_validate(infra, tmp_path):
     schema = load_schema()
     stored = []
     for kind, kw in cases.items():
-        plan, _ = make_plan(PlanRequest(kind, output=str(tmp_path / "runs"), run_id=kind, seed=1, **kw))
+        plan, _ = make_plan(request_for(kind, output=str(tmp_path / "runs"), run_id=kind, seed=1, **kw))
         run_plan(plan)
         stored.append(tmp_path / "runs" / kind / "results.json")
     backtest(scores, "uniform", "halfwidth:0.2", 2, 0, use_ray=False, output=str(tmp_path / "backtest"),

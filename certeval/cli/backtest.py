@@ -1,9 +1,9 @@
 """``certeval backtest``: replay recorded scores as if the models were queried live.
 
-``certeval backtest COMMAND --scores S [COMMAND's own flags] --reps R`` (COMMAND: compare, rank, select) plays the
-live command on recorded scores: its flags are the live command's (:func:`certeval.cli.pipeline.add_command_flags`),
-its request the one the live command builds, and each rep is checked against the exact answer
-(:func:`certeval.backtest.commands.command_backtest`). The older spellings below stay as aliases.
+``certeval backtest COMMAND --scores S [COMMAND's own flags] --reps R`` (COMMAND: certify, compare, rank, select)
+plays the live command on recorded scores: its flags are the live command's, generated from its request
+(:mod:`certeval.requests`), its request the one the live command builds, and each rep is checked against the exact
+answer (:func:`certeval.backtest.commands.request_backtest`, what :func:`certeval.api.backtest` plays).
 
 Single-model goals (``halfwidth:E``, ``above:T``, ``below:T``) run here
 (:func:`certeval.backtest.single.run_single_backtest`); ``compare:``/``rank:``/
@@ -20,11 +20,11 @@ import sys
 from ..estimators._validation import InputError, check_confidence, check_positive_int
 from ..estimators.goals import parse_goal
 from ..progress import BacktestProgress, progress_mode
+from ..requests import REQUESTS
 from ._common import add_common, print_json
 from ._runtime import add_runtime_options, runtime_options
 
 COMPARATIVE_PREFIXES = ("compare:", "rank:", "select:")
-LIVE_COMMANDS = ("compare", "rank", "select")  # certeval backtest COMMAND (certeval.backtest.commands)
 
 
 def add_parser(subparsers) -> None:
@@ -86,10 +86,10 @@ def add_parser(subparsers) -> None:
 
 def _add_commands(p) -> None:
     """``certeval backtest COMMAND``: the live command's own flags, plus --scores and --reps."""
-    from .pipeline import HELPS, add_command_flags, add_plan_numbers
+    from .pipeline import HELPS, add_command_flags
 
     sub = p.add_subparsers(dest="backtest_command", metavar="COMMAND", required=False)
-    for name in LIVE_COMMANDS:
+    for name in REQUESTS:
         c = sub.add_parser(name, help=f"play the live {name} on recorded scores ({HELPS[name]})",
                            description=f"certeval {name} played on recorded scores, each rep checked against the "
                                        "exact answer on the whole bank; rep r is the live run with --seed (seed + r)")
@@ -97,26 +97,26 @@ def _add_commands(p) -> None:
                        help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
         c.add_argument("--reps", type=int, default=20, help="repetitions (default 20)")
         add_command_flags(c, name, live=False)
-        add_plan_numbers(c)
         c.set_defaults(func=run_command, command=name, goal=None)  # the parent's --goal is not this command's
 
 
 def run_command(args) -> int:
     """``certeval backtest COMMAND``: the live command's request from its flags, played and printed."""
-    from ..backtest.commands import CommandBacktestOptions, command_backtest
-    from .pipeline import plan_request
+    from ..backtest.commands import request_backtest
+    from .request_flags import request_from_args
 
     if "auto" in (args.history or []):
         raise InputError(f"--history auto names earlier select runs under --output; backtest {args.command} takes "
                          "recorded scores (a scores file, bundled:<name>, run folders)")
-    request = plan_request(args, list(args.model or []), args.history)
-    out = command_backtest(CommandBacktestOptions(request, scores=str(args.scores), reps=args.reps))
+    request = request_from_args(args, args.command, models=tuple(args.models or ()),
+                                history=tuple(args.history or ()))
+    out = request_backtest(request, str(args.scores), args.reps)
     if getattr(args, "json", False):
         print_json(out)
         return 0
-    from .backtest_tables import print_compare, print_rank, print_select
+    from .backtest_tables import print_certify, print_compare, print_rank, print_select
 
-    {"compare": print_compare, "rank": print_rank, "select": print_select}[args.command](out)
+    {"certify": print_certify, "compare": print_compare, "rank": print_rank, "select": print_select}[args.command](out)
     a = out["answer"]
     print(f"{args.command} on recorded scores, {a['reps']} rep(s): {a['fraction_used']:.3f} of the model x item "
           f"cells used; error rate {a['error_rate']:.3f} (alpha {a['alpha']:g}; an error: {a['errors']})")
