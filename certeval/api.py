@@ -68,11 +68,12 @@ def run(request: Request, *, progress: str | None = None) -> RunResults:
     report.md). ``progress``: ``"bars"`` or ``"lines"`` on stderr, None (default) for none. A run id that exists
     resumes its run."""
     from .envsetup import prepare_env, user_prefect_configured
+    from .runtime_options import runtime_options
     from .services import shared_ray_address
     from .startup import configure
     from .tasks.plan import make_plan
 
-    configure(request.options.startup_log)
+    configure(runtime_options(request.options).startup_log)  # options: RuntimeOptions or a mapping of its fields
     request = replace(request, ray_address=shared_ray_address(request.ray_address))
     user_prefect = user_prefect_configured()  # before prepare_env picks the project-local Prefect home
     prepare_env()

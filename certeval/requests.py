@@ -10,7 +10,8 @@ the one validation step, before Ray or Prefect start.
 Field metadata: ``flags`` (the command-line spellings, the first one named in messages; none: no flag),
 ``help`` (a text, or a mapping kind → text where the kinds read the field differently), ``kinds`` (the kinds that
 read a field shared by their base class; absent: every kind of the class), ``live`` (a field only a live run reads:
-where it writes, where the models run; a backtest takes none), ``cli`` (argparse's ``action``, ``type``,
+where it writes, where the models run; a backtest takes none), ``identity`` (False: how or where the run runs, not
+what it asks — a resumed run may change it; the others are compared with config.json on resume), ``cli`` (argparse's ``action``, ``type``,
 ``choices``, ``metavar``).
 
 Cheap to import (no pandas, Ray or Prefect): ``import certeval`` and the command line's parser load it.
@@ -24,13 +25,13 @@ from typing import Any, ClassVar
 from .estimators._validation import InputError
 from .runtime_options import RuntimeOptions
 
-__all__ = ["Certify", "Compare", "Paired", "Rank", "Request", "Select", "REQUESTS", "check_unread_fields",
+__all__ = ["Certify", "Compare", "IDENTITY", "Paired", "Rank", "Request", "Select", "REQUESTS", "check_unread_fields",
            "field_default", "field_help", "flag_of", "reads", "request_for"]
 
 
 def _field(default: Any, *flags: str, help: Any, kinds: tuple[str, ...] | None = None, live: bool = False,
-           **cli: Any) -> Any:
-    metadata = {"flags": flags, "help": help, "cli": cli, "live": live}
+           identity: bool = True, **cli: Any) -> Any:
+    metadata = {"flags": flags, "help": help, "cli": cli, "live": live, "identity": identity}
     if kinds is not None:
         metadata["kinds"] = kinds
     return field(default=default, metadata=metadata)
@@ -83,26 +84,28 @@ class Request:
     scorer: str | None = _field(
         None, "--scorer", live=True, help="mc-loglik, mc-loglik-norm, exact, normalized, numeric or pkg.mod:func")
     output: str | None = _field(
-        None, "--output", "--output_path", "--output-path", live=True,
+        None, "--output", "--output_path", "--output-path", live=True, identity=False,
         help="root of run folders: a folder or any fsspec URL (s3://...); default ./certeval-runs")
-    run_id: str | None = _field(None, "--run-id", live=True,
+    run_id: str | None = _field(None, "--run-id", live=True, identity=False,
                                 help="name of the run folder; the same id resumes a stopped run")
     log_samples: bool = _field(
-        False, "--log_samples", "--log-samples", live=True, action="store_true",
+        False, "--log_samples", "--log-samples", live=True, identity=False, action="store_true",
         help="also write samples/<model>/samples_<task>_<time>.jsonl (lm-eval's format) in the run folder")
     ray_address: str | None = _field(
-        None, "--ray-address", live=True,
+        None, "--ray-address", live=True, identity=False,
         help="connect to a running Ray cluster (default: $RAY_ADDRESS if set, else start a local one)")
-    num_cpus: int | None = _field(None, "--num-cpus", live=True, type=int,
+    num_cpus: int | None = _field(None, "--num-cpus", live=True, identity=False, type=int,
                                   help="CPUs of the local Ray (default: this machine's)")
-    replicas: int = _field(1, "--replicas", live=True, type=int, help="actors per model")
-    num_gpus: float = _field(0.0, "--num-gpus", live=True, type=float, help="GPUs per actor (vLLM / CUDA hosts)")
-    in_flight: int = _field(2, "--in-flight", live=True, type=int, help="batches queued per actor")
+    replicas: int = _field(1, "--replicas", live=True, identity=False, type=int, help="actors per model")
+    num_gpus: float = _field(0.0, "--num-gpus", live=True, identity=False, type=float,
+                             help="GPUs per actor (vLLM / CUDA hosts)")
+    in_flight: int = _field(2, "--in-flight", live=True, identity=False, type=int, help="batches queued per actor")
     chunk_size: int | None = _field(
-        None, help="items per actor call (default: the round's items split over replicas x in-flight batches)")
+        None, identity=False,
+        help="items per actor call (default: the round's items split over replicas x in-flight batches)")
     # how the run runs (timeouts, logs, start-up, cache): never its identity; the command line's runtime flags
-    options: RuntimeOptions = field(default_factory=RuntimeOptions,
-                                    metadata={"flags": (), "help": "runtime options (certeval.runtime_options)"})
+    options: RuntimeOptions = field(default_factory=RuntimeOptions, metadata={
+        "flags": (), "help": "runtime options (certeval.runtime_options)", "identity": False})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +175,11 @@ class Select(Paired):
 
 
 REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (Certify, Compare, Rank, Select)}
+
+
+# what a run is: the fields a resumed run must ask again exactly (config.json keeps them), each named once
+IDENTITY: tuple[str, ...] = tuple(dict.fromkeys(f.name for cls in REQUESTS.values() for f in fields(cls)
+                                                 if f.metadata.get("identity", True)))
 
 
 def reads(cls: type[Request], name: str) -> bool:

@@ -100,3 +100,33 @@ def test_a_broken_certify_backtest_is_caught_by_the_same_comparison(scores):
     seeds = {seed: certeval.backtest(request, scores=scores, reps=1, seed=seed).reps[0]["models"][0]
              for seed in (5, 6, 7)}
     assert len({(m["n_scored"], round(m["mean"], 12)) for m in seeds.values()}) > 1
+
+
+API_DOC = HERE.parent / "docs" / "api.md"
+
+
+def test_the_api_page_examples_run_as_written(infra, tmp_path, monkeypatch, capsys):
+    """docs/api.md's Python blocks, run in order in one namespace (the live run on the shared Ray and Prefect)."""
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", API_DOC.read_text(), re.S)
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", infra)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(API_DOC), "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "--epsilon must lie in (0, 1), got 1.5" in out and "rep 0:" in out
+    assert (tmp_path / "certeval-runs").is_dir()
+
+
+def test_the_readme_tour_python_block_runs_as_written(infra, tmp_path, monkeypatch):
+    import re
+
+    block = next(b for b in re.findall(r"```python\n(.*?)```", (HERE.parent / "README.md").read_text(), re.S)
+                 if "certeval.run(" in b)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", infra)
+    exec(compile(block, "README.md", "exec"), {})
+    assert (tmp_path / "certeval-runs").is_dir()

@@ -24,16 +24,15 @@ from ..lm_eval_tasks import AGGREGATE as LM_EVAL_AGGREGATE
 from ..lm_eval_tasks import NAMES_PREFIX as LM_EVAL_NAMES
 from ..model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
 from ..model_folders import check_model_folder
-from ..requests import Request, check_unread_fields
+from ..requests import IDENTITY, Request, check_unread_fields
 from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
 from .plan_checks import check_choice_items, check_epsilon, leaderboard_goal, trial_start
 
 KINDS = ("certify", "compare", "rank", "select")
-# keys of config.json a resumed run must match exactly
-COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
-            "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top", "epsilon", "aggregate")
+# keys of config.json a resumed run must match exactly: the question and what the request says it is
+COMPARED = ("kind", *IDENTITY)
 # how a bank with sub-datasets is summed up (lm-eval's groups offer both): each sub-dataset counts once (the
 # default, Arviv et al.'s estimand), or each item counts once (the plain accuracy)
 AGGREGATES = ("subset-mean", "mean")
