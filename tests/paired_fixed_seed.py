@@ -50,9 +50,11 @@ def run_case(name: str, folder: Path) -> dict:
     kind, history = case.pop("kind"), case.pop("history", False)
     scores = small_scores(folder, n_items=150)
     names = (STRONG, MIDDLE) if kind == "compare" else (STRONG, MIDDLE, WEAK)
+    if kind != "select":  # compare and rank state their verdicts at a margin; select has none
+        case.setdefault("margin", 0.02)
     plan, _ = make_plan(request_for(kind, models=[replay(m, scores) for m in names], output=str(folder / "runs"),
-                                    run_id=name, seed=2, batch_size=20, margin=case.pop("margin", 0.02),
-                                    history=[SCORES] if history else None, **case))
+                                    run_id=name, seed=2, batch_size=20, history=[SCORES] if history else None,
+                                    **case))
     drive(plan)
     return digest(folder / "runs" / name)
 

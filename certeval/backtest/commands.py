@@ -29,7 +29,7 @@ import numpy as np
 from ..backends.base import KINDS as SPEC_KINDS
 from ..backends.base import parse_model_spec
 from ..estimators._validation import InputError, check_positive_int
-from ..requests import REQUESTS
+from ..requests import IDENTITY, REQUESTS
 from ..tasks.plan import make_plan
 from .comparative import ComparativeBacktest, compare_backtest, rank_backtest, select_backtest
 
@@ -96,11 +96,9 @@ def request_backtest(request: Any, scores: str, reps: int = 20, *, use_ray: bool
                                  use_ray=use_ray, live_order=True)
         out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
         out["answer"] = answer(kind, out, group)
-    out["config"] = {"command": kind, "scores": str(scores), "models": list(plan.models),
-                     "labels": list(plan.labels), "reps": reps, "seed": plan.seed, "rule": REP_RULE,
-                     **{k: getattr(plan, k) for k in ("target", "confidence", "batch_size", "max_items", "goal",
-                                                      "margin", "threshold", "halfwidth", "top", "mode", "epsilon",
-                                                      "aggregate", "method")},
+    # what was played: the validated plan's value of every field that makes the request what it is
+    out["config"] = {"command": kind, "scores": str(scores), **{k: getattr(plan, k) for k in IDENTITY},
+                     "models": list(plan.models), "labels": list(plan.labels), "reps": reps, "rule": REP_RULE,
                      "history": list(plan.history) or None}
     return out
 
