@@ -15,7 +15,6 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from .. import __version__
 from ..backends.base import ModelSpec, parse_model_spec
 from ..estimators import make_method, parse_goal
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
@@ -212,8 +211,9 @@ def cache_identity(spec_text: str, fingerprint: ModelFingerprint) -> str:
 def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
-    out = {"certeval": __version__}
-    for dist in ("numpy", "prefect", "ray"):
+    # the installed distributions, certeval's too: its package root imports the API, which imports this module
+    out = {}
+    for dist in ("certeval", "numpy", "prefect", "ray"):
         try:
             out[dist] = md.version(dist)
         except md.PackageNotFoundError:
