@@ -111,7 +111,7 @@ def run_command(args) -> int:
     request = request_from_args(args, args.command, models=tuple(args.models or ()),
                                 history=tuple(args.history or ()))
     out = request_backtest(request, str(args.scores), args.reps)
-    if getattr(args, "json", False):
+    if args.json:
         print_json(out)
         return 0
     from .backtest_tables import print_certify, print_compare, print_rank, print_select
@@ -137,18 +137,10 @@ def run_comparative_backtest(args) -> int:
     """``--goal compare:D | rank:D | select:T,E``: the options from the parsed arguments, the result printed."""
     from ..backtest.comparative import ComparativeOptions, comparative_backtest
 
-    opts = ComparativeOptions(
-        goal=args.goal, scores=str(args.scores), items=getattr(args, "items", None) or None,
-        models=tuple(args.model) if getattr(args, "model", None) else None,
-        confidence=getattr(args, "confidence", 0.95), reps=getattr(args, "reps", 10) or 10,
-        seed=int(getattr(args, "seed", 0) or 0), looks_every=getattr(args, "looks_every", 100) or 100,
-        max_items=getattr(args, "max_items", None), target=getattr(args, "target", "bank") or "bank",
-        pairs=getattr(args, "pairs", 200) or 200, top=getattr(args, "top", None),
-        epsilon=getattr(args, "epsilon", None), history_fraction=getattr(args, "history_fraction", None),
-        statistic=getattr(args, "statistic", "paired"), spending=getattr(args, "spending", "pocock"),
-        ranking=getattr(args, "ranking", None) or "auto")
+    opts = _given(ComparativeOptions, args, models=tuple(args.model) if args.model else None, scores=str(args.scores),
+                  items=args.items or None)
     out = comparative_backtest(opts)
-    if getattr(args, "json", False):
+    if args.json:
         print_json(out)
     else:
         from .backtest_tables import print_compare, print_rank, print_select
@@ -158,20 +150,23 @@ def run_comparative_backtest(args) -> int:
     return 0
 
 
+def _given(options: type, args, **values):
+    """``options`` (a dataclass) from the flags ``args`` holds a value for, ``values`` over them; the rest keep the
+    dataclass's defaults, written there once."""
+    from dataclasses import fields
+
+    given = {f.name: getattr(args, f.name) for f in fields(options) if getattr(args, f.name, None) is not None}
+    return options(**{**given, **values})
+
+
 def run_faq_backtest(args) -> int:
     """``--method faq``: the options from the parsed arguments, the result printed."""
     from ..backtest.faq import FaqBacktestOptions, faq_backtest
 
-    opts = FaqBacktestOptions(
-        scores=str(args.scores), items=getattr(args, "items", None) or None,
-        models=tuple(str(m) for m in args.model) if getattr(args, "model", None) else None,
-        confidence=getattr(args, "confidence", 0.95), reps=getattr(args, "reps", 100),
-        seed=int(getattr(args, "seed", 0) or 0), ci=getattr(args, "ci", None) or "default",
-        batch_size=getattr(args, "batch_size", None) or 1, history_models=getattr(args, "history_models", None),
-        history_fraction=getattr(args, "history_fraction", None), budget=getattr(args, "budget", None),
-        missing=getattr(args, "missing", None))
+    opts = _given(FaqBacktestOptions, args, models=tuple(str(m) for m in args.model) if args.model else None,
+                  scores=str(args.scores), items=args.items or None)
     report = faq_backtest(opts)
-    if getattr(args, "json", False):
+    if args.json:
         print_json(report)
     else:
         s, ci = report["summary"], report["ci"]
@@ -196,7 +191,7 @@ def run(args) -> int:
         with_history = bool(args.history) or args.history_fraction is not None
         args.method = "history" if with_history else "adaptive"
     comparative = isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES)
-    if getattr(args, "epsilon", None) is not None and not comparative:
+    if args.epsilon is not None and not comparative:
         raise InputError(f"--epsilon {args.epsilon!r} applies to --goal rank:0 (an epsilon-correct ranking), not to "
                          f"--goal {args.goal}")
     if comparative:
@@ -248,7 +243,7 @@ def run_single(args) -> int:
         out = run_single_backtest(
             scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
             batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
-            features=getattr(args, "features", "auto"), method_params=_method_params(args),
+            features=args.features, method_params=_method_params(args),
             history=history, history_fraction=args.history_fraction, history_permute=args.history_permute,
             baseline="uniform" if args.method == "history" else None, progress=progress.update, on_rows=progress.rows,
             cache_dir=args.cache_dir,
@@ -261,7 +256,7 @@ def run_single(args) -> int:
 
 
 def _method_params(args) -> dict:
-    strata = getattr(args, "strata", None)
+    strata = args.strata
     if strata is None:
         return {}
     if args.method != "adaptive":
