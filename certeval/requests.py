@@ -23,9 +23,14 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 from .estimators._validation import InputError
+from .estimators.protocol import TARGETS
 from .runtime_options import RuntimeOptions
 
-__all__ = ["Certify", "Compare", "IDENTITY", "Paired", "Rank", "Request", "Select", "REQUESTS", "check_unread_fields",
+# how a bank with sub-datasets is summed up (lm-eval's groups offer both): each sub-dataset counts once (the default,
+# Arviv et al.'s estimand), or each item counts once (the plain accuracy)
+AGGREGATES = ("subset-mean", "mean")
+
+__all__ = ["AGGREGATES", "Certify", "Compare", "IDENTITY", "Paired", "Rank", "Request", "Select", "REQUESTS", "check_unread_fields",
            "field_default", "field_help", "flag_of", "reads", "request_for"]
 
 
@@ -71,7 +76,7 @@ class Request:
                         "variate; select gets each model's exact interval with its predicted score as control "
                         "variate; select --history auto: earlier select runs on this bank under --output"})
     aggregate: str | None = _field(
-        None, "--aggregate", choices=("subset-mean", "mean"),
+        None, "--aggregate", choices=AGGREGATES,
         help="a bank with sub-datasets (a 'subset' column): subset-mean (default) makes each sub-dataset count "
              "once (the mean of their means), mean each item once (the plain accuracy); named in every output")
     confidence: float = _field(0.95, "--confidence", type=float, help="confidence level in (0, 1)")
@@ -124,7 +129,7 @@ class Paired(Request):
     """What the paired questions (compare, rank, select) share: every model scores the same items."""
 
     target: str | None = _field(
-        None, "--target", choices=("bank", "distribution"),
+        None, "--target", choices=TARGETS,
         help="bank (default): the bank's own means and differences, exact once every item is scored "
              "(without-replacement confidence sequences); distribution: items as a sample of a population "
              "(group-sequential tests)")

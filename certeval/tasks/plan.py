@@ -19,11 +19,12 @@ from ..backends.base import ModelSpec, parse_model_spec
 from ..estimators import make_method, parse_goal
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
 from ..estimators.groups import GroupRequest
+from ..estimators.protocol import TARGETS  # what compare/rank/select answer (docs/architecture.md §4)
 from ..lm_eval_tasks import AGGREGATE as LM_EVAL_AGGREGATE
 from ..lm_eval_tasks import NAMES_PREFIX as LM_EVAL_NAMES
 from ..model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
 from ..model_folders import check_model_folder
-from ..requests import IDENTITY, Request, check_unread_fields
+from ..requests import AGGREGATES, IDENTITY, Paired, Request, Select, check_unread_fields
 from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
@@ -32,9 +33,6 @@ from .plan_checks import check_choice_items, check_epsilon, leaderboard_goal, tr
 KINDS = ("certify", "compare", "rank", "select")
 # keys of config.json a resumed run must match exactly: the question and what the request says it is
 COMPARED = ("kind", *IDENTITY)
-# how a bank with sub-datasets is summed up (lm-eval's groups offer both): each sub-dataset counts once (the
-# default, Arviv et al.'s estimand), or each item counts once (the plain accuracy)
-AGGREGATES = ("subset-mean", "mean")
 HISTORY_METHOD = "history"
 BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on history and runs in backtests only "
                                 "(certeval backtest --method faq); for a live run that learns from history use "
@@ -43,7 +41,6 @@ REPLAY_OPTIONS = {"latency"}
 INTEGRITY = "manifest-v1"  # config.json: the run folder keeps manifest.json, checked on resume
 PAIRED_METHOD = "uniform"  # per-model intervals on the shared item order (drawn ∝ weight on the bank target)
 MAX_GPUS = 64  # GPUs one model actor may ask for
-TARGETS = ("bank", "distribution")  # what compare/rank/select answer (docs/architecture.md §4); bank is the default
 
 
 @dataclass(frozen=True)
@@ -58,20 +55,20 @@ class RunPlan:
     run_id: str = ""
     goal: str | None = None
     method: str = "adaptive"
-    confidence: float = 0.95
-    batch_size: int = 50
+    confidence: float = Request.confidence  # a request's defaults, written once (certeval.requests)
+    batch_size: int = Request.batch_size
     max_items: int | None = None
-    seed: int = 0
+    seed: int = Request.seed
     scorer: str | None = None
-    margin: float = 0.0
+    margin: float = Paired.margin
     threshold: float | None = None
     halfwidth: float | None = None
-    mode: str = "best"
+    mode: str = Select.mode
     ray_address: str | None = None
-    replicas: int = 1
-    num_gpus: float = 0.0
+    replicas: int = Request.replicas
+    num_gpus: float = Request.num_gpus
     num_cpus: int | None = None  # CPUs of a local Ray (default: this machine's); ignored with ray_address
-    in_flight: int = 2
+    in_flight: int = Request.in_flight
     chunk_size: int | None = None  # items per actor call (default: batch_size split over replicas x in_flight)
     history: tuple[str, ...] = ()  # --history sources (other models' recorded scores, earlier runs)
     target: str | None = None  # compare/rank/select: "bank" (default) or "distribution"; None for certify
