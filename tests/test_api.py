@@ -41,7 +41,7 @@ def test_import_certeval_exposes_the_requests_the_verbs_and_the_results():
         certeval.Certify(models=("a",), margin=0.1)
 
 
-def test_a_bad_request_is_refused_by_every_verb_in_one_line_naming_the_flag(scores, tmp_path):
+def test_a_bad_request_is_refused_by_every_verb_in_one_line_naming_the_flag(infra, scores, tmp_path):
     bad = certeval.Rank(models=(replay(STRONG, scores), replay(WEAK, scores)), epsilon=1.5,
                         output=str(tmp_path / "runs"))
     for verb in (certeval.run, lambda r: certeval.backtest(r, scores=scores, reps=1),
