@@ -82,7 +82,7 @@ def test_backtest_certify_rep_0_is_the_live_certification(infra, scores, tmp_pat
     played = {m["model"]: m for m in backtest.reps[0]["models"]}
     for m in live.models:
         mine = played[m["model"]]
-        assert mine["n_scored"] == m["n_scored"] and mine["rule"] == m["rule"]
+        assert mine["n_scored"] == m["n_scored"] and mine["rule"] == m["decision"]["rule"]
         assert (mine["mean"], mine["lower"], mine["upper"]) == pytest.approx((m["mean"], m["lower"], m["upper"]),
                                                                              abs=1e-12)
     assert backtest.reps[1]["seed"] == 6  # rep r is the live run with seed + r
