@@ -127,7 +127,7 @@ def test_task_names_include_path_and_groups_are_banks_with_lm_evals_aggregation(
                                   include_path=None if source.endswith(".yaml") else str(folder),
                                   output=str(tmp_path / "runs"), run_id=None, goal="halfwidth:0.2", method=None,
                                   confidence=0.95, batch_size=8, max_items=None, seed=0, scorer=None, ray_address=None,
-                                  replicas=1, num_gpus=0, in_flight=1, num_cpus=None, aggregate=None)
+                                  replicas=1, num_gpus=0, in_flight=1, num_cpus=None, aggregate=None, history=None)
         plan, prepared = plan_from_args(args)
         bank = prepared.bank
         assert bank.n_items == 18 and set(bank.subset_names) == {"tiny_mc", "tiny_mc_b"}
