@@ -79,7 +79,7 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
     """Run the rank flow for the first ``m`` models of openllm_tiny (or, with a ``synthetic:`` ``location``,
     the select flow — best model within SYNTHETIC_EPSILON — over its first ``m`` models) with step timers;
     write timings to ``out_json``."""
-    from certeval.cli.pipeline import prepare_env
+    from certeval.envsetup import prepare_env
 
     prepare_env()
     import numpy as np
@@ -106,7 +106,8 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
         task.fn = timed(name, task.fn)
 
     from certeval.flows.pipeline import rank_flow, select_flow
-    from certeval.tasks.plan import PlanRequest, claim_run, make_plan
+    from certeval.requests import request_for
+    from certeval.tasks.plan import claim_run, make_plan
 
     synthetic = location is not None
     if synthetic:
@@ -121,7 +122,7 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
     out_dir = tempfile.mkdtemp(prefix="certeval-scale-")
     t0 = time.perf_counter()
     extra = dict(top=1, halfwidth=SYNTHETIC_EPSILON) if synthetic else {}
-    plan, prepared = make_plan(PlanRequest(
+    plan, prepared = make_plan(request_for(
         "select" if synthetic else "rank", models=specs, output=out_dir, run_id=f"scale-{m}", batch_size=batch,
         seed=seed, max_items=max_items, ray_address=ray_address, replicas=replicas, **extra))
     plan_s = time.perf_counter() - t0

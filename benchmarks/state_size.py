@@ -120,11 +120,12 @@ def old_encoding(state: dict) -> int:
 
 
 def measure(method: str, bank: str, root: Path, batch: int, seed: int) -> dict:
+    from certeval.requests import Certify
     from certeval.storage import safe_name
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.tasks.plan import make_plan
 
     history = [SCORES] if method == "history" else None
-    plan, _ = make_plan(PlanRequest("certify", models=[f"replay:{SCORES}#{MODEL}"], bank=bank, goal="halfwidth:0.0001",
+    plan, _ = make_plan(Certify(models=[f"replay:{SCORES}#{MODEL}"], bank=bank, goal="halfwidth:0.0001",
                                     method=method, batch_size=batch, seed=seed, output=str(root), run_id=method,
                                     history=history))
     label = plan.labels[0]

@@ -12,6 +12,28 @@ import time
 from pathlib import Path
 
 
+def user_prefect_configured() -> bool:
+    """Whether the user set Prefect up: an API URL or profile in the environment, or a profiles file in
+    their Prefect home (``$PREFECT_HOME``, default ``~/.prefect``). Then their server and profile are used
+    as they are; certeval only picks a project-local home (embedded server) when nothing is configured."""
+    if any(os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_PROFILE", "PREFECT_HOME",
+                                       "PREFECT_PROFILES_PATH")):
+        return True
+    return (Path.home() / ".prefect" / "profiles.toml").is_file()
+
+
+def prepare_env() -> None:
+    """Offline, loopback-only defaults and a project-local PREFECT_HOME, before Prefect is imported (a live run's
+    first step, from the command line or the Python API)."""
+    if not user_prefect_configured():
+        # zero-config default: Prefect's embedded server with its state in ./.prefect
+        os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    # a failed task would print its traceback through Prefect's console handler; the command prints one line
+    # and keeps the traceback in the run folder (exit 3). Prefect's API / UI still receive every run log.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+    configure_offline_env()
+
+
 def configure_offline_env(home: str | Path | None = None) -> None:
     defaults = {
         # Ray: bind loopback only, no usage stats (NOTES.md)

@@ -105,6 +105,47 @@ def preview_cost(request: Any, spec: Any, matrix: np.ndarray, n_models: int, *, 
                        history_models=h, simulated_models=k, fractions=fractions, seed=int(seed))
 
 
+def check_sources(kind: str, sources: Sequence[str]) -> None:
+    """A preview plays a rank or select request on the recorded models its history names: it needs some."""
+    if kind not in PREVIEW_KINDS:
+        raise InputError(f"a cost preview is for {' and '.join(PREVIEW_KINDS)}; got {kind!r}")
+    if not sources:
+        raise InputError(f"{kind} --dry-run predicts the cells from recorded models: give --history SOURCE "
+                         "(a scores file, bundled:<name>, run folders)")
+
+
+def preview_request(request: Any, *, reps: int = 10) -> CostPreview:
+    """The cost preview of a rank or select request (:mod:`certeval.requests`): validated like the run without its
+    history (:func:`~certeval.tasks.plan.make_plan`), then played on the recorded models its history names."""
+    from .tasks.plan import make_plan
+
+    sources = list(request.history or ())
+    check_sources(request.kind, sources)
+    plan, prepared = make_plan(replace(request, history=()))
+    return preview_plan(plan, prepared, sources, reps=reps)
+
+
+def preview_plan(plan: Any, prepared: Any, sources: Sequence[str], *, reps: int = 10) -> CostPreview:
+    """A validated plan (:func:`~certeval.tasks.plan.make_plan`, without history) played on the recorded models of
+    ``sources``; a history that shares no item or no complete model with the bank is refused naming --history."""
+    from .backends.base import parse_model_spec
+    from .history import load_history
+
+    history = load_history(list(sources))
+    named = ", ".join(repr(s) for s in sources)
+    bank_ids = set(prepared.bank.item_ids)
+    if not history.frame["item_id"].isin(bank_ids).any():
+        raise InputError(f"--history {named} shares no item with the bank ({len(bank_ids)} items, e.g. "
+                         f"{next(iter(prepared.bank.item_ids))!r}): nothing to preview on")
+    own = {spec.name for spec in map(parse_model_spec, plan.models) if spec.kind == "replay" and spec.name}
+    matrix, _ = history_matrix(history.frame, prepared.bank.item_ids, set(plan.labels) | own)
+    try:
+        return preview_cost(plan.group_request(), prepared.bank.spec(mean_of_means=plan.mean_of_means), matrix,
+                            len(plan.labels), reps=reps, seed=plan.seed)
+    except InputError as exc:
+        raise InputError(f"--history {named}: {exc}") from None
+
+
 def _statement(request: Any) -> str:
     if request.kind == "select" and request.target == "distribution":
         who = "every model" if request.mode == "precision" else "the best model"

@@ -161,6 +161,23 @@ class Services:
                 "processes": [p.to_dict() for p in self.processes]}
 
 
+def shared_ray_address(ray_address: str | None) -> str | None:
+    """The Ray a run uses: the one it names, else (with no $RAY_ADDRESS and no Prefect settings of the user's own)
+    the services ``certeval up`` started from this working folder when both still answer — their settings applied
+    and this process registered as their user, so ``certeval down`` leaves them running meanwhile — else None (the
+    run starts its own)."""
+    from .envsetup import user_prefect_configured
+
+    if ray_address or os.environ.get("RAY_ADDRESS") or user_prefect_configured():
+        return ray_address
+    services = read_services()
+    if services is None or not services.alive():
+        return None
+    services.apply()
+    register_user(services)
+    return services.ray_address
+
+
 def services_file(cwd: str | Path | None = None) -> Path:
     return Path(cwd or Path.cwd()) / FOLDER / FILE
 

@@ -25,6 +25,13 @@ GRACE_S = 2.0
 _STARTED: dict[int, int] = {}  # this process's pid -> its watchdog's pid
 
 
+def start_watchdog(options) -> None:
+    """Ray and Prefect processes this process starts end with it, even after a SIGKILL, unless the run's options
+    say ``watchdog=False`` (``--no-watchdog``)."""
+    if options.watchdog:
+        watch_parent()
+
+
 def watch_parent() -> None:
     """Start the watchdog for this process (once per process; the CLI skips it under ``--no-watchdog``)."""
     me = os.getpid()

@@ -42,15 +42,18 @@ MODEL_KEYS = ("model", "mean", "lower", "upper", "n_scored", "decision", "select
 def run_case(name: str, folder: Path) -> dict:
     """The digest of one case, run under ``folder``."""
     from benchmarks.state_size import drive
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import request_for
+    from certeval.tasks.plan import make_plan
 
     case = dict(CASES[name])
     kind, history = case.pop("kind"), case.pop("history", False)
     scores = small_scores(folder, n_items=150)
     names = (STRONG, MIDDLE) if kind == "compare" else (STRONG, MIDDLE, WEAK)
-    plan, _ = make_plan(PlanRequest(kind, models=[replay(m, scores) for m in names], output=str(folder / "runs"),
-                                    run_id=name, seed=2, batch_size=20, margin=case.pop("margin", 0.02),
-                                    history=[SCORES] if history else None, **case))
+    if kind != "select":  # compare and rank state their verdicts at a margin; select has none
+        case.setdefault("margin", 0.02)
+    plan, _ = make_plan(request_for(kind, models=[replay(m, scores) for m in names], output=str(folder / "runs"),
+                                    run_id=name, seed=2, batch_size=20, history=[SCORES] if history else None,
+                                    **case))
     drive(plan)
     return digest(folder / "runs" / name)
 

@@ -60,8 +60,9 @@ def test_a_bad_aggregate_exits_2_before_anything_runs(tmp_path, capsys):
               "--output", str(tmp_path / "runs")])
     assert stop.value.code == 2 and "--aggregate" in capsys.readouterr().err and not (tmp_path / "runs").exists()
     from certeval.estimators import InputError
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import make_plan
 
     with pytest.raises(InputError, match="--aggregate must be one of subset-mean, mean; got 'median'"):
-        make_plan(PlanRequest("certify", models=[replay(MIDDLE)], goal="halfwidth:0.1", aggregate="median",
+        make_plan(Certify(models=[replay(MIDDLE)], goal="halfwidth:0.1", aggregate="median",
                               output=str(tmp_path / "runs")))

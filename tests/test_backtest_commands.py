@@ -116,22 +116,24 @@ def test_scores_is_required(capsys):
 def test_old_goal_spelling_builds_the_same_request_as_the_command():
     """``--goal rank:D`` is an alias: its request is the live rank's plan's (make_plan, plan.group_request)."""
     from certeval.backtest.comparative import live_request
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Rank
+    from certeval.tasks.plan import make_plan
 
     alias = live_request(SCORES, "rank", (0.02,), FOUR, confidence=0.9, looks_every=40, max_items=None, seed=1,
                          target="bank", top=None, epsilon=None)
-    plan, _ = make_plan(PlanRequest("rank", models=[replay(m) for m in FOUR], margin=0.02, confidence=0.9,
-                                    batch_size=40, seed=1, check_output=False))
+    plan, _ = make_plan(Rank(models=[replay(m) for m in FOUR], margin=0.02, confidence=0.9,
+                                    batch_size=40, seed=1), check_output=False)
     assert alias == plan.group_request()
 
 
 def _live(kind: str, scores: str, folder: Path, seed: int, **numbers) -> dict:
     """The live run, in this process (the flow's round loop without Prefect and Ray)."""
     from benchmarks.state_size import drive
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import request_for
+    from certeval.tasks.plan import make_plan
 
     names = (STRONG, MIDDLE) if kind == "compare" else (STRONG, MIDDLE, WEAK)
-    plan, _ = make_plan(PlanRequest(kind, models=[replay(m, scores) for m in names], output=str(folder), seed=seed,
+    plan, _ = make_plan(request_for(kind, models=[replay(m, scores) for m in names], output=str(folder), seed=seed,
                                     batch_size=20, run_id=f"{kind}-{seed}", **numbers))
     drive(plan)
     return json.loads((folder / plan.run_id / "results.json").read_text())

@@ -30,7 +30,7 @@ def helm_rank():
     """One bank-target rank backtest on helm_mmlu (44 models, 2 reps, a look every 50 items) through the command
     line's entry, shared by the checks below: the run is what costs, each check reads it. Returns the backtest's
     dict and the JSON it printed."""
-    import certeval.backtest.comparative as comparative
+    from certeval.backtest import comparative
 
     real, kept = comparative.comparative_backtest, {}
 
@@ -47,7 +47,7 @@ def helm_rank():
 
 @pytest.mark.slow
 def test_rank_helm_mmlu_prints_tie_groups(helm_rank, capsys, monkeypatch):
-    import certeval.backtest.comparative as comparative
+    from certeval.backtest import comparative
 
     monkeypatch.setattr(comparative, "comparative_backtest", lambda opts: helm_rank[0])  # the shared run, as a table
     assert run_comparative_backtest(_args(json=False, reps=2, looks_every=50)) == 0

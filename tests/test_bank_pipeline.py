@@ -9,7 +9,8 @@ import pytest
 
 from certeval.banks import bank_from_scores, load_scores, score_matrix
 from certeval.cli import main
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import Compare, Rank, Select
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
 
@@ -27,7 +28,7 @@ def test_bank_rank_states_its_target_and_resumes_into_the_same_ranking(infra, tm
     from certeval.tasks.run import Run
 
     models = (STRONG, MIDDLE, WEAK)
-    plan, _ = make_plan(PlanRequest("rank", models=[replay(m) for m in models], batch_size=50, seed=5, margin=0.02,
+    plan, _ = make_plan(Rank(models=[replay(m) for m in models], batch_size=50, seed=5, margin=0.02,
                                     output=str(tmp_path / "runs"), run_id="bank-rank"))
     res = run_plan(plan)
     assert res["target"] == "bank" and res["config"]["target"] == "bank"
@@ -48,7 +49,7 @@ def test_bank_rank_states_its_target_and_resumes_into_the_same_ranking(infra, tm
 def test_distribution_target_answers_every_interval_for_the_distribution(infra, tmp_path):
     from certeval.flows.pipeline import run_plan
 
-    plan, _ = make_plan(PlanRequest("compare", models=[replay(STRONG), replay(WEAK)], batch_size=50, seed=1,
+    plan, _ = make_plan(Compare(models=[replay(STRONG), replay(WEAK)], batch_size=50, seed=1,
                                     target="distribution", output=str(tmp_path / "runs"), run_id="cmp-dist"))
     res = run_plan(plan)
     assert res["target"] == "distribution" and res["pairs"][0]["verdict"] == "a>b"
@@ -61,7 +62,7 @@ def test_rank_with_history_records_it_and_agrees_with_the_exact_bank(infra, tmp_
 
     scores = small_scores(tmp_path, n_items=150)
     models = (STRONG, MIDDLE, WEAK)
-    plan, _ = make_plan(PlanRequest("rank", models=[replay(m, scores) for m in models], history=[SCORES], batch_size=25,
+    plan, _ = make_plan(Rank(models=[replay(m, scores) for m in models], history=[SCORES], batch_size=25,
                                     seed=3, output=str(tmp_path / "runs"), run_id="rank-hist"))
     res = run_plan(plan)
     assert res["target"] == "bank" and res["history"]["comparison_target"] == "bank"
@@ -80,7 +81,7 @@ def test_select_with_history_records_it_and_selects_the_exact_best(infra, tmp_pa
 
     scores = small_scores(tmp_path, n_items=150)
     models = (STRONG, MIDDLE, WEAK)
-    plan, _ = make_plan(PlanRequest("select", models=[replay(m, scores) for m in models], history=[SCORES], batch_size=25,
+    plan, _ = make_plan(Select(models=[replay(m, scores) for m in models], history=[SCORES], batch_size=25,
                                     seed=4, halfwidth=0.02, output=str(tmp_path / "runs"), run_id="select-hist"))
     res = run_plan(plan)
     exact = dict(zip(models, _exact(scores, models)))

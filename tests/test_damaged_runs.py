@@ -8,7 +8,8 @@ import pytest
 
 from certeval.cli import main
 from certeval.estimators import InputError
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import Certify, Rank
+from certeval.tasks.plan import make_plan
 from certeval.tasks.run import Run
 
 from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
@@ -23,7 +24,7 @@ def finished_rank(infra, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("damaged")
     scores = small_scores(tmp, n_items=150)
-    plan, _ = make_plan(PlanRequest("rank", models=[replay(m, scores) for m in (STRONG, MIDDLE, WEAK)], batch_size=25,
+    plan, _ = make_plan(Rank(models=[replay(m, scores) for m in (STRONG, MIDDLE, WEAK)], batch_size=25,
                                     seed=2, output=str(tmp / "runs"), run_id="rank"))
     res = run_plan(plan)
     assert res["rounds"] >= 3
@@ -89,7 +90,7 @@ def stopped_certify(infra, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("damaged-single")
     scores = small_scores(tmp, n_items=150)
-    plan, _ = make_plan(PlanRequest("certify", models=[replay(m, scores) for m in (MIDDLE, WEAK)], goal="halfwidth:0.01",
+    plan, _ = make_plan(Certify(models=[replay(m, scores) for m in (MIDDLE, WEAK)], goal="halfwidth:0.01",
                                     method="uniform", batch_size=10, max_items=40, seed=3, output=str(tmp / "runs"),
                                     run_id="cert"))
     res = run_plan(plan)

@@ -88,7 +88,8 @@ def test_a_live_epsilon_rank_states_its_statement_and_stops_before_the_strict_on
     strict verdicts at margin 0.1."""
     from benchmarks.state_size import drive
     from certeval.report import write_report
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Rank
+    from certeval.tasks.plan import make_plan
 
     from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
 
@@ -96,7 +97,7 @@ def test_a_live_epsilon_rank_states_its_statement_and_stops_before_the_strict_on
     models = [replay(m, scores) for m in (STRONG, MIDDLE, WEAK)]
     used = {}
     for run_id, extra in (("eps", {"epsilon": 0.1}), ("strict", {"margin": 0.1})):
-        plan, _ = make_plan(PlanRequest("rank", models=models, output=str(tmp_path / "runs"), run_id=run_id,
+        plan, _ = make_plan(Rank(models=models, output=str(tmp_path / "runs"), run_id=run_id,
                                         batch_size=20, seed=3, **extra))
         drive(plan)
         results = json.loads((tmp_path / "runs" / run_id / "results.json").read_text())

@@ -208,7 +208,8 @@ def test_secrets_reach_actors_but_no_file_under_ray_or_the_run_folder(infra, tmp
     import ray
 
     from certeval.flows.pipeline import run_plan
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import make_plan
 
     secret = "sEcReT-" + os.urandom(8).hex()
     api_key = "sk-" + os.urandom(8).hex()
@@ -217,7 +218,7 @@ def test_secrets_reach_actors_but_no_file_under_ray_or_the_run_folder(infra, tmp
     monkeypatch.setenv("OPENAI_API_KEY", api_key)
     monkeypatch.setenv("OPENAI_KEY", named_key)
     scores = small_scores(tmp_path, n_items=60)
-    plan, _ = make_plan(PlanRequest("certify", models=[replay(MIDDLE, scores)], goal="halfwidth:0.2", batch_size=30,
+    plan, _ = make_plan(Certify(models=[replay(MIDDLE, scores)], goal="halfwidth:0.2", batch_size=30,
                                     output=str(tmp_path / "runs"), run_id="sec"))
     run_plan(plan)
 

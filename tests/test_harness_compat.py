@@ -54,7 +54,7 @@ def test_model_args_map_to_lm_eval_config():
 
 
 def test_lm_evals_model_form_maps_to_a_spec(tmp_path, capsys):
-    from certeval.cli.pipeline import with_model_args
+    from certeval.cli.surfaces import with_model_args
 
     assert with_model_args(["hf"], "pretrained=/m/dir,dtype=float32") == ["hf:/m/dir?dtype=float32"]
     # a spec that names its folder has no use for pretrained=: an option its backend does not know, refused by name

@@ -13,7 +13,8 @@ from certeval.banks import load_scores
 from certeval.cli import main
 from certeval.estimators import InputError
 from certeval.report import load_run, model_curves
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import Certify, Compare, Rank
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, bank_diff, replay, small_scores
 
@@ -24,7 +25,7 @@ def _run(tmp_path, **kw):
     from certeval.flows.pipeline import run_plan
 
     kw.setdefault("output", str(tmp_path / "runs"))
-    plan, _ = make_plan(PlanRequest("certify", **kw))
+    plan, _ = make_plan(Certify(**kw))
     return plan, run_plan(plan)
 
 
@@ -65,7 +66,7 @@ def test_the_flow_takes_the_validated_bank_and_priors_and_loads_fits_and_claims_
     import certeval.tasks.run as run_module
     from certeval.flows.pipeline import run_plan
 
-    plan, prepared = make_plan(PlanRequest("certify", models=[replay(MIDDLE)], goal="halfwidth:0.1", batch_size=50,
+    plan, prepared = make_plan(Certify(models=[replay(MIDDLE)], goal="halfwidth:0.1", batch_size=50,
                                            seed=1, history=[SCORES], output=str(tmp_path / "runs"), run_id="once"))
     assert set(prepared.history) == {MIDDLE} and prepared.bank.n_items == 567
     prepared = prepared.claimed(plan_module.claim_run(plan))  # what the CLI does before the flow
@@ -116,13 +117,13 @@ def test_bad_history_input_exits_2_and_writes_nothing(tmp_path, capsys, extra, m
 def test_history_left_out_entirely_when_only_the_model_itself_is_recorded(tmp_path):
     scores = small_scores(tmp_path, models=(MIDDLE,), n_items=40)
     with pytest.raises(InputError, match="never its own history"):
-        make_plan(PlanRequest("certify", models=[replay(MIDDLE, scores)], goal="halfwidth:0.1", history=[scores],
+        make_plan(Certify(models=[replay(MIDDLE, scores)], goal="halfwidth:0.1", history=[scores],
                               output=str(tmp_path / "runs")))
 
 
 def test_paired_commands_refuse_history_with_the_distribution_target(tmp_path):
     with pytest.raises(InputError, match="drop --target"):
-        make_plan(PlanRequest("rank", models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], target="distribution",
+        make_plan(Rank(models=[replay(MIDDLE), replay(WEAK)], history=[SCORES], target="distribution",
                               output=str(tmp_path / "r")))
 
 
@@ -150,7 +151,7 @@ def test_compare_with_history_answers_the_bank_question_exactly(infra, tmp_path)
     from certeval.tasks.run import Run
 
     scores = small_scores(tmp_path, n_items=200)
-    plan, _ = make_plan(PlanRequest("compare", models=[replay(STRONG, scores), replay(WEAK, scores)], history=[SCORES],
+    plan, _ = make_plan(Compare(models=[replay(STRONG, scores), replay(WEAK, scores)], history=[SCORES],
                                     batch_size=20, seed=3, output=str(tmp_path / "runs"), run_id="cmp-hist"))
     res = run_plan(plan)
     pair = res["pairs"][0]
@@ -170,7 +171,7 @@ def test_compare_with_history_at_exhaustion_gives_the_exact_difference(infra, tm
 
     a, b = "openai_text-ada-001", "openai_text-babbage-001"  # equal bank means on these 40 items
     scores = small_scores(tmp_path, models=(a, b), n_items=40)
-    plan, _ = make_plan(PlanRequest("compare", models=[replay(a, scores), replay(b, scores)], history=[SCORES], batch_size=20,
+    plan, _ = make_plan(Compare(models=[replay(a, scores), replay(b, scores)], history=[SCORES], batch_size=20,
                                     seed=1, output=str(tmp_path / "runs"), run_id="cmp-x"))
     pair = run_plan(plan)["pairs"][0]
     truth = bank_diff(scores, a, b)

@@ -62,12 +62,13 @@ def test_every_interval_is_precise_and_simultaneously_covers_and_shrunk_interval
 def test_a_live_leaderboard_run_states_precision_and_every_interval_meets_it(tmp_path):
     """Through the pipeline's round loop (no Ray or Prefect: the replay backend's own worker)."""
     from benchmarks.state_size import drive
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Rank
+    from certeval.tasks.plan import make_plan
 
     from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
 
     scores = small_scores(tmp_path, n_items=400)
-    plan, _ = make_plan(PlanRequest("rank", models=[replay(m, scores) for m in (STRONG, MIDDLE, WEAK)],
+    plan, _ = make_plan(Rank(models=[replay(m, scores) for m in (STRONG, MIDDLE, WEAK)],
                                     goal="halfwidth:0.15", output=str(tmp_path / "runs"), run_id="board",
                                     batch_size=20, seed=1))
     run = drive(plan)

@@ -18,9 +18,10 @@ import pandas as pd
 import pytest
 
 from certeval.banks import load_bank, load_scores
+from certeval.requests import Certify, request_for
 from certeval.storage.cache import item_key, prompt_hash
 from certeval.storage.io import dumps
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, needs_small_lm, replay
 
@@ -182,7 +183,7 @@ def test_every_command_kind_runs_on_every_bank_format_with_a_list_column(infra, 
     # one output root for every run: the table formats hold the same items, so they share the score cache; the
     # replay actors (no CPUs) are kept, so a run on the same scores file and models adopts an earlier one's
     output = str(tmp_path_factory.getbasetemp() / "list-bank-runs")
-    plan, _ = make_plan(PlanRequest(kind, models=[replay(m, scores) for m in models], bank=bank, batch_size=20,
+    plan, _ = make_plan(request_for(kind, models=[replay(m, scores) for m in models], bank=bank, batch_size=20,
                                     seed=1, output=output, run_id=f"{kind}-{fmt}", ray_address=infra,
                                     options={"keep_actors": True}, **extra))
     res = run_plan(plan)
@@ -208,7 +209,7 @@ def test_the_small_lm_scores_multiple_choice_from_a_list_column(infra, kept_acto
         "answer": [0, 0, 3],
     })
     bank = _write(frame, tmp_path / f"mc.{fmt}")
-    plan, _ = make_plan(PlanRequest("certify", models=["hf:bundled:smollm2?threads=1"], bank=bank, batch_size=3,
+    plan, _ = make_plan(Certify(models=["hf:bundled:smollm2?threads=1"], bank=bank, batch_size=3,
                                     goal="halfwidth:0.01", scorer="mc-loglik", output=str(tmp_path / "runs"),
                                     run_id=f"hf-{fmt}", ray_address=infra,
                                     options={"keep_actors": True}))  # the second format's run adopts the first's actor

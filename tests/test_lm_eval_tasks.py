@@ -71,10 +71,11 @@ def test_the_task_bank_holds_the_requests_lm_eval_itself_sends(tmp_path, offline
 
 
 def test_a_task_yaml_is_a_bank_for_a_run_and_bad_ones_exit_2_in_one_line(tmp_path, offline, capsys):
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import make_plan
 
     yaml = _task(tmp_path / "tasks", num_fewshot=0)
-    plan, prepared = make_plan(PlanRequest("certify", models=["hf:bundled:smollm2"], bank=yaml, goal="halfwidth:0.2",
+    plan, prepared = make_plan(Certify(models=["hf:bundled:smollm2"], bank=yaml, goal="halfwidth:0.2",
                                            output=str(tmp_path / "runs")))
     assert prepared.bank.n_items == 12 and plan.scorer == "mc-loglik" and plan.task_name == "tiny_mc"
     assert "Generating" not in capsys.readouterr().err  # lm-eval's and datasets' progress kept off stderr
@@ -116,23 +117,24 @@ def test_task_names_include_path_and_groups_are_banks_with_lm_evals_aggregation(
     """``--tasks NAME --include_path DIR`` (lm-eval's own form) and a group YAML: the group's leaf tasks are the
     sub-datasets, and the estimand follows the group's weight_by_size unless --aggregate names another."""
     from certeval.cli.pipeline import plan_from_args
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import make_plan
 
     folder = tmp_path / "tasks"
     group_yaml = _group(folder, weight_by_size)
     for source in (group_yaml, "tiny_group"):
-        args = argparse.Namespace(command="certify", model=["hf:bundled:smollm2"], bank=source,
+        args = argparse.Namespace(command="certify", models=["hf:bundled:smollm2"], bank=source,
                                   include_path=None if source.endswith(".yaml") else str(folder),
                                   output=str(tmp_path / "runs"), run_id=None, goal="halfwidth:0.2", method=None,
                                   confidence=0.95, batch_size=8, max_items=None, seed=0, scorer=None, ray_address=None,
-                                  replicas=1, num_gpus=0, in_flight=1, num_cpus=None, aggregate=None)
+                                  replicas=1, num_gpus=0, in_flight=1, num_cpus=None, aggregate=None, history=None)
         plan, prepared = plan_from_args(args)
         bank = prepared.bank
         assert bank.n_items == 18 and set(bank.subset_names) == {"tiny_mc", "tiny_mc_b"}
         assert bank.item_ids[0] == "tiny_mc/0" and "tiny_mc_b/5" in bank.item_ids
         assert plan.aggregate == aggregate and plan.scorer == "mc-loglik"
     assert plan.bank.startswith("lm-eval:tiny_group?include_path=") and plan.task_name == "tiny_group"
-    chosen, _ = make_plan(PlanRequest("certify", models=["hf:bundled:smollm2"], bank=group_yaml,
+    chosen, _ = make_plan(Certify(models=["hf:bundled:smollm2"], bank=group_yaml,
                                       goal="halfwidth:0.2", aggregate="subset-mean" if aggregate else "mean",
                                       output=str(tmp_path / "runs")))
     assert chosen.aggregate == (None if aggregate else "mean")  # the user's choice stands

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from certeval.report import load_run, model_curves, paired_difference_curve, write_report
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import request_for
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
 
@@ -43,7 +44,7 @@ def _run(kind: str, tmp_path, run_id: str, scores: str, **kw):
     from certeval.flows.pipeline import run_plan
 
     kw.setdefault("models", [replay(m, scores) for m in (STRONG, MIDDLE, WEAK)])
-    plan, _ = make_plan(PlanRequest(kind, output=str(tmp_path / "runs"), run_id=run_id, seed=2, **kw))
+    plan, _ = make_plan(request_for(kind, output=str(tmp_path / "runs"), run_id=run_id, seed=2, **kw))
     res = run_plan(plan)
     folder = tmp_path / "runs" / run_id
     rounds = pd.concat(pd.read_parquet(f) for f in sorted((folder / "rounds").glob("*.parquet")))
@@ -120,10 +121,12 @@ def test_compare_pair_curve_is_the_look_log(keep_actors, scores, tmp_path, targe
 @pytest.mark.parametrize("target,history", [("bank", False), ("distribution", False), ("bank", True)])
 def test_rank_and_select_group_intervals_are_the_look_log(keep_actors, scores, tmp_path, kind, target, history):
     kw = {"history": [SCORES]} if history else {}
-    if kind == "select":
+    if kind == "select":  # select states no verdict at a margin: its request has none
         kw.update(threshold=0.0, halfwidth=0.05)
+    else:
+        kw.update(margin=0.02)
     res, rounds, folder = _run(kind, tmp_path, f"{kind}-{target}-{history}", scores, target=target, batch_size=20,
-                               margin=0.02, **kw, **keep_actors)
+                               **kw, **keep_actors)
     _check_models(res, rounds, folder)
     for m in res["models"]:  # the model's one interval is the group's, as the look log recorded it
         look = _last_look(rounds, m["model"])

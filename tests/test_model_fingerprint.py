@@ -119,17 +119,18 @@ def test_content_is_hashed_once_per_file_version_and_the_bound_falls_back_to_sta
 
 
 def test_a_plan_carries_its_models_fingerprints_and_config_json_their_digests(tmp_path):
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import make_plan
 
     replay_file = tmp_path / "scores.jsonl"
     replay_file.write_text("".join(f'{{"model": "m", "item_id": "q{i}", "score": {i % 2}}}\n' for i in range(4)))
-    plan, _ = make_plan(PlanRequest("certify", models=[f"replay:{replay_file}#m"], goal="halfwidth:0.2",
+    plan, _ = make_plan(Certify(models=[f"replay:{replay_file}#m"], goal="halfwidth:0.2",
                                     output=str(tmp_path / "runs"), options={"cache_dir": str(tmp_path / "cache")}))
     assert isinstance(plan, RunPlan) and plan.fingerprints[0].covers == "files"
     assert plan.config()["fingerprints"] == [{"covers": "files", "digest": plan.fingerprints[0].digest}]
     key = plan.cache_keys()
     replay_file.write_text(replay_file.read_text().replace('"score": 1', '"score": 0'))  # the record corrected
-    again, _ = make_plan(PlanRequest("certify", models=[f"replay:{replay_file}#m"], goal="halfwidth:0.2",
+    again, _ = make_plan(Certify(models=[f"replay:{replay_file}#m"], goal="halfwidth:0.2",
                                      output=str(tmp_path / "runs"), options={"cache_dir": str(tmp_path / "cache")}))
     assert again.cache_keys() != key
 
@@ -150,11 +151,12 @@ def test_an_unreadable_model_file_exits_2_in_one_line_before_anything_starts(tmp
 
 
 def test_a_run_resumed_on_other_files_is_refused_in_one_line(tmp_path):
-    from certeval.tasks.plan import PlanRequest, claim_run, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import claim_run, make_plan
 
     scores = tmp_path / "scores.jsonl"
     scores.write_text("".join(f'{{"model": "m", "item_id": "q{i}", "score": {i % 2}}}\n' for i in range(4)))
-    request = PlanRequest("certify", models=[f"replay:{scores}#m"], goal="halfwidth:0.2", output=str(tmp_path / "runs"),
+    request = Certify(models=[f"replay:{scores}#m"], goal="halfwidth:0.2", output=str(tmp_path / "runs"),
                           run_id="r", options={"cache_dir": str(tmp_path / "cache")})
     plan, _ = make_plan(request)
     assert claim_run(plan) is False

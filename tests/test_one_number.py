@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import request_for
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay
 
@@ -49,7 +50,7 @@ def screens(infra, kept_actors, tmp_path_factory):
     out = tmp_path_factory.mktemp("one-number")
     shown = {}
     for name, (kind, models, extra) in CASES.items():
-        plan, prepared = make_plan(PlanRequest(kind, models=[replay(m) for m in models], batch_size=50, seed=1,
+        plan, prepared = make_plan(request_for(kind, models=[replay(m) for m in models], batch_size=50, seed=1,
                                                output=str(out), run_id=name, ray_address=infra,
                                                options={"keep_actors": True}, **extra))
         err = io.StringIO()

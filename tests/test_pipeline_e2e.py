@@ -15,7 +15,8 @@ import pytest
 
 from certeval.banks import load_scores
 from certeval.cli import main
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import Certify, request_for
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, needs_small_lm, read_log, replay
 
@@ -31,7 +32,7 @@ def _run(kind, tmp_path, **kw):
     from certeval.flows.pipeline import run_plan
 
     kw.setdefault("output", str(tmp_path / "runs"))
-    plan, _ = make_plan(PlanRequest(kind, **kw))
+    plan, _ = make_plan(request_for(kind, **kw))
     return plan, run_plan(plan)
 
 
@@ -202,7 +203,7 @@ def test_changed_config_for_an_existing_run_id_is_refused(tmp_path, capsys):
     from certeval.tasks.plan import claim_run
 
     out = str(tmp_path / "runs")
-    plan, _ = make_plan(PlanRequest("certify", models=[replay(WEAK)], goal="halfwidth:0.1", output=out, run_id="same"))
+    plan, _ = make_plan(Certify(models=[replay(WEAK)], goal="halfwidth:0.1", output=out, run_id="same"))
     claim_run(plan)
     config = (tmp_path / "runs" / "same" / "config.json").read_bytes()
     code = main(["certify", "--model", replay(WEAK), "--goal", "halfwidth:0.05", "--output", out, "--run-id", "same"])

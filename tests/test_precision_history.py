@@ -85,12 +85,13 @@ def test_history_saves_cells_on_helm_mmlu_and_every_model_meets_the_halfwidth():
 def test_a_live_leaderboard_run_with_history_states_it(tmp_path):
     """rank --goal halfwidth:E --history through the pipeline's round loop (the replay backend's own worker)."""
     from benchmarks.state_size import drive
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Rank
+    from certeval.tasks.plan import make_plan
 
     from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
 
     scores = small_scores(tmp_path, n_items=400)
-    plan, _ = make_plan(PlanRequest("rank", models=[replay(m, scores) for m in (STRONG, MIDDLE, WEAK)],
+    plan, _ = make_plan(Rank(models=[replay(m, scores) for m in (STRONG, MIDDLE, WEAK)],
                                     goal="halfwidth:0.15", output=str(tmp_path / "runs"), run_id="board",
                                     batch_size=20, seed=1, history=[SCORES]))
     run = drive(plan)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from certeval.requests import request_for
 from certeval.runtime_options import RuntimeOptions
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.tasks.plan import make_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -36,7 +37,7 @@ def _run(root: Path, name: str, ahead: str, log: Path) -> tuple[dict, dict]:
     kind, models, latency = case.pop("kind"), case.pop("models"), case.pop("latency", None)
     scores = small_scores(root, models=(STRONG, MIDDLE, WEAK), n_items=150)
     options = {} if latency is None else {"latency": latency}
-    plan, _ = make_plan(PlanRequest(kind, models=[replay(m, scores, **options) for m in models], output=str(root / "runs"),
+    plan, _ = make_plan(request_for(kind, models=[replay(m, scores, **options) for m in models], output=str(root / "runs"),
                                     run_id=name, seed=5, batch_size=20,
                                     options=RuntimeOptions(propose_ahead=ahead, call_log=str(log)), **case))
     result = run_plan(plan)

@@ -163,7 +163,8 @@ def test_stored_results_of_every_kind_validate(infra, tmp_path):
     and reads back as the typed record, equal to what was written. (A rescore's needs a model's stored outputs:
     tests/test_rescore.py writes them with SmolLM2, checked as they are written like every other.)"""
     from certeval.flows.pipeline import run_plan
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import request_for
+    from certeval.tasks.plan import make_plan
 
     scores = small_scores(tmp_path, n_items=120)
     models = [replay(m, scores) for m in (STRONG, MIDDLE, WEAK)]
@@ -171,7 +172,7 @@ def test_stored_results_of_every_kind_validate(infra, tmp_path):
              "rank": dict(models=models, epsilon=0.05), "select": dict(models=models, halfwidth=0.1)}
     schema = load_schema()
     for kind, kw in cases.items():
-        plan, _ = make_plan(PlanRequest(kind, output=str(tmp_path / "runs"), run_id=kind, seed=1, **kw))
+        plan, _ = make_plan(request_for(kind, output=str(tmp_path / "runs"), run_id=kind, seed=1, **kw))
         run_plan(plan)
         path = tmp_path / "runs" / kind / "results.json"
         doc = json.loads(path.read_text())

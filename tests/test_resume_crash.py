@@ -19,7 +19,8 @@ import pandas as pd
 import pytest
 from test_network_loopback import connect_targets, is_loopback
 
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import Certify
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, read_log, replay, small_scores
 
@@ -43,7 +44,7 @@ def test_sigkill_mid_run_then_rerun_equals_uninterrupted(infra, tmp_path):
     models = [replay(MIDDLE, scores, latency=0.004), replay(WEAK, scores, latency=0.004)]
     args = dict(goal="halfwidth:0.03", method="adaptive", batch_size=20, max_items=160, seed=7)
     # the uninterrupted reference, in-process, under another root (no shared score cache)
-    ref_plan, _ = make_plan(PlanRequest("certify", models=models, output=str(tmp_path / "ref"), run_id="run", **args))
+    ref_plan, _ = make_plan(Certify(models=models, output=str(tmp_path / "ref"), run_id="run", **args))
     ref = run_plan(ref_plan)
     assert ref["rounds"] >= 6
 

@@ -104,10 +104,11 @@ def test_the_default_cache_folder_follows_xdg_cache_home(tmp_path, monkeypatch):
 def test_a_resumed_run_may_change_its_runtime_options(tmp_path):
     """The options are not the run's identity: config.json does not keep them, and another timeout or log is no
     'different config under an existing run id' (a changed seed still is)."""
-    from certeval.tasks.plan import PlanRequest, claim_run, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import claim_run, make_plan
 
     def plan(seed=0, **options):
-        return make_plan(PlanRequest("certify", models=[MODEL], goal="halfwidth:0.1", output=str(tmp_path / "runs"),
+        return make_plan(Certify(models=[MODEL], goal="halfwidth:0.1", output=str(tmp_path / "runs"),
                                      run_id="r", seed=seed, options=RuntimeOptions(**options)))[0]
 
     first = plan(batch_timeout_s=10)

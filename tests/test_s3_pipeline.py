@@ -13,7 +13,8 @@ import socket
 import pytest
 
 from certeval.cli import main
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.requests import Rank
+from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, WEAK, replay
 
@@ -63,11 +64,11 @@ def test_flow_writes_to_s3_reads_back_and_resumes(infra, s3_env, tmp_path, monke
     fs = s3_env
     common = dict(models=[replay(MIDDLE), replay(WEAK)], batch_size=20, seed=11, max_items=200)
     # reference: the same run, uninterrupted, on a local folder
-    ref_plan, _ = make_plan(PlanRequest("rank", output=str(tmp_path / "local"), run_id="ref", **common))
+    ref_plan, _ = make_plan(Rank(output=str(tmp_path / "local"), run_id="ref", **common))
     ref = run_plan(ref_plan)
     assert ref["rounds"] > 3  # long enough to crash in the middle
 
-    plan, _ = make_plan(PlanRequest("rank", output="s3://certeval-test/runs", run_id="s3run", **common))
+    plan, _ = make_plan(Rank(output="s3://certeval-test/runs", run_id="s3run", **common))
     real_store_round = Run.store_round
     calls = {"n": 0}
 
@@ -85,7 +86,7 @@ def test_flow_writes_to_s3_reads_back_and_resumes(infra, s3_env, tmp_path, monke
     assert not fs.exists("certeval-test/runs/s3run/results.json")
     assert len(fs.ls("certeval-test/runs/s3run/rounds")) == 2
 
-    plan, _ = make_plan(PlanRequest("rank", output="s3://certeval-test/runs", run_id="s3run", **common))  # a new command
+    plan, _ = make_plan(Rank(output="s3://certeval-test/runs", run_id="s3run", **common))  # a new command
     res = run_plan(plan)  # the same command again: resumes from S3
     assert res["pipeline"]["resumed"]
     stored = json.loads(fs.cat_file("certeval-test/runs/s3run/results.json"))

@@ -68,15 +68,15 @@ def _copy_weights(source, folder) -> None:
 def test_weights_copied_over_a_certified_folder_are_scored_anew_and_the_run_says_why(tmp_path, infra, kept_actors):
     needs_small_lm()
     from certeval.flows.pipeline import run_plan
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import make_plan
 
     bank, first, other, other_mean = _bank_and_checkpoints(tmp_path)
     latest = tmp_path / "latest"
     shutil.copytree(first, latest)
 
     def certify(run_id: str, folder=latest) -> tuple[dict, str]:
-        plan, prepared = make_plan(PlanRequest(
-            "certify", models=[f"hf:{folder}?scorer=mc-loglik"], bank=str(bank), goal="halfwidth:0.01",
+        plan, prepared = make_plan(Certify(models=[f"hf:{folder}?scorer=mc-loglik"], bank=str(bank), goal="halfwidth:0.01",
             batch_size=24, output=str(tmp_path / "runs"), run_id=run_id, ray_address=infra,
             options={"keep_actors": True, "cache_dir": str(tmp_path / "cache")}))
         err = io.StringIO()

@@ -253,10 +253,11 @@ def _bank(tmp_path, n=150, dim=32):
 
 
 def _plan(tmp_path, bank, run_id, **kw):
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import make_plan
 
     kw = {"goal": "halfwidth:0.0001", "method": "cer-eval", "batch_size": 5, "seed": 4, **kw}
-    plan, _ = make_plan(PlanRequest("certify", models=["replay:bundled:helm_mmlu#openai_davinci"], bank=bank,
+    plan, _ = make_plan(Certify(models=["replay:bundled:helm_mmlu#openai_davinci"], bank=bank,
                                     output=str(tmp_path / "runs"), run_id=run_id, **kw))
     return plan
 

@@ -54,9 +54,10 @@ class CountingOutputs:
 
 
 def _plan(root: Path, bank: str, model_dir: Path):
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.requests import Certify
+    from certeval.tasks.plan import make_plan
 
-    return make_plan(PlanRequest("certify", models=[f"hf:{model_dir}"], bank=bank, goal="halfwidth:0.01",
+    return make_plan(Certify(models=[f"hf:{model_dir}"], bank=bank, goal="halfwidth:0.01",
                                  method="uniform", batch_size=4, scorer="exact", output=str(root), run_id="r"))
 
 

@@ -53,12 +53,13 @@ def _stored_run(root: Path, run_id: str, bank: str, model_dir: Path) -> Path:
     recorded-output pool standing in for the model."""
     from certeval.backends import scorers as sc
     from certeval.engine import play
+    from certeval.requests import Certify
     from certeval.rescore import RecordedOutputs
-    from certeval.tasks.plan import PlanRequest, make_plan
+    from certeval.tasks.plan import make_plan
     from certeval.tasks.round_steps import RunSteps
     from certeval.tasks.run import Run
 
-    plan, prepared = make_plan(PlanRequest("certify", models=[f"hf:{model_dir}"], bank=bank, goal="halfwidth:0.1",
+    plan, prepared = make_plan(Certify(models=[f"hf:{model_dir}"], bank=bank, goal="halfwidth:0.1",
                                            method="uniform", batch_size=4, max_items=8, scorer="exact",
                                            output=str(root), run_id=run_id))
     outputs = {(plan.labels[0], f"t/{i}"): "a" for i in range(8)}
@@ -219,7 +220,7 @@ def test_trust_remote_code_is_the_users_explicit_choice(fx, planted, tmp_path):
 
     from certeval.cli.pipeline import plan_from_args
 
-    args = Namespace(command="select", model=None, checkpoints=[fx["auto_config"], fx["auto_tokenizer"]],
+    args = Namespace(command="select", models=None, checkpoints=[fx["auto_config"], fx["auto_tokenizer"]],
                      model_args=None, trust_remote_code=True, bank=fx["root"] + "/plain.bank.jsonl",
                      include_path=None, num_fewshot=None, output=str(tmp_path / "runs"), run_id=None, goal=None,
                      method=None, confidence=0.95, batch_size=4, max_items=None, seed=0, scorer="exact",

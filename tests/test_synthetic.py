@@ -13,8 +13,9 @@ from certeval.backends.base import parse_model_spec
 from certeval.backends.replay import ReplayHost
 from certeval.cli import main
 from certeval.estimators._validation import InputError
+from certeval.requests import Select
 from certeval.synthetic import SyntheticScores, synthetic_scores
-from certeval.tasks.plan import PlanRequest, make_plan
+from certeval.tasks.plan import make_plan
 
 
 @pytest.mark.parametrize("location", ["synthetic:10x", "synthetic:0x10", "synthetic:10x0", "synthetic:ax10",
@@ -52,12 +53,12 @@ def test_replay_host_answers_the_generated_row():
 
 
 def test_plan_builds_the_bank_and_refuses_unknown_models(tmp_path):
-    plan, prepared = make_plan(PlanRequest("select", models=[f"replay:synthetic:50x700:3#m{k:02d}" for k in range(50)],
+    plan, prepared = make_plan(Select(models=[f"replay:synthetic:50x700:3#m{k:02d}" for k in range(50)],
                                            top=1, halfwidth=0.05, output=str(tmp_path), run_id="syn"))
     bank = prepared.bank
     assert bank.n_items == 700 and bank.item_ids[0] == "i000"
     with pytest.raises(InputError, match="unknown model 'm99'"):
-        make_plan(PlanRequest("select", models=["replay:synthetic:50x700:3#m00", "replay:synthetic:50x700:3#m99"],
+        make_plan(Select(models=["replay:synthetic:50x700:3#m00", "replay:synthetic:50x700:3#m99"],
                               output=str(tmp_path), run_id="syn2"))
 
 
@@ -75,7 +76,7 @@ def test_select_over_a_synthetic_table_through_the_pipeline(infra, tmp_path):
 
     location = "synthetic:60x1500:5"
     models = [f"replay:{location}#m{k:02d}" for k in range(60)]
-    plan, _ = make_plan(PlanRequest("select", models=models, top=1, halfwidth=0.03, batch_size=100, seed=4,
+    plan, _ = make_plan(Select(models=models, top=1, halfwidth=0.03, batch_size=100, seed=4,
                                     output=str(tmp_path / "runs"), run_id="syn-select"))
     res = run_plan(plan)
     truth = synthetic_scores(location).bank_means()

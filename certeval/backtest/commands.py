@@ -1,19 +1,27 @@
-"""``certeval backtest COMMAND``: a live command (compare, rank, select) played on recorded scores.
+"""``certeval backtest COMMAND`` and :func:`certeval.api.backtest`: a live request (certify, compare, rank, select)
+played on recorded scores.
 
-The request is the live command's own :class:`~certeval.tasks.plan.PlanRequest`, validated by
+The request is the live command's own (:mod:`certeval.requests`), validated by
 :func:`~certeval.tasks.plan.make_plan` exactly as the live command validates it, with the scores file's recorded
-models as its models (``replay:SCORES#NAME``). Rep ``r`` is the live run of that plan with ``--seed seed + r``: the
-same bank, the same group request (:meth:`~certeval.tasks.plan.RunPlan.group_request`), the same look size and
-budget, and the shared order drawn from the same generator (:func:`certeval.engine.paired_order_rng`) — so rep 0
-makes the decisions the live command makes with the same seed. The reps fan out through the one backtest driver as
-``paired`` cells (:class:`~certeval.backtest.comparative.ComparativeBacktest`) and are checked against the exact
-answer on the whole bank; :func:`command_backtest` adds the headline (``answer``): the fraction of the model x item
-cells the command scored and the share of reps whose statement the exact answer contradicts.
+models as its models (``replay:SCORES#NAME``). Rep ``r`` is the live run of that plan with ``--seed seed + r``, so
+rep 0 makes the decisions the live command makes with the same seed:
+
+* compare, rank, select: the same bank, the same group request (:meth:`~certeval.tasks.plan.RunPlan.group_request`),
+  the same look size and budget, and the shared order drawn from the same generator
+  (:func:`certeval.engine.paired_order_rng`); the reps fan out through the one backtest driver as ``paired`` cells
+  (:class:`~certeval.backtest.comparative.ComparativeBacktest`);
+* certify: each model's method started as the live run starts it (the same goal, budget, history prior and item
+  features) and driven by the same round engine (:class:`certeval.engine.SingleModelRounds`) with the live run's
+  generator of round ``k``, ``default_rng([seed, k])`` (:meth:`certeval.tasks.run.Run.rng`).
+
+Each rep is checked against the exact answer on the whole bank; :func:`request_backtest` adds the headline
+(``answer``): the fraction of the model x item cells the command scored and the share of reps whose statement the
+exact answer contradicts (certify: whose interval misses the model's exact bank mean).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,22 +29,12 @@ import numpy as np
 from ..backends.base import KINDS as SPEC_KINDS
 from ..backends.base import parse_model_spec
 from ..estimators._validation import InputError, check_positive_int
-from ..tasks.plan import PlanRequest, make_plan
+from ..requests import IDENTITY, REQUESTS
+from ..tasks.plan import make_plan
 from .comparative import ComparativeBacktest, compare_backtest, rank_backtest, select_backtest
 
-LIVE_COMMANDS = ("compare", "rank", "select")
+LIVE_COMMANDS = tuple(REQUESTS)
 REP_RULE = "rep r is the live command run with --seed (seed + r) on the recorded scores"
-
-
-@dataclass(frozen=True)
-class CommandBacktestOptions:
-    """A live command's request (its ``models``: names in ``scores`` or ``replay:`` specs; none: the default
-    models, :func:`replay_models`) and how many reps to play it."""
-
-    request: PlanRequest
-    scores: str
-    reps: int = 20
-    use_ray: bool = False
 
 
 def replay_models(scores: str, models: tuple[str, ...] | list[str] | None, kind: str) -> list[str]:
@@ -73,30 +71,85 @@ def recorded_matrix(plan: Any, bank: Any) -> np.ndarray:
     return matrix
 
 
-def command_backtest(opts: CommandBacktestOptions) -> dict[str, Any]:
-    """Validate the live request (an :class:`InputError` names the bad flag), play ``reps`` reps of it and return
-    the comparative backtest's result plus ``answer`` and ``config``; prints nothing."""
-    kind = opts.request.kind
+def request_backtest(request: Any, scores: str, reps: int = 20, *, use_ray: bool = False) -> dict[str, Any]:
+    """Validate the live ``request`` (an :class:`InputError` names the bad flag; its ``models``: names in
+    ``scores`` or ``replay:`` specs, none: :func:`replay_models`), play ``reps`` reps of it and return the backtest's
+    result plus ``answer`` and ``config``; prints nothing."""
+    kind = request.kind
     if kind not in LIVE_COMMANDS:
         raise InputError(f"backtest COMMAND must be one of {', '.join(LIVE_COMMANDS)}; got {kind!r}")
-    reps = check_positive_int(opts.reps, "--reps")
-    models = replay_models(opts.scores, opts.request.models, kind)
-    plan, prepared = make_plan(replace(opts.request, models=models, check_output=False, probe=False))
+    reps = check_positive_int(reps, "--reps")
+    models = replay_models(scores, request.models, kind)
+    plan, prepared = make_plan(replace(request, models=tuple(models)), check_output=False, probe=False)
     matrix = recorded_matrix(plan, prepared.bank)
-    spec = prepared.bank.spec(mean_of_means=plan.mean_of_means)
-    request = plan.group_request(history=prepared.history)
-    bt = ComparativeBacktest(matrix, tuple(plan.labels), spec, request, reps=reps, seed=plan.seed,
-                             looks_every=plan.batch_size, max_items=plan.max_items, name=plan.task_name,
-                             use_ray=opts.use_ray, live_order=True)
-    out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
-    out["answer"] = answer(kind, out, request)
-    out["config"] = {"command": kind, "scores": str(opts.scores), "models": list(plan.models),
-                     "labels": list(plan.labels), "reps": reps, "seed": plan.seed, "rule": REP_RULE,
-                     **{k: getattr(plan, k) for k in ("target", "confidence", "batch_size", "max_items", "goal",
-                                                      "margin", "threshold", "halfwidth", "top", "mode", "epsilon",
-                                                      "aggregate")},
+    if kind == "certify":
+        out = certify_backtest(plan, prepared, matrix, reps)
+        alpha = round(1.0 - plan.confidence, 12)
+        out["answer"] = {"fraction_used": out["summary"]["fraction_used"],
+                         "error_rate": out["summary"]["miss_rate"], "reps": reps, "alpha": alpha,
+                         "errors": "a model's interval misses its exact bank mean"}
+    else:
+        spec = prepared.bank.spec(mean_of_means=plan.mean_of_means)
+        group = plan.group_request(history=prepared.history)
+        bt = ComparativeBacktest(matrix, tuple(plan.labels), spec, group, reps=reps, seed=plan.seed,
+                                 looks_every=plan.batch_size, max_items=plan.max_items, name=plan.task_name,
+                                 use_ray=use_ray, live_order=True)
+        out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
+        out["answer"] = answer(kind, out, group)
+    # what was played: the validated plan's value of every field that makes the request what it is
+    out["config"] = {"command": kind, "scores": str(scores), **{k: getattr(plan, k) for k in IDENTITY},
+                     "models": list(plan.models), "labels": list(plan.labels), "reps": reps, "rule": REP_RULE,
                      "history": list(plan.history) or None}
     return out
+
+
+def certify_backtest(plan: Any, prepared: Any, matrix: np.ndarray, reps: int) -> dict[str, Any]:
+    """``reps`` reps of a certify plan on its models' recorded scores (``matrix``: rows in the plan's label
+    order); rep ``r`` is the live run with seed ``plan.seed + r``. Per rep and model: its interval, items scored
+    and stopping rule, and whether the interval holds the model's exact bank mean."""
+    from ..banks import bank_features
+    from ..engine import SingleModelRounds
+    from ..estimators import make_method, method_for_goal, parse_goal
+
+    bank, goal = prepared.bank, parse_goal(plan.goal)
+    spec = bank.spec(mean_of_means=plan.mean_of_means)
+    needs = getattr(make_method(plan.method, confidence=plan.confidence), "needs_features", False)
+    features = bank_features(bank, needs, plan.method)  # as the live run's embed step
+    if features is not None:
+        spec = bank.spec(features=features, mean_of_means=plan.mean_of_means)
+    exact = matrix @ spec.weights()
+    rows = {label: k for k, label in enumerate(plan.labels)}
+    runs = []
+    for rep in range(reps):
+        seed = plan.seed + rep
+        methods = {label: method_for_goal(plan.method, goal, plan.max_items, confidence=plan.confidence).start(
+            replace(spec, history=prepared.history[label]) if label in prepared.history else spec)
+            for label in plan.labels}
+        rounds = SingleModelRounds(methods, goal, n_items=bank.n_items, batch_size=plan.batch_size,
+                                   max_items=plan.max_items)
+        look = 0
+        while rounds.active:  # the live run's rounds: one generator per round, keyed by (seed, round)
+            proposals = rounds.select(lambda _label: np.random.default_rng([seed, look]), look=look + 1)
+            for label, proposal in proposals.items():
+                items = np.asarray(proposal.items, dtype=np.int64)
+                rounds.update(label, items, matrix[rows[label]][items])
+            rounds.decide(list(proposals), look=look + 1)
+            look += 1
+        runs.append({"rep": rep, "seed": seed, "models": [_certified(label, methods[label].result(),
+                                                                     rounds.decisions[label], exact[rows[label]])
+                                                          for label in plan.labels]})
+    cells = [m for run in runs for m in run["models"]]
+    summary = {"reps": reps, "fraction_used": float(np.mean([m["n_scored"] for m in cells]) / bank.n_items),
+               "miss_rate": float(np.mean([not m["covered"] for m in cells])),
+               "reached": float(np.mean([m["reached"] for m in cells]))}
+    return {"runs": runs, "summary": summary}
+
+
+def _certified(label: str, estimate: Any, decision: Any, exact: float) -> dict[str, Any]:
+    return {"model": label, "mean": float(estimate.mean), "lower": float(estimate.lower),
+            "upper": float(estimate.upper), "n_scored": int(estimate.n_scored), "rule": decision.rule,
+            "reached": bool(decision.reached), "exact": float(exact),
+            "covered": bool(estimate.lower <= exact + 1e-12 and exact <= estimate.upper + 1e-12)}
 
 
 def answer(kind: str, out: dict[str, Any], request: Any) -> dict[str, Any]:
@@ -120,5 +173,4 @@ def answer(kind: str, out: dict[str, Any], request: Any) -> dict[str, Any]:
             "alpha": round(1.0 - request.confidence, 12)}
 
 
-__all__ = ["LIVE_COMMANDS", "CommandBacktestOptions", "answer", "command_backtest", "recorded_matrix",
-           "replay_models"]
+__all__ = ["LIVE_COMMANDS", "answer", "certify_backtest", "recorded_matrix", "replay_models", "request_backtest"]

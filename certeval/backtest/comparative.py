@@ -384,14 +384,17 @@ def live_request(scores: str, kind: str, values: tuple[float, ...], models: tupl
     that command on the recorded models, validated by :func:`~certeval.tasks.plan.make_plan`, builds it
     (:meth:`~certeval.tasks.plan.RunPlan.group_request`). Each sampled pair of ``compare`` is that live compare with
     its own two models: the plan is made for the first pair."""
-    from ..tasks.plan import PlanRequest, make_plan
+    from ..requests import request_for
+    from ..tasks.plan import make_plan
 
     picked = models[:2] if kind == "compare" else models
     numbers = (dict(threshold=values[0], halfwidth=values[1], top=top if target == "bank" else None)
-               if kind == "select" else dict(margin=values[0], epsilon=epsilon))
-    plan, _ = make_plan(PlanRequest(kind, models=[f"replay:{scores}#{m}" for m in picked], confidence=confidence,
+               if kind == "select" else dict(margin=values[0]))
+    if kind == "rank":
+        numbers["epsilon"] = epsilon
+    plan, _ = make_plan(request_for(kind, models=[f"replay:{scores}#{m}" for m in picked], confidence=confidence,
                                     batch_size=looks_every, max_items=max_items, seed=seed, target=target,
-                                    check_output=False, probe=False, **numbers))
+                                    **numbers), check_output=False, probe=False)
     return replace(plan.group_request(), labels=tuple(models))
 
 

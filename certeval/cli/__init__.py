@@ -52,9 +52,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="certeval", description="Adaptive, certified LLM evaluation.")
-    from .. import __version__
+    from importlib.metadata import version  # the installed distribution's (the package root imports the API)
 
-    parser.add_argument("--version", action="version", version=f"certeval {__version__}")
+    parser.add_argument("--version", action="version", version=f"certeval {version('certeval')}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.required = True
     seen = set()

@@ -1,9 +1,9 @@
 """``certeval backtest``: replay recorded scores as if the models were queried live.
 
-``certeval backtest COMMAND --scores S [COMMAND's own flags] --reps R`` (COMMAND: compare, rank, select) plays the
-live command on recorded scores: its flags are the live command's (:func:`certeval.cli.pipeline.add_command_flags`),
-its request the one the live command builds, and each rep is checked against the exact answer
-(:func:`certeval.backtest.commands.command_backtest`). The older spellings below stay as aliases.
+``certeval backtest COMMAND --scores S [COMMAND's own flags] --reps R`` (COMMAND: certify, compare, rank, select)
+plays the live command on recorded scores: its flags are the live command's, generated from its request
+(:mod:`certeval.requests`), its request the one the live command builds, and each rep is checked against the exact
+answer (:func:`certeval.backtest.commands.request_backtest`, what :func:`certeval.api.backtest` plays).
 
 Single-model goals (``halfwidth:E``, ``above:T``, ``below:T``) run here
 (:func:`certeval.backtest.single.run_single_backtest`); ``compare:``/``rank:``/
@@ -20,11 +20,11 @@ import sys
 from ..estimators._validation import InputError, check_confidence, check_positive_int
 from ..estimators.goals import parse_goal
 from ..progress import BacktestProgress, progress_mode
+from ..requests import REQUESTS
 from ._common import add_common, print_json
 from ._runtime import add_runtime_options, runtime_options
 
 COMPARATIVE_PREFIXES = ("compare:", "rank:", "select:")
-LIVE_COMMANDS = ("compare", "rank", "select")  # certeval backtest COMMAND (certeval.backtest.commands)
 
 
 def add_parser(subparsers) -> None:
@@ -86,10 +86,10 @@ def add_parser(subparsers) -> None:
 
 def _add_commands(p) -> None:
     """``certeval backtest COMMAND``: the live command's own flags, plus --scores and --reps."""
-    from .pipeline import HELPS, add_command_flags, add_plan_numbers
+    from .pipeline import HELPS, add_command_flags
 
     sub = p.add_subparsers(dest="backtest_command", metavar="COMMAND", required=False)
-    for name in LIVE_COMMANDS:
+    for name in REQUESTS:
         c = sub.add_parser(name, help=f"play the live {name} on recorded scores ({HELPS[name]})",
                            description=f"certeval {name} played on recorded scores, each rep checked against the "
                                        "exact answer on the whole bank; rep r is the live run with --seed (seed + r)")
@@ -97,26 +97,26 @@ def _add_commands(p) -> None:
                        help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
         c.add_argument("--reps", type=int, default=20, help="repetitions (default 20)")
         add_command_flags(c, name, live=False)
-        add_plan_numbers(c)
         c.set_defaults(func=run_command, command=name, goal=None)  # the parent's --goal is not this command's
 
 
 def run_command(args) -> int:
     """``certeval backtest COMMAND``: the live command's request from its flags, played and printed."""
-    from ..backtest.commands import CommandBacktestOptions, command_backtest
-    from .pipeline import plan_request
+    from ..backtest.commands import request_backtest
+    from .request_flags import request_from_args
 
     if "auto" in (args.history or []):
         raise InputError(f"--history auto names earlier select runs under --output; backtest {args.command} takes "
                          "recorded scores (a scores file, bundled:<name>, run folders)")
-    request = plan_request(args, list(args.model or []), args.history)
-    out = command_backtest(CommandBacktestOptions(request, scores=str(args.scores), reps=args.reps))
-    if getattr(args, "json", False):
+    request = request_from_args(args, args.command, models=tuple(args.models or ()),
+                                history=tuple(args.history or ()))
+    out = request_backtest(request, str(args.scores), args.reps)
+    if args.json:
         print_json(out)
         return 0
-    from .backtest_tables import print_compare, print_rank, print_select
+    from .backtest_tables import print_certify, print_compare, print_rank, print_select
 
-    {"compare": print_compare, "rank": print_rank, "select": print_select}[args.command](out)
+    {"certify": print_certify, "compare": print_compare, "rank": print_rank, "select": print_select}[args.command](out)
     a = out["answer"]
     print(f"{args.command} on recorded scores, {a['reps']} rep(s): {a['fraction_used']:.3f} of the model x item "
           f"cells used; error rate {a['error_rate']:.3f} (alpha {a['alpha']:g}; an error: {a['errors']})")
@@ -137,18 +137,10 @@ def run_comparative_backtest(args) -> int:
     """``--goal compare:D | rank:D | select:T,E``: the options from the parsed arguments, the result printed."""
     from ..backtest.comparative import ComparativeOptions, comparative_backtest
 
-    opts = ComparativeOptions(
-        goal=args.goal, scores=str(args.scores), items=getattr(args, "items", None) or None,
-        models=tuple(args.model) if getattr(args, "model", None) else None,
-        confidence=getattr(args, "confidence", 0.95), reps=getattr(args, "reps", 10) or 10,
-        seed=int(getattr(args, "seed", 0) or 0), looks_every=getattr(args, "looks_every", 100) or 100,
-        max_items=getattr(args, "max_items", None), target=getattr(args, "target", "bank") or "bank",
-        pairs=getattr(args, "pairs", 200) or 200, top=getattr(args, "top", None),
-        epsilon=getattr(args, "epsilon", None), history_fraction=getattr(args, "history_fraction", None),
-        statistic=getattr(args, "statistic", "paired"), spending=getattr(args, "spending", "pocock"),
-        ranking=getattr(args, "ranking", None) or "auto")
+    opts = _given(ComparativeOptions, args, models=tuple(args.model) if args.model else None, scores=str(args.scores),
+                  items=args.items or None)
     out = comparative_backtest(opts)
-    if getattr(args, "json", False):
+    if args.json:
         print_json(out)
     else:
         from .backtest_tables import print_compare, print_rank, print_select
@@ -158,20 +150,23 @@ def run_comparative_backtest(args) -> int:
     return 0
 
 
+def _given(options: type, args, **values):
+    """``options`` (a dataclass) from the flags ``args`` holds a value for, ``values`` over them; the rest keep the
+    dataclass's defaults, written there once."""
+    from dataclasses import fields
+
+    given = {f.name: getattr(args, f.name) for f in fields(options) if getattr(args, f.name, None) is not None}
+    return options(**{**given, **values})
+
+
 def run_faq_backtest(args) -> int:
     """``--method faq``: the options from the parsed arguments, the result printed."""
     from ..backtest.faq import FaqBacktestOptions, faq_backtest
 
-    opts = FaqBacktestOptions(
-        scores=str(args.scores), items=getattr(args, "items", None) or None,
-        models=tuple(str(m) for m in args.model) if getattr(args, "model", None) else None,
-        confidence=getattr(args, "confidence", 0.95), reps=getattr(args, "reps", 100),
-        seed=int(getattr(args, "seed", 0) or 0), ci=getattr(args, "ci", None) or "default",
-        batch_size=getattr(args, "batch_size", None) or 1, history_models=getattr(args, "history_models", None),
-        history_fraction=getattr(args, "history_fraction", None), budget=getattr(args, "budget", None),
-        missing=getattr(args, "missing", None))
+    opts = _given(FaqBacktestOptions, args, models=tuple(str(m) for m in args.model) if args.model else None,
+                  scores=str(args.scores), items=args.items or None)
     report = faq_backtest(opts)
-    if getattr(args, "json", False):
+    if args.json:
         print_json(report)
     else:
         s, ci = report["summary"], report["ci"]
@@ -196,7 +191,7 @@ def run(args) -> int:
         with_history = bool(args.history) or args.history_fraction is not None
         args.method = "history" if with_history else "adaptive"
     comparative = isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES)
-    if getattr(args, "epsilon", None) is not None and not comparative:
+    if args.epsilon is not None and not comparative:
         raise InputError(f"--epsilon {args.epsilon!r} applies to --goal rank:0 (an epsilon-correct ranking), not to "
                          f"--goal {args.goal}")
     if comparative:
@@ -248,7 +243,7 @@ def run_single(args) -> int:
         out = run_single_backtest(
             scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
             batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
-            features=getattr(args, "features", "auto"), method_params=_method_params(args),
+            features=args.features, method_params=_method_params(args),
             history=history, history_fraction=args.history_fraction, history_permute=args.history_permute,
             baseline="uniform" if args.method == "history" else None, progress=progress.update, on_rows=progress.rows,
             cache_dir=args.cache_dir,
@@ -261,7 +256,7 @@ def run_single(args) -> int:
 
 
 def _method_params(args) -> dict:
-    strata = getattr(args, "strata", None)
+    strata = args.strata
     if strata is None:
         return {}
     if args.method != "adaptive":

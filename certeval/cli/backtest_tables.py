@@ -84,3 +84,20 @@ def print_select(out: dict[str, Any]) -> None:
                   + (f"simultaneous coverage {s['simultaneous_coverage']:.3f}" if s.get("simultaneous_coverage") is not None
                      else f"errors (not an epsilon-top-{s.get('top')} or a wrong drop) {s.get('error_rate', 0):.3f}"))
     print_history(console, s)
+
+
+def print_certify(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="certify (rep 0): each model's interval on the recorded scores")
+    for col in ("model", "mean", "interval", "exact", "items used", "rule"):
+        table.add_column(col)
+    for m in out["runs"][0]["models"]:
+        table.add_row(m["model"], f"{m['mean']:.4f}", f"[{m['lower']:.4f}, {m['upper']:.4f}]", f"{m['exact']:.4f}",
+                      str(m["n_scored"]), str(m["rule"]))
+    s = out["summary"]
+    console = Console()
+    console.print(table)
+    console.print(f"over {s['reps']} reps: goal reached {s['reached']:.3f}; intervals missing the exact bank mean "
+                  f"{s['miss_rate']:.4f}")

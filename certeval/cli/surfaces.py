@@ -103,7 +103,7 @@ def check_surfaces(args) -> None:
         if given is not None:
             value = f" {' '.join(given)!r}" if given else ""
             raise InputError(f"{flag}{value} is lm-eval's flag, refused: {reason}")
-    limit = getattr(args, "max_items", None)
+    limit = args.max_items
     if isinstance(limit, float) and 0.0 < limit < 1.0:
         if args.bank is None:
             raise InputError(f"--limit {limit!r} is a fraction of each lm-eval task's docs (as in lm-eval): it needs "
@@ -225,45 +225,23 @@ def checkpoint_specs(patterns: list[str] | None) -> list[str]:
 
 
 def dry_run(args, options, plan_from_args) -> int:
-    """``rank|select --dry-run``: validated like the run (without its history), then previewed on the history; a
-    history that is missing, empty or shares no complete model with the bank is refused naming --history."""
-    from ..history import load_history
-    from ..preview import describe, history_matrix, preview_cost
+    """``rank|select --dry-run``: validated like the run (without its history), then previewed on the history
+    (:func:`certeval.preview.preview_plan`, what :func:`certeval.api.preview` plays)."""
+    from ..preview import check_sources, describe, preview_plan
 
     sources = list(args.history or [])
     if AUTO_HISTORY in sources:
         raise InputError(f"{args.command} --dry-run previews on recorded models named by --history SOURCE; "
                          f"--history {AUTO_HISTORY} names none")
-    if not sources:
-        raise InputError(f"{args.command} --dry-run predicts the cells from recorded models: give --history SOURCE "
-                         "(a scores file, bundled:<name>, run folders)")
+    check_sources(args.command, sources)
     args.history = None  # the preview plays the statement on the history models; it does not learn from them
     plan, prepared = plan_from_args(args, options)
-    history = load_history(sources)
-    named = ", ".join(repr(s) for s in sources)
-    bank_ids = set(prepared.bank.item_ids)
-    shared = history.frame["item_id"].isin(bank_ids)
-    if not shared.any():
-        raise InputError(f"--history {named} shares no item with the bank ({len(bank_ids)} items, e.g. "
-                         f"{next(iter(prepared.bank.item_ids))!r}): nothing to preview on")
-    matrix, _ = history_matrix(history.frame, prepared.bank.item_ids, set(plan.labels) | _model_names(plan))
-    try:
-        preview = preview_cost(plan.group_request(), prepared.bank.spec(mean_of_means=plan.mean_of_means), matrix,
-                               len(plan.labels), seed=plan.seed)
-    except InputError as exc:
-        raise InputError(f"--history {named}: {exc}") from None
+    preview = preview_plan(plan, prepared, sources)
     if args.json:
         print_json({"preview": preview.to_dict(), "history": sources})
     else:
         print(describe(preview))
     return 0
-
-
-def _model_names(plan) -> set[str]:
-    """The recorded names of the plan's replay models (a model never stands in for itself)."""
-    from ..backends.base import parse_model_spec
-
-    return {spec.name for spec in map(parse_model_spec, plan.models) if spec.kind == "replay" and spec.name}
 
 
 def with_device_and_batch(args, models: list[str]) -> list[str]:
@@ -322,13 +300,13 @@ def _check_cuda(args, device: str, flag: str) -> None:
     --ray-address; the model actors then ask Ray for a GPU each."""
     from ..tasks.plan import local_gpu_count
 
-    if not (getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS")):
+    if not (args.ray_address or os.environ.get("RAY_ADDRESS")):
         found = local_gpu_count()
         index = int(device[5:]) if device[5:].isdigit() else 0
         if index >= found:
             raise InputError(f"{flag} {device!r}: this machine has {found} CUDA GPU(s) (nvidia-smi); run on cpu, "
                              "or pass --ray-address of a cluster with GPUs")
-    if not getattr(args, "num_gpus", 0.0):
+    if not args.num_gpus:
         args.num_gpus = 1.0
 
 

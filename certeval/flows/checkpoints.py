@@ -44,10 +44,11 @@ from certeval.estimators._validation import InputError
 from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
 from certeval.messages import shown
 from certeval.model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
+from certeval.requests import Certify, Rank, Select
 from certeval.results_record import read_record
 from certeval.runtime_options import runtime_options
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
-from certeval.tasks.plan import PlanRequest, claim_run, make_plan
+from certeval.tasks.plan import claim_run, make_plan
 
 
 @task(name="find-checkpoints", cache_policy=NONE, retries=0)
@@ -89,8 +90,7 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
     """Select the best checkpoint of a folder; return (and store) the report. ``num_cpus`` caps a local Ray (models
     beyond it share actors, queued); ``num_gpus`` is each model actor's share of a GPU."""
     specs = find_checkpoints(checkpoints)
-    plan, prepared = make_plan(PlanRequest(
-        "select", models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
+    plan, prepared = make_plan(Select(models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
         batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer, threshold=threshold, halfwidth=halfwidth,
         mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus, options=options))
     results = read_record(select_flow(plan, prepared=prepared.claimed(claim_run(plan))), f"run {plan.run_id!r}")
@@ -194,7 +194,7 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
             print(f"certeval: {why}", file=sys.stderr, flush=True)
         own = f"ckpt-{safe_name(parse_model_spec(spec).label)}"
         sources = list(history or []) + ([output] if _has_history(output, own) else [])
-        plan, prepared = make_plan(PlanRequest("certify", models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
+        plan, prepared = make_plan(Certify(models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
                                         confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
                                         scorer=scorer, ray_address=ray_address, history=sources or None,
                                         num_cpus=num_cpus, num_gpus=num_gpus, options=options))
@@ -222,8 +222,7 @@ def rank_models_flow(models: list[str], bank: str | None = None, output: str | N
     """A scheduled ranking run over fixed model specs (``epsilon``: an epsilon-correct ranking instead of strict
     verdicts at ``margin``)."""
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
-    plan, prepared = make_plan(PlanRequest(
-        "rank", models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
+    plan, prepared = make_plan(Rank(models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
         confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address, num_cpus=num_cpus,
         num_gpus=num_gpus, epsilon=epsilon, options=options))
     return rank_flow(plan, prepared=prepared.claimed(claim_run(plan)))

@@ -17,10 +17,11 @@ from typing import Any
 
 from prefect import flow
 
+from ..requests import Certify, Rank
 from ..results_record import RunResults, read_record
 from ..runtime_options import RuntimeOptions
 from ..tasks.inputs import PreparedRun
-from ..tasks.plan import PlanRequest, RunPlan, make_plan
+from ..tasks.plan import RunPlan, make_plan
 from .pipeline import certify_flow, rank_flow
 
 RANK_SCORES = "bundled:helm_mmlu"
@@ -38,13 +39,12 @@ def demo_plans(output: str | None = None, lm_items: int = 60, skip_lm: bool = Fa
     """Validated plans of the two demo runs, each with what its validation loaded (fresh run ids, so the demo can
     be re-run); ``options``: how they run (timeouts, logs, cache folder)."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    rank = make_plan(PlanRequest("rank", models=[f"replay:{RANK_SCORES}#{m}" for m in RANK_MODELS],
+    rank = make_plan(Rank(models=[f"replay:{RANK_SCORES}#{m}" for m in RANK_MODELS],
                                     output=output, run_id=f"demo-rank-{stamp}", epsilon=RANK_EPSILON, batch_size=50,
                                     seed=seed, ray_address=ray_address, options=options))
     plans = [rank]
     if not skip_lm:
-        lm = make_plan(PlanRequest(
-            "certify", models=[LM_SPEC], bank=LM_BANK, output=output, run_id=f"demo-smollm2-{stamp}",
+        lm = make_plan(Certify(models=[LM_SPEC], bank=LM_BANK, output=output, run_id=f"demo-smollm2-{stamp}",
             goal=LM_GOAL, method="adaptive", batch_size=20, max_items=lm_items, seed=seed,
             ray_address=ray_address, options=options))
         plans.append(lm)

@@ -47,9 +47,11 @@ from ..backends.base import parse_model_spec, quote_location
 from ..estimators import parse_goal
 from ..estimators._validation import InputError, check_confidence, check_in_range
 from ..model_fingerprint import MEMO_DIR, fingerprint_models
+from ..requests import Certify, Compare
+from ..results_record import RunResults, read_record
 from ..runtime_options import runtime_options
 from ..storage import Folder, filesystem, safe_name
-from ..tasks.plan import PlanRequest, claim_run, make_plan
+from ..tasks.plan import claim_run, make_plan
 from .checkpoints import checkpoint_run
 from .pipeline import run_plan
 
@@ -266,17 +268,17 @@ def certify_checkpoint(checkpoint: str | os.PathLike, settings: CheckpointCertif
     if changed is not None:  # a run of this name on other files (no entry): certified anew, said why
         logger.info("certeval: %s", changed)
     sources = list(settings.history) + [_run_folder(output, e.run_id) for e in record.checkpoints]
-    certified = _run(_request(settings, "certify", [spec], run_id, sources))
-    [model] = certified["models"]
+    certified = _run(_request(settings, Certify, [spec], run_id, sources))
+    [model] = certified.models
     comparison, best = None, label
     if record.checkpoints:
         best_entry = next(e for e in record.checkpoints if e.checkpoint == record.best)
         comparison = _compare(settings, spec, best_entry, len(record.checkpoints), sources + [_run_folder(output, run_id)])
         best = label if comparison.diff > 0 else best_entry.checkpoint
     entry = CheckpointEntry(
-        checkpoint=label, spec=spec, step=step, run_id=run_id, mean=model["mean"], lower=model["lower"],
-        upper=model["upper"], n_scored=model["n_scored"], method=model["method"],
-        history_models=tuple((model.get("history") or {}).get("models", [])), comparison=comparison, best=best)
+        checkpoint=label, spec=spec, step=step, run_id=run_id, mean=model.mean, lower=model.lower,
+        upper=model.upper, n_scored=model.n_scored, method=model.method,
+        history_models=tuple((model.history or {}).get("models", [])), comparison=comparison, best=best)
     record = replace(record, checkpoints=record.checkpoints + (entry,))
     Folder(*filesystem(output)).write_json(RECORD_FILE, record.to_json())
     logger.info("certeval: %s", describe(entry, settings.confidence))
@@ -306,27 +308,28 @@ def comparison_confidence(confidence: float, j: int) -> float:
 def _compare(settings: CheckpointCertification, spec: str, best: CheckpointEntry, j: int,
              sources: list[str]) -> BestComparison:
     run_id = f"vs-{safe_name(parse_model_spec(spec).label)}-{safe_name(best.checkpoint)}"
-    request = replace(_request(settings, "compare", [spec, best.spec], run_id, sources),
-                      goal=None, margin=settings.margin, confidence=comparison_confidence(settings.confidence, j),
+    request = replace(_request(settings, Compare, [spec, best.spec], run_id, sources),
+                      margin=settings.margin, confidence=comparison_confidence(settings.confidence, j),
                       seed=settings.seed + j)
-    pair = _run(request)["pairs"][0]
-    return BestComparison(best=best.checkpoint, run_id=run_id, confidence=request.confidence, diff=pair["diff"],
-                          lower=pair["lower"], upper=pair["upper"], verdict=pair["verdict"], n_items=pair["n_items"])
+    pair = _run(request).pairs[0]
+    return BestComparison(best=best.checkpoint, run_id=run_id, confidence=request.confidence, diff=pair.diff,
+                          lower=pair.lower, upper=pair.upper, verdict=pair.verdict, n_items=pair.n_items)
 
 
-def _request(settings: CheckpointCertification, kind: str, models: list[str], run_id: str,
-             history: list[str]) -> PlanRequest:
-    return PlanRequest(kind, models=models, bank=settings.bank, output=settings.output, run_id=run_id,
-                       goal=settings.goal, confidence=settings.confidence, batch_size=settings.batch_size,
-                       max_items=settings.max_items, seed=settings.seed, scorer=settings.scorer,
-                       history=history or None, ray_address=settings.ray_address, num_cpus=settings.num_cpus,
-                       num_gpus=settings.num_gpus, options=settings.options)
+def _request(settings: CheckpointCertification, kind: type[Certify] | type[Compare], models: list[str], run_id: str,
+             history: list[str]) -> Certify | Compare:
+    goal = {"goal": settings.goal} if kind is Certify else {}  # a comparison's goal is its verdict
+    return kind(models=models, bank=settings.bank, output=settings.output, run_id=run_id,
+                confidence=settings.confidence, batch_size=settings.batch_size,
+                max_items=settings.max_items, seed=settings.seed, scorer=settings.scorer,
+                history=history or None, ray_address=settings.ray_address, num_cpus=settings.num_cpus,
+                num_gpus=settings.num_gpus, options=settings.options, **goal)
 
 
-def _run(request: PlanRequest) -> dict[str, Any]:
-    """The one call into certeval's runs: validate the request, claim its folder, run it live; its results."""
+def _run(request: Certify | Compare) -> RunResults:
+    """The one call into certeval's runs: validate the request, claim its folder, run the flow; its record."""
     plan, prepared = make_plan(request)
-    return run_plan(plan, prepared=prepared.claimed(claim_run(plan)))
+    return read_record(run_plan(plan, prepared=prepared.claimed(claim_run(plan))), f"run {plan.run_id!r}")
 
 
 def _run_folder(output: str, run_id: str) -> str:

@@ -15,27 +15,24 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from .. import __version__
 from ..backends.base import ModelSpec, parse_model_spec
 from ..estimators import make_method, parse_goal
 from ..estimators._validation import InputError, check_confidence, check_in_range, check_positive
 from ..estimators.groups import GroupRequest
+from ..estimators.protocol import TARGETS  # what compare/rank/select answer (docs/architecture.md §4)
 from ..lm_eval_tasks import AGGREGATE as LM_EVAL_AGGREGATE
 from ..lm_eval_tasks import NAMES_PREFIX as LM_EVAL_NAMES
 from ..model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
 from ..model_folders import check_model_folder
+from ..requests import AGGREGATES, IDENTITY, Paired, Request, Select, check_unread_fields
 from ..runtime_options import RuntimeOptions, runtime_options
 from ..storage import DEFAULT_OUTPUT, RunStore, cache_key, check_reachable
 from .inputs import PreparedRun, _model_items, check_replay_coverage, load_run_bank, run_history_priors
 from .plan_checks import check_choice_items, check_epsilon, leaderboard_goal, trial_start
 
 KINDS = ("certify", "compare", "rank", "select")
-# keys of config.json a resumed run must match exactly
-COMPARED = ("kind", "models", "bank", "goal", "method", "confidence", "batch_size", "max_items", "seed",
-            "scorer", "margin", "threshold", "halfwidth", "mode", "history", "target", "top", "epsilon", "aggregate")
-# how a bank with sub-datasets is summed up (lm-eval's groups offer both): each sub-dataset counts once (the
-# default, Arviv et al.'s estimand), or each item counts once (the plain accuracy)
-AGGREGATES = ("subset-mean", "mean")
+# keys of config.json a resumed run must match exactly: the question and what the request says it is
+COMPARED = ("kind", *IDENTITY)
 HISTORY_METHOD = "history"
 BACKTEST_ONLY_METHODS = {"faq": "method 'faq' needs a factor model fitted on history and runs in backtests only "
                                 "(certeval backtest --method faq); for a live run that learns from history use "
@@ -44,7 +41,6 @@ REPLAY_OPTIONS = {"latency"}
 INTEGRITY = "manifest-v1"  # config.json: the run folder keeps manifest.json, checked on resume
 PAIRED_METHOD = "uniform"  # per-model intervals on the shared item order (drawn ∝ weight on the bank target)
 MAX_GPUS = 64  # GPUs one model actor may ask for
-TARGETS = ("bank", "distribution")  # what compare/rank/select answer (docs/architecture.md §4); bank is the default
 
 
 @dataclass(frozen=True)
@@ -59,20 +55,20 @@ class RunPlan:
     run_id: str = ""
     goal: str | None = None
     method: str = "adaptive"
-    confidence: float = 0.95
-    batch_size: int = 50
+    confidence: float = Request.confidence  # a request's defaults, written once (certeval.requests)
+    batch_size: int = Request.batch_size
     max_items: int | None = None
-    seed: int = 0
+    seed: int = Request.seed
     scorer: str | None = None
-    margin: float = 0.0
+    margin: float = Paired.margin
     threshold: float | None = None
     halfwidth: float | None = None
-    mode: str = "best"
+    mode: str = Select.mode
     ray_address: str | None = None
-    replicas: int = 1
-    num_gpus: float = 0.0
+    replicas: int = Request.replicas
+    num_gpus: float = Request.num_gpus
     num_cpus: int | None = None  # CPUs of a local Ray (default: this machine's); ignored with ray_address
-    in_flight: int = 2
+    in_flight: int = Request.in_flight
     chunk_size: int | None = None  # items per actor call (default: batch_size split over replicas x in_flight)
     history: tuple[str, ...] = ()  # --history sources (other models' recorded scores, earlier runs)
     target: str | None = None  # compare/rank/select: "bank" (default) or "distribution"; None for certify
@@ -212,8 +208,9 @@ def cache_identity(spec_text: str, fingerprint: ModelFingerprint) -> str:
 def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
-    out = {"certeval": __version__}
-    for dist in ("numpy", "prefect", "ray"):
+    # the installed distributions, certeval's too: its package root imports the API, which imports this module
+    out = {}
+    for dist in ("certeval", "numpy", "prefect", "ray"):
         try:
             out[dist] = md.version(dist)
         except md.PackageNotFoundError:
@@ -271,59 +268,27 @@ def default_run_id(kind: str) -> str:
     return f"{kind}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
-@dataclass(frozen=True)
-class PlanRequest:
-    """A run as asked for — the CLI's flags, a flow's or a deployment's parameters — before any check;
-    :func:`make_plan` validates it into a :class:`RunPlan`. Field names follow the flags (``--max-items`` is
-    ``max_items``)."""
-
-    kind: str
-    models: tuple[str, ...] | list[str] = ()
-    bank: str | None = None
-    output: str | None = None
-    run_id: str | None = None
-    goal: str | None = None
-    method: str | None = None
-    confidence: float = 0.95
-    batch_size: int = 50
-    max_items: int | None = None
-    seed: int = 0
-    scorer: str | None = None
-    margin: float = 0.0
-    threshold: float | None = None
-    halfwidth: float | None = None
-    mode: str = "best"
-    target: str | None = None
-    top: int | None = None
-    history: tuple[str, ...] | list[str] | None = None
-    ray_address: str | None = None
-    num_cpus: int | None = None
-    num_gpus: float = 0.0
-    replicas: int = 1
-    in_flight: int = 2
-    chunk_size: int | None = None
-    check_output: bool = True
-    epsilon: float | None = None
-    aggregate: str | None = None
-    options: RuntimeOptions | dict | None = None  # RuntimeOptions or its fields; None: the defaults
-    # False where nothing will start (certeval backtest COMMAND plays the plan on recorded scores): $RAY_ADDRESS is
-    # not read and no cluster or host is probed
-    probe: bool = True
-
-
-def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
-    """Validate a request; return the plan and what validation loaded (the bank, the history priors), so the
-    flow loads and fits nothing again. Raises InputError on any bad input."""
-    if not isinstance(request, PlanRequest):
-        raise TypeError(f"make_plan takes a PlanRequest, got {type(request).__name__}")
+def make_plan(request: Request, *, check_output: bool = True, probe: bool = True) -> tuple[RunPlan, PreparedRun]:
+    """Validate a request (:mod:`certeval.requests`): the one validation step of every question, before Ray or
+    Prefect start. Return the plan and what validation loaded (the bank, the history priors), so the flow loads and
+    fits nothing again. Raises InputError on any bad input. ``check_output``: the output location must be
+    reachable; ``probe``: read $RAY_ADDRESS, the models' files and servers (False where nothing will start:
+    ``certeval backtest COMMAND`` plays the plan on recorded scores)."""
+    if not isinstance(request, Request):
+        raise TypeError(f"make_plan takes a certeval request (Certify, Compare, Rank, Select), "
+                        f"got {type(request).__name__}")
     r = request
     kind, models, bank, output, run_id, goal = r.kind, list(r.models), r.bank, r.output, r.run_id, r.goal
-    method, confidence, batch_size, max_items, seed, scorer = (r.method, r.confidence, r.batch_size, r.max_items,
-                                                               r.seed, r.scorer)
-    margin, threshold, halfwidth, mode, target, top = r.margin, r.threshold, r.halfwidth, r.mode, r.target, r.top
+    confidence, batch_size, max_items, seed, scorer = r.confidence, r.batch_size, r.max_items, r.seed, r.scorer
+    # a field the question does not have is not asked: the plan keeps its neutral value (certify has no margin)
+    asked = {f.name: getattr(r, f.name) for f in fields(r)}
+    method, target, top, epsilon_asked, threshold, halfwidth = (
+        asked.get(name) for name in ("method", "target", "top", "epsilon", "threshold", "halfwidth"))
+    margin, mode = asked.get("margin", RunPlan.margin), asked.get("mode", RunPlan.mode)
     ray_address, num_cpus, num_gpus, replicas = r.ray_address, r.num_cpus, r.num_gpus, r.replicas
-    in_flight, chunk_size, check_output, history = r.in_flight, r.chunk_size, r.check_output, r.history
-    epsilon = check_epsilon(r)
+    in_flight, chunk_size, history = r.in_flight, r.chunk_size, r.history
+    check_unread_fields(r)
+    epsilon = check_epsilon(r) if epsilon_asked is not None else None
     if r.aggregate is not None and r.aggregate not in AGGREGATES:
         raise InputError(f"--aggregate must be one of {', '.join(AGGREGATES)}; got {r.aggregate!r}")
     aggregate = None if r.aggregate in (None, AGGREGATES[0]) else r.aggregate  # stored runs without it: default
@@ -456,10 +421,10 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     )
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or not 0 <= num_gpus <= MAX_GPUS:
         raise InputError(f"--num-gpus must be a number in [0, {MAX_GPUS}], got {num_gpus!r}")
-    ray_address = ray_address or (os.environ.get("RAY_ADDRESS") if r.probe else None) or None  # the user's cluster
+    ray_address = ray_address or (os.environ.get("RAY_ADDRESS") if probe else None) or None  # the user's cluster
     if num_cpus is not None:
         num_cpus = _positive_int(num_cpus, "--num-cpus")
-    if ray_address is None and r.probe:  # the local Ray's token folder: this user's own, checked before any start
+    if ray_address is None and probe:  # the local Ray's token folder: this user's own, checked before any start
         from ..envsetup import private_folder, ray_state_folder
 
         private_folder(ray_state_folder(), create=False)
@@ -474,14 +439,14 @@ def make_plan(request: PlanRequest) -> tuple[RunPlan, PreparedRun]:
     plan.store()  # validates the run id
     if check_output:
         check_reachable(plan.output)
-    if r.probe:  # the models' files read (bounded; a content hash once per file version): the score cache's key
+    if probe:  # the models' files read (bounded; a content hash once per file version): the score cache's key
         plan = replace(plan, fingerprints=fingerprint_models(specs, options.cache_path() / MEMO_DIR))
-    if ray_address and r.probe:  # network probes last, after every cheap check: bounded, one line on failure
+    if ray_address and probe:  # network probes last, after every cheap check: bounded, one line on failure
         from ..envsetup import check_ray_address
 
         check_ray_address(ray_address)
     for spec in specs:  # bounded (≤ 10 s), one line on failure
-        if spec.kind == "openai" and r.probe:
+        if spec.kind == "openai" and probe:
             from ..backends.openai_host import build_host
 
             build_host(spec).close()  # options parsed and GET {base_url}/models answered, or InputError

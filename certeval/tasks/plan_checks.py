@@ -1,4 +1,4 @@
-"""Checks of a :class:`~certeval.tasks.plan.PlanRequest` that belong to one statement each (the rank's
+"""Checks of a request (:mod:`certeval.requests`) that belong to one statement each (the rank's
 leaderboard-precision goal, its epsilon-statements): named steps of :func:`~certeval.tasks.plan.make_plan`."""
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ def leaderboard_goal(r: Any) -> str | None:
     ``--history`` each model's interval learns from it)."""
     if r.goal is None:
         return None
-    if r.kind != "rank":
-        raise InputError(f"--goal applies to certify and rank (halfwidth:E), not {r.kind}")
     goal = parse_goal(r.goal)
     if goal.kind != "halfwidth" or goal.diminishing is not None:
         raise InputError(f"rank --goal takes halfwidth:E (every model's bank mean within ±E), got {r.goal!r}")
