@@ -61,9 +61,9 @@ def test_the_same_rank_request_live_backtested_and_previewed(infra, scores, tmp_
     backtest = certeval.backtest(request, scores=scores, reps=2)
     assert isinstance(backtest, certeval.BacktestResult) and len(backtest.reps) == 2
     rep = backtest.reps[0]  # rep 0 is the live run: the same shared items, the same listing and the same means
-    assert rep["tie_groups"] == live.ranking["tie_groups"]
-    assert dict(zip(rep["models"], rep["items_used"])) == {m["model"]: m["n_scored"] for m in live.models}
-    assert rep["means"] == pytest.approx(live.ranking["means"], abs=1e-12)
+    assert rep["tie_groups"] == [list(g) for g in live.ranking.tie_groups]
+    assert dict(zip(rep["models"], rep["items_used"])) == {m.model: m.n_scored for m in live.models}
+    assert rep["means"] == pytest.approx(list(live.ranking.means), abs=1e-12)
     assert backtest.config["seed"] == 3 and backtest.reps[1]["rep"] == 1
     assert 0 < backtest.answer.fraction_used <= 1 and 0 <= backtest.answer.error_rate <= 1
     # the preview plays the same statement on recorded models that are not the request's own
@@ -81,9 +81,9 @@ def test_backtest_certify_rep_0_is_the_live_certification(infra, scores, tmp_pat
     backtest = certeval.backtest(request, scores=scores, reps=2)
     played = {m["model"]: m for m in backtest.reps[0]["models"]}
     for m in live.models:
-        mine = played[m["model"]]
-        assert mine["n_scored"] == m["n_scored"] and mine["rule"] == m["decision"]["rule"]
-        assert (mine["mean"], mine["lower"], mine["upper"]) == pytest.approx((m["mean"], m["lower"], m["upper"]),
+        mine = played[m.model]
+        assert mine["n_scored"] == m.n_scored and mine["rule"] == m.decision.rule
+        assert (mine["mean"], mine["lower"], mine["upper"]) == pytest.approx((m.mean, m.lower, m.upper),
                                                                              abs=1e-12)
     assert backtest.reps[1]["seed"] == 6  # rep r is the live run with seed + r
     # the command line's backtest certify is the same backtest
