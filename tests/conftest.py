@@ -94,7 +94,8 @@ def infra(state_dir):
 def kept_actors(infra):
     """``--keep-actors`` for a module's runs on the shared Ray: a later command on the same model spec adopts the
     loaded actor instead of starting one. Yields the killer: a kept actor holds its CPUs, so a run on another
-    model spec frees them first; all are killed after the module too."""
+    model spec frees them first (the killer also waits for a finished command's actors to give theirs back); all
+    are killed after the module too."""
     import time
 
     import ray
@@ -103,9 +104,9 @@ def kept_actors(infra):
 
     def kill() -> list[str]:
         killed = kill_kept_actors()
-        deadline = time.monotonic() + 30  # Ray frees a killed actor's CPUs a moment later; the next actor's
-        # CPU share (and torch threads) is counted from the free ones
-        while killed and time.monotonic() < deadline and (
+        deadline = time.monotonic() + 30  # Ray frees a killed actor's CPUs a moment later (a finished command's
+        # actors too); the next actor's CPU share (and torch threads) is counted from the free ones
+        while time.monotonic() < deadline and (
                 ray.available_resources().get("CPU", 0) < ray.cluster_resources().get("CPU", 0)):
             time.sleep(0.2)
         return killed
@@ -122,12 +123,14 @@ def data_dir() -> Path:
     return DATA_DIR
 
 
-# The longest files first (a fresh clone's --durations, 2026-11-28): scripts/test.sh runs three workers that take
-# whole files (pytest-xdist --dist loadfile) in collection order, so a long file started last would leave a
-# core idle at the end. Order only; nothing else moves.
+# The longest files first (a fresh clone's --durations, 2026-11-28; the lm-eval differential files of 2026-12-06
+# beside the lm-eval files they resemble: each runs lm-eval on SmolLM2 and a live SmolLM2 run): scripts/test.sh runs
+# three workers that take whole files (pytest-xdist --dist loadfile) in collection order, so a long file started
+# last would leave a core idle at the end. Order only; nothing else moves.
 LONGEST_FIRST = ("test_benchmarks_quick.py", "test_faults.py", "test_prefect_server_cron.py",
                  "test_surfaces_faults.py", "test_rescore.py", "test_cluster_ray.py", "test_startup_under_load.py",
-                 "test_actor_threads.py", "test_lm_eval_conformance.py", "test_lm_eval_tasks.py", "test_list_column_banks.py", "test_fast_start.py",
+                 "test_actor_threads.py", "test_lm_eval_conformance.py", "test_lm_eval_conformance_outputs.py",
+                 "test_lm_eval_flags.py", "test_lm_eval_tasks.py", "test_list_column_banks.py", "test_fast_start.py",
                  "test_pipeline_e2e.py", "test_lm_eval_generation.py", "test_select_checkpoints.py",
                  "test_services.py", "test_conformance.py", "test_deployment_checkpoints.py", "test_look_log.py",
                  "test_propose_ahead.py", "test_network_loopback.py", "test_history_method.py",

@@ -1,6 +1,7 @@
 """The differential conformance suite's shared parts: task shapes written as local lm-eval tasks (JSONL docs and a
-YAML each, offline), ONE real lm-eval run (``lm_eval run --model hf``) over all of a file's shapes, its samples
-read back per task and doc, and the per-item comparison of a multiple-choice doc's log-likelihoods and flags.
+YAML each, offline), ONE real lm-eval run (what ``lm_eval run --model hf --log_samples`` runs) over all of a file's
+shapes, its samples read back per task and doc, and the per-item comparison of a multiple-choice doc's
+log-likelihoods and flags.
 
 A file of the suite writes its shapes (:class:`Shape`), runs lm-eval once (:func:`run_lm_eval`), runs certeval once
 on the same tasks and compares item by item (:func:`mc_differences`)."""
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,17 +57,37 @@ def offline_vars(cache: Path) -> dict[str, str]:
     return {**OFFLINE, "HF_DATASETS_CACHE": str(cache)}
 
 
-def run_lm_eval(folder: Path, names: list[str], model_dir: str, out: Path, *extra: str, batch_size: int = 8,
+# What ``lm_eval run --model hf --tasks ... --include_path DIR --output_path OUT --log_samples`` runs (lm-eval
+# 0.4.13's _cli/run.py: simple_evaluate, then its EvaluationTracker writes the results and samples files), with one
+# difference: lm-eval's task index holds the include_path folder alone. The command line also indexes lm-eval's
+# ~14,000 built-in task YAMLs, which took the fixture half a minute to a minute of CPU and is not what is compared.
+RUNNER = textwrap.dedent("""
+    import sys
+    import lm_eval
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    folder, names, model_dir, out, batch_size = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4], sys.argv[5]
+    tracker = EvaluationTracker(output_path=out)
+    results = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32", device="cpu",
+                                      batch_size=int(batch_size), tasks=names, log_samples=True,
+                                      evaluation_tracker=tracker,
+                                      task_manager=TaskManager(include_path=folder, include_defaults=False))
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)
+    for name in names:
+        tracker.save_results_samples(task_name=name, samples=samples[name])
+""")
+
+
+def run_lm_eval(folder: Path, names: list[str], model_dir: str, out: Path, batch_size: int = 8,
                 cache: Path | None = None, timeout: int = 600) -> dict[str, dict[int, dict]]:
-    """One real lm-eval run (its CLI, the ``hf`` model on ``model_dir`` in float32 on the CPU) over the tasks
+    """One real lm-eval run (:data:`RUNNER`: the ``hf`` model on ``model_dir`` in float32 on the CPU) over the tasks
     ``names`` of ``folder``, samples logged: ``task -> doc_id -> sample line``. ``cache``: datasets' cache folder
     (certeval's build of the same tasks in the test's process then reuses the prepared datasets)."""
-    command = [sys.executable, "-m", "lm_eval", "run", "--model", "hf",
-               "--model_args", f"pretrained={model_dir},dtype=float32", "--device", "cpu",
-               "--batch_size", str(batch_size), "--tasks", ",".join(names), "--include_path", str(folder),
-               "--output_path", str(out), "--log_samples", *extra]
-    done = subprocess.run(command, env={**os.environ, **offline_vars(cache or out / "hf_datasets")}, capture_output=True, text=True,
-                          timeout=timeout)
+    command = [sys.executable, "-c", RUNNER, str(folder), ",".join(names), model_dir, str(out), str(batch_size)]
+    done = subprocess.run(command, env={**os.environ, **offline_vars(cache or out / "hf_datasets")},
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return {name: read_samples(out, name) for name in names}
 

@@ -1,10 +1,10 @@
 """Differential conformance, multiple choice: twelve task shapes modelled on lm-eval's most used families, written
-as local tasks, run ONCE by real lm-eval (``lm_eval run --model hf`` on SmolLM2 in float32) and ONCE by a live
-``certeval certify --tasks … --include_path …`` on the same weights (``hf:bundled:smollm2``, the folder lm-eval is
-given): every item's acc and acc_norm flags equal lm-eval's samples, every choice's log-likelihood within 1e-4
-nats. A deliberately broken encoder (lm-eval's move of a prompt's trailing whitespace onto the continuation taken
-out), run in-process on the same items, must differ from lm-eval on at least three shapes, and the same in-process
-host unbroken on none. Shared parts: tests/lm_eval_conformance_support.py."""
+as local tasks, run ONCE by real lm-eval (what ``lm_eval run --model hf --log_samples`` runs, on SmolLM2 in
+float32) and ONCE by a live ``certeval certify --tasks … --include_path …`` on the same weights
+(``hf:bundled:smollm2``, the folder lm-eval is given): every item's acc and acc_norm flags equal lm-eval's samples,
+every choice's log-likelihood within 1e-4 nats. A deliberately broken encoder (lm-eval's move of a prompt's trailing
+whitespace onto the continuation taken out), run in-process on the same items, must differ from lm-eval on at least
+three shapes, and the same in-process host unbroken on none. Shared parts: tests/lm_eval_conformance_support.py."""
 
 from __future__ import annotations
 

@@ -117,6 +117,7 @@ def test_the_flags_are_recorded_as_lm_evals_results_file_records_them(offline):
     fields = ("system_instruction", "system_instruction_sha", "fewshot_as_multiturn", "chat_template",
               "chat_template_sha")
     gen = "max_gen_toks=8,until=['\\n\\n']"
+    lm = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(folder))  # loaded once for the three cases
     for flags, options in (
             ([], RequestOptions()),
             (["--apply_chat_template", "--system_instruction", SYSTEM, "--gen_kwargs", gen],
@@ -126,7 +127,6 @@ def test_the_flags_are_recorded_as_lm_evals_results_file_records_them(offline):
              RequestOptions(chat_template="true", tokenizer=folder, fewshot_as_multiturn=False))):
         cfg = EvaluatorConfig.from_cli(HarnessCLI()._parser.parse_args(["run", "--model", "hf", "--tasks", "t",
                                                                         *flags]))
-        lm = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(folder))
         tracker = GeneralConfigTracker()
         tracker.log_experiment_args(model_source="hf", model_args="", system_instruction=cfg.system_instruction,
                                     chat_template=TemplateLM.chat_template(lm, cfg.apply_chat_template)

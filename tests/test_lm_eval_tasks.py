@@ -195,15 +195,13 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
     samples = next((tmp_path / "lm").rglob("samples_tiny_mc_*.jsonl"))
     runs = tmp_path / "runs"
     # the task YAML, and lm-eval's own samples file of that run as a bank (an import once scored SmolLM2 0 of 10
-    # on such a file by free generation), both give lm-eval's per-item acc / acc_norm; the mc-loglik runs share
-    # one kept actor with the early run, the mc-loglik-norm run's actor is another
-    for source, scorer, column in (("--tasks", "mc-loglik", 0), ("--bank", "mc-loglik", 0),
-                                   ("--tasks", "mc-loglik-norm", 1)):
+    # on such a file by free generation), both give lm-eval's per-item acc / acc_norm. The mc-loglik-norm run's
+    # actor is its own, first; the mc-loglik runs then share one kept actor with the early run and with the next
+    # test's runs (the module's kept_actors kills it after the module)
+    for source, scorer, column in (("--tasks", "mc-loglik-norm", 1), ("--tasks", "mc-loglik", 0),
+                                   ("--bank", "mc-loglik", 0)):
         run_id = f"{source[2:]}-{scorer}"
         keep = ["--keep-actors"] if scorer == "mc-loglik" else []
-        if not keep:  # the mc-loglik runs done: the early run on their kept actor, then its CPUs back
-            _early_run(yaml, runs, infra, capsys)
-            kept_actors()
         rc = main(["certify", "--model", "hf:bundled:smollm2", source, yaml if source == "--tasks" else str(samples),
                    "--scorer", scorer, "--goal", "halfwidth:0.0001", "--batch-size", "12", "--output", str(runs),
                    "--run-id", run_id, "--log_samples", "--ray-address", infra, *keep])
@@ -211,6 +209,9 @@ def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when
         assert rc in (0, 1), out.err
         ours = _scores(runs / run_id)
         assert ours == {item: pair[column] for item, pair in lm_eval_scores.items()}, (run_id, ours, lm_eval_scores)
+        if not keep:
+            kept_actors()  # the mc-loglik-norm actor's CPUs back before the kept one asks for its share
+    _early_run(yaml, runs, infra, capsys)  # the task's own scorer (mc-loglik) on the kept actor
     # the task run's samples as lm-eval's own: the same doc, target, requests and hashes, (loglik, is_greedy) per
     # choice, and acc and acc_norm both (one run, one set of log-likelihoods)
     theirs = {line["doc_id"]: line for line in map(json.loads, samples.read_text().splitlines())}
