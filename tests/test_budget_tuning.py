@@ -6,8 +6,9 @@
 * Coverage with peeking (a look every 10 items, fixed seeds, 400 reps at δ = 0.1, a one-sided binomial bound at
   0.999) of the without-replacement betting CS with the re-tuned bets; a deliberately broken control (bets that
   see the observation they are staked on) must fail the same check.
-* History that predicts nothing (items permuted) is trusted less and less: the trust falls towards 0 and the width
-  at 100 items stays near the run without history; informative history keeps a trust near 1.
+* History that predicts nothing (items permuted) is not trusted: its out-of-sample slope fails the trust's one-sided
+  test, the trust is 0 and the width at 100 items stays near the run without history; informative history keeps a
+  trust near 1.
 """
 
 from __future__ import annotations
@@ -139,5 +140,6 @@ def test_useless_history_loses_its_trust_and_costs_little_width():
         blind = replace(spec, history=replace(prior, item_mean=np.full(400, 0.5), factors=prior.factors * 0.0))
         est = _history_run(blind, x, np.random.default_rng([7, r]), 100).result()
         ratios.append(widths["permuted"] / (est.upper - est.lower))
-    assert np.median(trusts["permuted"]) < 0.25 and np.median(trusts["informative"]) > 0.8, trusts
+    # the permuted history fails the trust's test (level 0.05) at the last look in most reps: trust exactly 0
+    assert np.median(trusts["permuted"]) == 0.0 and np.median(trusts["informative"]) > 0.8, trusts
     assert np.median(ratios) < 1.05, ratios

@@ -76,9 +76,9 @@ def _ranking_misses(rng, reps: int, alpha: float, *, models: int = 5, items: int
         missed = False
         for lo in range(0, items, looks):
             it = order[lo:lo + looks]
-            if peek:  # the look's own scores, no difference predicted elsewhere
-                rank.predictions.pred[:] = 0.5
-                rank.predictions.pred[:, it] = ranked[:, it]
+            if peek:  # the look's own scores as its controls, no difference predicted elsewhere
+                rank.control[:] = 0.5
+                rank.control[:, it] = ranked[:, it]
             rank.update(it, ranked[:, it])
             missed |= bool(((rank.lower > delta + 1e-9) | (rank.upper < delta - 1e-9)).any())
             if not rank.model_open.any():
@@ -205,3 +205,52 @@ def test_each_models_interval_learns_from_its_prediction_and_covers():
     from scipy.stats import binom
 
     assert misses <= binom.ppf(0.999, 20, alpha) and np.mean(narrower) < 0.95, (misses, narrower)
+
+
+class _TrustingRanking(HistoryRanking):
+    """The weighting switched off (broken on purpose for the cost check): the history is followed fully."""
+
+    def _measure_trust(self, live, items, y):
+        self.trust = 1.0
+
+
+def _rank_cells(rng, reps: int, *, models: int = 6, items: int = 300, look: int = 30) -> dict[str, list[float]]:
+    """Fraction of cells per rep of rank --history (ε = 0.1) with informative history, with it item-permuted, with it
+    permuted and trusted fully, and of the plain all-pairs ranking, all on the same order; and the final trusts."""
+    out: dict[str, list[float]] = {k: [] for k in ("history", "permuted", "trusting", "plain", "trust_h", "trust_p")}
+    names = [f"m{k}" for k in range(models)]
+    spec = BankSpec(n_items=items)
+    for r in range(reps):
+        x = _factor_bank(rng, 30 + models, items)
+        prior = fit_history_prior(x[:30])
+        # each model's own shuffle of the items: its predicted differences are noise (one shared shuffle would cancel
+        # in every pair's difference)
+        permuted = [prior.permuted(np.random.default_rng([1, r, k])) for k in range(models)]
+        order = weighted_order(spec.weights(), rng)
+        runs = {"history": HistoryRanking(names, [prior] * models, spec, alpha=0.05, epsilon=0.1),
+                "permuted": HistoryRanking(names, permuted, spec, alpha=0.05, epsilon=0.1),
+                "trusting": _TrustingRanking(names, permuted, spec, alpha=0.05, epsilon=0.1),
+                "plain": BankRanking(names, alpha=0.05, epsilon=0.1).start(spec.weights())}
+        runs["trusting"].trust = 1.0
+        runs["trusting"].control = runs["trusting"]._controls()
+        for label, rank in runs.items():
+            for lo in range(0, items, look):
+                if rank.model_open.any():
+                    rank.update(order[lo:lo + look], x[30:, order[lo:lo + look]])
+            out[label].append(rank.model_used.sum() / (models * items))
+        out["trust_h"].append(runs["history"].trust)
+        out["trust_p"].append(runs["permuted"].trust)
+    return out
+
+
+def test_rank_history_weighs_history_by_its_trust():
+    """One trust for every model and pair, as compare --history: item-permuted history falls to trust 0 and costs at
+    most 5% more cells than the plain ranking on the same orders; informative history keeps its trust and saves
+    cells; the same useless history trusted fully costs more than 5% (the check can fail)."""
+    out = _rank_cells(np.random.default_rng(3), reps=8)
+    plain = np.mean(out["plain"])
+    ratio = {k: np.mean(out[k]) / plain for k in ("history", "permuted", "trusting")}
+    assert ratio["permuted"] <= 1.05 < ratio["trusting"], ratio
+    assert ratio["history"] < 1.0, ratio
+    assert np.median(out["trust_p"]) == 0.0 and np.median(out["trust_h"]) > 0.5, out
+

@@ -9,6 +9,17 @@ per pair is fitted: pair (a, b)'s prediction of ``z_j = (x_aj − x_bj + 1)/2`` 
 formed for the look's items only, and the predicted rest ``Σ_{undrawn} w_j (p_aj − p_bj + 1)/2`` comes from
 the per-model sums. Memory O(M·N + P) (P = M(M−1)/2 pair streams), never P × N.
 
+History is weighed by what it has shown it predicts, as in ``compare --history``: every model's control variate
+is ``a_kj = z_kj + ρ (p_kj − z_kj)``, with ``z_kj`` model k's running mean in item j's sub-dataset (shrunk to ½ by
+one pseudo-item: what the run without history knows) and ONE trust ρ for all models and pairs (so each pair's
+control is ``(a_aj − a_bj + 1)/2``, the difference of its models'). ρ is measured out of sample on the pairs'
+differences: over the items of earlier looks, with the ``p`` and ``z`` each look was run with, the least-squares
+slope of ``x − z`` on ``p − z`` after centring both across the models that scored the item (over all pairs,
+``Σ_{a<b} (u_a − u_b)(v_a − v_b) = M Σ_k (u_k − ū)(v_k − v̄)``: the slope of the pairs' differences, in O(M) per
+item); ρ = 0 unless a one-sided t-test at level ``TRUST_TEST_LEVEL`` finds the slope positive, then James–Stein
+shrunk (:func:`~.single.history.trust_from_sums`); ``trust_start`` before any look. Useless history gets ρ = 0:
+each pair's control is then its models' running-mean difference per sub-dataset.
+
 Each pair's stream is :class:`~.wor_streams.ControlledStreams` (the plain bank ranking's without-replacement
 betting CS, or its empirical-Bernstein CS beyond tens of models, on ``(z − a + 1)/2``): exact (width 0 once the
 bank is scored) and anytime-valid whatever the history is, since the predictions of a look are fixed before its
@@ -28,6 +39,7 @@ import numpy as np
 
 from ._validation import InputError, check_item_indices
 from .bank_ranking import PAIR_BLOCK_CELLS, BankRanking
+from .single.history import TRUST_START, HistoryMethod, trust_from_sums
 from .wor_streams import ControlledWorStreams, make_controlled_streams
 
 GUARANTEE = ("bank target, anytime-valid and exact: without-replacement betting confidence sequences (Waudby-Smith "
@@ -75,6 +87,7 @@ class HistoryRanking(BankRanking):
     :class:`~.ranking.Ranking`. Any number of models: O(M·N) for the predictions and the scores seen."""
 
     MAX_MODELS = None  # no cap: the pairs are vectorised (rank --history used to stop at 30 models)
+    TRUST_TEST_LEVEL = HistoryMethod.TRUST_TEST_LEVEL
 
     def __init__(self, names: Sequence[str], priors: Sequence[Any], spec: Any, *, alpha: float = 0.05,
                  margin: float = 0.0, epsilon: float | None = None, bet_horizon: int | None = None) -> None:
@@ -93,11 +106,41 @@ class HistoryRanking(BankRanking):
         self.predictions = HistoryPredictions(self.priors, self.n_total)
         self.drawn = np.zeros(self.n_total, dtype=bool)
         self.seen_scores = np.full((len(self.names), self.n_total), np.nan)
+        # the trust: running means per sub-dataset (the no-history prediction z), and the out-of-sample fit sums
+        self.cells = spec.subset_codes()
+        m, c = len(self.names), int(self.cells.max()) + 1
+        self.cell_sum, self.cell_n = np.zeros((m, c)), np.zeros((m, c))
+        self.trust_sums = np.zeros(3)  # Σ d̃², Σ d̃ỹ, Σ ỹ² over the centred (model, item) cells of earlier looks
+        self.trust_dof = 0
+        self.trust = TRUST_START
+        self.control = self._controls()
+
+    def _running_means(self) -> np.ndarray:
+        """z: each model's running mean in every item's sub-dataset, shrunk to ½ by one pseudo-item (M × N)."""
+        return ((0.5 + self.cell_sum) / (1.0 + self.cell_n))[:, self.cells]
+
+    def _controls(self) -> np.ndarray:
+        """Every model's control variate ``z + ρ (p − z)`` of every item (M × N), fixed before the next look."""
+        z = self._running_means()
+        return np.clip(z + self.trust * (self.predictions.pred - z), 0.0, 1.0)
+
+    def _measure_trust(self, live: np.ndarray, items: np.ndarray, y: np.ndarray) -> None:
+        """Add the look's out-of-sample cells (its own controls' parts, fixed before its scores) to the trust's fit;
+        ρ for the next look. Centred across the live models per item: the pairs' differences, not item difficulty."""
+        if live.size < 2:
+            return
+        z = self._running_means()[np.ix_(live, items)]
+        d = self.predictions.pred[np.ix_(live, items)] - z
+        r = y[live] - z
+        d, r = d - d.mean(axis=0), r - r.mean(axis=0)
+        self.trust_sums += (float(np.sum(d * d)), float(np.sum(d * r)), float(np.sum(r * r)))
+        self.trust_dof += d.size - items.size  # one degree of freedom per item goes to the centring
+        self.trust = trust_from_sums(*self.trust_sums, self.trust_dof - 1, self.TRUST_TEST_LEVEL)
 
     def _model_controls(self, live: np.ndarray, items: np.ndarray) -> np.ndarray:
-        pred = self.predictions.pred  # fixed before this look's scores: refitted on the earlier looks only
-        self.models.rest[live] = pred[live] @ np.where(self.drawn, 0.0, self.w)  # Σ_undrawn w p_k per model
-        return pred[np.ix_(live, items)]
+        control = self.control  # fixed before this look's scores: from the earlier looks only
+        self.models.rest[live] = control[live] @ np.where(self.drawn, 0.0, self.w)  # Σ_undrawn w a_k per model
+        return control[np.ix_(live, items)]
 
     def update(self, items: Any, scores: Any) -> HistoryRanking:
         positions = check_item_indices(items, self.n_total)  # the shared order's rule, before anything changes
@@ -108,7 +151,7 @@ class HistoryRanking(BankRanking):
             return self
         items, live, y, w = look
         if len(self.open_idx):
-            pred = self.predictions.pred  # fixed before this look's scores: refitted on the earlier looks only
+            pred = self.control  # fixed before this look's scores: from the earlier looks only
             undrawn_w = np.where(self.drawn, 0.0, self.w)
             s, u = pred @ undrawn_w, float(undrawn_w.sum())
             oa, ob = self.open_a, self.open_b
@@ -123,11 +166,15 @@ class HistoryRanking(BankRanking):
                 if self.tests is not None:
                     self.tests.absorb(z, w[lo:lo + step], a)
             self._decide_pairs()
+        self._measure_trust(live, items, y)  # before the refit: the parts this look was run with
         self.drawn[items] = True
         self.seen_scores[live[:, None], items[None, :]] = y[live]
+        np.add.at(self.cell_sum, (live[:, None], self.cells[items][None, :]), y[live])
+        np.add.at(self.cell_n, (live[:, None], self.cells[items][None, :]), 1.0)
         still = np.flatnonzero(self.model_open)
-        if still.size and self.n < self.n_total:  # the next look's predictions, from the scores seen so far
+        if still.size and self.n < self.n_total:  # the next look's controls, from the scores seen so far
             self.predictions.refit(still, np.flatnonzero(self.drawn), self.seen_scores)
+            self.control = self._controls()
         return self
 
     def guarantee(self) -> str:

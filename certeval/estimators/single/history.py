@@ -51,6 +51,7 @@ each holds with probability ≥ 1 − δ on its own (the overall one needs no un
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,25 @@ from .betting_strata import _pack, _unpack, check_bet_tuning
 from .bounds import ControlVariateCS
 
 CALIBRATION_PSEUDO_DRAWS = 5.0
+TRUST_START = 0.5  # ρ before the history has been measured on any draw (the default of ``trust_start``)
+
+
+def trust_from_sums(sdd: float, sdy: float, syy: float, dof: int, level: float) -> float:
+    """ρ from an out-of-sample least-squares fit of y on d through the origin, given ``Σd²``, ``Σdy``, ``Σy²`` and
+    the residuals' degrees of freedom: 0 unless the one-sided t-test of "slope ≤ 0" rejects at ``level`` (slope
+    ρ̂ = Σdy/Σd², standard error s), then ``min(ρ̂, 1)·(1 − s²/ρ̂²)`` (positive-part James–Stein towards no
+    history, Efron & Morris 1973)."""
+    if sdd <= 0.0 or dof < 1:
+        return 0.0
+    slope = sdy / sdd
+    if slope <= 0.0:
+        return 0.0
+    from scipy.stats import t as student_t
+
+    se2 = max(syy - sdy * slope, 0.0) / dof / sdd
+    if slope <= float(student_t.ppf(1.0 - level, dof)) * math.sqrt(se2):
+        return 0.0
+    return min(slope, 1.0) * max(0.0, 1.0 - se2 / slope**2)
 
 
 @register
@@ -71,6 +91,8 @@ class HistoryMethod(DrawLogReplay, BankMethod):
 
     name = "history"
     anytime_valid = True
+    # the level of the test that history predicts something before it is trusted at all (measured_trust)
+    TRUST_TEST_LEVEL = 0.05
     guarantee_text = ("anytime-valid and exact: one without-replacement betting confidence sequence "
                       "(Waudby-Smith & Ramdas 2020) on score − history prediction, with known draw "
                       "probabilities; valid whatever the history is")
@@ -78,7 +100,7 @@ class HistoryMethod(DrawLogReplay, BankMethod):
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
                  uniform_mix: float = 0.3, variance_floor: float = 0.01, subset_intervals: bool = True,
                  warmup: int = 50, bet_halfwidth: float | None = None, bet_horizon: int | None = None,
-                 trust_start: float = 0.5) -> None:
+                 trust_start: float = TRUST_START) -> None:
         super().__init__(confidence=confidence, target=target)
         self.trust_start = trust_start
         self.bet_halfwidth = bet_halfwidth
@@ -202,9 +224,11 @@ class HistoryMethod(DrawLogReplay, BankMethod):
 
         Over the processed draws, with the predictions each was drawn under (out of sample: a draw's predictions
         were fixed before its score), the least-squares slope of ``x − z`` on ``h − z`` is ρ̂ with standard error
-        s; ρ = min(ρ̂, 1)·max(0, 1 − s²/ρ̂²) (positive-part James–Stein shrinkage towards no history, so a slope
-        that noise could explain is not followed), 0 for ρ̂ ≤ 0, and ``trust_start`` before two draws. It uses
-        only scores already seen, so the control variate, and every draw probability, stays predictable.
+        s. ρ is 0 unless the one-sided t-test of "the history predicts nothing" (slope ≤ 0) rejects at level
+        :attr:`TRUST_TEST_LEVEL` (ρ̂/s above Student's t quantile with n − 1 degrees of freedom), so useless
+        history is ignored outright at most looks instead of being followed by a noise-sized ρ; past the test,
+        ρ = min(ρ̂, 1)·(1 − s²/ρ̂²) (James–Stein shrinkage towards no history). ``trust_start`` before two draws.
+        It uses only scores already seen, so the control variate, and every draw probability, stays predictable.
         """
         done = slice(0, self.processed_)
         hd, zd = self.log_h_[done], self.log_z_[done]
@@ -214,11 +238,7 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         if d.size < 2 or dd <= 0.0:
             return float(self.trust_start)
         y = self.scores_[self.log_items_[done][ok]] - zd[ok]
-        slope = float(y @ d) / dd
-        if slope <= 0.0:
-            return 0.0
-        se2 = float(np.mean((y - slope * d) ** 2)) / dd
-        return min(slope, 1.0) * max(0.0, 1.0 - se2 / slope**2)
+        return trust_from_sums(dd, float(y @ d), float(y @ y), d.size - 1, self.TRUST_TEST_LEVEL)
 
     def _predict(self, seen: np.ndarray) -> np.ndarray:
         return self.prior_.predict(seen, self.scores_[seen])
