@@ -14,7 +14,7 @@ backend keeps one actor group per model.
 Exactly-once scoring:
 
 * scoring calls never retry inside Ray (``max_task_retries=0``): a call that
-  killed its actor would otherwise burn every restart (NOTES.md);
+  killed its actor would otherwise burn every restart (docs/environment.md);
 * an actor that dies mid-batch is replaced by a fresh one and only the lost
   batch is re-submitted; a batch whose result arrived is never sent again;
 * the actor writes each finished batch to the score cache *before* returning

@@ -30,7 +30,7 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
 
     HOME points at a folder holding ``ray_bootstrap_config.yaml`` while
     ``ray.init`` runs, or Ray's usage-stats module probes cloud metadata
-    (NOTES.md); workers get the real HOME back through ``runtime_env``.
+    (docs/environment.md); workers get the real HOME back through ``runtime_env``.
     """
     if ray.is_initialized():
         return

@@ -4,8 +4,8 @@ Tasks take live handles (the :class:`~certeval.tasks.run.Run`, the
 :class:`~certeval.backends.pool.ModelPool`), so none is cached or retried by
 Prefect (``cache_policy=NONE``, ``retries=0``): a retried inference task could
 score items twice, and resume is the pipeline's own business. Ray is called
-directly from inside the tasks — prefect-ray's task runner costs 120–200 ms a
-task and shuts Ray down at flow end, killing the model actors (NOTES.md).
+directly from inside the tasks — prefect-ray's task runner adds a Ray round trip
+a task and shuts Ray down at flow end, killing the model actors (docs/environment.md).
 """
 
 from __future__ import annotations
