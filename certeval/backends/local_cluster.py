@@ -88,10 +88,6 @@ class LocalRayCluster:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    @property
-    def node_names(self) -> list[str]:
-        return list(self.nodes)
-
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """Environment for the cluster's processes and for drivers that connect to it."""
         env = dict(os.environ if base is None else base)

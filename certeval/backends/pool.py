@@ -280,11 +280,6 @@ class ModelPool:
             raise RuntimeError(f"a model actor failed to start: {cause}") from None
         return self
 
-    def actor_names(self, label: str | None = None) -> list[str]:
-        """Names of all actors, or of those serving ``label``."""
-        group = None if label is None else self.group_of.get(label)
-        return [s.name for g, slots in self.slots.items() if label is None or g == group for s in slots]
-
     def _dead_node(self, name: str) -> str | None:
         """The node the actor ``name`` answered its start-up ping from, if it did (None if unknown)."""
         if name in self._node_of:
