@@ -157,7 +157,7 @@ class Prestart:
         once more on the same port (Prefect may have read ``PREFECT_API_URL`` already), then it fails in one
         line (exit 3) naming what to try."""
         if self.prefect is not None:
-            from .start_retry import start_with_retries
+            from .start_retry import Retries, start_with_retries
 
             server = self.prefect
             first = [True]
@@ -168,8 +168,8 @@ class Prestart:
                 first[0] = False
                 server.wait_ready()
 
-            start_with_retries(start, what="Prefect's embedded API server", tries=PREFECT_START_TRIES,
-                               waits_s=PREFECT_START_WAITS_S, cleanup=server.stop, retry_on=(RuntimeError,),
+            start_with_retries(start, what="Prefect's embedded API server", cleanup=server.stop,
+                               retries=Retries(PREFECT_START_TRIES, PREFECT_START_WAITS_S, retry_on=(RuntimeError,)),
                                hint="the machine may be too busy: retry, or start Ray and Prefect once with "
                                     "`certeval up` and run from the same folder")
             mark("prefect_ready")
