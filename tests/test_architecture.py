@@ -30,7 +30,6 @@ LONG_SIGNATURES_TO_GO = {
     ("certeval/backtests/ray_fanout.py", "backtest"),
     ("certeval/backtests/single.py", "run_single_backtest"),
     ("certeval/estimators/distribution/ranking.py", "rank_models"),
-    ("certeval/estimators/distribution/ranking.py", "ranking_from_pairs"),
     ("certeval/estimators/distribution/selection.py", "select_models"),
     ("certeval/estimators/distribution/selection.py", "__init__"),
     ("certeval/estimators/faq/querying.py", "hybrid_policy"),
