@@ -32,7 +32,6 @@ LONG_SIGNATURES_TO_GO = {
     ("certeval/estimators/distribution/ranking.py", "rank_models"),
     ("certeval/estimators/distribution/selection.py", "select_models"),
     ("certeval/estimators/distribution/selection.py", "__init__"),
-    ("certeval/estimators/faq/querying.py", "hybrid_policy"),
     ("certeval/estimators/faq/querying.py", "__init__"),
     ("certeval/estimators/faq/simulation.py", "simulate_faq"),
     ("certeval/estimators/single/adaptive.py", "__init__"),
