@@ -89,7 +89,7 @@ def test_two_cpu_hosted_models_split_the_free_cpus_and_replay_takes_none(local_r
     try:
         pool.launch()
         share = max(1, free // 2) if free >= 2 else None
-        if share is None:  # one CPU: the two models share an actor (ModelPool._share_when_short)
+        if share is None:  # one CPU: the two models share an actor (CpuPlan.shared_groups)
             pytest.skip("the shared Ray has fewer than 2 CPUs free")
         assert pool._actor_cpus("a") == pool._actor_cpus("b") == share and pool._actor_cpus("r") == 0.0
         pool.wait_started()
