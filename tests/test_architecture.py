@@ -42,7 +42,6 @@ LONG_SIGNATURES_TO_GO = {
     ("certeval/flows/checkpoints.py", "rank_models_flow"),
     ("certeval/harnesses/lm_eval_output.py", "task_block"),
     ("certeval/harnesses/lm_eval_output.py", "lm_eval_block"),
-    ("certeval/hosting/pool.py", "__init__"),
 }
 
 pytestmark = pytest.mark.skipif(not (PACKAGE / "errors.py").exists(),

@@ -91,6 +91,19 @@ class PoolStats:
     ahead_sent_per_model: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Actors:
+    """How a pool lays out its actors: ``replicas`` per model (actor group), the GPUs and CPUs each asks Ray for
+    (``num_cpus`` None: a CPU-hosted model's share of the free CPUs, 0 for replay), ``in_flight`` batches per
+    actor, and ``keep``: named detached actors that outlive the command (``--keep-actors``)."""
+
+    replicas: int = 1
+    num_gpus: float = 0.0
+    num_cpus: float | None = None
+    in_flight: int = 2
+    keep: bool = False
+
+
 class ModelPool:
     """Named actors per model; ``score`` fans batches out and gathers them in arrival order.
 
@@ -98,11 +111,13 @@ class ModelPool:
     the label to its score-cache folder (or is empty: no cache).
     """
 
-    def __init__(self, models: dict[str, str], *, replicas: int = 1, num_gpus: float = 0.0,
-                 num_cpus: float | None = None, in_flight: int = 2, cache_urls: dict[str, str] | None = None,
-                 options: RuntimeOptions | None = None, run_id: str | None = None,
-                 host_kwargs: dict[str, Any] | None = None, keep: bool = False,
+    def __init__(self, models: dict[str, str], actors: Actors | None = None, *,
+                 cache_urls: dict[str, str] | None = None, options: RuntimeOptions | None = None,
+                 run_id: str | None = None, host_kwargs: dict[str, Any] | None = None,
                  contents: dict[str, str] | None = None) -> None:
+        actors = actors or Actors()
+        replicas, num_gpus, num_cpus, in_flight, keep = (actors.replicas, actors.num_gpus, actors.num_cpus,
+                                                         actors.in_flight, actors.keep)
         if replicas < 1:
             raise InputError(f"--replicas must be at least 1, got {replicas!r}")
         if in_flight < 1:
