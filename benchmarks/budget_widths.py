@@ -40,7 +40,7 @@ from scipy.stats import binomtest  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
 from certeval.backtest.ray_fanout import dataset_arrays  # noqa: E402
-from certeval.engine import replay_once  # noqa: E402
+from certeval.engine import Replay, replay_once  # noqa: E402
 from certeval.estimators import parse_goal  # noqa: E402
 
 DATASETS = ("chembench", "helm_mmlu", "helm_raft", "helm_v023", "openllm_arc", "openllm_tiny",
@@ -82,7 +82,7 @@ def exact_run(data, x: np.ndarray, goal: float, budget: int, seed: list[int], bu
     truth = float(spec.weights() @ x)
     looks: list[bool] = []
     params = {"subset_intervals": False} | ({"bet_horizon": budget} if budget_only else {})
-    est, _ = replay_once("history", params, spec, x, parse_goal(f"halfwidth:{goal}"), BATCH, budget,
+    est, _ = replay_once(Replay("history", params, parse_goal(f"halfwidth:{goal}"), BATCH, budget), spec, x,
                          np.random.default_rng(seed),
                          on_look=lambda e: looks.append(e.lower - 1e-12 <= truth <= e.upper + 1e-12))
     return 0.5 * (est.upper - est.lower), int(est.n_scored), all(looks)

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from benchmarks._meta import ROOT, write_result
-from certeval.backtest.faq import evaluate_new_models, mask_mcar
+from certeval.backtest.faq import evaluate_new_models, faq_dataset, mask_mcar
 from certeval.backtest.ray_fanout import fit_faq_inputs
 from certeval.banks import DATA_DIR, bank_from_scores, load_scores, score_matrix
 from certeval.estimators.factor_model import factor_prior
@@ -62,8 +62,8 @@ def openllm_tiny(seed: int, n_new: int, reps: int, missing: float | None, tau: f
     mu, cov = arrays["prior_mean"], arrays["prior_cov"]
     budgets = [int(round(f * bank.n_items)) for f in BUDGET_FRACTIONS]
     t0 = time.time()
-    res = evaluate_new_models(truth, arrays["item_factors"], mu, cov, budgets, reps, seed, tau=tau, models=chosen,
-                              name="openllm_tiny")
+    data = faq_dataset(truth, arrays["item_factors"], mu, cov, models=chosen, name="openllm_tiny")
+    res = evaluate_new_models(data, budgets, reps, seed, tau=tau)
     return {
         "dataset": "openllm_tiny", "n_items": bank.n_items, "history_models": len(hist_models),
         "new_models_available": len(new_models), "new_models_evaluated": len(chosen), "reps": reps,
@@ -86,8 +86,8 @@ def mmlu_pro(seed: int, n_new: int, reps: int, tau: float, batch_size: int) -> d
     truth = (rng.random(prob.shape) < prob).astype(float)
     budgets = [int(round(f * v.shape[0])) for f in BUDGET_FRACTIONS]
     t0 = time.time()
-    res = evaluate_new_models(truth, v, mu, cov, budgets, reps, seed, tau=tau, batch_size=batch_size, chunk_rows=500,
-                              name="faq_mmlu_pro")
+    res = evaluate_new_models(faq_dataset(truth, v, mu, cov, name="faq_mmlu_pro"), budgets, reps, seed, tau=tau,
+                              batch_size=batch_size, chunk_rows=500)
     return {
         "dataset": "faq_mmlu_pro synthetic bank", "n_items": v.shape[0], "n_factors": v.shape[1],
         "history_models": half, "new_models_evaluated": n_new, "reps": reps, "tau": tau, "batch_size": batch_size,

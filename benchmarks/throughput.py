@@ -130,10 +130,10 @@ def run_inprocess(model: str, items: list[dict[str, Any]], args: argparse.Namesp
 def run_actor(model: str, items: list[dict[str, Any]], args: argparse.Namespace, num_cpus: float | None) -> dict:
     import ray
 
-    from certeval.backends.pool import ModelPool, init_ray
+    from certeval.backends.pool import Actors, ModelPool, init_ray
 
     init_ray(num_cpus=os.cpu_count() or 2)
-    pool = ModelPool({"m": f"hf:{model}?batch={args.batch_size}&dtype=float32"}, num_cpus=num_cpus).start()
+    pool = ModelPool({"m": f"hf:{model}?batch={args.batch_size}&dtype=float32"}, Actors(num_cpus=num_cpus)).start()
     try:
         requests = [(f"k{i}", item) for i, item in enumerate(items)]
         pool.score({"m": requests[: args.chunk]}, args.chunk)  # warm-up

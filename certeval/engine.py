@@ -21,7 +21,7 @@ Pure: numpy and the estimators only.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -340,14 +340,27 @@ def lookup(matrix: Mapping[str, np.ndarray]) -> Inference:
     return lambda items: {label: np.asarray(matrix[label], dtype=float)[pos] for label, pos in items.items()}
 
 
-def replay_once(method_name: str, params: dict, spec: Any, row: np.ndarray, goal: Goal, batch_size: int,
-                max_items: int | None, rng: np.random.Generator, on_look: Callable[[Any], None] | None = None):
+@dataclass(frozen=True)
+class Replay:
+    """What a replay of one model runs: a method (registered name and parameters) until its goal decides, in
+    looks of ``batch_size`` items, within ``max_items`` items (None: the bank)."""
+
+    method: str
+    params: dict
+    goal: Goal
+    batch_size: int
+    max_items: int | None = None
+
+
+def replay_once(replay: Replay, spec: Any, row: np.ndarray, rng: np.random.Generator,
+                on_look: Callable[[Any], None] | None = None):
     """One live-like run of a method over a model's recorded scores (``row[i]``: bank position i), by this
     engine with inference by lookup; returns (estimate, decision). ``on_look(est)`` sees the estimate after every
     look (the interval curve). Every backtest rep is one call (:mod:`certeval.backtest.ray_fanout`)."""
-    method = method_for_goal(method_name, goal, max_items, **params)
+    goal, max_items = replay.goal, replay.max_items
+    method = method_for_goal(replay.method, goal, max_items, **replay.params)
     method.start(spec)
-    rounds = SingleModelRounds({"model": method}, goal, n_items=spec.n_items, batch_size=batch_size,
+    rounds = SingleModelRounds({"model": method}, goal, n_items=spec.n_items, batch_size=replay.batch_size,
                                max_items=max_items)
     look = None if on_look is None else (lambda _look, _proposals: on_look(method.result()))
     decisions = run_until_decided(rounds, lookup({"model": row}), lambda _label: rng, on_look=look)

@@ -36,7 +36,7 @@ def prepare_env() -> None:
 
 def configure_offline_env(home: str | Path | None = None) -> None:
     defaults = {
-        # Ray: bind loopback only, no usage stats (NOTES.md)
+        # Ray: bind loopback only, no usage stats (docs/environment.md)
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_DEDUP_LOGS": "0",
@@ -114,7 +114,7 @@ def ray_bootstrap_home(base: str | Path) -> Path:
     """A HOME holding ``ray_bootstrap_config.yaml`` (``provider: {type: local}``).
 
     Ray's usage-stats module probes cloud metadata (169.254.169.254) unless this
-    file exists in $HOME while ``ray.init`` runs (NOTES.md).
+    file exists in $HOME while ``ray.init`` runs (docs/environment.md).
     """
     private_folder(base)
     home = Path(base) / "ray-home"

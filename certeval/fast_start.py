@@ -157,7 +157,7 @@ class Prestart:
         once more on the same port (Prefect may have read ``PREFECT_API_URL`` already), then it fails in one
         line (exit 3) naming what to try."""
         if self.prefect is not None:
-            from .start_retry import start_with_retries
+            from .start_retry import Retries, start_with_retries
 
             server = self.prefect
             first = [True]
@@ -168,8 +168,8 @@ class Prestart:
                 first[0] = False
                 server.wait_ready()
 
-            start_with_retries(start, what="Prefect's embedded API server", tries=PREFECT_START_TRIES,
-                               waits_s=PREFECT_START_WAITS_S, cleanup=server.stop, retry_on=(RuntimeError,),
+            start_with_retries(start, what="Prefect's embedded API server", cleanup=server.stop,
+                               retries=Retries(PREFECT_START_TRIES, PREFECT_START_WAITS_S, retry_on=(RuntimeError,)),
                                hint="the machine may be too busy: retry, or start Ray and Prefect once with "
                                     "`certeval up` and run from the same folder")
             mark("prefect_ready")
@@ -224,16 +224,20 @@ def prestart(plan: Any, user_prefect: bool) -> Prestart:
 
 def _launch_pool(plan: Any) -> Any:
     """The run's actor pool with its actors created (not waited for): what ``start-models`` builds."""
-    from .backends.pool import ModelPool
-
     store = plan.store()
     cache_urls = {label: store.cache(key).folder.url() for label, key in plan.cache_keys().items()}
-    pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
-                     in_flight=plan.in_flight, cache_urls=cache_urls, options=plan.options,
+    return plan_pool(plan, cache_urls).launch()
+
+
+def plan_pool(plan: Any, cache_urls: dict[str, str]) -> Any:
+    """The actor pool a run's plan asks for (not started): its models, their actors and score caches."""
+    from .backends.pool import Actors, ModelPool
+
+    actors = Actors(replicas=plan.replicas, num_gpus=plan.num_gpus, in_flight=plan.in_flight,
+                    keep=keeps_actors(plan))
+    return ModelPool(dict(zip(plan.labels, plan.models)), actors, cache_urls=cache_urls, options=plan.options,
                      run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None,
-                     keep=keeps_actors(plan),
                      contents=plan.model_digests())
-    return pool.launch()
 
 
 def keeps_actors(plan: Any) -> bool:

@@ -322,21 +322,6 @@ def read_inspect_items(path: str) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()))
 
 
-def read_harness_scores(paths, metric: str | None = None) -> pd.DataFrame:
-    """Scores from lm-eval samples files and Inspect logs (any mix); one model per file."""
-    frames = []
-    for path in paths:
-        path = str(path)
-        if is_lm_eval_samples(path):
-            frames.append(read_lm_eval_samples(path, metric))
-        elif is_inspect_log(path):
-            frames.append(read_inspect_log(path, metric))
-        else:
-            raise InputError(f"{path!r} is neither an lm-eval samples file (samples_<task>_<timestamp>.jsonl) "
-                             "nor an Inspect log (.eval, .json)")
-    return pd.concat(frames, ignore_index=True)
-
-
 def read_harness_items(paths) -> pd.DataFrame:
     """Item text from lm-eval samples files and Inspect logs; an item seen twice keeps its first text."""
     frames = [read_lm_eval_items(str(p)) if is_lm_eval_samples(str(p)) else read_inspect_items(str(p))

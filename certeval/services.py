@@ -382,12 +382,12 @@ def start_services(num_cpus: int, cwd: str | Path | None = None, timeout_s: floa
 
     cluster.on_process = lambda name, proc: started("ray-head", proc) if name == "head" else None
     prefect.on_process = lambda proc: started("prefect", proc)
-    from .start_retry import StartError, start_with_retries
+    from .start_retry import Retries, StartError, start_with_retries
 
     try:
         cluster.start(timeout_s=timeout_s)  # each node: 3 tries (LocalRayCluster._start_with_retry)
-        start_with_retries(lambda: prefect.start(timeout_s=timeout_s), what="Prefect's server", tries=2,
-                           waits_s=(5.0,), cleanup=prefect.stop, retry_on=(RuntimeError,),
+        start_with_retries(lambda: prefect.start(timeout_s=timeout_s), what="Prefect's server",
+                           retries=Retries(2, (5.0,), retry_on=(RuntimeError,)), cleanup=prefect.stop,
                            hint="the machine may be too busy: retry `certeval up` later")
     except BaseException as exc:
         prefect.stop()

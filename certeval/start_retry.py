@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -29,17 +30,27 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def start_with_retries(start: Callable[[], T], *, what: str, hint: str, tries: int = 3,
-                       waits_s: Sequence[float] = (5.0, 15.0), cleanup: Callable[[], None] | None = None,
-                       retry_on: tuple[type[BaseException], ...] = (Exception,),
-                       never_retry: tuple[type[BaseException], ...] = (),
-                       sleep: Callable[[float], None] = time.sleep) -> T:
-    """``start()``, tried up to ``tries`` times; after a failed try ``cleanup()`` runs (before the pause, so a
-    failed attempt's processes never outlive it) and the next try waits ``waits_s[i]`` (the last one repeats).
+@dataclass(frozen=True)
+class Retries:
+    """How a start-up is retried: up to ``tries`` tries, the next one after ``waits_s[i]`` (the last one repeats;
+    ``sleep`` waits). Exceptions outside ``retry_on`` or inside ``never_retry`` (bad arguments, Ctrl-C) are not
+    retried."""
 
-    Exceptions outside ``retry_on`` or inside ``never_retry`` (bad arguments, Ctrl-C) propagate at once, after
+    tries: int = 3
+    waits_s: Sequence[float] = (5.0, 15.0)
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    never_retry: tuple[type[BaseException], ...] = ()
+    sleep: Callable[[float], None] = time.sleep
+
+
+def start_with_retries(start: Callable[[], T], *, what: str, hint: str, retries: Retries = Retries(),
+                       cleanup: Callable[[], None] | None = None) -> T:
+    """``start()``, tried as ``retries`` says; after a failed try ``cleanup()`` runs (before the pause, so a
+    failed attempt's processes never outlive it). An exception not retried propagates at once, after
     ``cleanup()``.
     """
+    tries, waits_s, retry_on, never_retry, sleep = (retries.tries, retries.waits_s, retries.retry_on,
+                                                    retries.never_retry, retries.sleep)
     if tries < 1:
         raise ValueError(f"tries must be >= 1, got {tries!r}")
     last: BaseException | None = None

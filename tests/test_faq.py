@@ -12,6 +12,7 @@ from scipy.special import expit
 from certeval.estimators import BankSpec, InputError, make_method, method_from_state
 from certeval.estimators.factor_model import FactorModel, factor_prior
 from certeval.estimators.faq import (
+    Schedule,
     active_learning_scores,
     draw_items,
     hybrid_policy,
@@ -73,7 +74,7 @@ def test_oracle_policy_mixes_sqrt_p1mp_with_tau_uniform_and_is_bounded_below():
     rng = np.random.default_rng(1)
     p = rng.uniform(0.01, 0.99, (3, 50))
     w = np.full(50, 1 / 50)
-    q = hybrid_policy(p, None, np.zeros((50, 2)), w, step=0, n_budget=None, tau=0.2)
+    q = hybrid_policy(p, None, np.zeros((50, 2)), w, step=0, schedule=Schedule(0.2))
     h = np.sqrt(p * (1 - p))
     np.testing.assert_allclose(q, 0.8 * h / h.sum(axis=1, keepdims=True) + 0.2 / 50)
     np.testing.assert_allclose(q.sum(axis=1), 1.0)
@@ -93,9 +94,9 @@ def test_active_learning_score_matches_the_closed_form_item_by_item():
     got = active_learning_scores(p, cov[None], v, np.full(n, 1 / n))
     np.testing.assert_allclose(got[0], d / d.sum(), rtol=1e-10)
     # schedules: ρ > 0 mixes it in early; α = 0 once s+1 ≥ ρ n_b
-    q_early = hybrid_policy(p, cov[None], v, np.full(n, 1 / n), step=0, n_budget=10, tau=0.1, rho=1.0)
-    q_late = hybrid_policy(p, cov[None], v, np.full(n, 1 / n), step=9, n_budget=10, tau=0.1, rho=1.0)
-    q_oracle = hybrid_policy(p, cov[None], v, np.full(n, 1 / n), step=0, n_budget=10, tau=0.1)
+    q_early = hybrid_policy(p, cov[None], v, np.full(n, 1 / n), step=0, schedule=Schedule(0.1, 10, rho=1.0))
+    q_late = hybrid_policy(p, cov[None], v, np.full(n, 1 / n), step=9, schedule=Schedule(0.1, 10, rho=1.0))
+    q_oracle = hybrid_policy(p, cov[None], v, np.full(n, 1 / n), step=0, schedule=Schedule(0.1, 10))
     np.testing.assert_allclose(q_late, q_oracle)
     assert not np.allclose(q_early, q_oracle)
 

@@ -223,10 +223,10 @@ def test_certify_the_real_small_lm_on_a_handful_of_trivia_items(infra, tmp_path)
 
 
 def test_pool_keeps_several_batches_in_flight_across_replicas(infra, tmp_path):
-    from certeval.backends.pool import ModelPool
+    from certeval.backends.pool import Actors, ModelPool
 
     ids = list(load_scores(SCORES).drop_duplicates("item_id")["item_id"][:60])
-    pool = ModelPool({"m": replay(MIDDLE, latency=0.005)}, replicas=2, in_flight=3,
+    pool = ModelPool({"m": replay(MIDDLE, latency=0.005)}, Actors(replicas=2, in_flight=3),
                      cache_urls={"m": str(tmp_path / "cache")}, run_id="pool").start()
     try:
         arrived = []

@@ -14,6 +14,7 @@ from certeval.backtest.ray_fanout import (
     run_cells,
     summarise,
 )
+from certeval.engine import Replay
 from certeval.estimators import BankSpec, Estimate, parse_goal, register
 from certeval.estimators.single.uniform import UniformMethod
 
@@ -64,8 +65,9 @@ def test_results_do_not_depend_on_chunking_or_cell_order():
 def test_replay_one_curve_matches_the_plain_loop():
     d = _synthetic()
     goal = parse_goal("halfwidth:0.08")
-    plain = replay_one("uniform", {}, d.spec, d.matrix[0], goal, 25, np.random.default_rng(5))
-    traced = replay_one("uniform", {}, d.spec, d.matrix[0], goal, 25, np.random.default_rng(5), record_curve=True)
+    plain = replay_one(Replay("uniform", {}, goal, 25), d.spec, d.matrix[0], np.random.default_rng(5))
+    traced = replay_one(Replay("uniform", {}, goal, 25), d.spec, d.matrix[0], np.random.default_rng(5),
+                        record_curve=True)
     assert (plain.n_scored, plain.lower, plain.upper) == (traced.n_scored, traced.lower, traced.upper)
     assert traced.curve[-1][0] == traced.n_scored and len(traced.curve) == traced.looks
     assert plain.truth == pytest.approx(d.matrix[0].mean())

@@ -51,7 +51,7 @@ def _digest(folder: Path) -> dict[str, str]:
 
 def _items(bank: str) -> dict[str, dict]:
     from certeval.tasks.inputs import load_run_bank
-    from certeval.tasks.run import _item_record
+    from certeval.tasks.run_requests import _item_record
 
     loaded = load_run_bank(bank, ("hf:bundled:smollm2",))
     return {loaded.item_ids[p]: _item_record(loaded.frame, p) for p in range(loaded.n_items)}

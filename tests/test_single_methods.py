@@ -178,7 +178,7 @@ def test_radii_match_the_printed_formulas():
     eta = math.sqrt((2 * math.log(math.log(100) + 1) + math.log(16 * 3 / delta)) / 100)
     ref = 2 * eta**2 / 3 + 2 * math.sqrt((0.04 + eta + eta**2) * eta**2)
     assert cereval_radius(100, 0.04, 3, delta) == pytest.approx(ref)
-    # the floor NOTES.md reports: at n = 5000 and zero variance the radius stays near 0.02-0.03
+    # the floor docs/results_single.md derives: at n = 5000 and zero variance the radius stays near 0.02-0.03
     assert 0.02 < cereval_radius(5000, 0.0, 1, delta) < 0.035
 
 

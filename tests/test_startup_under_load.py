@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from certeval.start_retry import StartError, start_with_retries
+from certeval.start_retry import Retries, StartError, start_with_retries
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = "replay:bundled:helm_mmlu#openai_ada"
@@ -34,8 +34,8 @@ def test_a_start_failing_twice_then_succeeding_is_tried_three_times_with_the_wai
             raise RuntimeError("The current node timed out during startup.\nmore detail")
         return "up"
 
-    out = start_with_retries(start, what="Ray's local node", hint="retry", tries=3, waits_s=(5.0, 15.0),
-                             cleanup=lambda: cleanups.append(1), sleep=slept.append)
+    out = start_with_retries(start, what="Ray's local node", hint="retry", cleanup=lambda: cleanups.append(1),
+                             retries=Retries(3, (5.0, 15.0), sleep=slept.append))
     assert out == "up" and len(calls) == 3 and len(cleanups) == 2 and slept == [5.0, 15.0]
 
 
@@ -46,8 +46,8 @@ def test_every_try_failing_is_one_line_naming_what_to_try():
         raise Exception("The current node timed out during startup. This could happen because\nsecond line")
 
     with pytest.raises(StartError) as info:
-        start_with_retries(start, what="Ray's local node", hint="retry, or run `certeval up` first", tries=3,
-                           waits_s=(1.0,), cleanup=lambda: cleanups.append(1), sleep=slept.append)
+        start_with_retries(start, what="Ray's local node", hint="retry, or run `certeval up` first",
+                           cleanup=lambda: cleanups.append(1), retries=Retries(3, (1.0,), sleep=slept.append))
     text = str(info.value)
     assert "\n" not in text and "3 tries" in text and "timed out during startup" in text and "certeval up" in text
     assert len(cleanups) == 3 and slept == [1.0, 1.0]  # the last wait repeats; no pause after the last try
@@ -60,8 +60,8 @@ def test_an_error_outside_retry_on_is_cleaned_up_and_raised_at_once():
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        start_with_retries(start, what="x", hint="y", tries=3, cleanup=lambda: cleanups.append(1),
-                           sleep=lambda s: pytest.fail("no pause"))
+        start_with_retries(start, what="x", hint="y", cleanup=lambda: cleanups.append(1),
+                           retries=Retries(3, sleep=lambda s: pytest.fail("no pause")))
     assert cleanups == [1]
     cleanups.clear()
 
@@ -69,8 +69,8 @@ def test_an_error_outside_retry_on_is_cleaned_up_and_raised_at_once():
         raise ValueError("object_store_memory is too large")
 
     with pytest.raises(ValueError):
-        start_with_retries(bad_argument, what="x", hint="y", tries=3, cleanup=lambda: cleanups.append(1),
-                           never_retry=(ValueError,), sleep=lambda s: pytest.fail("no pause"))
+        start_with_retries(bad_argument, what="x", hint="y", cleanup=lambda: cleanups.append(1),
+                           retries=Retries(3, never_retry=(ValueError,), sleep=lambda s: pytest.fail("no pause")))
     assert cleanups == [1]
 
 

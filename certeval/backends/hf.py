@@ -5,7 +5,7 @@ Options in the spec query: ``?device=cpu|cuda[:i]&dtype=float32|bfloat16|float16
 contexts lose their start) defaults to the model's own limit, found as lm-eval's hf model finds it (the config's
 ``n_positions`` / ``max_position_embeddings`` / ``n_ctx``, else the tokenizer's, else 2048). ``threads`` sets torch's CPU thread
 count for the hosting process; without it, a model actor runs as many threads as the CPUs it was given
-(:meth:`certeval.backends.pool.ModelPool._cpu_shares`: one model on a 2-core machine gets both, as lm-eval's
+(:meth:`certeval.backends.pool_cpus.CpuPlan.shares`: one model on a 2-core machine gets both, as lm-eval's
 torch does). On a shared, oversubscribed CPU, OpenMP threads spin-waiting for each other made one 2-thread
 forward pass 11x slower than a 1-thread one (measured here): ``threads=1`` there.
 

@@ -9,7 +9,7 @@ and ``benchmarks/scale.py`` (1 node vs 3 nodes); handy to try a cluster deployme
         subprocess.run(["certeval", "rank", "--ray-address", cluster.address, ...], env=cluster.env())
         cluster.kill_node("w1")        # SIGKILL that node's raylet: the node is lost mid-run
 
-Loopback only (NOTES.md): ``--node-ip-address 127.0.0.1`` (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the
+Loopback only (docs/environment.md): ``--node-ip-address 127.0.0.1`` (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the
 single-node default, would refuse worker nodes; drivers keep it), no usage stats, HOME pointing at a folder with ``ray_bootstrap_config.yaml`` (else Ray probes cloud metadata) and an
 auth token pinned by ``RAY_AUTH_TOKEN_PATH`` (Ray 2.60 token auth). Node loss is noticed within about
 ``health_check_ms × 3`` (Ray's default is 15 s). ``stop`` kills every process the cluster started, by
@@ -87,10 +87,6 @@ class LocalRayCluster:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def node_names(self) -> list[str]:
-        return list(self.nodes)
 
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """Environment for the cluster's processes and for drivers that connect to it."""

@@ -24,6 +24,7 @@ import os
 import string
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -46,25 +47,38 @@ class _Transient(Exception):
     """A failure worth retrying: no answer, a 5xx, or 429 (rate limited)."""
 
 
+@dataclass(frozen=True)
+class OpenAIOptions:
+    """How an OpenAI-compatible host calls its endpoint (the spec's ``?key=value`` options, :func:`parse_options`).
+    ``key_env``: the variable the API key comes from, named in messages, never its value."""
+
+    concurrency: int = 4
+    max_new_tokens: int = 16
+    timeout: float = 60.0
+    scorer: str | None = None
+    mc_mode: str = "generate"
+    key_env: str = "OPENAI_API_KEY"
+    retries: int = 2
+
+
 class OpenAIHost(ModelHost):
-    def __init__(self, spec: ModelSpec, *, concurrency: int = 4, max_new_tokens: int = 16, timeout: float = 60.0,
-                 scorer: str | None = None, mc_mode: str = "generate", api_key: str | None = None, retries: int = 2,
-                 key_env: str = "OPENAI_API_KEY") -> None:
+    def __init__(self, spec: ModelSpec, options: OpenAIOptions | None = None, *, api_key: str | None = None) -> None:
+        options = options or OpenAIOptions()
         self.spec = spec
         self.base_url = spec.location.rstrip("/")
         self.model = spec.name
-        self.concurrency = concurrency
-        self.max_new_tokens = max_new_tokens
-        self.timeout = timeout
-        self.scorer_name = scorer
-        self.mc_mode = mc_mode
+        self.concurrency = options.concurrency
+        self.max_new_tokens = options.max_new_tokens
+        self.timeout = options.timeout
+        self.scorer_name = options.scorer
+        self.mc_mode = options.mc_mode
         self.api_key = api_key
-        self.key_env = key_env  # the variable the key came from: named in messages, never its value
-        self.retries = retries
+        self.key_env = options.key_env
+        self.retries = options.retries
         self.calls = 0
         self.client_: httpx.Client | None = None
-        if scorer is not None:
-            sc.get_scorer(scorer)
+        if options.scorer is not None:
+            sc.get_scorer(options.scorer)
 
     # -------------------------------------------------------------- HTTP
 
@@ -229,7 +243,7 @@ def _positive(spec: ModelSpec, key: str, value: Any, cast: type = int) -> Any:
     return out
 
 
-def parse_options(spec: ModelSpec, **kwargs: Any) -> dict[str, Any]:
+def parse_options(spec: ModelSpec, **kwargs: Any) -> OpenAIOptions:
     """Validation step for an openai spec (URL and options), run by the plan before Ray starts and by the host."""
     unknown = [k for k, _ in spec.options if k not in _KNOWN]
     if unknown:
@@ -244,23 +258,23 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> dict[str, Any]:
     mc_mode = str(spec.option("mc", kwargs.get("mc", "generate")))
     if mc_mode not in ("echo", "generate"):
         raise InputError(f"model spec option mc={mc_mode!r} in {spec.text!r} must be generate or echo")
-    return {
-        "concurrency": spec.number_option("concurrency", kwargs.get("concurrency", 4)),
-        "max_new_tokens": spec.number_option("max_new_tokens", kwargs.get("max_new_tokens", 16)),
-        "timeout": _positive(spec, "timeout", spec.option("timeout", kwargs.get("timeout", 60.0)), float),
-        "scorer": spec.option("scorer", kwargs.get("scorer")),
-        "mc_mode": mc_mode,
-        "key_env": str(spec.option("api_key_env", kwargs.get("api_key_env", "OPENAI_API_KEY"))),
-        "retries": spec.number_option("retries", kwargs.get("retries", 2), int, 0),
-    }
+    default = OpenAIOptions()
+    return OpenAIOptions(
+        concurrency=spec.number_option("concurrency", kwargs.get("concurrency", default.concurrency)),
+        max_new_tokens=spec.number_option("max_new_tokens", kwargs.get("max_new_tokens", default.max_new_tokens)),
+        timeout=_positive(spec, "timeout", spec.option("timeout", kwargs.get("timeout", default.timeout)), float),
+        scorer=spec.option("scorer", kwargs.get("scorer")),
+        mc_mode=mc_mode,
+        key_env=str(spec.option("api_key_env", kwargs.get("api_key_env", default.key_env))),
+        retries=spec.number_option("retries", kwargs.get("retries", default.retries), int, 0),
+    )
 
 
 def build_host(spec: ModelSpec, **kwargs: Any) -> OpenAIHost:
     options = parse_options(spec, **kwargs)
-    key_env = options.pop("key_env")
     from ..redact import register_secret_names
 
-    register_secret_names([key_env])  # its value is a secret whatever the variable is called
-    host = OpenAIHost(spec, api_key=os.environ.get(key_env), key_env=key_env, **options)
+    register_secret_names([options.key_env])  # its value is a secret whatever the variable is called
+    host = OpenAIHost(spec, options, api_key=os.environ.get(options.key_env))
     host.ping()
     return host

@@ -14,7 +14,7 @@ backend keeps one actor group per model.
 Exactly-once scoring:
 
 * scoring calls never retry inside Ray (``max_task_retries=0``): a call that
-  killed its actor would otherwise burn every restart (NOTES.md);
+  killed its actor would otherwise burn every restart (docs/environment.md);
 * an actor that dies mid-batch is replaced by a fresh one and only the lost
   batch is re-submitted; a batch whose result arrived is never sent again;
 * the actor writes each finished batch to the score cache *before* returning
@@ -41,8 +41,8 @@ import ray
 
 from ..estimators._validation import InputError
 from ..runtime_options import FLAGS, RuntimeOptions, runtime_options
-from .pool_ahead import PoolAhead
-from .pool_cpus import PoolCpus
+from .pool_ahead import AheadBatches
+from .pool_cpus import CpuPlan
 from .pool_groups import KEPT_PREFIX, _cluster_summary, _text_length, group_models, kill_kept_actors  # noqa: F401
 from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, init_ray, key_variables  # noqa: F401
 from .worker import CONTROL, ModelWorker, _ping_answer  # noqa: F401
@@ -93,18 +93,33 @@ class PoolStats:
     ahead_sent_per_model: dict[str, int] = field(default_factory=dict)
 
 
-class ModelPool(PoolCpus, PoolAhead):
+@dataclass(frozen=True)
+class Actors:
+    """How a pool lays out its actors: ``replicas`` per model (actor group), the GPUs and CPUs each asks Ray for
+    (``num_cpus`` None: a CPU-hosted model's share of the free CPUs, 0 for replay), ``in_flight`` batches per
+    actor, and ``keep``: named detached actors that outlive the command (``--keep-actors``)."""
+
+    replicas: int = 1
+    num_gpus: float = 0.0
+    num_cpus: float | None = None
+    in_flight: int = 2
+    keep: bool = False
+
+
+class ModelPool:
     """Named actors per model; ``score`` fans batches out and gathers them in arrival order.
 
     ``models`` maps a display label to a model spec string; ``cache_urls`` maps
     the label to its score-cache folder (or is empty: no cache).
     """
 
-    def __init__(self, models: dict[str, str], *, replicas: int = 1, num_gpus: float = 0.0,
-                 num_cpus: float | None = None, in_flight: int = 2, cache_urls: dict[str, str] | None = None,
-                 options: RuntimeOptions | None = None, run_id: str | None = None,
-                 host_kwargs: dict[str, Any] | None = None, keep: bool = False,
+    def __init__(self, models: dict[str, str], actors: Actors | None = None, *,
+                 cache_urls: dict[str, str] | None = None, options: RuntimeOptions | None = None,
+                 run_id: str | None = None, host_kwargs: dict[str, Any] | None = None,
                  contents: dict[str, str] | None = None) -> None:
+        actors = actors or Actors()
+        replicas, num_gpus, num_cpus, in_flight, keep = (actors.replicas, actors.num_gpus, actors.num_cpus,
+                                                         actors.in_flight, actors.keep)
         if replicas < 1:
             raise InputError(f"--replicas must be at least 1, got {replicas!r}")
         if in_flight < 1:
@@ -129,14 +144,15 @@ class ModelPool(PoolCpus, PoolAhead):
         self.stats = PoolStats()
         self._pings: list[tuple[str, str, int, int, Any]] = []  # placement still to read
         self._node_of: dict[str, str] = {}  # actor name -> the Ray node it answered from
+        self.cpus = CpuPlan(self.models, self.replicas, self.num_gpus, num_cpus, self.host_kwargs)
         self._cpu_share: dict[str, float] = {}  # CPU-hosted groups -> the CPUs each actor asks for (launch)
-        self._ahead_refs: dict[Any, tuple[_Batch, _Slot, int]] = {}  # batches sent ahead, not yet collected
-        self._ahead_ids: dict[Any, str] = {}  # batch sent ahead -> its id (ModelWorker.withdraw)
-        self._ahead_key: dict[tuple[str, str], Any] = {}  # (label, item key) -> its batch sent ahead
-        self._ahead_done: dict[tuple[str, str], dict[str, Any]] = {}  # scored ahead, not yet taken by a round
-        self._ahead_load: dict[str, int] = {}  # actor name -> its batches sent ahead, not yet collected
+        self.ahead = AheadBatches(self)  # proposing ahead: the next round's batches, queued behind this one's
 
     # -- actors -------------------------------------------------------------
+    def _actor_cpus(self, group: str) -> float:
+        """The CPUs an actor of ``group`` asks Ray for (:meth:`CpuPlan.actor_cpus`)."""
+        return self.cpus.actor_cpus(self.groups[group], self._cpu_share.get(group, 1.0))
+
     def _actor_class(self):
         # a control thread beside the scoring one: batches sent ahead are withdrawn while another is scored
         return ray.remote(concurrency_groups={CONTROL: 1})(ModelWorker)
@@ -174,7 +190,7 @@ class ModelPool(PoolCpus, PoolAhead):
         labels = self.groups[group]
         cpus = self._actor_cpus(group)
         name = self._kept_name(group, replica) if kept else f"{self.prefix}/{group}/{replica}/g{generation}"
-        threads = self._actor_threads(group, cpus)
+        threads = self.cpus.threads(self.groups[group], cpus)
         env = _forwarded_env(self.key_variables)
         if threads is not None:  # OpenMP's pool sized before torch starts; the worker sets torch's own too
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -251,10 +267,14 @@ class ModelPool(PoolCpus, PoolAhead):
         """Create every actor without waiting for it (:meth:`wait_started` waits); idempotent."""
         if self.slots:
             return self
-        self._check_resources()
-        self._share_when_short()
+        self.cpus.check_gpus()
+        merged = self.cpus.shared_groups(self.groups)
+        if merged is not None:  # more CPUs asked than the cluster has: models share actors
+            self.groups = merged
+            self.group_of = {label: g for g, labels in merged.items() for label in labels}
+            self.stats.shared = {g: list(labels) for g, labels in merged.items() if len(labels) > 1}
         self._cls = self._actor_class()
-        self._cpu_share = self._cpu_shares()
+        self._cpu_share = self.cpus.shares(self.groups)
         for group in self.groups:
             self.slots[group] = [self._new_actor(group, r, 0) for r in range(self.replicas)]
         return self
@@ -277,11 +297,6 @@ class ModelPool(PoolCpus, PoolAhead):
                 raise cause from None
             raise RuntimeError(f"a model actor failed to start: {cause}") from None
         return self
-
-    def actor_names(self, label: str | None = None) -> list[str]:
-        """Names of all actors, or of those serving ``label``."""
-        group = None if label is None else self.group_of.get(label)
-        return [s.name for g, slots in self.slots.items() if label is None or g == group for s in slots]
 
     def _dead_node(self, name: str) -> str | None:
         """The node the actor ``name`` answered its start-up ping from, if it did (None if unknown)."""
@@ -332,11 +347,11 @@ class ModelPool(PoolCpus, PoolAhead):
         for label, pairs in requests.items():
             rest = []
             for key, item in pairs:
-                done = self._ahead_done.pop((label, key), None)
+                done = self.ahead.done.pop((label, key), None)
                 if done is not None:
                     taken.setdefault(label, []).append(done)
-                elif (label, key) in self._ahead_key:
-                    waiting.setdefault(self._ahead_key[(label, key)], []).append((label, key, item))
+                elif (label, key) in self.ahead.key:
+                    waiting.setdefault(self.ahead.key[(label, key)], []).append((label, key, item))
                 else:
                     rest.append((key, item))
             todo[label] = rest
@@ -367,7 +382,7 @@ class ModelPool(PoolCpus, PoolAhead):
                         running[ref] = (batch, slot, slot.generation)
                         self.stats.batches += 1
             if ahead_fn and not any(queues.values()):  # this call's batches all sent: queue the next round's
-                self._send_ahead(ahead_fn.pop()(), max(1, batch_size), current)
+                self.ahead.send(ahead_fn.pop()(), max(1, batch_size), current)
 
         current = {(label, key) for label, pairs in requests.items() for key, _ in pairs}
         ahead_fn = [ahead] if ahead is not None else []
@@ -386,10 +401,10 @@ class ModelPool(PoolCpus, PoolAhead):
             ref = done[0]
             if ref in waiting:  # a batch sent ahead that holds items of this call
                 wanted = waiting.pop(ref)
-                self._collect_ahead(ref)
+                self.ahead.collect(ref)
                 lost: dict[str, list[tuple[str, dict[str, Any]]]] = {}
                 for label, key, item in wanted:
-                    result = self._ahead_done.pop((label, key), None)
+                    result = self.ahead.done.pop((label, key), None)
                     if result is not None:
                         deliver(label, [result], from_ahead=True)
                     else:  # lost with its actor, or cancelled: sent again as any other batch
@@ -428,20 +443,31 @@ class ModelPool(PoolCpus, PoolAhead):
                 deliver(label, results)
             fill()
         if ahead_fn:  # nothing was sent in this call
-            self._send_ahead(ahead_fn.pop()(), max(1, batch_size), current)
+            self.ahead.send(ahead_fn.pop()(), max(1, batch_size), current)
         if self._pings:  # replacements started during this call: record where they run, waiting as long as an
             # actor may take to start (a busy machine takes more than placement's default 10 s; after a node loss only)
             self.placement(timeout_s=self.options.actor_start_timeout_s)
         self.stats.seconds += time.perf_counter() - t0
         return out
 
-    # -- proposing ahead ----------------------------------------------------
+    # -- proposing ahead (AheadBatches) --------------------------------------
+    def cancel_ahead(self, labels: Any) -> None:
+        """Models that left (``labels``) stop consuming: their batches sent ahead are withdrawn where an actor has
+        not begun them (one begun finishes, and is kept and reported like any other)."""
+        self.ahead.cancel(labels)
+
+    def settle(self) -> dict[str, Any]:
+        """The run is decided: what proposing ahead sent, used, left scored but unused, withdrawn or lost
+        (:meth:`AheadBatches.settle`)."""
+        return self.ahead.settle()
+
+    # -- batches ------------------------------------------------------------
     def _batches(self, group: str, requests: list[tuple[str, list[tuple[str, dict[str, Any]]]]],
                  batch_size: int) -> deque[_Batch]:
         """Chunks of at most ``batch_size`` items per model; an actor serving many models gets them packed
         into about ``replicas * in_flight`` calls (one Ray round trip per call, not per model)."""
         chunks = []
-        on_cpu = self._on_cpu(group)
+        on_cpu = self.cpus.on_cpu(self.groups[group])
         for label, pairs in requests:
             if on_cpu:  # a round's items longest first across its calls, as each call sorts its own pairs
                 pairs = sorted(pairs, key=lambda pair: -_text_length(pair[1]))

@@ -30,7 +30,7 @@ def init_ray(address: str | None = None, *, num_cpus: int = 2, object_store_mb: 
 
     HOME points at a folder holding ``ray_bootstrap_config.yaml`` while
     ``ray.init`` runs, or Ray's usage-stats module probes cloud metadata
-    (NOTES.md); workers get the real HOME back through ``runtime_env``.
+    (docs/environment.md); workers get the real HOME back through ``runtime_env``.
     """
     if ray.is_initialized():
         return
@@ -94,18 +94,17 @@ def start_local_node(start: Any, *, tries: int | None = None, waits_s: Any = Non
     """``start()`` (a ``ray.init`` of a new local node) with :func:`certeval.start_retry.start_with_retries`:
     after a failed try the Ray processes it started are ended (no orphans) before the next one.
     ``RAY_gcs_server_port_wait_time_s`` is raised to :data:`GCS_PORT_WAIT_S` meanwhile unless the user set it."""
-    from ..start_retry import start_with_retries
+    from ..start_retry import Retries, start_with_retries
 
     before = _child_pids()
     own_wait = "RAY_gcs_server_port_wait_time_s" not in os.environ
     if own_wait:
         os.environ["RAY_gcs_server_port_wait_time_s"] = str(GCS_PORT_WAIT_S)
     try:
-        start_with_retries(start, what="Ray's local node", hint=START_HINT,
-                           tries=START_TRIES if tries is None else tries,
-                           waits_s=START_WAITS_S if waits_s is None else waits_s,
-                           cleanup=lambda: end_failed_node(before), retry_on=(Exception,),
-                           never_retry=(TypeError, ValueError))  # ray.init's own argument checks
+        retries = Retries(START_TRIES if tries is None else tries, START_WAITS_S if waits_s is None else waits_s,
+                          never_retry=(TypeError, ValueError))  # ray.init's own argument checks
+        start_with_retries(start, what="Ray's local node", hint=START_HINT, retries=retries,
+                           cleanup=lambda: end_failed_node(before))
     finally:
         if own_wait:
             os.environ.pop("RAY_gcs_server_port_wait_time_s", None)

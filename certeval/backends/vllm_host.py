@@ -2,7 +2,7 @@
 
 Written against vLLM's public offline API (``vllm.LLM``, ``vllm.SamplingParams``) and imported
 lazily inside :func:`build_host`, so certeval imports and runs everywhere else. Not exercised in
-this repository's CI (no GPU, and ``from vllm import LLM`` fails on CPU machines, NOTES.md).
+this repository's CI (no GPU, and ``from vllm import LLM`` fails on CPU machines, docs/environment.md).
 
 Options: ``?gpus=1&load_format=auto|dummy|...&dtype=auto&max_model_len=4096
 &gpu_memory_utilization=0.9&max_new_tokens=16&scorer=NAME&seed=0``.

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..engine import Replay, replay_once  # the pipeline's own round engine, inference by lookup
 from ..estimators import BankSpec, parse_goal
 from ..estimators._validation import InputError, check_positive_int
 from ..estimators.goals import Goal
@@ -71,18 +72,8 @@ def bank_truth(spec: BankSpec, scores: np.ndarray) -> float:
     return float(spec.weights() @ np.asarray(scores, dtype=float))
 
 
-def replay_one(
-    method: str,
-    params: dict[str, Any],
-    spec: BankSpec,
-    scores: np.ndarray,
-    goal: Goal,
-    batch_size: int,
-    rng: np.random.Generator,
-    *,
-    max_items: int | None = None,
-    record_curve: bool = False,
-) -> RepResult:
+def replay_one(replay: Replay, spec: BankSpec, scores: np.ndarray, rng: np.random.Generator, *,
+               record_curve: bool = False) -> RepResult:
     """Run one method on one model's recorded scores until its goal decides (pure, no I/O).
 
     ``scores[i]`` is the recorded score of bank position ``i``. The loop is the single-model
@@ -94,9 +85,8 @@ def replay_one(
     scores = np.asarray(scores, dtype=float)
     if scores.shape != (spec.n_items,):
         raise InputError(f"scores must hold one value per bank item ({spec.n_items}), got shape {scores.shape}")
-    batch_size = check_positive_int(batch_size, "batch_size")
+    batch_size = check_positive_int(replay.batch_size, "batch_size")
     truth = bank_truth(spec, scores)
-    from ..engine import replay_once  # the pipeline's own round engine, inference by lookup
 
     curve: list[tuple[int, float, float, float]] = []
 
@@ -104,7 +94,7 @@ def replay_one(
         curve.append((int(est.n_scored), float(est.mean), float(est.lower), float(est.upper)))
 
     t0 = time.perf_counter()
-    est, decision = replay_once(method, params, spec, scores, goal, batch_size, max_items, rng,
+    est, decision = replay_once(replace(replay, batch_size=batch_size), spec, scores, rng,
                                 on_look=record if record_curve else None)
     return RepResult(
         n_scored=int(est.n_scored), mean=float(est.mean), lower=float(est.lower), upper=float(est.upper),
@@ -352,8 +342,8 @@ def certify_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, root
         elif cell.method == HISTORY_METHOD:
             spec = history_spec(data, permute, seed.spawn(1)[0])
         try:
-            res = replay_one(cell.method, params, spec, data.matrix[model_idx], goal, cell.batch_size, rng,
-                             record_curve=record_curve, max_items=max_draws)
+            res = replay_one(Replay(cell.method, params, goal, cell.batch_size, max_draws), spec,
+                             data.matrix[model_idx], rng, record_curve=record_curve)
         except InputError:
             raise
         except Exception as exc:  # a method's own bug: recorded per rep so one cell cannot sink a benchmark

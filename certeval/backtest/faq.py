@@ -85,45 +85,39 @@ def mask_mcar(history: np.ndarray, missing: float | None, rng: np.random.Generat
     return out
 
 
-def evaluate_new_models(
-    truth: np.ndarray,
-    item_factors: np.ndarray,
-    prior_mean: np.ndarray,
-    prior_cov: np.ndarray,
-    budgets: Sequence[int],
-    reps: int,
-    seed: int,
-    *,
-    confidence: float = 0.95,
-    tau: float = DEFAULT_TAU,
-    batch_size: int = 1,
-    chunk_rows: int = 2000,
-    models: Sequence[str] | None = None,
-    name: str = "scores",
-    use_ray: bool = False,
-) -> dict[int, dict[str, Any]]:
-    """FAQ and uniform side by side for every new model (rows of ``truth``) at each budget.
-
-    With the default policy (ρ = γ = 0) the policy does not depend on the planned budget, so one run of the
-    largest budget serves every smaller budget as its prefix (same distribution as a separate run).
-    The (model, rep) runs are one ``faq-budget`` cell of the one backtest driver
-    (:func:`certeval.backtest.ray_fanout.run_cells`), ``chunk_rows`` reps a chunk (vectorised within it), each
-    seeded by ``(seed, name, model, rep)``; ``models`` names the rows (default ``model0``, ``model1``, ...).
-    """
-    from .ray_fanout import run_cells
-
+def faq_dataset(truth: np.ndarray, item_factors: np.ndarray, prior_mean: np.ndarray, prior_cov: np.ndarray, *,
+                models: Sequence[str] | None = None, name: str = "scores") -> DatasetArrays:
+    """New models' complete scores (rows of ``truth``) with the fitted factor model FAQ draws from: the item
+    factors and the Gaussian prior of a new model's factor. ``models`` names the rows (default ``model0``, ...)."""
     truth = np.asarray(truth, dtype=float)
     m, n = truth.shape
     names = tuple(str(x) for x in models) if models is not None else tuple(f"model{i}" for i in range(m))
     if len(names) != m or len(set(names)) != m:
         raise InputError(f"models must name each of the {m} rows of truth once; got {len(names)} names")
-    reps = check_positive_int(reps, "reps")
-    data = DatasetArrays(name, BankSpec(n_items=n), names, truth, faq={
+    return DatasetArrays(name, BankSpec(n_items=n), names, truth, faq={
         "item_factors": np.asarray(item_factors, dtype=float), "prior_mean": np.asarray(prior_mean, dtype=float),
         "prior_cov": np.asarray(prior_cov, dtype=float)})
+
+
+def evaluate_new_models(data: DatasetArrays, budgets: Sequence[int], reps: int, seed: int, *,
+                        confidence: float = 0.95, tau: float = DEFAULT_TAU, batch_size: int = 1,
+                        chunk_rows: int = 2000) -> dict[int, dict[str, Any]]:
+    """FAQ and uniform side by side for every new model of ``data`` (:func:`faq_dataset`) at each budget.
+
+    With the default policy (ρ = γ = 0) the policy does not depend on the planned budget, so one run of the
+    largest budget serves every smaller budget as its prefix (same distribution as a separate run).
+    The (model, rep) runs are one ``faq-budget`` cell of the one backtest driver
+    (:func:`certeval.backtest.ray_fanout.run_cells`), ``chunk_rows`` reps a chunk (vectorised within it), each
+    seeded by ``(seed, name, model, rep)``.
+    """
+    from .ray_fanout import run_cells
+
+    truth, name = data.matrix, data.name
+    m = truth.shape[0]
+    reps = check_positive_int(reps, "reps")
     params = (("budgets", tuple(int(b) for b in budgets)), ("confidence", float(confidence)), ("tau", float(tau)))
     cell = Cell(name, "faq", "budget", m * reps, batch_size, params, label="faq-budget", kind=FAQ_BUDGET)
-    rows = run_cells({name: data}, [cell], seed, use_ray=use_ray, chunk_reps=chunk_rows)
+    rows = run_cells({name: data}, [cell], seed, use_ray=False, chunk_reps=chunk_rows)
     return {int(b): _budget_summary(truth, rows, k, reps) for k, b in enumerate(budgets)}
 
 
@@ -250,8 +244,8 @@ def faq_backtest(opts: FaqBacktestOptions) -> dict[str, Any]:
     fm = FactorModel().fit(history, rng=rng)
     prior_mean, prior_cov = factor_prior(fm.model_factors_)
     # the history's mask and fit use ``rng``; every (model, rep) run its own seed from ``seed`` (run_cells)
-    res = evaluate_new_models(truth, fm.item_factors_, prior_mean, prior_cov, [n_budget], reps, seed,
-                              confidence=confidence, batch_size=batch_size, models=new_models)[n_budget]
+    data = faq_dataset(truth, fm.item_factors_, prior_mean, prior_cov, models=new_models)
+    res = evaluate_new_models(data, [n_budget], reps, seed, confidence=confidence, batch_size=batch_size)[n_budget]
     summary = dict(res["summary"])
     key = "" if ci == "default" else f"{ci}_"
     summary["coverage"], summary["mean_halfwidth"] = summary[f"{key}coverage"], summary[f"{key}mean_halfwidth"]

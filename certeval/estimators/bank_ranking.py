@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,16 +93,23 @@ def checked_look(names: Sequence[str], items: Any, scores: Any, n: int, n_total:
     return items, x, live
 
 
+@dataclass(eq=False)
 class BankPairTable:
     """Every pair's verdict, look, items and interval, in the shape :class:`~.ranking.Ranking` reads."""
 
-    def __init__(self, names: tuple[str, ...], a: np.ndarray, b: np.ndarray, verdict: np.ndarray, look: np.ndarray,
-                 used: np.ndarray, diff: np.ndarray, lower: np.ndarray, upper: np.ndarray, n_total: int,
-                 confidence: float, margin: float, guarantee: str) -> None:
-        self.names, self.a, self.b = names, a, b
-        self.verdict, self.look, self.used = verdict, look, used
-        self.diff, self.lower, self.upper = diff, lower, upper
-        self.n_total, self.confidence, self.margin, self.guarantee = n_total, confidence, margin, guarantee
+    names: tuple[str, ...]
+    a: np.ndarray
+    b: np.ndarray
+    verdict: np.ndarray
+    look: np.ndarray
+    used: np.ndarray
+    diff: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    n_total: int
+    confidence: float
+    margin: float
+    guarantee: str
 
     def __len__(self) -> int:
         return len(self.a)

@@ -210,14 +210,6 @@ class GroupSequentialBoundary:
     def looks(self) -> int:
         return len(self.boundaries)
 
-    def ci_multiplier(self, look: int) -> float:
-        """Half-width multiplier of the repeated confidence interval at ``look`` (0-based).
-
-        Jennison & Turnbull (2000, ch. 9): ``theta_hat_k +- c_k se_k`` over k = 1..K covers
-        theta simultaneously with probability >= 1 - alpha (two-sided design).
-        """
-        return self.boundaries[look]
-
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "boundaries": list(self.boundaries),

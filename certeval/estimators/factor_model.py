@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import expit
 
 from ._validation import InputError, check_positive, check_positive_int
 
@@ -244,11 +243,6 @@ class FactorModel:
         return self
 
     # -- use ---------------------------------------------------------------------------------
-    def predict_proba(self, model_factors: np.ndarray | None = None) -> np.ndarray:
-        """σ(U Vᵀ) for the fitted (or given) model factors."""
-        u = self.model_factors_ if model_factors is None else np.atleast_2d(model_factors)
-        return expit(u @ self.item_factors_.T)
-
     def prior(self) -> tuple[np.ndarray, np.ndarray]:
         """Gaussian prior for a new model's factor: empirical mean and covariance of U (002 §3.1)."""
         return factor_prior(self.model_factors_)

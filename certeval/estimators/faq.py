@@ -26,6 +26,7 @@ simulate many runs at once), and the ``faq`` method that speaks the round protoc
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -125,25 +126,27 @@ def active_learning_scores(p: np.ndarray, cov: np.ndarray, item_factors: np.ndar
     return d / d.sum(axis=1, keepdims=True)
 
 
-def hybrid_policy(
-    p: np.ndarray,
-    cov: np.ndarray | None,
-    item_factors: np.ndarray,
-    weights: np.ndarray,
-    *,
-    step: int,
-    n_budget: int | None,
-    tau: float,
-    beta0: float = 1.0,
-    rho: float = 0.0,
-    gamma: float = 0.0,
-) -> np.ndarray:
+@dataclass(frozen=True)
+class Schedule:
+    """The hybrid policy's schedule (002 eq. 9–10): mixing ``tau`` with uniform, the power β_s from ``beta0``
+    (rate ``gamma``), the active-learning weight α_s (rate ``rho``) over a planned ``n_budget`` draws."""
+
+    tau: float
+    n_budget: int | None = None
+    beta0: float = 1.0
+    rho: float = 0.0
+    gamma: float = 0.0
+
+
+def hybrid_policy(p: np.ndarray, cov: np.ndarray | None, item_factors: np.ndarray, weights: np.ndarray, *,
+                  step: int, schedule: Schedule) -> np.ndarray:
     """q_s = (1−τ) h_s/Σh_s + τ/N with h_s = ((1−α_s) h_o + α_s h_a)^{β_s} (002 eq. 9–10).
 
     The oracle score carries the estimand weight: h_o ∝ ω_j √(p̂_j(1−p̂_j)) (002 Thm 3.2 with ω_j = 1/N).
     """
     n = p.shape[1]
-    alpha, beta = schedules(step, n_budget, beta0, rho, gamma)
+    tau = schedule.tau
+    alpha, beta = schedules(step, schedule.n_budget, schedule.beta0, schedule.rho, schedule.gamma)
     h = weights * np.sqrt(p * (1.0 - p))
     h = h / h.sum(axis=1, keepdims=True)
     if alpha > 0:
@@ -354,7 +357,8 @@ class FAQ(BankMethod):
         self._check_started()
         k = check_positive_int(k, "k (batch size)")
         p = predict_probs(self.mean_, self.factors_)
-        q = hybrid_policy(p, self.cov_, self.factors_, self.weights_, step=self.step_, n_budget=self.budget, tau=self.tau, beta0=self.beta0, rho=self.rho, gamma=self.gamma)
+        q = hybrid_policy(p, self.cov_, self.factors_, self.weights_, step=self.step_,
+                          schedule=Schedule(self.tau, self.budget, self.beta0, self.rho, self.gamma))
         items = draw_items(q, rng.random((1, k)))[0]
         plug = float(p[0] @ self.weights_)
         for it in items:

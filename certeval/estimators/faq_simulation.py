@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._validation import InputError
-from .faq import draw_items, hybrid_policy, laplace_update, model_second_moment, pai_terms, predict_probs
+from .faq import Schedule, draw_items, hybrid_policy, laplace_update, model_second_moment, pai_terms, predict_probs
 
 
 def simulate_faq(
@@ -56,11 +56,12 @@ def simulate_faq(
 
         def uniforms(k: int) -> np.ndarray:  # each run's k next draws from its own stream
             return np.stack([g.random(k) for g in gens]) if r else np.zeros((0, k))
+    schedule = Schedule(tau, n_budget, beta0, rho, gamma)
     step = 0
     while step < n_draws:
         k = min(batch_size, n_draws - step)
         p = predict_probs(mean, v)
-        q = hybrid_policy(p, cov, v, w, step=step, n_budget=n_budget, tau=tau, beta0=beta0, rho=rho, gamma=gamma)
+        q = hybrid_policy(p, cov, v, w, step=step, schedule=schedule)
         items = draw_items(q, uniforms(k))
         plug = p @ w
         m2 = model_second_moment(p, q, w)

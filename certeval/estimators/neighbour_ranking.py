@@ -466,9 +466,4 @@ def _triu_index(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
     return a * (2 * m - a - 1) // 2 + (b - a - 1)
 
 
-def ranking_cells(rank: Any) -> float:
-    """Fraction of the model × item cells a ranking scored."""
-    return float(np.sum(rank.model_used)) / (len(rank.names) * rank.n_total)
-
-
 __all__ = ["NeighbourRanking", "ScoreStore", "neighbour_groups", "MODEL_SHARE"]

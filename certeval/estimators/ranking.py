@@ -264,7 +264,7 @@ def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int],
                                    n_subsets=n_subsets)
     used = model_used(m, ii, jj, res["used"])
     means = ordering_means(scores, used, subsets, n_subsets)
-    return ranking_from_pairs(names, ii, jj, res, means, used, n, pair_design, alpha, correction)
+    return ranking_from_pairs(pair_table(names, ii, jj, res, n, pair_design), means, used, alpha, correction)
 
 
 def model_used(m: int, ii: np.ndarray, jj: np.ndarray, pair_used: np.ndarray) -> np.ndarray:
@@ -275,22 +275,28 @@ def model_used(m: int, ii: np.ndarray, jj: np.ndarray, pair_used: np.ndarray) ->
     return used
 
 
-def ranking_from_pairs(names: Sequence[str], ii: np.ndarray, jj: np.ndarray, res: dict[str, np.ndarray],
-                       means: np.ndarray, used: np.ndarray, n: int, pair_design: ComparisonDesign, alpha: float,
+def pair_table(names: Sequence[str], ii: np.ndarray, jj: np.ndarray, res: dict[str, np.ndarray], n: int,
+               pair_design: ComparisonDesign) -> PairTable:
+    """The pairs ``(ii[p], jj[p])`` of ``names`` with their outcomes ``res`` (verdict, look, used, diff, lower,
+    upper per pair)."""
+    return PairTable(tuple(str(x) for x in names), ii, jj, res["verdict"], res["look"], res["used"], res["diff"],
+                     res["lower"], res["upper"], n, pair_design)
+
+
+def ranking_from_pairs(table: PairTable, means: np.ndarray, used: np.ndarray, alpha: float,
                        correction: str) -> Ranking:
-    """The :class:`Ranking` of the pair outcomes ``res`` (verdict, look, used, diff, lower, upper per pair)."""
+    """The :class:`Ranking` of the pair outcomes in ``table``; ``means`` and ``used`` per model."""
+    names, ii, jj, n, pair_design = table.names, table.a, table.b, table.n_total, table.design
     m = len(names)
     n_pairs = len(ii)
     separated = np.zeros((m, m), dtype=bool)
-    directional = np.isin(res["verdict"], (A_GT_B, B_GT_A))
+    directional = np.isin(table.verdict, (A_GT_B, B_GT_A))
     separated[ii, jj] = directional
     separated[jj, ii] = directional
     groups = tie_groups(list(names), means, separated)
     order = [k for g in groups for k in g]
     guarantee = (pair_design.describe() + f"; family-wise over {n_pairs} pairs by "
                  + ("Bonferroni on the spending (alpha/P per pair)" if correction == "bonferroni" else "NO correction"))
-    table = PairTable(tuple(str(x) for x in names), ii, jj, res["verdict"], res["look"], res["used"], res["diff"],
-                      res["lower"], res["upper"], n, pair_design)
     return Ranking(
         models=tuple(names[k] for k in order),
         tie_groups=tuple(tuple(names[k] for k in g) for g in groups),
@@ -448,8 +454,8 @@ class SequentialRanking:
             raise InputError("a ranking needs at least one look")
         res = self.pairs.result()
         used = model_used(len(self.names), self.ii, self.jj, res["used"])
-        return ranking_from_pairs(self.names, self.ii, self.jj, res, self.pairs.ordering_means(), used,
-                                  self.n_total, self.pair_design, self.alpha, self.correction)
+        table = pair_table(self.names, self.ii, self.jj, res, self.n_total, self.pair_design)
+        return ranking_from_pairs(table, self.pairs.ordering_means(), used, self.alpha, self.correction)
 
 
 def _pair_mean_var(sums: np.ndarray, squares: np.ndarray, gram: np.ndarray | None, counts: np.ndarray,

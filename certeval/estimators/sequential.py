@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import check_choice, check_in_range, check_positive
+from ._validation import check_positive
 from .boundaries import CLASSICAL, group_sequential_boundary, parse_spending
 
 # one stopping-rule system: the rules and SequentialTest live in .goals (a CLI goal is a named set of them)
@@ -178,14 +178,3 @@ def boundary_multiplier(spending: str, alpha: float, look_n: Sequence[int], n_ma
     return boundary.boundaries[-1]
 
 
-def check_spending(spending: str) -> str:
-    parse_spending(spending)
-    return spending
-
-
-def check_sides(sides: int) -> int:
-    return int(check_choice(str(sides), "sides", ("1", "2")))
-
-
-def check_unit(value: float, name: str) -> float:
-    return check_in_range(value, name, 0.0, 1.0)

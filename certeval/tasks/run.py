@@ -34,8 +34,7 @@ from ..progress import run_progress
 from ..storage import RunStore, item_key, safe_name
 from .inputs import PreparedRun, prepare_run
 from .plan import RunPlan
-from .run_ahead import ProposeAhead
-from .run_requests import RunRequests, _item_record  # noqa: F401
+from .run_requests import ItemRequests
 
 
 @dataclass
@@ -64,8 +63,22 @@ def _timed(phase: str):
     return wrap
 
 
-class Run(RunRequests, ProposeAhead):
-    """Everything a running flow carries from round to round."""
+def proposes_ahead(plan: RunPlan, pool: Any) -> bool:
+    """Whether a run queues the next round's items while it decides (``--propose-ahead``: ``auto`` when a model is
+    not a replay of recorded scores, whose calls cost nothing to wait for). Only a prediction: the next round
+    selects as it always does and takes from what was scored ahead only the items it selected."""
+    mode = getattr(plan.options, "propose_ahead", "auto")
+    if mode == "off" or not getattr(pool, "supports_ahead", False):
+        return False
+    return mode == "on" or any(not spec.startswith("replay:") for spec in plan.models)
+
+
+class Run:
+    """Everything a running flow carries from round to round. One subclass per run shape: :class:`SingleRun`
+    (certify: each model's method proposes its own items) and :class:`PairedRun` (compare, rank, select: one
+    shared order, a group estimator decides); :meth:`open` builds the one the plan asks for."""
+
+    paired = False
 
     def __init__(self, plan: RunPlan, bank: Bank, store: RunStore) -> None:
         self.plan = plan
@@ -75,6 +88,7 @@ class Run(RunRequests, ProposeAhead):
         self.spec = bank.spec(mean_of_means=plan.mean_of_means)
         self.codes = self.spec.subset_codes() if bank.subsets is not None else None
         self.keys = self._item_keys()
+        self.item_requests = ItemRequests(bank, self.keys)
         self.fingerprints = dict(zip(self.labels, plan.model_fingerprints()))
         self.cache_keys = plan.cache_keys()
         self.caches = {label: store.cache(key) for label, key in self.cache_keys.items()}
@@ -97,11 +111,6 @@ class Run(RunRequests, ProposeAhead):
         self.phase_s = {"rounds": 0.0, "controller": 0.0, "storage": 0.0}  # results.json pipeline.phases
         self.history: dict[str, Any] = {}  # label -> HistoryPrior (method 'history')
         self.cached_outputs: dict[str, Any] = {}  # label -> the score cache's stored outputs
-        # built once and reused round after round (a ranking sends and stores each item for every model)
-        self._records: dict[int, dict[str, Any]] = {}
-        self._prompt_hashes: dict[int, str] = {}
-        self._prompt_hash_by_pos = np.full(bank.n_items, None, dtype=object)
-        self._prompt_hash_known = np.zeros(bank.n_items, dtype=bool)
         self._item_id_array = np.asarray(bank.item_ids, dtype=object)
         self._look_records: tuple[int, dict[str, LookRecord]] | None = None  # the round's, made by decide
         self.shown: dict[str, LookRecord] = {}  # each model's latest look record: what every screen shows of it
@@ -116,7 +125,8 @@ class Run(RunRequests, ProposeAhead):
 
         prepared = prepared if prepared is not None else prepare_run(plan)
         store = plan.store()
-        run = cls(plan, prepared.bank, store)
+        shape = cls if cls is not Run else (PairedRun if plan.paired else SingleRun)
+        run = shape(plan, prepared.bank, store)
         run.history = prepared.history
         # False when a CLI around the flow already holds it; a flow retried after its worker died waits out
         # the dead worker's object-store lease (bounded) instead of failing on it
@@ -148,33 +158,13 @@ class Run(RunRequests, ProposeAhead):
         return run
 
     def embed(self) -> None:
-        """Item features for methods that need them (Cer-Eval's partition): the bank's embeddings or its text
-        embedded with the packaged all-MiniLM-L6-v2. Skipped when a stored state already holds them."""
-        if self.plan.paired:
-            return
-        method = make_method(self.plan.method, confidence=self.plan.confidence)
-        needs = getattr(method, "needs_features", False)
-        if needs and all(self.store.read_state(label) is not None for label in self.labels):
-            return
-        feats = bank_features(self.bank, needs, self.plan.method)
-        if feats is not None:
-            self.spec = self.bank.spec(features=feats, mean_of_means=self.plan.mean_of_means)
+        """Item features for methods that need them (:class:`SingleRun`)."""
 
     def restore(self, progress: str | None = None) -> None:
         """Methods from their stored state (resume) or fresh; the run's position and decisions."""
-        if self.plan.paired:
-            try:
-                self._open_paired()
-            except InputError:
-                raise
-            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-                raise InputError(f"{self.store.folder.url('state/_run.json')} or the rounds it commits are damaged "
-                                 f"({type(exc).__name__}: {_first_line(exc)}); nothing was changed — start a new "
-                                 "--run-id or restore the folder") from None
-        else:
-            self._open_single()
+        self._open()
         self._verify_record()
-        if self.round:  # resumed: the models as their last looks left them (paired: the group re-decided above)
+        if self.round:  # resumed: the models as their last looks left them (paired: the group re-decided)
             self.shown = {label: self.look_record(label) for label in self.labels}
         self.progress = run_progress(self, progress)  # None, live bars or one line per round (certeval.progress)
 
@@ -192,84 +182,52 @@ class Run(RunRequests, ProposeAhead):
         config = self.store.read_config() or {}
         if config.get("integrity") != INTEGRITY:  # stored before the manifest existed
             return
-        if self.plan.paired:
-            committed = self.round
-            scored = {label: (self.n_scored(label), committed) for label in self.labels}
-        else:
-            closed = [self.model_round[m] for m in self.active] or list(self.model_round.values())
-            committed = min(closed) if closed else 0
-            scored = {label: (self.n_scored(label), self.model_round[label]) for label in self.labels}
-        self.store.verify_rounds(committed, scored, may_leave=self.plan.paired)
+        committed, scored = self._committed()
+        self.store.verify_rounds(committed, scored, may_leave=self.paired)
 
-    def _open_single(self) -> None:
-        method_name = self.plan.method
-        for label in self.labels:
-            stored = self.store.read_state(label)
-            if stored is not None:
-                try:
-                    self.methods[label] = method_from_state(stored["method_state"])
-                    self.model_round[label] = int(stored["round"]) + 1
-                    if stored.get("decision"):
-                        self.decisions[label] = Decision(**stored["decision"])
-                except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:  # InputError too
-                    raise InputError(f"{self.store.folder.url(f'state/{safe_name(label)}.json')} is damaged "
-                                     f"({type(exc).__name__}: {_first_line(exc)}); nothing was changed — start a "
-                                     "new --run-id or restore the file") from None
-            else:
-                spec = replace(self.spec, history=self.history[label]) if label in self.history else self.spec
-                self.methods[label] = method_for_goal(method_name, parse_goal(self.plan.goal), self.plan.max_items,
-                                                      confidence=self.plan.confidence).start(spec)
-                self.model_round[label] = 0
-        self.engine = SingleModelRounds(self.methods, parse_goal(self.plan.goal), n_items=self.bank.n_items,
-                                        batch_size=self.plan.batch_size, max_items=self.plan.max_items,
-                                        decisions=self.decisions)
-        self.active = self.engine.active
-        self.round = min(self.model_round.values()) if self.active else max(self.model_round.values())
+    # -- what each run shape says ---------------------------------------------------------------------------
+    def _open(self) -> None:
+        """The methods and the engine, fresh or from the stored record."""
+        raise NotImplementedError
 
-    def group_request(self) -> GroupRequest:
-        """What the paired run's group estimator is asked (:meth:`RunPlan.group_request`, with its priors)."""
-        return self.plan.group_request(tuple(self.labels), self.history)
+    def _committed(self) -> tuple[int, dict[str, tuple[int, int]]]:
+        """The last committed round, and each model's items scored and rounds recorded."""
+        raise NotImplementedError
 
-    def _open_paired(self) -> None:
-        target = self.plan.target or "bank"  # every per-model interval answers the run's target too
-        for label in self.labels:
-            self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence,
-                                              target=target).start(self.spec)
-        self.engine = PairedRounds(self.group_request(), n_items=self.bank.n_items, batch_size=self.plan.batch_size,
-                                   max_items=self.plan.max_items, methods=self.methods)
-        self.engine.start(self.spec, paired_order_rng(self.plan.seed))
-        self.decisions = self.engine.decisions
-        marker = self.store.read_marker()
-        if marker is None:
-            return
-        last = int(marker["round"])
-        rounds = self.store.read_rounds(upto=last)
-        record = []
-        for r in range(last + 1):
-            part = rounds[rounds["round"] == r]
-            record.append({label: (self.bank.positions(mine["item_id"]), mine["score"].to_numpy(float))
-                           for label, mine in ((label, part[part["model"] == label]) for label in self.labels)
-                           if not mine.empty})
-        complete = self.engine.restore(record)
-        self._check_paired_record(rounds, last, complete)
-        self.round = last + 1
-        self.active = list(marker.get("active", self.labels))
-        self.decisions.update({k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()})
-        if self.engine.looks:
-            self.engine.decide()
-            self.active = self.engine.active
+    def _select(self) -> RoundScores:
+        raise NotImplementedError
 
-    def _check_paired_record(self, rounds: pd.DataFrame, last: int, prefix: bool) -> None:
-        """A paired run resumes only from a complete record: every round file up to the committed one, and
-        the scored items a prefix of the shared order. Otherwise the next round would re-select items already
-        scored and never advance (a missing round file once made a resumed run loop without end)."""
-        have = set(int(r) for r in rounds["round"].unique()) if len(rounds) else set()
-        missing = [r for r in range(last + 1) if r not in have]
-        if missing or not prefix:
-            what = (f"rounds/{missing[0]:05d}.parquet is missing" if missing
-                    else "the stored rounds leave a gap in the shared item order")
-            raise InputError(f"run folder {self.store.url} is damaged: {what} (the marker says round {last} was "
-                             "committed); nothing was changed — start a new --run-id")
+    def update(self, batch: RoundScores) -> None:
+        raise NotImplementedError
+
+    def _decide(self, batch: RoundScores) -> None:
+        raise NotImplementedError
+
+    def predicted_items(self, batch: RoundScores) -> dict[str, np.ndarray]:
+        """The items the next round is predicted to send, per model, before this round's scores arrive."""
+        raise NotImplementedError
+
+    def _states_to_write(self, batch: RoundScores) -> list[str]:
+        raise NotImplementedError
+
+    def _commit(self) -> None:
+        """After the round's rows and states: what makes the round committed (a paired run's marker)."""
+
+    def look_record(self, label: str) -> LookRecord:
+        raise NotImplementedError
+
+    def _target(self) -> str:
+        """What every interval, verdict and tie group of this result answers (docs/architecture.md §4)."""
+        raise NotImplementedError
+
+    def exit_code(self) -> int:
+        """0 when every goal was reached, 1 when the bank or budget ran out first (docs/architecture.md §6)."""
+        raise NotImplementedError
+
+    @property
+    def looks(self) -> list[int]:
+        """A paired run's shared items scored after each look."""
+        return []
 
     # -- select ---------------------------------------------------------------
     def rng(self, round_: int) -> np.random.Generator:
@@ -283,22 +241,26 @@ class Run(RunRequests, ProposeAhead):
         """Items to score this round, per active model (empty when nothing is left)."""
         if self.first_round_at is None:
             self.first_round_at = time.time()
-        items, probs = {}, {}
-        if self.plan.paired:
-            chunk, prob = self.engine.select()
-            return RoundScores({label: chunk for label in self.active}, {label: prob for label in self.active})
-        todo = [m for m in self.active if self.model_round[m] <= self.round]  # others committed it before a crash
-        proposals = self.engine.select(lambda _label: self.rng(self.round), labels=todo, look=self.round + 1)
-        for label, prop in proposals.items():
-            items[label] = np.asarray(prop.items, dtype=np.int64)
-            probs[label] = np.asarray(prop.probs if prop.probs is not None else np.full(len(prop.items), np.nan), float)
-        self.active = self.engine.active  # a model with nothing left to draw was decided by select
-        return RoundScores(items, probs)
+        return self._select()
 
     # -- infer ----------------------------------------------------------------
+    def proposes_ahead(self, pool: Any) -> bool:
+        return proposes_ahead(self.plan, pool)
+
+    def propose_ahead(self, batch: RoundScores) -> dict[str, list[tuple[str, dict]]]:
+        """The next round's requests as predicted before this round's scores arrive (docs/architecture.md,
+        "proposing ahead"; :meth:`predicted_items`). Nothing scored ahead reaches a method, a look or a decision."""
+        requests, _ = self.item_requests.split(self.predicted_items(batch), self.cached)
+        return {label: reqs for label, reqs in requests.items() if reqs}
+
+    def settle_ahead(self, pool: Any) -> None:
+        """After the last round: what was scored ahead and never used is kept (the score cache) and reported."""
+        if pool is not None and self.proposes_ahead(pool):
+            self.ahead = pool.settle()
+
     @_timed("rounds")
     def infer(self, pool: Any, batch: RoundScores) -> RoundScores:
-        requests, hits = self.requests(batch)
+        requests, hits = self.item_requests.split(batch.items, self.cached)
         chunk = self.plan.chunk_size or max(1, math.ceil(self.plan.batch_size / (self.plan.replicas * self.plan.in_flight)))
 
         def absorb(label: str, results: list[dict]) -> None:  # arrival order
@@ -339,22 +301,10 @@ class Run(RunRequests, ProposeAhead):
                 self.progress.advance(label, len(hits[label]))
         return batch
 
-    # -- update ---------------------------------------------------------------
-    @_timed("controller")
-    def update(self, batch: RoundScores) -> None:
-        if not self.plan.paired:
-            for label, pos in batch.items.items():
-                self.engine.update(label, pos, batch.scores[label])
-        elif batch.items:  # one shared slice for every model in play
-            self.engine.update(next(iter(batch.items.values())), {label: batch.scores[label] for label in batch.items})
-
     # -- decide ---------------------------------------------------------------
     @_timed("controller")
     def decide(self, batch: RoundScores) -> dict[str, Decision]:
-        if self.plan.paired:
-            self.engine.decide()
-        else:
-            self.engine.decide(list(batch.items), look=self.round + 1)
+        self._decide(batch)
         self.active = self.engine.active
         # the look log's entries are statistics of this look: computed here, written by store_round
         self._look_records = (self.round, {label: self.look_record(label) for label in batch.items})
@@ -362,11 +312,6 @@ class Run(RunRequests, ProposeAhead):
         if self.progress is not None:
             self.progress.refresh()
         return dict(self.decisions)
-
-    @property
-    def looks(self) -> list[int]:
-        """A paired run's shared items scored after each look."""
-        return self.engine.looks if self.plan.paired else []
 
     @property
     def done(self) -> bool:
@@ -400,7 +345,7 @@ class Run(RunRequests, ProposeAhead):
                 "output": pd.Series(outputs, dtype=object),
                 # a log-likelihood item's (loglik, is_greedy) per choice: every metric of the task is read off them
                 **({RESPS: pd.Series(resps, dtype=object)} if any(r is not None for r in resps) else {}),
-                "prompt_hash": pd.Series(self._prompt_hash_array(np.unique(pos))[pos], dtype=object),
+                "prompt_hash": pd.Series(self.item_requests.prompt_hashes(np.unique(pos))[pos], dtype=object),
                 "round": self.round,
                 "prob": np.concatenate([np.asarray(batch.probs[label], dtype=float) for label in labels]),
             }
@@ -417,51 +362,20 @@ class Run(RunRequests, ProposeAhead):
                 keep = existing[~existing["model"].isin(list(batch.items))]
                 frame = pd.concat([keep, frame], ignore_index=True)
             self.store.write_round(self.round, frame)
-        # paired runs resume from rounds/ + the marker, never from per-model states: those are written once,
-        # when the run ends (a ranking of 2,000 models wrote 2,000 JSON files a round for nothing)
-        to_write = list(batch.items) if not self.plan.paired else (list(self.labels) if self.done else [])
+        to_write = self._states_to_write(batch)
         self.store.write_states({label: {
             "round": self.round, "method_state": self.methods[label].state(),
             "decision": self.decisions[label].to_dict() if label in self.decisions else None,
         } for label in to_write})
         for label in batch.items:
             self.model_round[label] = self.round + 1
-        if self.plan.paired:
-            self.store.commit_round({
-                "round": self.round, "active": self.active, "looks": self.looks,
-                "decisions": {k: v.to_dict() for k, v in self.decisions.items()},
-            })
+        self._commit()
         self.round += 1
 
     def shown_look(self, label: str) -> LookRecord:
         """What every screen shows of ``label`` now: its latest look record (the progress line, then results.json,
         the report and the summary read the same record), or its method's state before any look."""
         return self.shown.get(label) or self.look_record(label)
-
-    def look_record(self, label: str) -> LookRecord:
-        """The look log entry of ``label`` at this look (docs/architecture.md §5, :mod:`certeval.looks`), recorded once with
-        the round's rows: the model's interval and decision and, in a paired run, the group's statistics. A
-        ranking's or selection's model is shown with the group's simultaneous interval (the one its verdicts
-        use), everywhere; a comparison records the pair's difference beside each model's own interval."""
-        est = self.methods[label].result()
-        decision = self.decisions.get(label)
-        rule = None if decision is None else decision.rule
-        if not self.plan.paired:
-            return LookRecord(int(est.n_scored), float(est.mean), float(est.lower), float(est.upper), rule)
-        nan = float("nan")
-        group = self.engine.intervals.get(label)
-        outcome = self.engine.outcome
-        pair: tuple[float, float, float, Any] = (nan, nan, nan, None)
-        if self.plan.kind == "compare" and outcome is not None:
-            pair = (outcome.diff, outcome.lower, outcome.upper, outcome.verdict)
-        shown = (est.n_scored, est.mean, est.lower, est.upper) if group is None else (group[3], *group[:3])
-        return LookRecord(int(shown[0]), float(shown[1]), float(shown[2]), float(shown[3]), rule, paired=True,
-                          interval="model" if group is None else self.plan.kind,
-                          group_mean=nan if group is None else float(group[0]),
-                          group_lower=nan if group is None else float(group[1]),
-                          group_upper=nan if group is None else float(group[2]),
-                          pair_diff=float(pair[0]), pair_lower=float(pair[1]), pair_upper=float(pair[2]),
-                          pair_verdict=pair[3])
 
     def note_changed_files(self) -> None:
         """Say (stderr, results.json) which models read from files are scored anew because their files differ
@@ -507,18 +421,233 @@ class Run(RunRequests, ProposeAhead):
         self.store.write_results(out)
         return out
 
+
+class SingleRun(Run):
+    """certify: each model's method proposes its own items and its goal's rules stop it."""
+
+    def embed(self) -> None:
+        """Item features for methods that need them (Cer-Eval's partition): the bank's embeddings or its text
+        embedded with the packaged all-MiniLM-L6-v2. Skipped when a stored state already holds them."""
+        method = make_method(self.plan.method, confidence=self.plan.confidence)
+        needs = getattr(method, "needs_features", False)
+        if needs and all(self.store.read_state(label) is not None for label in self.labels):
+            return
+        feats = bank_features(self.bank, needs, self.plan.method)
+        if feats is not None:
+            self.spec = self.bank.spec(features=feats, mean_of_means=self.plan.mean_of_means)
+
+    def _open(self) -> None:
+        method_name = self.plan.method
+        for label in self.labels:
+            stored = self.store.read_state(label)
+            if stored is not None:
+                try:
+                    self.methods[label] = method_from_state(stored["method_state"])
+                    self.model_round[label] = int(stored["round"]) + 1
+                    if stored.get("decision"):
+                        self.decisions[label] = Decision(**stored["decision"])
+                except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:  # InputError too
+                    raise InputError(f"{self.store.folder.url(f'state/{safe_name(label)}.json')} is damaged "
+                                     f"({type(exc).__name__}: {_first_line(exc)}); nothing was changed — start a "
+                                     "new --run-id or restore the file") from None
+            else:
+                spec = replace(self.spec, history=self.history[label]) if label in self.history else self.spec
+                self.methods[label] = method_for_goal(method_name, parse_goal(self.plan.goal), self.plan.max_items,
+                                                      confidence=self.plan.confidence).start(spec)
+                self.model_round[label] = 0
+        self.engine = SingleModelRounds(self.methods, parse_goal(self.plan.goal), n_items=self.bank.n_items,
+                                        batch_size=self.plan.batch_size, max_items=self.plan.max_items,
+                                        decisions=self.decisions)
+        self.active = self.engine.active
+        self.round = min(self.model_round.values()) if self.active else max(self.model_round.values())
+
+    def _committed(self) -> tuple[int, dict[str, tuple[int, int]]]:
+        closed = [self.model_round[m] for m in self.active] or list(self.model_round.values())
+        committed = min(closed) if closed else 0
+        return committed, {label: (self.n_scored(label), self.model_round[label]) for label in self.labels}
+
+    def _select(self) -> RoundScores:
+        items, probs = {}, {}
+        todo = [m for m in self.active if self.model_round[m] <= self.round]  # others committed it before a crash
+        proposals = self.engine.select(lambda _label: self.rng(self.round), labels=todo, look=self.round + 1)
+        for label, prop in proposals.items():
+            items[label] = np.asarray(prop.items, dtype=np.int64)
+            probs[label] = np.asarray(prop.probs if prop.probs is not None else np.full(len(prop.items), np.nan), float)
+        self.active = self.engine.active  # a model with nothing left to draw was decided by select
+        return RoundScores(items, probs)
+
+    def predicted_items(self, batch: RoundScores) -> dict[str, np.ndarray]:
+        """What a copy of each model's method proposes now, with the generator the next round will use."""
+        import copy
+
+        items: dict[str, np.ndarray] = {}
+        for label, pos in batch.items.items():
+            k = min(self.plan.batch_size, self.engine.budget_left(label) - len(pos))
+            if k <= 0:
+                continue
+            try:
+                peek = copy.deepcopy(self.methods[label]).propose(k, self.rng(self.round + 1))
+            except Exception:  # a method that cannot be copied or asked twice: its next round is not predicted
+                continue
+            if peek is not None and len(peek):
+                items[label] = np.asarray(peek.items, dtype=np.int64)
+        return items
+
+    @_timed("controller")
+    def update(self, batch: RoundScores) -> None:
+        for label, pos in batch.items.items():
+            self.engine.update(label, pos, batch.scores[label])
+
+    def _decide(self, batch: RoundScores) -> None:
+        self.engine.decide(list(batch.items), look=self.round + 1)
+
+    def _states_to_write(self, batch: RoundScores) -> list[str]:
+        return list(batch.items)
+
+    def look_record(self, label: str) -> LookRecord:
+        """The look log entry of ``label`` at this look (docs/architecture.md §5, :mod:`certeval.looks`), recorded
+        once with the round's rows: the model's interval and decision."""
+        est = self.methods[label].result()
+        decision = self.decisions.get(label)
+        return LookRecord(int(est.n_scored), float(est.mean), float(est.lower), float(est.upper),
+                          None if decision is None else decision.rule)
+
     def _target(self) -> str:
-        """What every interval, verdict and tie group of this result answers (docs/architecture.md §4)."""
-        if not self.plan.paired:
-            targets = {self.methods[label].result().target for label in self.labels}
-            return targets.pop() if len(targets) == 1 else "mixed"
+        targets = {self.methods[label].result().target for label in self.labels}
+        return targets.pop() if len(targets) == 1 else "mixed"
+
+    def exit_code(self) -> int:
+        return 0 if all(self.decisions.get(m, Decision(False)).reached for m in self.labels) else 1
+
+
+class PairedRun(Run):
+    """compare, rank, select: every model in play scores the next slice of one shared order; a group estimator
+    decides. Resumes from the rounds and the run marker (``state/_run.json``), never from per-model states."""
+
+    paired = True
+
+    def group_request(self) -> GroupRequest:
+        """What the paired run's group estimator is asked (:meth:`RunPlan.group_request`, with its priors)."""
+        return self.plan.group_request(tuple(self.labels), self.history)
+
+    def _open(self) -> None:
+        try:
+            self._open_record()
+        except InputError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise InputError(f"{self.store.folder.url('state/_run.json')} or the rounds it commits are damaged "
+                             f"({type(exc).__name__}: {_first_line(exc)}); nothing was changed — start a new "
+                             "--run-id or restore the folder") from None
+
+    def _open_record(self) -> None:
+        target = self.plan.target or "bank"  # every per-model interval answers the run's target too
+        for label in self.labels:
+            self.methods[label] = make_method(self.plan.method, confidence=self.plan.confidence,
+                                              target=target).start(self.spec)
+        self.engine = PairedRounds(self.group_request(), n_items=self.bank.n_items, batch_size=self.plan.batch_size,
+                                   max_items=self.plan.max_items, methods=self.methods)
+        self.engine.start(self.spec, paired_order_rng(self.plan.seed))
+        self.decisions = self.engine.decisions
+        marker = self.store.read_marker()
+        if marker is None:
+            return
+        last = int(marker["round"])
+        rounds = self.store.read_rounds(upto=last)
+        record = []
+        for r in range(last + 1):
+            part = rounds[rounds["round"] == r]
+            record.append({label: (self.bank.positions(mine["item_id"]), mine["score"].to_numpy(float))
+                           for label, mine in ((label, part[part["model"] == label]) for label in self.labels)
+                           if not mine.empty})
+        complete = self.engine.restore(record)
+        self._check_paired_record(rounds, last, complete)
+        self.round = last + 1
+        self.active = list(marker.get("active", self.labels))
+        self.decisions.update({k: Decision(**v) for k, v in (marker.get("decisions") or {}).items()})
+        if self.engine.looks:
+            self.engine.decide()
+            self.active = self.engine.active
+
+    def _check_paired_record(self, rounds: pd.DataFrame, last: int, prefix: bool) -> None:
+        """A paired run resumes only from a complete record: every round file up to the committed one, and
+        the scored items a prefix of the shared order. Otherwise the next round would re-select items already
+        scored and never advance (a missing round file once made a resumed run loop without end)."""
+        have = set(int(r) for r in rounds["round"].unique()) if len(rounds) else set()
+        missing = [r for r in range(last + 1) if r not in have]
+        if missing or not prefix:
+            what = (f"rounds/{missing[0]:05d}.parquet is missing" if missing
+                    else "the stored rounds leave a gap in the shared item order")
+            raise InputError(f"run folder {self.store.url} is damaged: {what} (the marker says round {last} was "
+                             "committed); nothing was changed — start a new --run-id")
+
+    def _committed(self) -> tuple[int, dict[str, tuple[int, int]]]:
+        return self.round, {label: (self.n_scored(label), self.round) for label in self.labels}
+
+    def _select(self) -> RoundScores:
+        chunk, prob = self.engine.select()
+        return RoundScores({label: chunk for label in self.active}, {label: prob for label in self.active})
+
+    def predicted_items(self, batch: RoundScores) -> dict[str, np.ndarray]:
+        """The next slice of the shared order (fixed before any score) for every model in play now."""
+        engine = self.engine
+        now = len(next(iter(batch.items.values()), ()))
+        start, k = engine.n_shared + now, self.plan.batch_size
+        if engine.max_items is not None:
+            k = min(k, max(0, engine.max_items - start))
+        chunk = engine.order[start:start + k].astype(np.int64)
+        return {label: chunk for label in batch.items} if len(chunk) else {}
+
+    @_timed("controller")
+    def update(self, batch: RoundScores) -> None:
+        if batch.items:  # one shared slice for every model in play
+            self.engine.update(next(iter(batch.items.values())), {label: batch.scores[label] for label in batch.items})
+
+    def _decide(self, batch: RoundScores) -> None:
+        self.engine.decide()
+
+    @property
+    def looks(self) -> list[int]:
+        return self.engine.looks
+
+    def _states_to_write(self, batch: RoundScores) -> list[str]:
+        # written once, when the run ends (a ranking of 2,000 models wrote 2,000 JSON files a round for nothing)
+        return list(self.labels) if self.done else []
+
+    def _commit(self) -> None:
+        self.store.commit_round({
+            "round": self.round, "active": self.active, "looks": self.looks,
+            "decisions": {k: v.to_dict() for k, v in self.decisions.items()},
+        })
+
+    def look_record(self, label: str) -> LookRecord:
+        """The look log entry of ``label`` at this look (docs/architecture.md §5): the model's interval and
+        decision and the group's statistics. A ranking's or selection's model is shown with the group's
+        simultaneous interval (the one its verdicts use), everywhere; a comparison records the pair's difference
+        beside each model's own interval."""
+        est = self.methods[label].result()
+        decision = self.decisions.get(label)
+        rule = None if decision is None else decision.rule
+        nan = float("nan")
+        group = self.engine.intervals.get(label)
+        outcome = self.engine.outcome
+        pair: tuple[float, float, float, Any] = (nan, nan, nan, None)
+        if self.plan.kind == "compare" and outcome is not None:
+            pair = (outcome.diff, outcome.lower, outcome.upper, outcome.verdict)
+        shown = (est.n_scored, est.mean, est.lower, est.upper) if group is None else (group[3], *group[:3])
+        return LookRecord(int(shown[0]), float(shown[1]), float(shown[2]), float(shown[3]), rule, paired=True,
+                          interval="model" if group is None else self.plan.kind,
+                          group_mean=nan if group is None else float(group[0]),
+                          group_lower=nan if group is None else float(group[1]),
+                          group_upper=nan if group is None else float(group[2]),
+                          pair_diff=float(pair[0]), pair_lower=float(pair[1]), pair_upper=float(pair[2]),
+                          pair_verdict=pair[3])
+
+    def _target(self) -> str:
         return self.engine.request.target
 
     def exit_code(self) -> int:
-        """0 when every goal was reached, 1 when the bank or budget ran out first (docs/architecture.md §6)."""
-        if self.plan.paired:
-            return 0 if all(d.reached for d in self.decisions.values()) else 1
-        return 0 if all(self.decisions.get(m, Decision(False)).reached for m in self.labels) else 1
+        return 0 if all(d.reached for d in self.decisions.values()) else 1
 
 
 def _first_line(exc: BaseException) -> str:

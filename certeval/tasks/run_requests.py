@@ -1,5 +1,5 @@
 """What a run sends its model actors: each round split into cached scores and requests, each bank row turned
-into the item a model sees (once per position), and its prompt hash. Split from :mod:`certeval.tasks.run`."""
+into the item a model sees (once per position), and its prompt hash (once per position)."""
 
 from __future__ import annotations
 
@@ -8,53 +8,54 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..banks import Bank
 from ..estimators.results import to_jsonable
 from ..lm_eval_tasks import DOC as LM_EVAL_DOC
 from ..lm_eval_tasks import TASK_META as LM_EVAL_TASK_META
 from ..storage import prompt_hash
 
 
-class RunRequests:
-    """Mixed into :class:`certeval.tasks.run.Run` (its bank, keys, score cache and per-position memos)."""
+class ItemRequests:
+    """A run's bank as model requests: each position's item and prompt hash built once and reused round after
+    round (a ranking sends and stores each item for every model)."""
 
-    def requests(self, batch: Any) -> tuple[dict[str, list[tuple[str, dict]]], dict[str, dict[str, float]]]:
-        """Split a round into cached scores and requests for the model actors."""
+    def __init__(self, bank: Bank, keys: list[str]) -> None:
+        self.bank = bank
+        self.keys = keys
+        self._records: dict[int, dict[str, Any]] = {}
+        self._hash_by_pos = np.full(bank.n_items, None, dtype=object)
+        self._hash_known = np.zeros(bank.n_items, dtype=bool)
+
+    def split(self, items: dict[str, np.ndarray], cached: dict[str, dict[str, float]]
+              ) -> tuple[dict[str, list[tuple[str, dict]]], dict[str, dict[str, float]]]:
+        """A round's items per model split into scores the cache holds and requests for the model actors."""
         requests, hits = {}, {}
-        for label, pos in batch.items.items():
-            cache = self.cached.get(label, {})
+        for label, pos in items.items():
+            cache = cached.get(label, {})
             found, todo = {}, []
             for p in pos:
                 key = self.keys[p]
                 if key in cache:
                     found[key] = cache[key]
                 else:
-                    todo.append((key, self._record(int(p))))
+                    todo.append((key, self.record(int(p))))
             hits[label], requests[label] = found, todo
         return requests, hits
 
-    def _record(self, pos: int) -> dict[str, Any]:
-        """The item sent to a model actor, built once per bank position (a ranking sends each item to
-        every model)."""
-        records = self._records
-        if pos not in records:
+    def record(self, pos: int) -> dict[str, Any]:
+        """The item sent to a model actor for bank position ``pos``."""
+        if pos not in self._records:
             frame = self.bank.frame
-            records[pos] = _item_record(frame, pos) if frame is not None else {"item_id": self.bank.item_ids[pos]}
-        return records[pos]
+            self._records[pos] = (_item_record(frame, pos) if frame is not None
+                                  else {"item_id": self.bank.item_ids[pos]})
+        return self._records[pos]
 
-    def _prompt_hash(self, pos: int) -> str:
-        """The prompt hash of a bank position, computed once (a ranking stores each item for every model)."""
-        hashes = self._prompt_hashes
-        if pos not in hashes:
-            hashes[pos] = prompt_hash(self._record(pos))
-        return hashes[pos]
-
-    def _prompt_hash_array(self, needed: np.ndarray) -> np.ndarray:
+    def prompt_hashes(self, needed: np.ndarray) -> np.ndarray:
         """Prompt hashes by bank position (object array; filled for ``needed`` positions, once each)."""
-        hashes = self._prompt_hash_by_pos
-        for p in needed[~self._prompt_hash_known[needed]]:
-            hashes[p] = self._prompt_hash(int(p))
-            self._prompt_hash_known[p] = True
-        return hashes
+        for p in needed[~self._hash_known[needed]]:
+            self._hash_by_pos[p] = prompt_hash(self.record(int(p)))
+            self._hash_known[p] = True
+        return self._hash_by_pos
 
 
 def _item_record(frame: pd.DataFrame, pos: int) -> dict[str, Any]:

@@ -4,8 +4,8 @@ Tasks take live handles (the :class:`~certeval.tasks.run.Run`, the
 :class:`~certeval.backends.pool.ModelPool`), so none is cached or retried by
 Prefect (``cache_policy=NONE``, ``retries=0``): a retried inference task could
 score items twice, and resume is the pipeline's own business. Ray is called
-directly from inside the tasks — prefect-ray's task runner costs 120–200 ms a
-task and shuts Ray down at flow end, killing the model actors (NOTES.md).
+directly from inside the tasks — prefect-ray's task runner adds a Ray round trip
+a task and shuts Ray down at flow end, killing the model actors (docs/environment.md).
 """
 
 from __future__ import annotations
@@ -49,23 +49,19 @@ def restore(run: Run, progress: bool = False) -> None:
 @task(name="start-models", **_OPTS)
 def start_models(plan: RunPlan, run: Run) -> Any:
     """Start (or connect to) Ray and one named actor pool per model."""
-    from ..backends.pool import ModelPool, init_ray
+    from ..backends.pool import init_ray
 
     mark("models_starting")
     if run.progress is not None:
         run.progress.status("starting Ray + model hosts…")
-    from ..fast_start import keeps_actors, take_pool
+    from ..fast_start import plan_pool, take_pool
 
     init_ray(plan.ray_address, num_cpus=plan.num_cpus or os.cpu_count() or 2)  # no-op when the CLI started it
     mark("ray_ready")
     cache_urls = {label: cache.folder.url() for label, cache in run.caches.items()}
     pool = take_pool(plan, cache_urls)  # actors the CLI already set off (certeval.fast_start)
     if pool is None:
-        pool = ModelPool(dict(zip(plan.labels, plan.models)), replicas=plan.replicas, num_gpus=plan.num_gpus,
-                         in_flight=plan.in_flight, cache_urls=cache_urls, options=plan.options,
-                         run_id=plan.run_id, host_kwargs={"scorer": plan.scorer} if plan.scorer else None,
-                         keep=keeps_actors(plan),
-                         contents=plan.model_digests())
+        pool = plan_pool(plan, cache_urls)
     started = pool.start()
     mark("actors_ready")
     if run.progress is not None:
