@@ -1,7 +1,7 @@
 """What ``benchmarks/live.py`` runs on: a local lm-eval task built from the trivia bank and noise-perturbed copies
 of SmolLM2. Cheap to import (heavy packages are imported inside the functions); tested in tests/test_benchmark_live.py.
 
-* :func:`write_mc_task`: ``N`` four-choice items (:func:`certeval.trivia.with_choices`, seeded) as JSONL plus an
+* :func:`write_mc_task`: ``N`` four-choice items (:func:`certeval.inputs.trivia.with_choices`, seeded) as JSONL plus an
   lm-eval task YAML (``dataset_path: json``, ``output_type: multiple_choice``, metric ``acc``).
 * :func:`write_gen_task`: the same questions as short-answer generation (``generate_until``, ``exact_match``).
 * :func:`perturbed_copy`: a model folder whose every weight got seeded Gaussian noise (scaled to the tensor's own
@@ -23,7 +23,7 @@ WEIGHTS = (".safetensors", ".bin", ".ok", ".gguf", ".pt")
 
 def trivia_items(n: int, *, seed: int = 0, n_choices: int = 4) -> list[dict[str, Any]]:
     """``n`` multiple-choice trivia items (question, choices, label = index of the answer, answer, item_id)."""
-    from certeval.trivia import load_trivia_bank, with_choices
+    from certeval.inputs.trivia import load_trivia_bank, with_choices
 
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")

@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
-from certeval.backtest.ray_fanout import dataset_arrays  # noqa: E402
+from certeval.backtests.ray_fanout import dataset_arrays  # noqa: E402
 from certeval.engine import Replay, replay_once  # noqa: E402
 from certeval.estimators import parse_goal  # noqa: E402
 

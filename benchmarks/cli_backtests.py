@@ -1,7 +1,7 @@
 """The ``certeval backtest`` tables of docs/results_single.md, regenerated on the one backtest driver.
 
 Each row is what ``certeval backtest --scores S [--items I] --method M [--strata ...] [--features ...] --goal
-halfwidth:0.05 --reps R --seed 0`` prints (the same function, :func:`certeval.backtest.single.run_single_backtest`),
+halfwidth:0.05 --reps R --seed 0`` prints (the same function, :func:`certeval.backtests.single.run_single_backtest`),
 plus the rows of docs/results_single.md measured with ``method_params`` (adaptive's strata / combine, which the CLI
 exposes as ``--strata``).
 
@@ -50,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
-    from certeval.backtest.single import run_single_backtest
-    from certeval.banks import bank_from_scores, load_items, load_scores
+    from certeval.backtests.single import run_single_backtest
     from certeval.estimators import parse_goal
+    from certeval.inputs.banks import bank_from_scores, load_items, load_scores
 
     rows = ROWS[:2] if args.quick else ROWS
     loaded = {}

@@ -29,9 +29,10 @@ import numpy as np  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
-from certeval.backtest.ray_fanout import Cell, DatasetArrays, dataset_arrays, history_cell, run_cells  # noqa: E402
+from certeval.backtests.cells import Cell, DatasetArrays, history_cell
+from certeval.backtests.ray_fanout import dataset_arrays, run_cells  # noqa: E402
 from certeval.estimators import BankSpec  # noqa: E402
-from certeval.estimators.history import fit_history_prior  # noqa: E402
+from certeval.estimators.history.prior import fit_history_prior  # noqa: E402
 from certeval.estimators.protocol import register  # noqa: E402
 from certeval.estimators.single.history import HistoryMethod  # noqa: E402
 

@@ -41,20 +41,12 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2 shared cores: no BLAS oversubscription
 
 from benchmarks._meta import ROOT, read_result, write_result  # noqa: E402
-from certeval.backtest.ray_fanout import (  # noqa: E402
-    FAQ_LABELS,
-    FAQ_MAX_DRAWS_PER_ITEM,
-    Cell,
-    dataset_arrays,
-    faq_cell,
-    faq_planned_draws,
-    history_cell,
-    run_cells,
-    summarise,
-)
-from certeval.banks import bundled_datasets  # noqa: E402
+from certeval.backtests.cells import FAQ_LABELS, FAQ_MAX_DRAWS_PER_ITEM, Cell, faq_cell, faq_planned_draws, history_cell
+from certeval.backtests.ray_fanout import dataset_arrays, run_cells
+from certeval.backtests.summary import summarise
 from certeval.estimators import parse_goal  # noqa: E402
-from certeval.estimators.faq import GUARANTEES as FAQ_GUARANTEES  # noqa: E402
+from certeval.estimators.faq.querying import GUARANTEES as FAQ_GUARANTEES  # noqa: E402
+from certeval.inputs.banks import bundled_datasets  # noqa: E402
 
 # faq-uniform is FAQ's same-guarantee baseline: without it faq's cells have no same-guarantee ratio
 METHODS = ("static", "seq", "cer-eval", "uniform", "adaptive", "history", "history-permuted", "faq", "faq-uniform")

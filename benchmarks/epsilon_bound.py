@@ -21,7 +21,7 @@ and differs from the previous one in exactly one respect:
   about every valid procedure;
 * ``anytime_pair_looks``: the same at looks every 50 items (b) — certeval's backtest granularity.
 
-Two more rows price the construction ``rank --epsilon`` now uses (:mod:`certeval.estimators.epsilon_tests`: two
+Two more rows price the construction ``rank --epsilon`` now uses (:mod:`certeval.estimators.bank.epsilon_tests`: two
 one-sided tests per pair whose nulls are disjoint, each at α/P): ``fixed_pair_one_sided`` (z at ``1 - α/P``) and
 ``anytime_tests_looks`` (``ln(P/α)`` in place of ``ln(2P/α)``, looks every 50 items).
 

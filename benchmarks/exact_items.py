@@ -33,7 +33,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2 shared cores: no BLAS ov
 import numpy as np  # noqa: E402
 
 from benchmarks._meta import read_result, write_result  # noqa: E402
-from certeval.backtest.ray_fanout import Cell, dataset_arrays, history_cell, run_cells  # noqa: E402
+from certeval.backtests.cells import Cell, history_cell
+from certeval.backtests.ray_fanout import dataset_arrays, run_cells  # noqa: E402
 
 DATASETS = ("chembench", "helm_mmlu", "helm_raft", "helm_v023", "openllm_arc", "openllm_tiny",
             "vlm_hallusionbench", "vlm_ocrbench", "opencompass_large")

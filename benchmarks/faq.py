@@ -23,10 +23,10 @@ import time
 import numpy as np
 
 from benchmarks._meta import ROOT, write_result
-from certeval.backtest.faq import evaluate_new_models, faq_dataset, mask_mcar
-from certeval.backtest.ray_fanout import fit_faq_inputs
-from certeval.banks import DATA_DIR, bank_from_scores, load_scores, score_matrix
-from certeval.estimators.factor_model import factor_prior
+from certeval.backtests.faq import evaluate_new_models, faq_dataset, mask_mcar
+from certeval.backtests.ray_fanout import fit_faq_inputs
+from certeval.estimators.faq.factor_model import factor_prior
+from certeval.inputs.banks import DATA_DIR, bank_from_scores, load_scores, score_matrix
 
 CACHE = ROOT / ".cache" / "faq"
 BUDGET_FRACTIONS = (0.05, 0.10, 0.25)

@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
-from certeval.backtest.ray_fanout import dataset_arrays  # noqa: E402
+from certeval.backtests.ray_fanout import dataset_arrays  # noqa: E402
 from certeval.estimators import make_method  # noqa: E402
 
 DATASETS = ("chembench", "helm_mmlu", "helm_raft", "helm_v023", "openllm_arc", "openllm_tiny",

@@ -9,7 +9,7 @@ item_id, question, choices, answer). Both paths score the SAME (prompt, choice) 
 weights (one model in memory) and batch size:
 
 * host: ``HFHost.score`` in calls of ``--call-size`` items (what a pipeline actor receives); a question's
-  context and choices in one packed row (``certeval/backends/hf_packed.py``), logits only where a continuation
+  context and choices in one packed row (``certeval/hosting/hf_packed.py``), logits only where a continuation
   token is predicted, argmax judged by the ``mc-loglik`` scorer;
 * bare: the textbook loop — tokenizer(padding=True) right-padded batches, full-vocabulary
   log-softmax over every position, gather, masked sum.
@@ -37,14 +37,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._meta import write_result  # noqa: E402
-from certeval.backends import scorers as sc  # noqa: E402
-from certeval.backends.base import parse_model_spec  # noqa: E402
-from certeval.backends.hf import HFHost, HFOptions  # noqa: E402
+from certeval.hosting.hf import HFHost, HFOptions  # noqa: E402
+from certeval.inputs.model_spec import parse_model_spec  # noqa: E402
+from certeval.scoring import scorers as sc  # noqa: E402
 
 
 def trivia_mc_items(n: int, seed: int) -> list[dict[str, Any]]:
-    """n four-choice items from the trivia bank (``certeval.trivia.with_choices``)."""
-    from certeval.trivia import load_trivia_bank, with_choices
+    """n four-choice items from the trivia bank (``certeval.inputs.trivia.with_choices``)."""
+    from certeval.inputs.trivia import load_trivia_bank, with_choices
 
     frame = with_choices(load_trivia_bank(limit=n, seed=seed), 4, seed=seed)
     return [{"item_id": r.item_id, "question": r.question, "choices": list(r.choices), "answer": int(r.answer)}
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model_dir = args.model
     if model_dir is None:
-        from certeval.backends.smollm import ensure_converted
+        from certeval.inputs.smollm import ensure_converted
 
         model_dir = str(ensure_converted())
     items = read_items(args.items, n) if args.items else trivia_mc_items(n, args.seed)
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "SmolLM2-135M-Instruct" + (" (random weights, same architecture)" if args.random_weights else ""),
         "model_dir": model_dir,
         "dtype": dtype,
-        "items_source": args.items or "red-trivia via certeval.trivia.with_choices (4 choices, seeded)",
+        "items_source": args.items or "red-trivia via certeval.inputs.trivia.with_choices (4 choices, seeded)",
         "n_items": len(items),
         "n_pairs": len(pairs),
         "batch_pairs": batch,

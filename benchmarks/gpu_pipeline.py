@@ -24,7 +24,7 @@ loop, the in-process host and the pipeline's rounds; the pipeline's phases from 
 file, finish) with the GPU busy fraction in each (``nvidia-smi`` sampled every 0.5 s); per-item agreement of the
 pipeline's log-likelihoods (the rounds' ``resps``) with the bare loop's for the first model: the same choice, and
 each choice's log-likelihood within the packed-row check's tolerance for the dtype
-(:data:`certeval.backends.hf_packed.SELF_CHECK_TOLERANCE`, relative to max(1, |ll|)).
+(:data:`certeval.hosting.hf_packed.SELF_CHECK_TOLERANCE`, relative to max(1, |ll|)).
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def pipeline_logliks(rounds_files: list[Path], model: str) -> dict[str, list[flo
 
 def agreement(pipeline: dict[str, list[float]], bare: dict[str, list[float]], dtype: str) -> dict[str, Any]:
     """Same choice, and every choice's log-likelihood within the dtype's tolerance, item by item."""
-    from certeval.backends.hf_packed import SELF_CHECK_TOLERANCE
+    from certeval.hosting.hf_packed import SELF_CHECK_TOLERANCE
 
     tolerance = SELF_CHECK_TOLERANCE.get(dtype, 2e-2)
     ids = [i for i in pipeline if i in bare]
@@ -223,13 +223,13 @@ def ray_counts_gpus() -> int | None:
 
 def start_shared_ray(work: Path, num_gpus: int) -> str:
     """A local Ray in this process, told ``num_gpus``, for the commands to join: loopback only, cloud probes off
-    (certeval.envsetup), its auth token in ``work`` and named by ``RAY_AUTH_TOKEN_PATH`` so the commands (which
+    (certeval.runtime.envsetup), its auth token in ``work`` and named by ``RAY_AUTH_TOKEN_PATH`` so the commands (which
     inherit it) are let in. Ends with this process. Returns its address."""
     import secrets
 
     import ray
 
-    from certeval.envsetup import configure_offline_env, ray_bootstrap_home
+    from certeval.runtime.envsetup import configure_offline_env, ray_bootstrap_home
 
     configure_offline_env()
     token = work / "ray-auth-token"
@@ -251,7 +251,7 @@ def check_only() -> int:
     when Ray, Prefect, its server or certeval's flows do not import, or (with torch's GPU) Ray finds no GPU."""
     import importlib
 
-    from certeval.envsetup import configure_offline_env
+    from certeval.runtime.envsetup import configure_offline_env
 
     configure_offline_env()
     found: dict[str, Any] = {}
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     config_dir = args.model_config or os.environ.get("CERTEVAL_MODEL_CONFIG")
     if config_dir is None:
-        from certeval.backends.smollm import ensure_converted
+        from certeval.inputs.smollm import ensure_converted
 
         config_dir = str(ensure_converted())
     if not (Path(config_dir) / "config.json").is_file():
@@ -351,9 +351,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args, work, log, sampler, device, dtype, shape, n, batch, look, goal, config_dir, torch,
          transformers) -> int:
-    from certeval.backends import scorers as sc
-    from certeval.backends.base import parse_model_spec
-    from certeval.backends.hf import HFHost, HFOptions
+    from certeval.hosting.hf import HFHost, HFOptions
+    from certeval.inputs.model_spec import parse_model_spec
+    from certeval.scoring import scorers as sc
 
     cuda = device.startswith("cuda")
     items = synthetic_mc_items(n, args.seed)

@@ -1,6 +1,6 @@
 """gst's miss rate with peeking: how often its repeated CI misses the truth at any of its looks.
 
-``gst`` (:class:`certeval.estimators.sequential.GroupSequentialMean`) reports ``mean ± c_k·se`` at look k with
+``gst`` (:class:`certeval.estimators.distribution.sequential.GroupSequentialMean`) reports ``mean ± c_k·se`` at look k with
 an *estimated* standard error: a Wald interval per look, widened by a group-sequential boundary. This measures
 how often that misses at some look, at confidence 0.9 (nominal miss rate 0.1), with a look every 20 items up to
 400 items, on Bernoulli(p) scores for p in {0.01, 0.05, 0.5}:
@@ -11,8 +11,8 @@ how often that misses at some look, at confidence 0.9 (nominal miss rate 0.1), w
   exact with zero width; the earlier ones are not).
 
 The runs are vectorised: item order is a uniform permutation, so the first n scores of a run are its bank's first n
-columns; each look's interval is computed from certeval's own :func:`~certeval.estimators.sequential.mean_of_means`
-and :func:`~certeval.estimators.sequential.boundary_multiplier` (the method's spending ``ld-pocock``), and the
+columns; each look's interval is computed from certeval's own :func:`~certeval.estimators.distribution.sequential.mean_of_means`
+and :func:`~certeval.estimators.distribution.sequential.boundary_multiplier` (the method's spending ``ld-pocock``), and the
 first runs of every cell are replayed through the method object itself to check the vectorised intervals equal
 the method's. Reported per cell: misses, runs, the rate and its Wilson 95% interval.
 
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
 from certeval.estimators import BankSpec  # noqa: E402
-from certeval.estimators.sequential import GroupSequentialMean, boundary_multiplier, mean_of_means  # noqa: E402
+from certeval.estimators.distribution.sequential import GroupSequentialMean, boundary_multiplier, mean_of_means  # noqa: E402
 
 CONFIDENCE = 0.9
 LOOK = 20

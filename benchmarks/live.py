@@ -1,6 +1,6 @@
 """Live runs beside lm-eval: what a user pays for one local lm-eval task, run by lm-eval and by certeval.
 
-The task (``live_trivia_mc``): ``--items`` four-choice trivia questions (certeval.trivia, seeded) as JSONL plus an
+The task (``live_trivia_mc``): ``--items`` four-choice trivia questions (certeval.inputs.trivia, seeded) as JSONL plus an
 lm-eval YAML in a work folder (``--work``, default ``$TMPDIR/certeval-live``). The models: SmolLM2-135M (the
 converted float32 folder) and copies of it with seeded Gaussian noise on every weight (copy k: ``k * --noise`` times
 each tensor's root mean square), saved once into the work folder. Both tools get the same model, dtype, inference
@@ -338,7 +338,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def build(args: argparse.Namespace, work: Path, n_models: int) -> tuple[list[Path], dict[str, Path]]:
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     items = trivia_items(args.items, seed=args.seed)
     tasks = {MC_TASK: write_mc_task(work / "task", items)}

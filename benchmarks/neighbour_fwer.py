@@ -55,8 +55,8 @@ def chain_board(seed: int, chains: int = 3, length: int = 5, items: int = 500) -
 
 def run_once(x: np.ndarray, seed: int, alpha: float, correction: str, pair_tests: str, look: int) -> dict:
     """One ranking of board ``x`` on a random order with a look every ``look`` items."""
-    from certeval.backtest.comparative import epsilon_errors
-    from certeval.estimators.neighbour_ranking import NeighbourRanking
+    from certeval.backtests.paired_rows import epsilon_errors
+    from certeval.estimators.bank.neighbour_ranking import NeighbourRanking
 
     m, n = x.shape
     names = [f"m{k:03d}" for k in range(m)]

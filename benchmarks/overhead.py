@@ -97,9 +97,10 @@ HISTORY_GOAL, HISTORY_BATCH, HISTORY_FRACTION = "halfwidth:0.05", 10, 0.5
 
 def history_vs_uniform(bank_name: str, reps: int, seed: int) -> dict:
     """Per-look controller seconds of ``history`` and ``uniform`` on the same reps of a recorded bank."""
-    from certeval.backtest.ray_fanout import Cell, DatasetArrays, run_chunk
-    from certeval.backtest.single import _history_plan, score_matrix
-    from certeval.banks import bank_from_scores, load_scores
+    from certeval.backtests.cells import Cell, DatasetArrays
+    from certeval.backtests.kinds import run_chunk
+    from certeval.backtests.single import _history_plan, score_matrix
+    from certeval.inputs.banks import bank_from_scores, load_scores
 
     scores = load_scores(f"bundled:{bank_name}")
     bank = bank_from_scores(scores)
@@ -148,8 +149,8 @@ def fit_exponent(sizes: list[int], times: list[float]) -> dict:
 
 def replay_inference(batch: int) -> dict:
     """Seconds for the replay backend to score one round's batch (in-process host, no Ray)."""
-    from certeval.backends.base import make_host
-    from certeval.banks import load_scores
+    from certeval.hosting.base import make_host
+    from certeval.inputs.banks import load_scores
 
     frame = load_scores("bundled:helm_v023")
     model = sorted(frame["model"].unique())[0]
@@ -168,7 +169,7 @@ def replay_inference(batch: int) -> dict:
 def small_lm_inference(batch: int) -> dict:
     """Seconds for SmolLM2-135M (hf backend, CPU) to score ``batch`` multiple-choice items."""
     try:
-        from certeval.backends.base import make_host
+        from certeval.hosting.base import make_host
 
         host = make_host("hf:bundled:smollm2")
     except Exception as exc:  # not installed / not built in this checkout: reported, not fatal

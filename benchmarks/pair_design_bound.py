@@ -11,7 +11,7 @@ non-zero. At a fixed number of draws the variance of the pair's estimate changes
     ``(Σ_j w_j d_j² / r_j − Δ²) / (Σ_j w_j d_j² − Δ²)``
 
 (the with-replacement ratio; the ranking's cells at fixed n scale about with it). Per bank, the models are split at
-random in half; the history half's factor model gives ``p`` (:func:`~certeval.estimators.history.fit_history_prior`,
+random in half; the history half's factor model gives ``p`` (:func:`~certeval.estimators.history.prior.fit_history_prior`,
 its item means), and the ratio is averaged over the ranked half's *binding* pairs (``|Δ| < 0.07``: the pairs an
 ε = 0.05 ranking must settle last). Reported per η with the floor ``ρ = min r``: an exact (betting) test must keep
 its capital nonnegative whatever item comes next, so an importance weight up to ``1/ρ`` caps every bet at ``ρ``
@@ -44,7 +44,7 @@ def design_rates(p: np.ndarray, w: np.ndarray, mix: float) -> np.ndarray:
 
 def bound_case(name: str, splits: int, seed: int) -> dict:
     from benchmarks.pair_history import _bank
-    from certeval.estimators.history import fit_history_prior
+    from certeval.estimators.history.prior import fit_history_prior
 
     models, x, spec = _bank(name)
     w = spec.weights()

@@ -1,10 +1,10 @@
 """``rank --history`` vectorised over the pairs: cells with and without history, and one run at 188 models.
 
 * ``cells``: per bank (helm_mmlu, vlm_ocrbench) the models are split at random in half; the history half fits
-  one factor model (:func:`~certeval.estimators.history.fit_history_prior`), the other half is ranked with
+  one factor model (:func:`~certeval.estimators.history.prior.fit_history_prior`), the other half is ranked with
   ε-statements (ε = 0.05, alpha = 0.05) on random item orders drawn ∝ weight, looks of 50 items, three ways on
-  the same orders: :class:`~certeval.estimators.history_ranking.HistoryRanking`, the plain
-  :class:`~certeval.estimators.bank_ranking.BankRanking` as ``rank`` builds it (betting CSs up to tens of models,
+  the same orders: :class:`~certeval.estimators.history.ranking.HistoryRanking`, the plain
+  :class:`~certeval.estimators.bank.ranking.BankRanking` as ``rank`` builds it (betting CSs up to tens of models,
   empirical-Bernstein beyond), and the plain ranking with betting CSs forced (the history ranking's
   construction, so the difference is the history alone). Fraction of model × item cells scored, wall time,
   whether every decided pair's interval covered its exact bank difference, and the certified ε-listings the exact
@@ -42,7 +42,7 @@ DATASETS = ("helm_mmlu", "vlm_ocrbench")
 
 
 def _bank(name: str):
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
     frame = load_scores(f"bundled:{name}")
     models = sorted(frame["model"].unique())
@@ -53,8 +53,8 @@ def _bank(name: str):
 def half_split(models: list, x: np.ndarray, w: np.ndarray, rng: np.random.Generator):
     """One rep: the models split at random in half, the history half's factor model, the other half's names and
     scores, and an item order drawn ∝ weight: (names, scores, prior, order)."""
-    from certeval.estimators.history import fit_history_prior
-    from certeval.estimators.wor_streams import weighted_order
+    from certeval.estimators.bank.wor_streams import weighted_order
+    from certeval.estimators.history.prior import fit_history_prior
 
     perm = rng.permutation(len(models))
     hist, ranked = np.sort(perm[: len(models) // 2]), np.sort(perm[len(models) // 2:])
@@ -68,7 +68,7 @@ def look_size(look: float, n_items: int) -> int:
 
 
 def _replay(rank, x: np.ndarray, order: np.ndarray, w: np.ndarray, look: int = LOOK) -> dict:
-    from certeval.backtest.comparative import epsilon_errors
+    from certeval.backtests.paired_rows import epsilon_errors
 
     t0 = time.perf_counter()
     for s in range(0, order.size, look):
@@ -87,9 +87,9 @@ def _replay(rank, x: np.ndarray, order: np.ndarray, w: np.ndarray, look: int = L
 
 
 def cells_case(name: str, reps: int, seed: int, epsilon: float = EPSILON, look: float = LOOK) -> dict:
-    import certeval.estimators.wor_streams as ws
-    from certeval.estimators.bank_ranking import BankRanking
-    from certeval.estimators.history_ranking import HistoryRanking
+    import certeval.estimators.bank.wor_streams as ws
+    from certeval.estimators.bank.ranking import BankRanking
+    from certeval.estimators.history.ranking import HistoryRanking
 
     models, x, spec = _bank(name)
     w = spec.weights()
@@ -128,10 +128,10 @@ def cells_case(name: str, reps: int, seed: int, epsilon: float = EPSILON, look: 
 
 def scale_child(seed: int, plain: bool) -> dict:
     """One run on every vlm_ocrbench model (in its own process, for its peak memory)."""
-    from certeval.estimators.bank_ranking import BankRanking
-    from certeval.estimators.history import fit_history_prior
-    from certeval.estimators.history_ranking import HistoryRanking
-    from certeval.estimators.wor_streams import weighted_order
+    from certeval.estimators.bank.ranking import BankRanking
+    from certeval.estimators.bank.wor_streams import weighted_order
+    from certeval.estimators.history.prior import fit_history_prior
+    from certeval.estimators.history.ranking import HistoryRanking
 
     models, x, spec = _bank("vlm_ocrbench")
     w = spec.weights()

@@ -4,7 +4,7 @@ For an ε-ranking the cells are decided by the pairs whose interval must shrink 
 interval's half-width scales with the standard deviation of what is sampled, so the cells a pair needs scale
 about with its variance. With history, the sampled value is the paired difference minus its prediction,
 ``(x_a − x_b) − (p_a − p_b)``. Here, per bank, the models are split at random in half: the history half fits
-the factor model (:func:`~certeval.estimators.history.fit_history_prior`); each model of the other half gets the
+the factor model (:func:`~certeval.estimators.history.prior.fit_history_prior`); each model of the other half gets the
 posterior-mean prediction of every item from
 
 * ``oracle``: the factor model's fit on ALL of that model's own items (no predictor of this family can do better
@@ -142,11 +142,11 @@ def _yardsticks(yr: np.ndarray, sd_history: np.ndarray, alpha: float) -> dict:
 
 
 def bound_case(name: str, splits: int, seed: int, alpha: float = 0.05) -> dict:
-    from certeval.estimators.history import fit_history_prior
+    from certeval.estimators.history.prior import fit_history_prior
 
     models, y = bank_list(name)
     m, n = y.shape
-    from certeval.banks import bank_from_scores, load_scores
+    from certeval.inputs.banks import bank_from_scores, load_scores
 
     bank = bank_from_scores(load_scores(f"bundled:{name}"))
     scale = n * bank.spec().weights()  # y = scale * x

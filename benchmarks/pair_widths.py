@@ -10,7 +10,7 @@ n = 50 / 100 / 200 items (n ≤ N/2):
   construction paired runs used until this change; ``u_j = N w_j``);
 * ``eb-by-weight`` — the order drawn ∝ weight, the same empirical-Bernstein CS without rescaling;
 * ``betting-by-weight`` — the order drawn ∝ weight and the betting streams paired runs use now
-  (:class:`certeval.estimators.wor_streams.BettingStreams`).
+  (:class:`certeval.estimators.bank.wor_streams.BettingStreams`).
 
 Reported: the median over pairs and orders of each half-width (difference scale), the ratios to ``before``, and
 the share of pairs whose betting interval missed the exact bank difference at some look (every 10 items;
@@ -25,8 +25,8 @@ import sys
 import numpy as np
 
 from benchmarks._meta import write_result
-from certeval.banks import bank_from_scores, load_scores, score_matrix
-from certeval.estimators.wor_streams import BettingStreams, WorStreams, weighted_order
+from certeval.estimators.bank.wor_streams import BettingStreams, WorStreams, weighted_order
+from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
 DATASETS = ("helm_mmlu", "helm_raft", "helm_v023", "vlm_hallusionbench", "vlm_ocrbench", "opencompass_large",
             "openllm_tiny", "openllm_arc", "chembench")

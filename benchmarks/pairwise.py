@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._meta import write_result
-from certeval.backtest.comparative import ComparativeBacktest, compare_backtest
-from certeval.banks import bank_from_scores, load_scores, score_matrix
-from certeval.estimators.comparison import ComparisonDesign
+from certeval.backtests.comparative import ComparativeBacktest, compare_backtest
+from certeval.estimators.distribution.comparison import ComparisonDesign
 from certeval.estimators.groups import GroupRequest
 from certeval.estimators.protocol import BankSpec
+from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
 DATASETS = ("vlm_ocrbench", "openllm_arc")
 VARIANTS = (
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(row)
             print(json.dumps(row), flush=True)
     payload = {
-        "benchmark": "pairwise group-sequential comparison (certeval.backtest.comparative.compare_backtest)",
+        "benchmark": "pairwise group-sequential comparison (certeval.backtests.comparative.compare_backtest)",
         "setup": {"alpha": 0.05, "sides": 2, "looks_every": 100, "pairs": n_pairs, "orders": reps,
                   "seed": args.seed, "truth": "fixed-sample z-test on the full bank, same statistic",
                   "subsets": "ignored (plain bank mean)"},

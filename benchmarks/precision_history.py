@@ -1,10 +1,10 @@
 """``rank --goal halfwidth:E --history``: leaderboard precision with and without history, on the same orders.
 
 Per order, a bank's models are split at random in half: the history half fits one factor model
-(:func:`~certeval.estimators.history.fit_history_prior`), the other half is the leaderboard — every model's bank mean
+(:func:`~certeval.estimators.history.prior.fit_history_prior`), the other half is the leaderboard — every model's bank mean
 within ±E at α = 0.05 — run on one item order drawn ∝ weight, looks of ``--look`` items, twice:
-:class:`~certeval.estimators.paired_history.HistoryPrecision` (each model's ``certify --history`` interval) and the
-plain :class:`~certeval.estimators.bank_precision.BankPrecision`. Reported: the fraction of model × item cells, the
+:class:`~certeval.estimators.history.paired.HistoryPrecision` (each model's ``certify --history`` interval) and the
+plain :class:`~certeval.estimators.bank.precision.BankPrecision`. Reported: the fraction of model × item cells, the
 ratio history / plain (order by order), and the runs in which some interval missed its exact bank mean (with its
 Wilson 95% upper bound).
 
@@ -38,8 +38,8 @@ def _play(board, x: np.ndarray, order: np.ndarray, look: int) -> dict:
 
 def precision_case(name: str, orders: int, seed: int, halfwidth: float, look: int) -> dict:
     from benchmarks.pair_history import _bank, half_split
-    from certeval.estimators.bank_precision import BankPrecision
-    from certeval.estimators.paired_history import HistoryPrecision
+    from certeval.estimators.bank.precision import BankPrecision
+    from certeval.estimators.history.paired import HistoryPrecision
 
     models, x, spec = _bank(name)
     w = spec.weights()

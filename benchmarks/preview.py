@@ -4,7 +4,7 @@
     python -m benchmarks preview --quick   # helm_mmlu only, few reps
 
 Each bank's models are split at random into two halves: the first half are "your" models, the second the
-history. ``predicted`` is the preview from the history half (:func:`certeval.preview.preview_cost`, its median and
+history. ``predicted`` is the preview from the history half (:func:`certeval.reports.preview.preview_cost`, its median and
 range); ``realised`` is the mean fraction of cells scored by runs of the same request on your half (each a fresh
 item order, the same engine). Writes ``benchmarks/results/preview.json``; ``error`` = predicted − realised.
 """
@@ -32,9 +32,9 @@ REQUESTS = {  # what a user asks: rank at two tolerances, and the best model wit
 
 
 def case(dataset: str, name: str, request: dict, preview_reps: int, realised_reps: int, seed: int) -> dict:
-    from certeval.backtest.comparative import load_matrix
+    from certeval.backtests.comparative import load_matrix
     from certeval.estimators.groups import GroupRequest
-    from certeval.preview import preview_cost
+    from certeval.reports.preview import preview_cost
 
     matrix, models, spec = load_matrix(f"bundled:{dataset}")
     order = np.random.default_rng(seed).permutation(len(models))

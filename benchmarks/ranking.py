@@ -11,7 +11,7 @@ tie groups, round time by look, and one run of all 1,989 openllm_tiny models thr
 Writes ``benchmarks/results/ranking.json``:
 
 * ``rank``: per (dataset, margin) the bank-target ranking replayed over random item orders
-  (:func:`certeval.backtest.comparative.rank_backtest`): fraction of model x item cells scored,
+  (:func:`certeval.backtests.comparative.rank_backtest`): fraction of model x item cells scored,
   models leaving before the bank is exhausted, tie groups, family-wise error rate of the ordering
   statements against the exact bank differences (Wilson 95% upper bound beside it);
 * ``select``: best-arm (top-K within epsilon) identification, cells and error rate;
@@ -58,7 +58,7 @@ def wilson_upper(k: int, n: int, z: float = 1.959964) -> float:
 
 def _load(dataset: str):
     """The bundled bank's matrix (every model), model names and the estimand's item weights."""
-    from certeval.backtest.comparative import load_matrix
+    from certeval.backtests.comparative import load_matrix
 
     matrix, models, spec = load_matrix(f"bundled:{dataset}")
     return matrix, models, spec.weights()
@@ -66,7 +66,7 @@ def _load(dataset: str):
 
 def _backtest(dataset: str, request: dict, reps: int, seed: int, looks_every: int):
     """The bank-target comparative backtest of ``dataset`` (every model) with ``request``'s rule."""
-    from certeval.backtest.comparative import ComparativeBacktest, load_matrix
+    from certeval.backtests.comparative import ComparativeBacktest, load_matrix
     from certeval.estimators.groups import GroupRequest
 
     matrix, models, spec = load_matrix(f"bundled:{dataset}")
@@ -75,7 +75,7 @@ def _backtest(dataset: str, request: dict, reps: int, seed: int, looks_every: in
 
 
 def rank_case(dataset: str, margin: float, reps: int, seed: int, looks_every: int = 50) -> dict:
-    from certeval.backtest.comparative import rank_backtest
+    from certeval.backtests.comparative import rank_backtest
 
     bt = _backtest(dataset, {"kind": "rank", "margin": margin}, reps, seed, looks_every)
     start = time.perf_counter()
@@ -95,7 +95,7 @@ def epsilon_case(dataset: str, epsilon: float, reps: int, seed: int, looks_every
                  strict: bool = True) -> dict:
     """``rank --epsilon`` replayed, beside strict verdicts at margin = epsilon on the same orders (the baseline;
     ``strict=False`` leaves it out). Family-wise error with its Wilson 95% upper bound."""
-    from certeval.backtest.comparative import rank_backtest
+    from certeval.backtests.comparative import rank_backtest
 
     row: dict = {"dataset": dataset, "epsilon": epsilon, "reps": reps, "looks_every": looks_every}
     for name, request in (("epsilon", {"kind": "rank", "epsilon": epsilon}),
@@ -119,7 +119,7 @@ def neighbour_case(dataset: str, epsilon: float, reps: int, seed: int, looks_eve
     """``rank --epsilon`` replayed with the neighbour construction (the default) and the all-pairs one
     (``--ranking all-pairs``) on the same orders (rep r's order depends only on the dataset, the models and r):
     cells, tie groups, Kendall τ, family-wise error (Wilson 95% upper), wall and CPU seconds of each."""
-    from certeval.backtest.comparative import rank_backtest
+    from certeval.backtests.comparative import rank_backtest
 
     row: dict = {"dataset": dataset, "epsilon": epsilon, "reps": reps, "looks_every": looks_every}
     for name, construction in (("neighbours", "neighbours"), ("all_pairs", "all-pairs")):
@@ -142,8 +142,8 @@ NEIGHBOUR_CASES = [("helm_mmlu", 20), ("vlm_ocrbench", 10), ("vlm_hallusionbench
 def select_case(dataset: str, top: int, eps: float, reps: int, seed: int) -> dict:
     """``select`` replayed; where the rule reads pair CSs (top-K > 1 or ε = 0), beside the same orders with every
     pair at α/(2P) (the level before the union bound counted only the pairs of a top-K set)."""
-    import certeval.estimators.bank_selection as bs
-    from certeval.backtest.comparative import select_backtest
+    import certeval.estimators.bank.selection as bs
+    from certeval.backtests.comparative import select_backtest
 
     def run() -> dict:
         bt = _backtest(dataset, {"kind": "select", "threshold": 0.0, "halfwidth": eps, "top": top}, reps, seed, 25)
@@ -167,12 +167,12 @@ def select_case(dataset: str, top: int, eps: float, reps: int, seed: int) -> dic
 
 def round_time(dataset: str = "openllm_arc", batch: int = 25, looks: int = 20, seed: int = 0) -> dict:
     """Seconds per look of a paired run's group estimator: the incremental bank estimator (update + result),
-    the incremental distribution estimator (:class:`~certeval.estimators.ranking.SequentialRanking`, update
+    the incremental distribution estimator (:class:`~certeval.estimators.distribution.ranking.SequentialRanking`, update
     + result), and — for reference — ``rank_models`` over every look so far (what a paired run on the
     distribution target recomputed each round before)."""
-    from certeval.estimators.bank_ranking import BankRanking
-    from certeval.estimators.ranking import SequentialRanking, rank_models
-    from certeval.estimators.wor_streams import weighted_order
+    from certeval.estimators.bank.ranking import BankRanking
+    from certeval.estimators.bank.wor_streams import weighted_order
+    from certeval.estimators.distribution.ranking import SequentialRanking, rank_models
 
     matrix, models, weights = _load(dataset)
     n = matrix.shape[1]
@@ -202,7 +202,7 @@ def round_time(dataset: str = "openllm_arc", batch: int = 25, looks: int = 20, s
 
 def pipeline_run(dataset: str = "openllm_tiny", margin: float = 0.02, timeout: int = 2400) -> dict:
     """``certeval rank`` over every model of the dataset, in a child process (peak RSS of children)."""
-    from certeval.banks import load_scores
+    from certeval.inputs.banks import load_scores
 
     models = sorted(load_scores(f"bundled:{dataset}")["model"].unique())
     out_dir = tempfile.mkdtemp(prefix="certeval-rank-bench-")
@@ -235,8 +235,8 @@ def pipeline_statement_errors(run_folder: str, dataset: str = "openllm_tiny", ma
     bank differences: the family-wise check of that one run."""
     import pandas as pd
 
-    from certeval.backtest.comparative import _statement_errors
-    from certeval.estimators.comparison import VERDICTS
+    from certeval.backtests.paired_rows import _statement_errors
+    from certeval.estimators.distribution.comparison import VERDICTS
 
     matrix, models, weights = _load(dataset)
     exact = dict(zip(models, matrix @ weights))

@@ -36,7 +36,7 @@ GRID = np.linspace(0.02, 1.0, 50)
 
 def bank_list(name: str) -> tuple[list[str], np.ndarray]:
     """Model names and ``y = N w x`` (models x items): lists whose plain means are the bank means."""
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
     frame = load_scores(f"bundled:{name}")
     models = sorted(frame["model"].unique())

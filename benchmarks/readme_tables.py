@@ -315,7 +315,7 @@ def overhead_section(doc: dict[str, Any]) -> list[str]:
 
 def plots(eff: dict | None, over: dict | None, pair: dict | None, eff_bm: dict | None = None) -> None:
     IMG.mkdir(parents=True, exist_ok=True)
-    from certeval.report import _pyplot, plot_savings
+    from certeval.reports.plots import _pyplot, plot_savings
 
     if eff:
         (IMG / "savings_vs_goal.png").write_bytes(plot_savings([c for c in eff["cells"] if c.get("reps")]))

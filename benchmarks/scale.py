@@ -5,7 +5,7 @@ For each model count M the ``rank`` flow (certeval.flows.pipeline.rank_flow) run
 ``replay:bundled:openllm_tiny#<model>`` specs (the first M models by name; M = 1,989 is
 all of them) in a fresh process. The synthetic run is the ``select`` flow (best model within
 ε = 0.02, bank target) over ``replay:synthetic:10000x10000:2026#m<k>`` — 10⁸ cells generated on demand
-from the location (:mod:`certeval.synthetic`), never stored; it checks the model selected against the
+from the location (:mod:`certeval.inputs.synthetic`), never stored; it checks the model selected against the
 exact bank means. (A *ranking* of 10,000 models is out of reach here: its all-pairs confidence sequences
 hold 5·10⁷ pairs — docs/ranking.md.) The wall time is split by timing the bodies of the
 pipeline's steps (``Run.embed/restore/select/infer/update/decide/store_round/compact_cache/results``,
@@ -20,7 +20,7 @@ patched with timers in this process only) and Ray start-up:
   starts Prefect's embedded server, and that start-up counts as Prefect).
 
 The reference point is the same ranking computed in-process on the score matrix
-(:func:`certeval.estimators.ranking.rank_models` at the same looks): its time is what the
+(:func:`certeval.estimators.distribution.ranking.rank_models` at the same looks): its time is what the
 statistics cost without any orchestration.
 
 Replay models of one file share ``replicas`` actors, so M = 1,989 runs in one Ray actor
@@ -31,8 +31,8 @@ Replay models of one file share ``replicas`` actors, so M = 1,989 runs in one Ra
     python -m benchmarks scale --quick          # M = 4, 1 node
 
 ε-rankings at leaderboard scale (``epsilon_ranking`` in the JSON; ``--epsilon-only`` runs just these): the
-neighbour ε-ranking (:class:`certeval.estimators.neighbour_ranking.NeighbourRanking`, ε = 0.05, α = 0.05) of
-1,000 / 2,000 / 10,000 synthetic models × 10,000 items (:mod:`certeval.synthetic`'s Rasch table, items correlated
+neighbour ε-ranking (:class:`certeval.estimators.bank.neighbour_ranking.NeighbourRanking`, ε = 0.05, α = 0.05) of
+1,000 / 2,000 / 10,000 synthetic models × 10,000 items (:mod:`certeval.inputs.synthetic`'s Rasch table, items correlated
 through their difficulty; rows generated as 0/1 bytes in the child, 10⁸ cells = 100 MB) fed looks of
 ``--epsilon-look`` items of one uniform order, in-process as the backtest engine feeds them; and
 ``certeval backtest --scores bundled:openllm_tiny --goal rank:0 --epsilon 0.05 --reps 1`` (1,989 models, the
@@ -58,10 +58,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from benchmarks._meta import write_result  # noqa: E402
 
 SIZES = (10, 30, 1989)
-# Replay models of one scores file share ``replicas`` Ray actors (certeval.backends.pool.group_models),
+# Replay models of one scores file share ``replicas`` Ray actors (certeval.hosting.pool.group_models),
 # each holding the table once as a dense matrix (8 MB for openllm_tiny), so memory no longer grows
 # with the model count. Ranking M models compares M(M-1)/2 pairs (1,977,066 at M = 1,989) on the
-# Gram-matrix path of certeval.estimators.ranking.
+# Gram-matrix path of certeval.estimators.distribution.ranking.
 DATASET = "openllm_tiny"
 
 
@@ -70,7 +70,7 @@ EPS_SIZES = ("synthetic:1000x10000:2026", "synthetic:2000x10000:2026", "syntheti
 EPS_QUICK = ("synthetic:200x1000:2026",)
 EPS_EPSILON, EPS_ALPHA = 0.05, 0.05
 
-SYNTHETIC = "synthetic:10000x10000:2026"  # certeval.synthetic: a Rasch table generated on demand, never stored
+SYNTHETIC = "synthetic:10000x10000:2026"  # certeval.inputs.synthetic: a Rasch table generated on demand, never stored
 SYNTHETIC_EPSILON = 0.02
 
 
@@ -79,14 +79,14 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
     """Run the rank flow for the first ``m`` models of openllm_tiny (or, with a ``synthetic:`` ``location``,
     the select flow — best model within SYNTHETIC_EPSILON — over its first ``m`` models) with step timers;
     write timings to ``out_json``."""
-    from certeval.envsetup import prepare_env
+    from certeval.runtime.envsetup import prepare_env
 
     prepare_env()
     import numpy as np
 
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
-    from certeval.tasks import run as run_mod
-    from certeval.tasks import steps as steps_mod
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.runs import run as run_mod
+    from certeval.runs import steps as steps_mod
 
     timers: dict[str, float] = {}
 
@@ -107,11 +107,11 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
 
     from certeval.flows.pipeline import rank_flow, select_flow
     from certeval.requests import request_for
-    from certeval.tasks.plan import claim_run, make_plan
+    from certeval.runs.plan import claim_run, make_plan
 
     synthetic = location is not None
     if synthetic:
-        from certeval.synthetic import synthetic_scores
+        from certeval.inputs.synthetic import synthetic_scores
 
         models = list(synthetic_scores(location).model_names[:m])
         specs = [f"replay:{location}#{x}" for x in models]
@@ -156,7 +156,7 @@ def _child(m: int, batch: int, seed: int, out_json: str, max_items: int | None =
         bank = bank_from_scores(frame)
         matrix = score_matrix(frame, models, bank)
         looks = [min(batch * (k + 1), bank.n_items) for k in range(rounds)]
-        from certeval.estimators.ranking import rank_models
+        from certeval.estimators.distribution.ranking import rank_models
 
         order = np.random.default_rng(seed).permutation(bank.n_items)
         codes = bank.spec().subset_codes()[order] if bank.subsets is not None else None
@@ -178,7 +178,7 @@ def epsilon_rank_child(source: str, look: int, seed: int) -> dict:
 
     import numpy as np
 
-    from certeval.backtest.comparative import epsilon_errors, kendall_tau
+    from certeval.backtests.paired_rows import epsilon_errors, kendall_tau
 
     t0, c0 = time.perf_counter(), time.process_time()
     rec: dict = {"source": source, "epsilon": EPS_EPSILON, "alpha": EPS_ALPHA, "look": look}
@@ -200,7 +200,7 @@ def epsilon_rank_child(source: str, look: int, seed: int) -> dict:
                    wrong_listings=rep["errors"], tie_groups=rep["n_tie_groups"], kendall_tau=rep["kendall_tau"],
                    construction=summary.get("construction"), guarantee=summary["guarantee"])
     else:
-        from certeval.estimators.neighbour_ranking import NeighbourRanking
+        from certeval.estimators.bank.neighbour_ranking import NeighbourRanking
 
         x = spread_board(source) if source.startswith("spread:") else synthetic_board(source)
         m, n = x.shape
@@ -236,7 +236,7 @@ def synthetic_board(source: str):
     """The ``synthetic:MxN:seed`` table as 0/1 bytes (rows generated one at a time)."""
     import numpy as np
 
-    from certeval.synthetic import SyntheticScores
+    from certeval.inputs.synthetic import SyntheticScores
 
     table = SyntheticScores.parse(source)
     x = np.empty((table.n_models, table.n_items), dtype=np.uint8)
@@ -246,7 +246,7 @@ def synthetic_board(source: str):
 
 
 def spread_board(source: str):
-    """``spread:MxN:W[:seed]``: a Rasch board (difficulties N(0, 1), as :mod:`certeval.synthetic`) whose models'
+    """``spread:MxN:W[:seed]``: a Rasch board (difficulties N(0, 1), as :mod:`certeval.inputs.synthetic`) whose models'
     expected means are evenly spaced over [0.5 − W/2, 0.5 + W/2] — a board whose density M/W stays fixed when M and
     W grow together — as 0/1 bytes."""
     import numpy as np
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large-batch", type=int, default=50)
     p.add_argument("--max-items", type=int, default=None, help="item cap for the large model counts (bank: 493)")
     p.add_argument("--nodes", default=None, help="Ray cluster sizes to compare (head + workers started with "
-                   "`ray start` on 127.0.0.1, certeval/backends/local_cluster.py); replicas = nodes; default 1,3 "
+                   "`ray start` on 127.0.0.1, certeval/services/local_cluster.py); replicas = nodes; default 1,3 "
                    "(--quick: 1)")
     p.add_argument("--embedded-prefect", action="store_true",
                    help="each run starts Prefect's embedded server (counted in its Prefect share) instead of using "
@@ -417,11 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     if synthetic and synthetic.lower() == "none":
         synthetic = None
     if synthetic:
-        from certeval.synthetic import SyntheticScores
+        from certeval.inputs.synthetic import SyntheticScores
 
         n_synthetic = SyntheticScores.parse(synthetic).n_models
     runs = []
-    from certeval.backends.local_cluster import LocalPrefectServer, LocalRayCluster
+    from certeval.services.local_cluster import LocalPrefectServer, LocalRayCluster
 
     # one Prefect server for every run, started before any timing, as a team's server is already up (with
     # --embedded-prefect each run's flow starts Prefect's embedded server, and its start-up counts as Prefect)

@@ -8,7 +8,7 @@ p_j), a look every 50 items, alpha = 0.1, both modes: ``best`` (threshold 0.02 a
 any look up to the model's stop. Constructions:
 
 * ``betting`` — what ``select --target distribution`` runs: the distribution group
-  (:func:`certeval.estimators.groups.make_group`) with its default :class:`~certeval.estimators.selection.
+  (:func:`certeval.estimators.groups.make_group`) with its default :class:`~certeval.estimators.distribution.selection.
   SequentialSelection` (i.i.d. betting CSs at alpha/16, ``exact``);
 * ``wald-pocock`` / ``wald-obf`` — the group-sequential Wald construction (``asymptotic``; the default before),
   Pocock or O'Brien–Fleming boundary on the planned looks of 50.
@@ -38,9 +38,9 @@ import numpy as np  # noqa: E402
 from benchmarks._meta import write_result  # noqa: E402
 from benchmarks.gst_coverage import wilson  # noqa: E402
 from certeval.estimators import BankSpec  # noqa: E402
+from certeval.estimators.bank.wor_streams import STREAM_GRID  # noqa: E402
+from certeval.estimators.distribution.selection import SequentialSelection  # noqa: E402
 from certeval.estimators.groups import GroupRequest, make_group  # noqa: E402
-from certeval.estimators.selection import SequentialSelection  # noqa: E402
-from certeval.estimators.wor_streams import STREAM_GRID  # noqa: E402
 
 ALPHA = 0.1
 ARMS = 16

@@ -2,12 +2,12 @@
 pair-CS rule they replaced, side by side.
 
 Per rep the bank's models are split at random in half; the history half fits one factor model
-(:func:`~certeval.estimators.history.fit_history_prior`), the other half runs top-1 selection within ε = 0.02
+(:func:`~certeval.estimators.history.prior.fit_history_prior`), the other half runs top-1 selection within ε = 0.02
 (alpha = 0.05, threshold 0) on a fresh item order drawn ∝ weight, looks of 50 items, three ways on the same order:
 
-* ``history``: :class:`~certeval.estimators.paired_history.HistorySelection` (what ``select --history`` runs:
+* ``history``: :class:`~certeval.estimators.history.paired.HistorySelection` (what ``select --history`` runs:
   per-model history CSs at α/2M, the rule's "not the best" tests at α/4 and ε-listing tests at α/4(M − 1));
-* ``plain``: :class:`~certeval.estimators.bank_selection.BankSelection` without history (what ``select`` does);
+* ``plain``: :class:`~certeval.estimators.bank.selection.BankSelection` without history (what ``select`` does);
 * ``pair_cs``: the baseline, ``BankSelection`` with its boundary tests off — LUCB's stop and drops on a
   two-sided CS per pair at α/2P (what ``select`` ran before the tests).
 
@@ -69,8 +69,8 @@ def run_one(sel, x: np.ndarray, order: np.ndarray, w: np.ndarray) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.pair_history import _bank, half_split
-    from certeval.estimators.bank_selection import BankSelection
-    from certeval.estimators.paired_history import HistorySelection
+    from certeval.estimators.bank.selection import BankSelection
+    from certeval.estimators.history.paired import HistorySelection
 
     class PairCSSelection(BankSelection):  # the baseline: the rule with its top-1 tests off
         TESTED = False

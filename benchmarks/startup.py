@@ -4,16 +4,16 @@ Each run launches ``python -m certeval certify --model replay:bundled:helm_mmlu#
 halfwidth:0.1`` as a subprocess, zero-config (a temporary working folder and HOME, no ``PREFECT_*`` or
 ``RAY_ADDRESS``: the embedded Prefect server and a local Ray, as a first-time user gets them) with a fresh
 output folder (no score cache, so the actor really is called). ``--startup-log FILE`` makes the
-command write a timeline (:mod:`certeval.startup`): imports done, plan and bank ready, Prefect's server
+command write a timeline (:mod:`certeval.runtime.startup`): imports done, plan and bank ready, Prefect's server
 up, Ray up, the actors up, and ``first_call``, written by the model actor when the first scoring call
 reaches it. Times are seconds from the subprocess launch.
 
 * **before**: ``--sequential-start``, the sequential start-up (import Prefect, the flow's client starts
   Prefect's ephemeral server, then the bank, then Ray and the actors inside the ``start-models`` task);
-* **after**: the default (:mod:`certeval.fast_start`): Prefect's server, Prefect's import, Ray and the
+* **after**: the default (:mod:`certeval.services.fast_start`): Prefect's server, Prefect's import, Ray and the
   actors start side by side once the input is checked;
 * **reused**: the default command run from a folder where ``certeval up`` started a Ray head and a Prefect
-  server beforehand (:mod:`certeval.services`): the command connects to them instead of starting its own.
+  server beforehand (:mod:`certeval.services.up_down`): the command connects to them instead of starting its own.
 
 Both run in the same benchmark, interleaved (before, after, before, ...), ``--repeats`` times each, after
 one untimed warm-up run that creates the working folder's Prefect database (its time is reported as
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m certeval " + " ".join(COMMAND) + " --output <fresh folder>",
         "setup": "zero-config: temporary cwd and HOME, no PREFECT_*/RAY_ADDRESS; embedded Prefect server and local "
                  "Ray on 127.0.0.1; fresh output folder per run (no score cache)",
-        "modes": {"before": "--sequential-start (sequential start-up)", "after": "default (certeval.fast_start)",
+        "modes": {"before": "--sequential-start (sequential start-up)", "after": "default (certeval.services.fast_start)",
                   "reused": "default, from a folder where certeval up runs a Ray head and a Prefect server"},
         "repeats": repeats,
         "cpus": os.cpu_count(),

@@ -5,7 +5,7 @@ One ``certify`` run per single-model method on ``bundled:helm_mmlu`` (567 items,
 are random (standard normal, seeded): only their size matters here, not what they say about the items.
 The goal is never met (``halfwidth:0.0001``), so every run goes on until the bank is exhausted.
 
-The run goes through the pipeline's own round loop (``certeval.tasks.run.Run``: select, infer, update,
+The run goes through the pipeline's own round loop (``certeval.runs.run.Run``: select, infer, update,
 decide, store_round) with the model answered in-process by the replay backend's worker (no Ray, no
 Prefect: they do not touch what is stored). Every ``write_state`` call is intercepted, so the same
 state of the same round is measured twice:
@@ -49,7 +49,8 @@ class InlinePool:
     writes the score cache, as the Ray actors do)."""
 
     def __init__(self, specs: dict[str, str], cache_urls: dict[str, str]) -> None:
-        from certeval.backends.pool import ModelWorker, PoolStats
+        from certeval.hosting.pool import PoolStats
+        from certeval.hosting.worker import ModelWorker
 
         self.worker = ModelWorker(specs, cache_urls, None)
         self.stats = PoolStats()
@@ -68,8 +69,8 @@ class InlinePool:
 def drive(plan) -> object:
     """The flow's round loop without Prefect and Ray: the same Run methods, in the same order."""
     from certeval.engine import play
-    from certeval.tasks.round_steps import RunSteps
-    from certeval.tasks.run import Run
+    from certeval.runs.round_steps import RunSteps
+    from certeval.runs.run import Run
 
     run = Run.open(plan)
     try:
@@ -87,7 +88,7 @@ def drive(plan) -> object:
 
 def bank_with_embeddings(folder: Path, seed: int) -> str:
     """helm_mmlu's items and subjects with a random 384-d embedding per item (a Parquet bank file)."""
-    from certeval.banks import load_scores
+    from certeval.inputs.banks import load_scores
 
     frame = load_scores(SCORES)
     items = frame[frame["model"] == MODEL][["item_id", "subset"]].drop_duplicates("item_id").reset_index(drop=True)
@@ -121,8 +122,8 @@ def old_encoding(state: dict) -> int:
 
 def measure(method: str, bank: str, root: Path, batch: int, seed: int) -> dict:
     from certeval.requests import Certify
+    from certeval.runs.plan import make_plan
     from certeval.storage import safe_name
-    from certeval.tasks.plan import make_plan
 
     history = [SCORES] if method == "history" else None
     plan, _ = make_plan(Certify(models=[f"replay:{SCORES}#{MODEL}"], bank=bank, goal="halfwidth:0.0001",

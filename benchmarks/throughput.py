@@ -6,9 +6,9 @@ nothing but inference timed:
 
 * ``lm_eval``: ``HFLM(pretrained=DIR, dtype=float32, batch_size=B, device=cpu).loglikelihood(requests)`` on the
   (context, " " + choice) requests lm-eval builds for these items (tokenising included, as in certeval);
-* ``certeval_inprocess``: :class:`certeval.backends.hf.HFHost` in this process, the items sent in calls of
+* ``certeval_inprocess``: :class:`certeval.hosting.hf.HFHost` in this process, the items sent in calls of
   ``--chunk`` items (what the pool sends an actor: ``--batch-size 50`` split over ``in_flight`` 2);
-* ``certeval_actor``: the same host inside a model actor (:class:`certeval.backends.pool.ModelPool`, a local Ray),
+* ``certeval_actor``: the same host inside a model actor (:class:`certeval.hosting.pool.ModelPool`, a local Ray),
   with the CPUs the pool gives an actor by default, and ``certeval_actor_1cpu`` with one CPU (the default before
   issue 42: Ray then sets ``OMP_NUM_THREADS=1`` in the actor, so torch ran one thread where lm-eval ran one per
   core).
@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def task_items(work: Path, n: int, seed: int) -> list[dict[str, Any]]:
     """The live task's items as certeval sends them to a host (lm-eval's context as ``prompt``)."""
     from benchmarks._live_build import MC_TASK, trivia_items, write_mc_task
-    from certeval.lm_eval_tasks import load_task_items
+    from certeval.harnesses.lm_eval_tasks import load_task_items
 
     write_mc_task(work / "task", trivia_items(n, seed=seed))
     frame = load_task_items(str(work / "task" / f"{MC_TASK}.yaml"))
@@ -84,7 +84,7 @@ def run_lm_eval(model: str, items: list[dict[str, Any]], args: argparse.Namespac
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    from certeval.backends import scorers as sc
+    from certeval.scoring import scorers as sc
 
     lm = HFLM(pretrained=model, dtype="float32", batch_size=args.batch_size, device="cpu")
     requests, owner = [], []
@@ -115,7 +115,7 @@ def run_lm_eval(model: str, items: list[dict[str, Any]], args: argparse.Namespac
 def run_inprocess(model: str, items: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from certeval.backends.base import make_host
+    from certeval.hosting.base import make_host
 
     host = make_host(f"hf:{model}?batch={args.batch_size}&dtype=float32")
     host.score(items[: args.chunk])  # warm-up
@@ -130,7 +130,8 @@ def run_inprocess(model: str, items: list[dict[str, Any]], args: argparse.Namesp
 def run_actor(model: str, items: list[dict[str, Any]], args: argparse.Namespace, num_cpus: float | None) -> dict:
     import ray
 
-    from certeval.backends.pool import Actors, ModelPool, init_ray
+    from certeval.hosting.pool import Actors, ModelPool
+    from certeval.hosting.ray_setup import init_ray
 
     init_ray(num_cpus=os.cpu_count() or 2)
     pool = ModelPool({"m": f"hf:{model}?batch={args.batch_size}&dtype=float32"}, Actors(num_cpus=num_cpus)).start()
@@ -153,7 +154,7 @@ def run_actor(model: str, items: list[dict[str, Any]], args: argparse.Namespace,
 
 
 def one(args: argparse.Namespace) -> dict[str, Any]:
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     work = Path(args.work)
     model = str(ensure_converted())

@@ -16,16 +16,16 @@ Reported: mean items of each, ``history-permuted ÷ uniform`` (the cost of usele
 paired standard error (delta method on the per-rep pairs), ``history ÷ uniform``, and coverage at the stop.
 
 ``--paired``: the paired comparison's CS (``compare --history``:
-:class:`~certeval.estimators.paired_history.PairDifferenceMethod`) at 100 items of a shared order drawn ∝ weight,
+:class:`~certeval.estimators.history.paired.PairDifferenceMethod`) at 100 items of a shared order drawn ∝ weight,
 for random pairs of models, with both models' history, with both permuted, and with a prior that predicts nothing
 (the history's grand mean everywhere, no factors: the run without history in the same class); the width ratios to
 that, and the same with the trust fixed at 1 (the history followed whatever it shows: the weighting switched off).
 Written to ``useless_history_paired.json``.
 
-``--rank``: ``rank --history --epsilon 0.05`` (:class:`~certeval.estimators.history_ranking.HistoryRanking`, one
+``--rank``: ``rank --history --epsilon 0.05`` (:class:`~certeval.estimators.history.ranking.HistoryRanking`, one
 trust ρ for every model and pair) on helm_mmlu and vlm_ocrbench, the models split at random in half (history half,
 ranked half), looks of 50 items of one order drawn ∝ weight per rep, three ways on the same orders: with the history,
-with it permuted, and the plain all-pairs :class:`~certeval.estimators.bank_ranking.BankRanking` (``rank --epsilon
+with it permuted, and the plain all-pairs :class:`~certeval.estimators.bank.ranking.BankRanking` (``rank --epsilon
 --ranking all-pairs``, the construction the history ranking adds its controls to). Fraction of model × item cells,
 paired ratios to the plain ranking, and reps with a listing the exact means contradict. Written to
 ``useless_history_rank.json``.
@@ -50,7 +50,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2 shared cores: no BLAS ov
 import numpy as np  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
-from certeval.backtest.ray_fanout import bank_truth, dataset_arrays, rep_seed  # noqa: E402
+from certeval.backtests.cells import bank_truth, rep_seed
+from certeval.backtests.ray_fanout import dataset_arrays  # noqa: E402
 from certeval.estimators.single.uniform import UniformMethod  # noqa: E402
 
 DATASETS = ("helm_mmlu", "openllm_arc", "vlm_ocrbench")
@@ -123,7 +124,7 @@ def paired_widths(name: str, pairs: int, seed: int, trust_fixed: bool = False) -
     """Median width ratios to the no-information prior of ``compare --history``'s CS at ``PAIR_ITEMS`` items."""
     from dataclasses import replace
 
-    from certeval.estimators.paired_history import PairDifferenceMethod, PairPrior
+    from certeval.estimators.history.paired import PairDifferenceMethod, PairPrior
 
     data = dataset_arrays(name, features=False, history=True)
     prior, w, models = data.history, data.spec.weights(), len(data.models)
@@ -170,8 +171,8 @@ def rank_cells(name: str, reps: int, seed: int) -> dict:
     """Cells of ``rank --history`` with the history, with it permuted, and of the plain ranking, on the same orders."""
     from benchmarks.pair_history import ALPHA, _bank, half_split
     from benchmarks.pair_history import _replay as replay_rank
-    from certeval.estimators.bank_ranking import BankRanking
-    from certeval.estimators.history_ranking import HistoryRanking
+    from certeval.estimators.bank.ranking import BankRanking
+    from certeval.estimators.history.ranking import HistoryRanking
 
     models, x, spec = _bank(name)
     w = spec.weights()

@@ -1,4 +1,4 @@
-from .startup import mark
+from certeval.runtime.startup import mark
 
 mark("interpreter")  # the first line of certeval that runs: Python itself has started
 

@@ -8,8 +8,8 @@
 * :func:`preview` predicts what a ranking or selection will cost before any model is called, from recorded models
   (``--history``), as ``--dry-run`` does.
 
-Every verb validates its request in the one step the command line uses (:func:`certeval.tasks.plan.make_plan`):
-bad input raises :class:`~certeval.estimators.InputError` naming the field's flag and its value, before anything
+Every verb validates its request in the one step the command line uses (:func:`certeval.runs.plan.make_plan`):
+bad input raises :class:`~certeval.errors.InputError` naming the field's flag and its value, before anything
 starts or is written. The command line is a thin shell over these verbs; nothing here imports it.
 """
 
@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .preview import CostPreview
+from certeval.record.results import RunResults
+from certeval.reports.preview import CostPreview
+
 from .requests import Request
-from .results_record import RunResults
 
 __all__ = ["BacktestAnswer", "BacktestResult", "CostPreview", "RunResults", "backtest", "preview", "run",
            "run_plan_live"]
@@ -67,11 +68,11 @@ def run(request: Request, *, progress: str | None = None) -> RunResults:
     """Run ``request`` live and return its record (the run folder's results.json, also written there with
     report.md). ``progress``: ``"bars"`` or ``"lines"`` on stderr, None (default) for none. A run id that exists
     resumes its run."""
-    from .envsetup import prepare_env, user_prefect_configured
-    from .runtime_options import runtime_options
-    from .services import shared_ray_address
-    from .startup import configure
-    from .tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
+    from certeval.runtime.envsetup import prepare_env, user_prefect_configured
+    from certeval.runtime.options import runtime_options
+    from certeval.runtime.startup import configure
+    from certeval.services.up_down import shared_ray_address
 
     configure(runtime_options(request.options).startup_log)  # options: RuntimeOptions or a mapping of its fields
     request = replace(request, ray_address=shared_ray_address(request.ray_address))
@@ -91,12 +92,12 @@ def run_plan_live(plan: Any, prepared: Any, *, user_prefect: bool, progress: str
     run folder is claimed (the command line keeps a runtime failure's traceback there)."""
     import time
 
-    from .fast_start import prestart
-    from .progress import BARS, say
-    from .report import write_report
-    from .tasks.plan import claim_run
-    from .tasks.results import record_report_phase
-    from .watchdog import start_watchdog
+    from certeval.reports.run_report import write_report
+    from certeval.runs.plan import claim_run
+    from certeval.runs.progress import BARS, say
+    from certeval.runs.results import record_report_phase
+    from certeval.runtime.watchdog import start_watchdog
+    from certeval.services.fast_start import prestart
 
     if not plan.options.parallel_start:  # --sequential-start (benchmarks/startup.py's "before")
         import certeval.flows.pipeline  # noqa: F401
@@ -111,10 +112,11 @@ def run_plan_live(plan: Any, prepared: Any, *, user_prefect: bool, progress: str
             on_claimed(store)
         if progress == BARS:  # a terminal's first seconds can be silent otherwise (Prefect's server, Ray, models)
             say(f"certeval: {plan.kind} run {plan.run_id}: starting Prefect's server, Ray and the model hosts...")
-        # Prefect's server, Ray and the actors start side by side (certeval.fast_start), then the flow adopts them
+        # Prefect's server, Ray and the actors start side by side (certeval.services.fast_start), then the flow adopts them
         warm = prestart(plan, user_prefect)
+        from certeval.runtime.startup import mark
+
         from .flows.pipeline import run_plan
-        from .startup import mark
 
         warm.ready()
         mark("flow_calling")
@@ -133,10 +135,10 @@ def run_plan_live(plan: Any, prepared: Any, *, user_prefect: bool, progress: str
 
 
 def _log_samples(plan: Any, bank: Any, results: dict[str, Any]) -> list[str]:
-    """``log_samples``: every scored item of the run, in lm-eval's samples format (certeval.harness_output)."""
+    """``log_samples``: every scored item of the run, in lm-eval's samples format (certeval.harnesses.lm_eval_output)."""
     import time
 
-    from .harness_output import write_samples
+    from certeval.harnesses.lm_eval_output import write_samples
 
     store = plan.store()
     stamp = time.strftime("%Y-%m-%dT%H-%M-%S.000000", time.gmtime())
@@ -148,7 +150,7 @@ def backtest(request: Request, *, scores: str, reps: int = 20, seed: int | None 
     """Play ``request`` on the recorded scores ``scores`` (a scores file or ``bundled:<name>``) ``reps`` times;
     ``seed`` (default: the request's) is rep 0's, rep ``r`` plays ``seed + r``. The request's models are names
     of recorded models or ``replay:`` specs (none: every recorded model; compare: the first two by name)."""
-    from .backtest.commands import request_backtest
+    from certeval.backtests.commands import request_backtest
 
     if seed is not None:
         request = replace(request, seed=seed)
@@ -158,6 +160,6 @@ def backtest(request: Request, *, scores: str, reps: int = 20, seed: int | None 
 def preview(request: Request, *, reps: int = 10) -> CostPreview:
     """Predict the fraction of the model x item cells a rank or select request will score, by playing it ``reps``
     times on the recorded models its ``history`` names (never its own models); calls no model, writes nothing."""
-    from .preview import preview_request
+    from certeval.reports.preview import preview_request
 
     return preview_request(request, reps=reps)

@@ -9,7 +9,7 @@ A single-model run is a set of models, each with its own round-protocol method, 
 each model may still draw, what its method proposes, when its rules stop it — and nothing about where scores
 come from or where looks are stored. Its users differ only in that:
 
-* the pipeline (:class:`certeval.tasks.run.Run`) runs each step as a Prefect task, gets scores from Ray actors
+* the pipeline (:class:`certeval.runs.run.Run`) runs each step as a Prefect task, gets scores from Ray actors
   through the score cache, and records each look with its round (the look log) so a crash can resume;
 * backtests and benchmarks call :func:`run_until_decided` with scores looked up in a recorded matrix.
 
@@ -42,7 +42,7 @@ PAIRED_ORDER_KEY = 0xC0FFEE  # a paired run's shared order: drawn once from (see
 
 def paired_order_rng(seed: int) -> np.random.Generator:
     """The generator a paired run with ``--seed seed`` draws its shared order from: the live run
-    (:class:`certeval.tasks.run.Run`) and a backtest of the live command (``certeval backtest COMMAND``, rep ``r``
+    (:class:`certeval.runs.run.Run`) and a backtest of the live command (``certeval backtest COMMAND``, rep ``r``
     plays seed + r) both take it from here, so the same request and seed make the same decisions."""
     return np.random.default_rng([int(seed), PAIRED_ORDER_KEY])
 
@@ -230,7 +230,7 @@ class PairedRounds:
 
 class RoundSteps(Protocol):
     """One kind of run as the round loop (:func:`play`) sees it: a round is select → infer → update → decide →
-    record. Live runs (:class:`certeval.tasks.steps.FlowSteps`: each step a Prefect task; ``RunSteps`` without
+    record. Live runs (:class:`certeval.runs.steps.FlowSteps`: each step a Prefect task; ``RunSteps`` without
     Prefect; rescore's recorded outputs) and replays by lookup (:func:`run_until_decided`,
     :func:`run_paired`) differ only here."""
 
@@ -356,7 +356,7 @@ def replay_once(replay: Replay, spec: Any, row: np.ndarray, rng: np.random.Gener
                 on_look: Callable[[Any], None] | None = None):
     """One live-like run of a method over a model's recorded scores (``row[i]``: bank position i), by this
     engine with inference by lookup; returns (estimate, decision). ``on_look(est)`` sees the estimate after every
-    look (the interval curve). Every backtest rep is one call (:mod:`certeval.backtest.ray_fanout`)."""
+    look (the interval curve). Every backtest rep is one call (:mod:`certeval.backtests.ray_fanout`)."""
     goal, max_items = replay.goal, replay.max_items
     method = method_for_goal(replay.method, goal, max_items, **replay.params)
     method.start(spec)

@@ -4,7 +4,7 @@ A request is a frozen dataclass whose fields are the question's inputs; each fie
 default, its help text and its command-line flags in ``dataclasses.field(metadata=...)``. The command line
 generates ``certeval certify|compare|rank|select`` and ``certeval backtest COMMAND`` from these fields
 (:mod:`certeval.cli.request_flags`), and the Python API (:mod:`certeval.api`) takes the same objects. Nothing is
-checked on construction (no logic in ``__init__``, as in scikit-learn): :func:`certeval.tasks.plan.make_plan` is
+checked on construction (no logic in ``__init__``, as in scikit-learn): :func:`certeval.runs.plan.make_plan` is
 the one validation step, before Ray or Prefect start.
 
 Field metadata: ``flags`` (the command-line spellings, the first one named in messages; none: no flag),
@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
-from .estimators._validation import InputError
+from certeval.errors import InputError
+from certeval.runtime.options import RuntimeOptions
+
 from .estimators.protocol import TARGETS
-from .runtime_options import RuntimeOptions
 
 # how a bank with sub-datasets is summed up (lm-eval's groups offer both): each sub-dataset counts once (the default,
 # Arviv et al.'s estimand), or each item counts once (the plain accuracy)
@@ -110,7 +111,7 @@ class Request:
         help="items per actor call (default: the round's items split over replicas x in-flight batches)")
     # how the run runs (timeouts, logs, start-up, cache): never its identity; the command line's runtime flags
     options: RuntimeOptions = field(default_factory=RuntimeOptions, metadata={
-        "flags": (), "help": "runtime options (certeval.runtime_options)", "identity": False})
+        "flags": (), "help": "runtime options (certeval.runtime.options)", "identity": False})
 
 
 @dataclass(frozen=True, kw_only=True)

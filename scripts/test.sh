@@ -7,7 +7,7 @@ bash scripts/install.sh
 # XDG_CACHE_HOME (other tools' caches move there too, all ignored by git)
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$PWD/.cache}"
 # convert SmolLM2's GGUF once here (15-70 s the first time, a no-op after), not inside two test workers at once
-.venv/bin/python -c "from certeval.backends.smollm import ensure_converted; ensure_converted()"
+.venv/bin/python -c "from certeval.inputs.smollm import ensure_converted; ensure_converted()"
 # three workers, whole files each (module fixtures stay in one process), in collection order: the longest files first
 # (tests/conftest.py; xdist's default would start the files with the most tests first). Most tests wait on servers
 # and subprocesses: two workers kept 2 cores 71% busy, three keep them busier. -n 0 (or -p no:xdist) runs in one

@@ -17,8 +17,8 @@ import numpy as np
 from scipy.stats import binom
 
 from certeval.estimators import BankSpec, make_method
-from certeval.estimators.factor_model import factor_prior
-from certeval.estimators.history import fit_history_prior
+from certeval.estimators.faq.factor_model import factor_prior
+from certeval.estimators.history.prior import fit_history_prior
 
 DELTA = 0.1  # confidence 0.9
 REPS, MAX_MISSES = 200, 30  # the smallest R (with its c) meeting both power conditions at DELTA (check_power)
@@ -172,9 +172,9 @@ CLOSE_RULES = {"best": (0.02, 0.02), "precision": (None, 0.05)}  # mode: (thresh
 
 
 def close_arm_selection(board: tuple[float, float], mode: str, **options):
-    """A started :class:`~certeval.estimators.selection.SequentialSelection` for the board at alpha = DELTA
+    """A started :class:`~certeval.estimators.distribution.selection.SequentialSelection` for the board at alpha = DELTA
     (``options``: the construction and its design; default the shipped betting one on a :data:`CLOSE_GRID` grid)."""
-    from certeval.estimators.selection import SequentialSelection
+    from certeval.estimators.distribution.selection import SequentialSelection
 
     above, halfwidth = CLOSE_RULES[mode]
     threshold = 0.0 if above is None else board[1] + above

@@ -20,7 +20,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 _STATE = Path(tempfile.mkdtemp(prefix="certeval-tests-"))
 os.environ.setdefault("PREFECT_HOME", str(_STATE / "prefect"))
 
-from certeval.envsetup import configure_offline_env  # noqa: E402
+from certeval.runtime.envsetup import configure_offline_env  # noqa: E402
 
 configure_offline_env(_STATE)
 
@@ -29,7 +29,7 @@ def _check_results_on_write() -> None:
     """Every results.json a test writes in this process (flows, the CLI's main) is validated against
     the shipped results.schema.json on its way to disk (tests/test_results_schema.py checks stored runs of each kind
     that CLI subprocesses write)."""
-    from certeval import results_record
+    from certeval.record import results as results_record
 
     record = results_record.RunResults
 
@@ -100,7 +100,7 @@ def kept_actors(infra):
 
     import ray
 
-    from certeval.backends.pool import kill_kept_actors
+    from certeval.hosting.pool_groups import kill_kept_actors
 
     def kill() -> list[str]:
         killed = kill_kept_actors()
@@ -118,7 +118,7 @@ def kept_actors(infra):
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    from certeval.banks import DATA_DIR
+    from certeval.inputs.banks import DATA_DIR
 
     return DATA_DIR
 

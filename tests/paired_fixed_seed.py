@@ -43,7 +43,7 @@ def run_case(name: str, folder: Path) -> dict:
     """The digest of one case, run under ``folder``."""
     from benchmarks.state_size import drive
     from certeval.requests import request_for
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     case = dict(CASES[name])
     kind, history = case.pop("kind"), case.pop("history", False)

@@ -1,12 +1,12 @@
 """Complete results.json records for report tests that build a run folder by hand (not through the pipeline): the
-numbers a test cares about, every other field of :class:`certeval.results_record.RunResults` filled with a neutral
+numbers a test cares about, every other field of :class:`certeval.record.results.RunResults` filled with a neutral
 value, so the record reads through its type like a stored run's."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from certeval.results_record import SCHEMA_VERSION, Settings
+from certeval.record.results import SCHEMA_VERSION, Settings
 
 SETTINGS = tuple(Settings.__dataclass_fields__)
 

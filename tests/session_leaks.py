@@ -59,8 +59,8 @@ def files_outside(root: Path | None = None, home: Path | None = None) -> set[str
 def marked_processes(mark: str) -> dict[int, str]:
     """Live processes (zombies aside) whose environment holds ``MARK=mark``: pid → command line. This process and its
     own watchdog are left out: a command run in-process (``main([...])``) starts a watchdog of this process, which
-    ends once this process does (certeval.watchdog)."""
-    own_watchdog = f"certeval.watchdog {os.getpid()}"
+    ends once this process does (certeval.runtime.watchdog)."""
+    own_watchdog = f"certeval.runtime.watchdog {os.getpid()}"
     needle = f"{MARK}={mark}".encode()
     found: dict[int, str] = {}
     for entry in os.listdir("/proc"):

@@ -24,7 +24,7 @@ def local_ray(state_dir):
 def tiny_model(tmp_path_factory):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from certeval.backends.smollm import converted_dir
+    from certeval.inputs.smollm import converted_dir
 
     source = converted_dir()
     if not (source / "tokenizer.json").is_file():
@@ -59,7 +59,7 @@ def _free_cpus(at_least: int = 0, wait_s: float = 60.0) -> int:
 
 
 def test_the_actor_runs_as_many_torch_threads_as_cpus_it_was_given(local_ray, tiny_model):
-    from certeval.backends.pool import Actors, ModelPool
+    from certeval.hosting.pool import Actors, ModelPool
 
     spec = f"hf:{tiny_model}?batch=4"
     free = _free_cpus()
@@ -81,7 +81,7 @@ def test_the_actor_runs_as_many_torch_threads_as_cpus_it_was_given(local_ray, ti
 def test_two_cpu_hosted_models_split_the_free_cpus_and_replay_takes_none(local_ray, tiny_model):
     import ray
 
-    from certeval.backends.pool import ModelPool
+    from certeval.hosting.pool import ModelPool
 
     free = _free_cpus(int(ray.cluster_resources().get("CPU", 0)))
     pool = ModelPool({"a": f"hf:{tiny_model}", "b": f"hf:{tiny_model}?threads=1",
@@ -105,7 +105,8 @@ def test_kept_actors_serve_the_next_command_with_the_model_loaded(local_ray, tin
     spec takes the same process, whatever its labels, writing to its own score cache."""
     import ray
 
-    from certeval.backends.pool import Actors, ModelPool, kill_kept_actors
+    from certeval.hosting.pool import Actors, ModelPool
+    from certeval.hosting.pool_groups import kill_kept_actors
     from certeval.storage import ScoreCache, filesystem
 
     spec = f"hf:{tiny_model}?batch=4"

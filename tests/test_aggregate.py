@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from certeval.banks import load_scores
 from certeval.cli import main
+from certeval.inputs.banks import load_scores
 
 from test_pipeline_support import MIDDLE, SCORES, WEAK, replay
 
@@ -59,9 +59,9 @@ def test_a_bad_aggregate_exits_2_before_anything_runs(tmp_path, capsys):
         main(["certify", "--model", replay(MIDDLE), "--goal", "halfwidth:0.1", "--aggregate", "median",
               "--output", str(tmp_path / "runs")])
     assert stop.value.code == 2 and "--aggregate" in capsys.readouterr().err and not (tmp_path / "runs").exists()
-    from certeval.estimators import InputError
+    from certeval.errors import InputError
     from certeval.requests import Certify
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     with pytest.raises(InputError, match="--aggregate must be one of subset-mean, mean; got 'median'"):
         make_plan(Certify(models=[replay(MIDDLE)], goal="halfwidth:0.1", aggregate="median",

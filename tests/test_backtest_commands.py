@@ -60,7 +60,7 @@ def test_each_command_reports_fraction_and_errors(argv, capsys):
 
 def test_compare_defaults_to_the_first_two_models_by_name(capsys):
     out = _json(capsys, ["backtest", "compare", "--scores", SCORES, "--margin", "0.02", "--reps", "1", "--json"])
-    from certeval.banks import load_scores
+    from certeval.inputs.banks import load_scores
 
     names = sorted(load_scores(SCORES)["model"].unique())
     assert out["config"]["labels"] == names[:2] and len(out["pairs"]) == 1
@@ -115,9 +115,9 @@ def test_scores_is_required(capsys):
 
 def test_old_goal_spelling_builds_the_same_request_as_the_command():
     """``--goal rank:D`` is an alias: its request is the live rank's plan's (make_plan, plan.group_request)."""
-    from certeval.backtest.comparative import live_request
+    from certeval.backtests.comparative import live_request
     from certeval.requests import Rank
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     alias = live_request(SCORES, "rank", (0.02,), FOUR, confidence=0.9, looks_every=40, max_items=None, seed=1,
                          target="bank", top=None, epsilon=None)
@@ -130,7 +130,7 @@ def _live(kind: str, scores: str, folder: Path, seed: int, **numbers) -> dict:
     """The live run, in this process (the flow's round loop without Prefect and Ray)."""
     from benchmarks.state_size import drive
     from certeval.requests import request_for
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     names = (STRONG, MIDDLE) if kind == "compare" else (STRONG, MIDDLE, WEAK)
     plan, _ = make_plan(request_for(kind, models=[replay(m, scores) for m in names], output=str(folder), seed=seed,

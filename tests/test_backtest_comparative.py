@@ -1,5 +1,5 @@
 """Comparative backtest on bundled real data, through the command line's entry (a Namespace → typed options →
-:func:`certeval.backtest.comparative.comparative_backtest` → printed)."""
+:func:`certeval.backtests.comparative.comparative_backtest` → printed)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.backtest.comparative import parse_comparative_goal
+from certeval.backtests.comparative import parse_comparative_goal
 from certeval.cli.backtest import run_comparative_backtest
-from certeval.estimators import InputError
+from certeval.errors import InputError
 
 
 def _args(**kw):
@@ -30,7 +30,7 @@ def helm_rank():
     """One bank-target rank backtest on helm_mmlu (44 models, 2 reps, a look every 50 items) through the command
     line's entry, shared by the checks below: the run is what costs, each check reads it. Returns the backtest's
     dict and the JSON it printed."""
-    from certeval.backtest import comparative
+    from certeval.backtests import comparative
 
     real, kept = comparative.comparative_backtest, {}
 
@@ -47,7 +47,7 @@ def helm_rank():
 
 @pytest.mark.slow
 def test_rank_helm_mmlu_prints_tie_groups(helm_rank, capsys, monkeypatch):
-    from certeval.backtest import comparative
+    from certeval.backtests import comparative
 
     monkeypatch.setattr(comparative, "comparative_backtest", lambda opts: helm_rank[0])  # the shared run, as a table
     assert run_comparative_backtest(_args(json=False, reps=2, looks_every=50)) == 0
@@ -148,7 +148,7 @@ def test_one_margin_rule_on_both_targets_a_difference_inside_the_margin_is_never
     """Model a beats b by 0.03 on a 6,000-item bank, margin 0.05: "a>b" claims a difference above the margin, so
     neither target may say it (the distribution target said it once its interval cleared 0); both may say
     "equivalent" once the interval lies inside (-0.05, 0.05)."""
-    from certeval.backtest.comparative import ComparativeBacktest, compare_backtest
+    from certeval.backtests.comparative import ComparativeBacktest, compare_backtest
     from certeval.estimators.groups import GroupRequest
     from certeval.estimators.protocol import BankSpec
 
@@ -177,7 +177,7 @@ def test_epsilon_outside_a_ranking_backtest_is_refused_not_ignored(capsys):
 def test_kendall_tau_of_a_ranking_against_the_exact_order():
     from types import SimpleNamespace
 
-    from certeval.backtest.comparative import kendall_tau
+    from certeval.backtests.paired_rows import kendall_tau
 
     exact = np.array([0.9, 0.5, 0.1])
     right = SimpleNamespace(tie_groups=(("a",), ("b",), ("c",)))

@@ -1,5 +1,5 @@
 """One backtest driver: ``certeval backtest`` (single-model goals) runs on the benchmarks' driver
-(``certeval.backtest.ray_fanout.run_cells``) and reproduces the fixed-seed results of the driver it replaced.
+(``certeval.backtests.ray_fanout.run_cells``) and reproduces the fixed-seed results of the driver it replaced.
 
 ``tests/data/backtest_removed_driver.json`` holds that removed driver's output (made by
 ``tests/data/make_backtest_removed_driver.py`` at commit 5da5bb3: 22 HELM-MMLU models, seed 11). The two drivers
@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from certeval.backtest.single import run_single_backtest
-from certeval.banks import bank_from_scores, load_scores
+from certeval.backtests.single import run_single_backtest
 from certeval.estimators import parse_goal
+from certeval.inputs.banks import bank_from_scores, load_scores
 
 FIXTURE = json.loads((Path(__file__).parent / "data" / "backtest_removed_driver.json").read_text())
 # uniform and adaptive as the removed driver ran them: one CS per sub-dataset, union bound, all-times bets (their
@@ -124,8 +124,9 @@ def test_kept_driver_reproduces_the_removed_drivers_fixed_seed_results(data, cas
 
 def test_the_cli_backtest_and_the_benchmark_rows_are_the_same_runs(data):
     """A model's CLI numbers are the driver's rows for that model (same seeds: scores, model, method, rep)."""
-    from certeval.backtest.ray_fanout import Cell, DatasetArrays, run_cells
-    from certeval.banks import score_matrix
+    from certeval.backtests.cells import Cell, DatasetArrays
+    from certeval.backtests.ray_fanout import run_cells
+    from certeval.inputs.banks import score_matrix
 
     frame, bank, all_models = data
     model = all_models[3]

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from scipy.special import expit
 
-from certeval.backtest.faq import resolve_budget, split_models
+from certeval.backtests.faq import resolve_budget, split_models
 from certeval.cli.backtest import run_faq_backtest
-from certeval.estimators import InputError
+from certeval.errors import InputError
 
 
 def _scores_file(tmp_path, m=24, n=50, seed=0, nan_at=None):

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from certeval.backtest.single import run_single_backtest
-from certeval.banks import bank_from_scores, load_scores
+from certeval.backtests.single import run_single_backtest
 from certeval.cli import main
 from certeval.estimators import parse_goal
+from certeval.inputs.banks import bank_from_scores, load_scores
 
 MODELS = ["openai_davinci", "openai_ada"]
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from certeval.backtest.cells import FAQ_BUDGET, PAIRED, Cell, DatasetArrays
-from certeval.backtest.comparative import ComparativeBacktest, compare_backtest, rank_backtest
-from certeval.backtest.faq import evaluate_new_models, faq_dataset
-from certeval.backtest.kinds import run_chunk
-from certeval.backtest.ray_fanout import run_cells, uninformative_factors
-from certeval.estimators import BankSpec, InputError
-from certeval.estimators.faq_simulation import simulate_faq
+from certeval.backtests.cells import FAQ_BUDGET, PAIRED, Cell, DatasetArrays, uninformative_factors
+from certeval.backtests.comparative import ComparativeBacktest, compare_backtest, rank_backtest
+from certeval.backtests.faq import evaluate_new_models, faq_dataset
+from certeval.backtests.kinds import run_chunk
+from certeval.backtests.ray_fanout import run_cells
+from certeval.errors import InputError
+from certeval.estimators import BankSpec
+from certeval.estimators.faq.simulation import simulate_faq
 from certeval.estimators.groups import GroupRequest
 
 

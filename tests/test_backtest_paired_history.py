@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from certeval.backtest.comparative import history_count, history_split
+from certeval.backtests.paired_rows import history_count, history_split
 from certeval.cli import main
 
 

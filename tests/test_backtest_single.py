@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.backtest.single import cached_embeddings, run_single_backtest
-from certeval.banks import bank_from_scores, load_scores
+from certeval.backtests.single import cached_embeddings, run_single_backtest
 from certeval.cli import main
 from certeval.estimators import parse_goal
+from certeval.inputs.banks import bank_from_scores, load_scores
 
 MODELS = ["openai_text-davinci-003", "together_t0pp"]
 
@@ -66,7 +66,7 @@ def test_seeds_do_not_depend_on_model_selection():
 def test_cer_eval_with_embeddings_and_clear_error_without(tmp_path, capsys):
     scores = load_scores("bundled:vlm_hallusionbench")
     items = pd.read_parquet(pd.io.common.stringify_path(
-        __import__("certeval.banks", fromlist=["DATA_DIR"]).DATA_DIR / "vlm_hallusionbench.items.parquet"))
+        __import__("certeval.inputs.banks", fromlist=["DATA_DIR"]).DATA_DIR / "vlm_hallusionbench.items.parquet"))
     rng = np.random.default_rng(0)
     items = items[["item_id", "subset"]].copy()
     items["embedding"] = list(rng.normal(size=(len(items), 4)))

@@ -40,7 +40,7 @@ def _closed_port() -> int:
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory) -> dict[str, str]:
     """Small input files, built once, outside the folders the cases run in."""
-    from certeval.banks import load_scores
+    from certeval.inputs.banks import load_scores
 
     d = tmp_path_factory.mktemp("fixtures")
     frame = load_scores(SCORES)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from certeval.banks import bank_from_scores, load_scores, score_matrix
 from certeval.cli import main
+from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 from certeval.requests import Compare, Rank, Select
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
 
@@ -25,7 +25,7 @@ def _exact(scores: str, models) -> np.ndarray:
 
 def test_bank_rank_states_its_target_and_resumes_into_the_same_ranking(infra, tmp_path):
     from certeval.flows.pipeline import run_plan
-    from certeval.tasks.run import Run
+    from certeval.runs.run import Run
 
     models = (STRONG, MIDDLE, WEAK)
     plan, _ = make_plan(Rank(models=[replay(m) for m in models], batch_size=50, seed=5, margin=0.02,

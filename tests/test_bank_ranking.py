@@ -13,10 +13,10 @@ import math
 import numpy as np
 import pytest
 
-from certeval.estimators import InputError
-from certeval.estimators.bank_ranking import BankRanking, bank_rank, group_ties
-from certeval.estimators.bank_selection import BankSelection
-from certeval.estimators.wor_streams import weighted_order
+from certeval.errors import InputError
+from certeval.estimators.bank.ranking import BankRanking, bank_rank, group_ties
+from certeval.estimators.bank.selection import BankSelection
+from certeval.estimators.bank.wor_streams import weighted_order
 
 ALPHA = 0.05
 
@@ -131,7 +131,7 @@ def test_bank_ranking_order_verdicts_and_tie_groups_agree_on_every_bundled_bank(
     """Order, verdicts and reported means answer one estimand; a model certified better is never ranked
     below; two fully scored models whose exact bank means differ by more than the margin are never tied.
     (Up to 20 models per bank, picked at random, to keep the test fast; the order drawn ∝ weight.)"""
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
     frame = load_scores(f"bundled:{dataset}")
     bank = bank_from_scores(frame)
@@ -209,7 +209,7 @@ def test_bad_input(kwargs, match):
 
 
 def _history_bank(seed, m=4, n=200):
-    from certeval.estimators.history import fit_history_prior
+    from certeval.estimators.history.prior import fit_history_prior
 
     rng = np.random.default_rng(seed)
     ability = rng.normal(0, 1, 30 + m)
@@ -223,7 +223,7 @@ def _history_bank(seed, m=4, n=200):
 def test_history_ranking_statements_hold_and_exhaustion_is_exact():
     """rank --history: each pair's exact CS (difference minus prediction) at alpha/P. Over seeded banks, no
     statement contradicts the exact bank differences; at exhaustion every pair has its exact verdict."""
-    from certeval.estimators.paired_history import HistoryRanking
+    from certeval.estimators.history.ranking import HistoryRanking
     from certeval.estimators.protocol import BankSpec
 
     names = ["a", "b", "c", "d"]
@@ -277,7 +277,7 @@ def test_history_selection_drops_correctly_and_selects_within_epsilon():
     boundary tests (top-1 within epsilon). Over seeded banks every look's intervals hold the exact bank means
     jointly, every certified listing holds (mu_a >= mu_b - epsilon), no drop is wrong, the selection is an
     epsilon-top-1 of the bank, and a run to exhaustion selects the exact best."""
-    from certeval.estimators.paired_history import HistorySelection
+    from certeval.estimators.history.paired import HistorySelection
     from certeval.estimators.protocol import BankSpec
 
     names = ["a", "b", "c", "d"]

@@ -13,8 +13,8 @@ from benchmarks.live import agreement, bar_seconds, parse_args
 
 
 def _needs_trivia():
-    from certeval.estimators._validation import InputError
-    from certeval.trivia import lists_dir
+    from certeval.errors import InputError
+    from certeval.inputs.trivia import lists_dir
 
     try:
         lists_dir()

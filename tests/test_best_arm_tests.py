@@ -1,4 +1,4 @@
-"""The "not the best" tests (estimators/best_arm_tests.py) and the top-1 selection they drive.
+"""The "not the best" tests (estimators/bank/best_arm_tests.py) and the top-1 selection they drive.
 
 * At the boundary — every model's bank mean exactly equal, so every null is true and sits at its edge — a test
   rejects, peeking after every item, at most delta of the time; a broken control that picks its opponent after
@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from certeval.estimators.bank_selection import BankSelection
-from certeval.estimators.best_arm_tests import LeaderListings, NotBestTests
-from certeval.estimators.epsilon_tests import EpsilonTests
+from certeval.estimators.bank.best_arm_tests import LeaderListings, NotBestTests
+from certeval.estimators.bank.epsilon_tests import EpsilonTests
+from certeval.estimators.bank.selection import BankSelection
 
 
 class _PeekingOpponent(NotBestTests):

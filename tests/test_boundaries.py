@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from certeval.cli import main
-from certeval.estimators import InputError
-from certeval.estimators.boundaries import (
+from certeval.errors import InputError
+from certeval.estimators.distribution.boundaries import (
     crossing_probabilities,
     group_sequential_boundary,
     spending_function,

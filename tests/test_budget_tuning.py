@@ -21,7 +21,7 @@ import pytest
 from scipy.stats import binom
 
 from certeval.estimators import BankSpec, method_for_goal, parse_goal
-from certeval.estimators.history import fit_history_prior
+from certeval.estimators.history.prior import fit_history_prior
 from certeval.estimators.single.bounds import BettingCS, bet_sizes, horizon_scale
 from certeval.estimators.single.history import HistoryMethod
 

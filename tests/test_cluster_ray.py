@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from certeval.backends.local_cluster import LocalRayCluster
+from certeval.services.local_cluster import LocalRayCluster
 
 from test_pipeline_support import MIDDLE, PYTHON, STRONG, WEAK, cli_env, read_log, replay, small_scores
 

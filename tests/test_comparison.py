@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from certeval.estimators import InputError
-from certeval.estimators.comparison import (
+from certeval.errors import InputError
+from certeval.estimators.distribution.comparison import (
     A_GT_B,
     B_GT_A,
     ComparisonDesign,

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from certeval.engine import PairedRounds
-from certeval.estimators import REGISTRY, AdaptiveMethod, Estimate, InputError, method_from_state, method_names
+from certeval.errors import InputError
+from certeval.estimators import REGISTRY, AdaptiveMethod, Estimate, method_from_state, method_names
 from certeval.estimators import groups as groups_module
 from certeval.estimators.groups import KINDS, GroupEstimator, make_group
 
@@ -268,7 +269,7 @@ def test_group_protocol_and_resume_by_replay(case):
     cut = max(1, len(record) // 2)
     resumed = PairedRounds(request, n_items=n, batch_size=LOOK).start(_group_spec(n), np.random.default_rng(5))
     assert resumed.restore(record[:cut])
-    resumed.decisions.update(marks[cut - 1])  # as certeval.tasks.run.Run.restore does from the marker
+    resumed.decisions.update(marks[cut - 1])  # as certeval.runs.run.Run.restore does from the marker
     resumed.decide()
     play_rounds(resumed, scores)
     assert resumed.looks == straight.looks

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from certeval.cli import main
-from certeval.estimators import InputError
+from certeval.errors import InputError
 from certeval.requests import Certify, Rank
-from certeval.tasks.plan import make_plan
-from certeval.tasks.run import Run
+from certeval.runs.plan import make_plan
+from certeval.runs.run import Run
 
 from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
 

@@ -81,7 +81,7 @@ def test_several_models_one_round_each_and_a_model_with_nothing_left_is_decided_
 def test_faq_replay_records_every_look_and_ends_at_its_estimate():
     """FAQ runs in backtests only (a live certify refuses it): there its look log is the rep's curve, recorded by
     the engine at every look; the last look is the estimate the rep returns, with its asymptotic validity."""
-    from certeval.backtest.ray_fanout import replay_one, uninformative_factors
+    from certeval.backtests.cells import replay_one, uninformative_factors
 
     spec, row = _bank(3, n=200)
     spec = BankSpec(n_items=200)  # FAQ's estimand here: the plain bank mean
@@ -115,7 +115,7 @@ def test_a_goal_with_diminishing_returns_stops_where_the_interval_stalls_and_say
 @pytest.mark.parametrize("text", ["halfwidth:0.1+futility", "halfwidth:0.1+diminishing:x", "above:0.5+diminishing:-1",
                                   "halfwidth:0.1+diminishing:0.01+diminishing:0.02", "halfwidth:0.1+"])
 def test_bad_added_rules_are_refused_by_name(text):
-    from certeval.estimators import InputError
+    from certeval.errors import InputError
 
     with pytest.raises(InputError, match="diminishing"):
         parse_goal(text)

@@ -12,9 +12,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from certeval.backtest.comparative import epsilon_errors
-from certeval.estimators.bank_ranking import BankRanking, epsilon_groups
-from certeval.estimators.comparison import A_OVER_B, B_OVER_A, EITHER_ORDER, UNDECIDED, VERDICTS, epsilon_verdicts
+from certeval.backtests.paired_rows import epsilon_errors
+from certeval.estimators.bank.ranking import BankRanking, epsilon_groups
+from certeval.estimators.distribution.comparison import (
+    A_OVER_B,
+    B_OVER_A,
+    EITHER_ORDER,
+    UNDECIDED,
+    VERDICTS,
+    epsilon_verdicts,
+)
 
 
 def test_epsilon_verdicts_certify_a_listing_once_the_interval_allows_it():
@@ -87,9 +94,9 @@ def test_a_live_epsilon_rank_states_its_statement_and_stops_before_the_strict_on
     the report say which statement was made; on HELM MMLU's three models an epsilon of 0.1 costs fewer cells than
     strict verdicts at margin 0.1."""
     from benchmarks.state_size import drive
-    from certeval.report import write_report
+    from certeval.reports.run_report import write_report
     from certeval.requests import Rank
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
 

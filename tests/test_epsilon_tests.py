@@ -1,4 +1,4 @@
-"""The boundary tests that certify ε-listings (``estimators/epsilon_tests.py``): a true null is rejected with
+"""The boundary tests that certify ε-listings (``estimators/bank/epsilon_tests.py``): a true null is rejected with
 probability at most its level, whenever the tests are looked at (Monte Carlo over many finite lists whose mean
 sits exactly on the boundary, the least favourable case), and a fixed-n test read at every look — the same data,
 the same check — is caught. Through the ranking: state round trip, and fewer cells than certifying from the
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from certeval.estimators.bank_ranking import BankRanking
-from certeval.estimators.epsilon_tests import EpsilonTests
+from certeval.estimators.bank.epsilon_tests import EpsilonTests
+from certeval.estimators.bank.ranking import BankRanking
 from certeval.storage import dumps
 
 EPS, DELTA, N, K, LOOK = 0.1, 0.1, 120, 3000, 10
@@ -132,8 +132,8 @@ def test_settled_pairs_keep_testing_so_tie_groups_stay_as_fine_as_the_interval_r
     that, one-sided certifications against the mean order merged vlm_hallusionbench's 170 models (ε = 0.1) into
     about 80 tie groups, where the interval rule gives about 166."""
 
-    from certeval.backtest.comparative import load_matrix
-    from certeval.estimators.wor_streams import weighted_order
+    from certeval.backtests.comparative import load_matrix
+    from certeval.estimators.bank.wor_streams import weighted_order
 
     matrix, models, spec = load_matrix("bundled:vlm_hallusionbench")
     w, x = spec.weights(), np.asarray(matrix, dtype=float)

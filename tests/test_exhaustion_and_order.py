@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from certeval.estimators import BankSpec, make_method
-from certeval.estimators.history import fit_history_prior
+from certeval.estimators.history.prior import fit_history_prior
 
 METHODS = ["uniform", "adaptive", "seq", "cer-eval", "static", "history"]
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from certeval.backtest.faq import load_factor_model, save_factor_model
-from certeval.estimators import InputError
-from certeval.estimators.factor_model import (
+from certeval.backtests.factor_files import load_factor_model, save_factor_model
+from certeval.errors import InputError
+from certeval.estimators.faq.factor_model import (
     FactorModel,
     factor_loss_and_grad,
     factor_prior,

@@ -9,9 +9,10 @@ import pytest
 from scipy import stats
 from scipy.special import expit
 
-from certeval.estimators import BankSpec, InputError, make_method, method_from_state
-from certeval.estimators.factor_model import FactorModel, factor_prior
-from certeval.estimators.faq import (
+from certeval.errors import InputError
+from certeval.estimators import BankSpec, make_method, method_from_state
+from certeval.estimators.faq.factor_model import FactorModel, factor_prior
+from certeval.estimators.faq.querying import (
     Schedule,
     active_learning_scores,
     draw_items,
@@ -19,7 +20,7 @@ from certeval.estimators.faq import (
     laplace_update,
     pai_interval,
 )
-from certeval.estimators.faq_simulation import simulate_faq, terms_from_simulation
+from certeval.estimators.faq.simulation import simulate_faq, terms_from_simulation
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The overlapped start-up (certeval.fast_start): switches, what counts as a user's Prefect, and a zero-config
+"""The overlapped start-up (certeval.services.fast_start): switches, what counts as a user's Prefect, and a zero-config
 run through ``benchmarks/startup.py --quick`` (both start-ups, the JSON's shape, no process left behind).
 No timings are asserted here: they live in benchmarks/results/startup.json."""
 
@@ -15,10 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from certeval import fast_start, startup
 from certeval.cli import build_parser
 from certeval.cli._runtime import runtime_options
-from certeval.runtime_options import RuntimeOptions
+from certeval.runtime import startup
+from certeval.runtime.options import RuntimeOptions
+from certeval.services import fast_start
 
 ROOT = Path(__file__).resolve().parents[1]
 CERTIFY = ["certify", "--model", "replay:bundled:helm_mmlu#openai_ada", "--goal", "halfwidth:0.1"]

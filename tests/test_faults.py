@@ -192,8 +192,8 @@ def test_an_unreachable_ray_address_fails_in_bounded_time(tmp_path):
 
 def test_init_ray_itself_bounds_an_unreachable_address():
     """The flow's own connect (not only the CLI's plan check) gives up in seconds, in one line."""
-    from certeval.envsetup import check_ray_address
-    from certeval.estimators import InputError
+    from certeval.errors import InputError
+    from certeval.runtime.envsetup import check_ray_address
 
     t0 = time.monotonic()
     with pytest.raises(InputError, match="did not answer"):
@@ -209,7 +209,7 @@ def test_secrets_reach_actors_but_no_file_under_ray_or_the_run_folder(infra, tmp
 
     from certeval.flows.pipeline import run_plan
     from certeval.requests import Certify
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     secret = "sEcReT-" + os.urandom(8).hex()
     api_key = "sk-" + os.urandom(8).hex()
@@ -223,7 +223,8 @@ def test_secrets_reach_actors_but_no_file_under_ray_or_the_run_folder(infra, tmp
     run_plan(plan)
 
     # the channel works: an actor of a pool sees the credentials in its own environment
-    from certeval.backends.pool import ModelPool, key_variables
+    from certeval.hosting.pool import ModelPool
+    from certeval.hosting.ray_setup import key_variables
 
     assert key_variables(["openai:http://127.0.0.1:9/v1#m?api_key_env=OPENAI_KEY", "openai:http://h/v1#n",
                           replay(MIDDLE, scores)]) == {"OPENAI_KEY", "OPENAI_API_KEY"}
@@ -260,7 +261,7 @@ def test_secrets_reach_actors_but_no_file_under_ray_or_the_run_folder(infra, tmp
 
 
 def _descendants(pid: int) -> dict[int, str]:
-    from certeval.watchdog import descendants
+    from certeval.runtime.watchdog import descendants
 
     out = {}
     for p in descendants(pid):
@@ -292,7 +293,7 @@ def test_sigkill_of_the_cli_leaves_no_ray_or_prefect_process_after_10_s(tmp_path
             time.sleep(0.5)
         assert proc.poll() is None, "the run ended before it could be killed"
         seen.update(_descendants(proc.pid))
-        seen = {p: c for p, c in seen.items() if "certeval.watchdog" not in c}
+        seen = {p: c for p, c in seen.items() if "certeval.runtime.watchdog" not in c}
         assert any("raylet" in c for c in seen.values()), seen
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from certeval.engine import PairedRounds
-from certeval.estimators.comparison import ComparisonDesign, PairedComparison
+from certeval.estimators.distribution.comparison import ComparisonDesign, PairedComparison
 from certeval.estimators.groups import GroupEstimator, GroupRequest, make_group
 from certeval.estimators.protocol import BankSpec
 

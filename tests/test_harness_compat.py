@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from test_readers import write_samples
 
-from certeval.banks import load_scores
 from certeval.cli import main
-from certeval.estimators._validation import InputError
-from certeval.harness_output import model_config
-from certeval.history import load_history
+from certeval.errors import InputError
+from certeval.harnesses.lm_eval_output import model_config
+from certeval.inputs.banks import load_scores
+from certeval.inputs.history import load_history
 
 pytestmark = pytest.mark.slow
 
@@ -149,7 +149,7 @@ def test_harness_flags_lm_eval_blocks_and_log_samples(infra, tmp_path, capsys):
 def test_metric_names_follow_what_was_judged():
     """The certified estimate is named after the scorer (lm-eval's acc / acc_norm / exact_match where the scorer is
     that metric), ``score`` for recorded scores replayed — never ``acc`` for something that is not accuracy."""
-    from certeval.harness_output import metric_name, results_metric, task_block
+    from certeval.harnesses.lm_eval_output import metric_name, results_metric, task_block
 
     assert [metric_name(s) for s in ("mc-loglik", "mc-loglik-norm", "exact", "numeric", None)] == [
         "acc", "acc_norm", "exact_match", "numeric", "score"]

@@ -18,9 +18,10 @@ import pytest
 from scipy.optimize import minimize
 from scipy.stats import binom
 
-from certeval.estimators import BankSpec, InputError, make_method
+from certeval.errors import InputError
+from certeval.estimators import BankSpec, make_method
 from certeval.estimators.groups import GroupRequest, HistoryPairGroup
-from certeval.estimators.history import HistoryPrior, fit_history_prior
+from certeval.estimators.history.prior import HistoryPrior, fit_history_prior
 from certeval.estimators.single.history import HistoryMethod
 
 DELTA = 0.1
@@ -306,7 +307,7 @@ def test_leaky_predictions_are_caught_by_the_same_check(tuning):
 @pytest.mark.parametrize("tuning", ["plug-in", "halfwidth"])
 @pytest.mark.parametrize("dataset", ["helm_mmlu", "openllm_arc"])
 def test_miscoverage_with_peeking_on_real_banks(dataset, tuning):
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
     frame = load_scores(f"bundled:{dataset}")
     bank = bank_from_scores(frame)
@@ -397,7 +398,7 @@ def test_bad_inputs_name_the_problem():
 
 @pytest.mark.parametrize("kind", ["informative", "adversarial"])
 def test_paired_difference_covers_with_peeking_on_the_shared_uniform_order(kind):
-    from certeval.estimators.paired_history import PairDifferenceMethod, PairPrior, bank_comparison
+    from certeval.estimators.history.paired import PairDifferenceMethod, PairPrior, bank_comparison
 
     misses = 0
     for r in range(REPS):

@@ -9,12 +9,12 @@ import json
 import pandas as pd
 import pytest
 
-from certeval.banks import load_scores
 from certeval.cli import main
-from certeval.estimators import InputError
-from certeval.report import load_run, model_curves
+from certeval.errors import InputError
+from certeval.inputs.banks import load_scores
+from certeval.reports.run_report import load_run, model_curves
 from certeval.requests import Certify, Compare, Rank
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, bank_diff, replay, small_scores
 
@@ -62,8 +62,8 @@ def test_the_flow_takes_the_validated_bank_and_priors_and_loads_fits_and_claims_
                                                                                           monkeypatch):
     from prefect.client.orchestration import get_client
 
-    import certeval.tasks.plan as plan_module
-    import certeval.tasks.run as run_module
+    import certeval.runs.plan as plan_module
+    import certeval.runs.run as run_module
     from certeval.flows.pipeline import run_plan
 
     plan, prepared = make_plan(Certify(models=[replay(MIDDLE)], goal="halfwidth:0.1", batch_size=50,
@@ -148,7 +148,7 @@ def test_checkpoint_schedule_learns_from_the_checkpoints_it_already_certified(in
 
 def test_compare_with_history_answers_the_bank_question_exactly(infra, tmp_path):
     from certeval.flows.pipeline import run_plan
-    from certeval.tasks.run import Run
+    from certeval.runs.run import Run
 
     scores = small_scores(tmp_path, n_items=200)
     plan, _ = make_plan(Compare(models=[replay(STRONG, scores), replay(WEAK, scores)], history=[SCORES],

@@ -1,4 +1,4 @@
-"""rank --history vectorised over the pairs (estimators/history_ranking.py, wor_streams.ControlledStreams):
+"""rank --history vectorised over the pairs (estimators/history/ranking.py, wor_streams.ControlledStreams):
 coverage with peeking at every look, family-wise over the pairs, and a broken control the same check catches;
 exact at exhaustion; no model cap; ε-statements with history through the group estimator."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from certeval.estimators._validation import InputError
-from certeval.estimators.bank_ranking import BankRanking
-from certeval.estimators.history import fit_history_prior
-from certeval.estimators.history_ranking import HistoryRanking
+from certeval.errors import InputError
+from certeval.estimators.bank.ranking import BankRanking
+from certeval.estimators.bank.wor_streams import ControlledBettingStreams, ControlledWorStreams, weighted_order
+from certeval.estimators.history.prior import fit_history_prior
+from certeval.estimators.history.ranking import HistoryRanking
 from certeval.estimators.protocol import BankSpec
-from certeval.estimators.wor_streams import ControlledBettingStreams, ControlledWorStreams, weighted_order
 
 
 def _factor_bank(rng, models: int, items: int, factors: int = 3) -> np.ndarray:
@@ -151,7 +151,7 @@ def test_group_estimator_builds_rank_history_with_epsilon():
 def test_with_epsilon_the_reported_intervals_never_change_a_decision():
     """With ε the boundary tests decide; the reported pair intervals are the O(1) empirical-Bernstein CSs. The same
     run with the betting CSs (the construction without ε) reports narrower intervals and decides exactly the same."""
-    from certeval.estimators.wor_streams import make_controlled_streams
+    from certeval.estimators.bank.wor_streams import make_controlled_streams
 
     rng = np.random.default_rng(8)
     items, models = 240, 8

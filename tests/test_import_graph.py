@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "certeval"
-LIBRARY = ("certeval.backtest", "certeval.estimators", "certeval.tasks", "certeval.flows", "certeval.backends")
+LIBRARY = ("certeval.backtests", "certeval.estimators", "certeval.runs", "certeval.flows", "certeval.hosting")
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -96,9 +96,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_function_level_imports():
     graph = import_graph()
     assert len(graph) > 100 and "certeval.engine" in graph
-    # tasks/run.py imports tasks/results.py inside a method, and the CLI imports its commands inside functions
-    assert "certeval.tasks.results" in graph["certeval.tasks.run"]
-    assert "certeval.backtest.single" in graph["certeval.cli.backtest"]
+    # runs/run.py imports runs/results.py inside a method, and the CLI imports its commands inside functions
+    assert "certeval.runs.results" in graph["certeval.runs.run"]
+    assert "certeval.backtests.single" in graph["certeval.cli.backtest"]
 
 
 def test_no_import_cycle_in_certeval():

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from certeval.estimators._validation import InputError
-from certeval.estimators.comparison import ComparisonDesign
-from certeval.estimators.ranking import SequentialRanking, rank_models
-from certeval.estimators.selection import SequentialSelection, select_models
-from certeval.estimators.sequential import boundary_multiplier
+from certeval.errors import InputError
+from certeval.estimators.distribution.comparison import ComparisonDesign
+from certeval.estimators.distribution.ranking import SequentialRanking, rank_models
+from certeval.estimators.distribution.selection import SequentialSelection, select_models
+from certeval.estimators.distribution.sequential import boundary_multiplier
 from certeval.estimators.single.bounds import BettingCS
 
 
@@ -145,7 +145,7 @@ def _betting_replay(x, sub, looks, threshold, halfwidth, mode, alpha=0.05, grid=
     BettingCS at alpha/M per model; with them, i.i.d. streams fed one item at a time with the importance weights
     counted by :func:`_weights_by_loop`. Bets tuned as SequentialSelection tunes them (precision: to reach the
     half-width; best: the bank)."""
-    from certeval.estimators.iid_streams import IidBettingStreams
+    from certeval.estimators.distribution.iid_streams import IidBettingStreams
 
     m, n = x.shape
     delta = alpha / m

@@ -18,12 +18,12 @@ import pytest
 
 inspect_ai = pytest.importorskip("inspect_ai")
 
-from certeval.banks import load_bank, load_scores  # noqa: E402
 from certeval.cli import main  # noqa: E402
-from certeval.estimators import InputError  # noqa: E402
-from certeval.history import load_history  # noqa: E402
-from certeval.inspect_early_stopping import CertevalStopping  # noqa: E402
-from certeval.readers import score_value  # noqa: E402
+from certeval.errors import InputError  # noqa: E402
+from certeval.harnesses.inspect_early_stopping import CertevalStopping  # noqa: E402
+from certeval.harnesses.readers import score_value  # noqa: E402
+from certeval.inputs.banks import load_bank, load_scores  # noqa: E402
+from certeval.inputs.history import load_history  # noqa: E402
 
 # inspect-ai 0.3.285 passes a deprecated argument to tenacity 9.2 on every model call: not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")

@@ -9,7 +9,7 @@ import json
 import numpy as np
 from scipy import stats
 
-from certeval.estimators.bank_precision import BankPrecision
+from certeval.estimators.bank.precision import BankPrecision
 
 
 def _board(seed: int, m: int = 12, n: int = 400) -> np.ndarray:
@@ -63,7 +63,7 @@ def test_a_live_leaderboard_run_states_precision_and_every_interval_meets_it(tmp
     """Through the pipeline's round loop (no Ray or Prefect: the replay backend's own worker)."""
     from benchmarks.state_size import drive
     from certeval.requests import Rank
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     from test_pipeline_support import MIDDLE, STRONG, WEAK, replay, small_scores
 

@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.banks import load_bank, load_scores
+from certeval.inputs.banks import load_bank, load_scores
 from certeval.requests import Certify, request_for
+from certeval.runs.plan import make_plan
 from certeval.storage.cache import item_key, prompt_hash
 from certeval.storage.io import dumps
-from certeval.tasks.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, needs_small_lm, replay
 

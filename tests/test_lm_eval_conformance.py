@@ -122,7 +122,7 @@ def _shapes() -> list[Shape]:
 def lm_eval_run(tmp_path_factory):
     """The shapes' tasks and ONE lm-eval run over all of them: (task folder, names, task -> doc_id -> sample,
     datasets' cache folder)."""
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     root = tmp_path_factory.mktemp("conformance")
     folder = root / "tasks"
@@ -175,9 +175,9 @@ def _in_process(host, rows: list[dict]) -> dict[str, dict[int, dict]]:
 
 
 def test_a_broken_encoder_fails_at_least_three_shapes_and_the_unbroken_one_none(lm_eval_run, tmp_path, monkeypatch):
-    from certeval.backends import hf
-    from certeval.backends.base import parse_model_spec
-    from certeval.lm_eval_tasks import load_task_items, tasks_bank
+    from certeval.harnesses.lm_eval_tasks import load_task_items, tasks_bank
+    from certeval.hosting import hf
+    from certeval.inputs.model_spec import parse_model_spec
 
     folder, names, theirs, cache = lm_eval_run
     for key, value in offline_vars(cache).items():

@@ -17,8 +17,8 @@ import textwrap
 import pytest
 from lm_eval_outputs_support import write_output_tasks
 
-from certeval.backends.hf_rolling import rolling_windows
 from certeval.cli import main
+from certeval.hosting.hf_rolling import rolling_windows
 
 pytest.importorskip("lm_eval")
 
@@ -65,7 +65,7 @@ def test_uncertified_aggregates_are_lm_evals():
 
     from lm_eval.api.metrics import bits_per_byte, perplexity, weighted_perplexity
 
-    from certeval.lm_eval_output_types import aggregate
+    from certeval.harnesses.lm_eval_output_types import aggregate
 
     rng = random.Random(3)
     pairs = [[-rng.uniform(1, 200), rng.randint(1, 60)] for _ in range(9)]
@@ -82,9 +82,9 @@ def test_each_output_type_gets_its_judge_and_a_mixed_bank_refuses_another_scorer
     """The judge a run stops on by default, per output type; tasks of several types together: each item names its
     own task's judge, and a scorer that could judge only some of them is refused in one line, before anything starts
     or is written."""
-    from certeval.lm_eval_output_types import JUDGE
-    from certeval.lm_eval_tasks import load_task_items
-    from certeval.tasks.plan import task_scorer
+    from certeval.harnesses.lm_eval_output_types import JUDGE
+    from certeval.harnesses.lm_eval_tasks import load_task_items
+    from certeval.runs.plan import task_scorer
 
     folder = tmp_path / "tasks"
     paths = write_output_tasks(folder)
@@ -127,7 +127,7 @@ def test_every_output_type_item_by_item_as_lm_eval_in_one_mixed_run(infra, kept_
     """One lm-eval run and one certeval run over the four tasks together (``--tasks A,B,C,D --include_path``):
     each item asked and judged as its own task's, a samples file per task with a line per doc (and per filter), every
     per-item metric equal to lm-eval's and certified per task, lm-eval's perplexities reported (not certified)."""
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     folder = tmp_path / "tasks"
     write_output_tasks(folder)

@@ -43,9 +43,9 @@ def test_system_instruction_and_gen_kwargs_build_lm_evals_own_requests(tmp_path,
     """Without a chat template: lm-eval's build_all_requests with the system instruction (put before the few-shot
     examples) and simple_evaluate's gen_kwargs update give exactly certeval's items; a control without the flags
     differs."""
-    from certeval.lm_eval_requests import RequestOptions, parse_gen_kwargs
-    from certeval.lm_eval_scoring import GENERATION
-    from certeval.lm_eval_tasks import load_task_items, tasks_bank
+    from certeval.harnesses.lm_eval_requests import RequestOptions, parse_gen_kwargs
+    from certeval.harnesses.lm_eval_tasks import load_task_items, tasks_bank
+    from certeval.scoring.lm_eval_generation import GENERATION
 
     yaml = write_gen_task(tmp_path / "tasks")
     gen_kwargs = parse_gen_kwargs(["max_gen_toks=5,until=['\\n\\n']"])
@@ -74,9 +74,9 @@ def test_chat_template_requests_equal_those_lm_evals_hf_model_renders(tmp_path, 
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoTokenizer
 
-    from certeval.backends.smollm import ensure_converted
-    from certeval.lm_eval_requests import RequestOptions
-    from certeval.lm_eval_tasks import load_task_items, tasks_bank
+    from certeval.harnesses.lm_eval_requests import RequestOptions
+    from certeval.harnesses.lm_eval_tasks import load_task_items, tasks_bank
+    from certeval.inputs.smollm import ensure_converted
 
     folder = str(ensure_converted())
     yaml = write_gen_task(tmp_path / "tasks", n_docs=4)
@@ -108,9 +108,9 @@ def test_the_flags_are_recorded_as_lm_evals_results_file_records_them(offline):
     from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
     from transformers import AutoTokenizer
 
-    from certeval.backends.smollm import ensure_converted
-    from certeval.harness_output import lm_eval_block
-    from certeval.lm_eval_requests import RequestOptions, parse_gen_kwargs
+    from certeval.harnesses.lm_eval_output import lm_eval_block
+    from certeval.harnesses.lm_eval_requests import RequestOptions, parse_gen_kwargs
+    from certeval.inputs.smollm import ensure_converted
 
     folder = str(ensure_converted())
     block = {"acc,none": 0.5, "items_scored,none": 2, "items_total,none": 4}
@@ -176,7 +176,7 @@ def test_a_fractional_limit_is_as_many_items_as_lm_eval_scores(tmp_path, offline
 def test_the_metric_names_are_those_lm_eval_computes(tmp_path, offline):
     """lm-eval's own process_results, given a multiple-choice task listing every name certeval accepts for it,
     returns each of them (and nothing else)."""
-    from certeval.lm_eval_metric_names import COMPUTED
+    from certeval.harnesses.lm_eval_metric_names import COMPUTED
 
     names = COMPUTED["multiple_choice"]
     entries = "".join(f"  - metric: {m}\n    aggregation: mean\n" for m in names)
@@ -248,8 +248,8 @@ def test_chat_template_requests_answers_and_scores_equal_lm_evals(infra, kept_ac
     items as lm-eval's --limit 0.5 would."""
     import pandas as pd
 
-    from certeval.backends.smollm import ensure_converted
     from certeval.cli import main
+    from certeval.inputs.smollm import ensure_converted
 
     yaml = write_gen_task(tmp_path / "tasks", n_docs=8)
     done = subprocess.run([sys.executable, "-c", LM_EVAL_CHAT, str(tmp_path / "tasks"), str(ensure_converted()),
@@ -281,7 +281,7 @@ def test_chat_template_requests_answers_and_scores_equal_lm_evals(infra, kept_ac
               "fewshot_as_multiturn")
     assert {k: mine[k] for k in fields} == {k: recorded[k] for k in fields} and recorded["chat_template_sha"]
     assert mine["config"]["gen_kwargs"] == recorded["config"]["gen_kwargs"] == {"max_gen_toks": 8}
-    from certeval.lm_eval_runs import SETTING_FIELDS, read_settings
+    from certeval.harnesses.lm_eval_runs import SETTING_FIELDS, read_settings
 
     [my_file] = (runs / "chat" / "samples").rglob("results_*.json")  # --log_samples: certeval's lm-eval tree
     keys = (*SETTING_FIELDS, "gen_kwargs")

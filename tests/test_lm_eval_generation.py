@@ -14,9 +14,9 @@ import textwrap
 import pytest
 
 from certeval.cli import main
-from certeval.estimators import InputError
-from certeval.lm_eval_scoring import GENERATION, SCORING, judge, qualified
-from certeval.lm_eval_tasks import load_task_items
+from certeval.errors import InputError
+from certeval.harnesses.lm_eval_tasks import load_task_items
+from certeval.scoring.lm_eval_generation import GENERATION, SCORING, judge, qualified
 
 from lm_eval_support import write_gen_task
 
@@ -150,7 +150,7 @@ def _rounds(folder):
 @pytest.mark.slow
 def test_smollm2_generates_and_scores_each_item_as_lm_eval_does_per_filter_and_stops_early(
         infra, kept_actors, tmp_path, offline, capsys):
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     yaml = write_gen_task(tmp_path / "tasks")
     done = subprocess.run([sys.executable, "-c", HF_RUNNER, str(tmp_path / "tasks"), str(ensure_converted())],

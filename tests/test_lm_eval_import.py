@@ -13,9 +13,9 @@ import time
 import pandas as pd
 import pytest
 
-from certeval.banks import load_scores
 from certeval.cli import main
-from certeval.lm_eval_runs import Run, name_runs
+from certeval.harnesses.lm_eval_runs import Run, name_runs
+from certeval.inputs.banks import load_scores
 
 from lm_eval_support import write_mc_task
 

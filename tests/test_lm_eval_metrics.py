@@ -1,4 +1,4 @@
-"""Every metric an lm-eval task lists from one run's requests (:mod:`certeval.lm_eval_metrics`): lm-eval's rules on
+"""Every metric an lm-eval task lists from one run's requests (:mod:`certeval.scoring.lm_eval_metrics`): lm-eval's rules on
 one set of log-likelihoods, the score cache's packed resps, which listed metrics are reported, the lm-eval results
 file's task fields, and the other metrics' intervals (the run's method on the same draws)."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.backends.scorers import get_scorer
 from certeval.estimators import BankSpec, method_for_goal, parse_goal
-from certeval.harness_output import lm_eval_block, task_block
-from certeval.lm_eval_metrics import (
+from certeval.harnesses.lm_eval_output import lm_eval_block, task_block
+from certeval.harnesses.lm_eval_tasks import TASK_META
+from certeval.scoring.lm_eval_metrics import (
     interval_on_same_draws,
     item_scores,
     listed_pairs,
@@ -21,7 +21,7 @@ from certeval.lm_eval_metrics import (
     pack_output,
     unpack_output,
 )
-from certeval.lm_eval_tasks import TASK_META
+from certeval.scoring.scorers import get_scorer
 
 
 def test_loglik_metrics_are_lm_evals_rules_on_one_set_of_logliks():

@@ -14,9 +14,9 @@ import textwrap
 import pytest
 
 from certeval.cli import main
-from certeval.estimators import InputError
-from certeval.lm_eval_tasks import load_task_items
-from certeval.readers import read_lm_eval_items
+from certeval.errors import InputError
+from certeval.harnesses.lm_eval_tasks import load_task_items
+from certeval.harnesses.readers import read_lm_eval_items
 
 from lm_eval_support import write_mc_task
 
@@ -72,7 +72,7 @@ def test_the_task_bank_holds_the_requests_lm_eval_itself_sends(tmp_path, offline
 
 def test_a_task_yaml_is_a_bank_for_a_run_and_bad_ones_exit_2_in_one_line(tmp_path, offline, capsys):
     from certeval.requests import Certify
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     yaml = _task(tmp_path / "tasks", num_fewshot=0)
     plan, prepared = make_plan(Certify(models=["hf:bundled:smollm2"], bank=yaml, goal="halfwidth:0.2",
@@ -118,7 +118,7 @@ def test_task_names_include_path_and_groups_are_banks_with_lm_evals_aggregation(
     sub-datasets, and the estimand follows the group's weight_by_size unless --aggregate names another."""
     from certeval.cli.pipeline import plan_from_args
     from certeval.requests import Certify
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     folder = tmp_path / "tasks"
     group_yaml = _group(folder, weight_by_size)
@@ -185,7 +185,7 @@ def _scores(folder) -> dict[str, float]:
 @pytest.mark.slow
 def test_smollm2_scores_each_item_of_a_task_as_lm_eval_does_and_stops_early_when_the_goal_allows(
         infra, kept_actors, tmp_path, offline, capsys):
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     yaml = _task(tmp_path / "tasks")
     done = subprocess.run([sys.executable, "-c", HF_RUNNER, str(tmp_path / "tasks"), str(ensure_converted()),
@@ -318,7 +318,7 @@ def test_make_table_of_a_3_shot_task_run_shows_its_shots_version_and_each_metric
 ])
 def test_a_gold_lm_eval_cannot_resolve_or_one_choice_exits_2_before_start_up(tmp_path, offline, capsys, monkeypatch,
                                                                             docs, target, message):
-    """lm-eval's gold rule (certeval.lm_eval_gold) applied while the bank is built: one line, exit 2, before Ray or
+    """lm-eval's gold rule (certeval.scoring.lm_eval_gold) applied while the bank is built: one line, exit 2, before Ray or
     Prefect start, nothing written (the working folder stays empty)."""
     from lm_eval_conformance_support import Shape
 

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.report import load_run, model_curves, paired_difference_curve, write_report
+from certeval.reports.run_report import load_run, model_curves, paired_difference_curve, write_report
 from certeval.requests import request_for
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
 

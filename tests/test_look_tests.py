@@ -1,4 +1,4 @@
-"""The per-look ε-listing tests (``estimators/look_tests.py``), the pair tests of large neighbour rankings: a true
+"""The per-look ε-listing tests (``estimators/bank/look_tests.py``), the pair tests of large neighbour rankings: a true
 null is rejected with probability at most its level whenever the tests are looked at (Monte Carlo over many finite
 lists whose mean sits exactly on the boundary, the least favourable case; the exact three-value update of 0/1
 looks and the quadratic bound of other looks), a fixed-n test read at every look — the same data, the same check —
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from certeval.estimators.look_tests import LookTests, look_coefficients
+from certeval.estimators.bank.look_tests import LookTests, look_coefficients
 
 EPS, DELTA, N, K, LOOK = 0.1, 0.1, 120, 3000, 10
 

@@ -1,4 +1,4 @@
-"""The score cache's key names what was scored: a model folder by its files' content (certeval.model_fingerprint),
+"""The score cache's key names what was scored: a model folder by its files' content (certeval.inputs.model_fingerprint),
 a server by its address. Files here are small real files; no model loads (tests/test_score_cache_key.py runs
 the stale-weights case end to end)."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from certeval.backends.base import parse_model_spec
-from certeval.estimators._validation import InputError
-from certeval.model_fingerprint import HashMemo, fingerprint_models, folder_files
-from certeval.tasks.plan import RunPlan, cache_identity
+from certeval.errors import InputError
+from certeval.inputs.model_fingerprint import HashMemo, fingerprint_models, folder_files
+from certeval.inputs.model_spec import parse_model_spec
+from certeval.runs.plan import RunPlan, cache_identity
 
 
 def _folder(root: Path, weights: bytes = b"\x01" * 4096) -> Path:
@@ -120,7 +120,7 @@ def test_content_is_hashed_once_per_file_version_and_the_bound_falls_back_to_sta
 
 def test_a_plan_carries_its_models_fingerprints_and_config_json_their_digests(tmp_path):
     from certeval.requests import Certify
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     replay_file = tmp_path / "scores.jsonl"
     replay_file.write_text("".join(f'{{"model": "m", "item_id": "q{i}", "score": {i % 2}}}\n' for i in range(4)))
@@ -152,7 +152,7 @@ def test_an_unreadable_model_file_exits_2_in_one_line_before_anything_starts(tmp
 
 def test_a_run_resumed_on_other_files_is_refused_in_one_line(tmp_path):
     from certeval.requests import Certify
-    from certeval.tasks.plan import claim_run, make_plan
+    from certeval.runs.plan import claim_run, make_plan
 
     scores = tmp_path / "scores.jsonl"
     scores.write_text("".join(f'{{"model": "m", "item_id": "q{i}", "score": {i % 2}}}\n' for i in range(4)))

@@ -1,4 +1,4 @@
-"""The neighbour ε-ranking (``estimators/neighbour_ranking.py``): per-model CSs at (share·α)/M settle the pairs far
+"""The neighbour ε-ranking (``estimators/bank/neighbour_ranking.py``): per-model CSs at (share·α)/M settle the pairs far
 apart, pair tests at ((1 − share)·α)/P — every pair's share fixed before any data — are opened only for the
 neighbours the intervals leave unsettled, replayed from the first item.
 
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from certeval.estimators.bank_ranking import epsilon_groups
-from certeval.estimators.comparison import A_OVER_B, B_OVER_A, EITHER_ORDER
-from certeval.estimators.neighbour_ranking import NeighbourRanking
+from certeval.estimators.bank.neighbour_ranking import NeighbourRanking
+from certeval.estimators.bank.ranking import epsilon_groups
+from certeval.estimators.distribution.comparison import A_OVER_B, B_OVER_A, EITHER_ORDER
 
 
 def _board(seed: int, m: int, n: int = 300) -> np.ndarray:
@@ -78,7 +78,7 @@ def test_a_state_round_trip_continues_the_same_run():
 
 
 def test_a_large_board_reports_only_the_opened_pairs_with_totals_over_every_pair(monkeypatch):
-    from certeval.estimators import neighbour_ranking
+    from certeval.estimators.bank import neighbour_ranking
 
     monkeypatch.setattr(neighbour_ranking, "FULL_TABLE_MAX", 10)
     x = _board(5, 30, 300)

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-import certeval.report as report
+import certeval.reports.run_report as report
 from certeval.cli.pipeline import summary
-from certeval.report import load_run, write_report
+from certeval.reports.run_report import load_run, write_report
 
 from paired_fixed_seed import run_case
 

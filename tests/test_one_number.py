@@ -6,7 +6,7 @@ Before: ``select``'s last progress line showed a model's own method's interval, 
 ``rank``'s progress said "rank 5" (the tie group's index, frozen when the model left) where the table said rank 10,
 and "scored 0.664" beside a final mean of 0.6486; ``compare`` printed each model's own method's mean beside the
 pair's difference of another estimator (0.7999 and 0.9540, difference −0.1700). Now every screen reads the look
-log's record (:mod:`certeval.looks`) or the final result built from it, a comparison's models are shown with the
+log's record (:mod:`certeval.record.looks`) or the final result built from it, a comparison's models are shown with the
 comparison's own per-model intervals (the two means differ by the pair's difference), and a rank is numbered one
 way everywhere (ties share a rank, the next group skips places).
 """
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from certeval.requests import request_for
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay
 
@@ -45,7 +45,7 @@ def screens(infra, kept_actors, tmp_path_factory):
     results.json. Replay actors are kept (no CPUs): a case on the same models adopts an earlier case's."""
     from certeval.cli.pipeline import summary
     from certeval.flows.pipeline import run_plan
-    from certeval.report import write_report
+    from certeval.reports.run_report import write_report
 
     out = tmp_path_factory.mktemp("one-number")
     shown = {}
@@ -132,7 +132,7 @@ def test_every_model_shows_one_interval_on_every_screen(screens, case):
 def test_every_rank_is_one_number(screens, case):
     s = screens[case]
     results = s["json"]
-    from certeval.report import rank_numbers
+    from certeval.reports.run_report import rank_numbers
 
     groups = results["ranking"]["tie_groups"]
     rank = {m: r for g, r in zip(groups, rank_numbers(groups)) for m in g}
@@ -213,11 +213,11 @@ def test_a_comparisons_model_intervals_differ_by_its_difference_for_every_group(
     """Engine level, every comparison group (bank target, distribution target, bank target with history): the
     per-model intervals every screen shows are the comparison's own, whose means differ by the pair's difference
     at every look."""
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
     from certeval.engine import PairedRounds, run_paired
     from certeval.estimators import make_method
     from certeval.estimators.groups import GroupRequest
-    from certeval.history import history_prior, load_history
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.inputs.history import history_prior, load_history
 
     scores = load_scores(SCORES)
     bank = bank_from_scores(scores)

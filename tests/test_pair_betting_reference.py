@@ -16,8 +16,8 @@ import math
 import numpy as np
 import pytest
 
-from certeval.banks import bank_from_scores, load_scores, score_matrix
-from certeval.estimators.wor_streams import BettingStreams, WorStreams, weighted_order
+from certeval.estimators.bank.wor_streams import BettingStreams, WorStreams, weighted_order
+from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
 N_ITEMS = 100
 MODELS = 8

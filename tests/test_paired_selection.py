@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from certeval.estimators.bank_selection import BankSelection
-from certeval.estimators.wor_streams import make_streams
+from certeval.estimators.bank.selection import BankSelection
+from certeval.estimators.bank.wor_streams import make_streams
 
 
 class _UncorrectedPairs(BankSelection):

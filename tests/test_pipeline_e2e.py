@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from certeval.banks import load_scores
 from certeval.cli import main
+from certeval.inputs.banks import load_scores
 from certeval.requests import Certify, request_for
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
 
 from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, needs_small_lm, read_log, replay
 
@@ -135,7 +135,7 @@ def test_select_flow_keeps_the_best_and_discards_the_weak(infra, tmp_path):
 def test_killed_actor_mid_batch_every_item_scored_exactly_once(infra, tmp_path):
     import ray
 
-    from certeval.runtime_options import RuntimeOptions
+    from certeval.runtime.options import RuntimeOptions
 
     log = tmp_path / "calls.log"
     killed = []
@@ -200,7 +200,7 @@ def test_bank_without_the_fields_the_scorer_needs(tmp_path, capsys):
 
 
 def test_changed_config_for_an_existing_run_id_is_refused(tmp_path, capsys):
-    from certeval.tasks.plan import claim_run
+    from certeval.runs.plan import claim_run
 
     out = str(tmp_path / "runs")
     plan, _ = make_plan(Certify(models=[replay(WEAK)], goal="halfwidth:0.1", output=out, run_id="same"))
@@ -223,7 +223,7 @@ def test_certify_the_real_small_lm_on_a_handful_of_trivia_items(infra, tmp_path)
 
 
 def test_pool_keeps_several_batches_in_flight_across_replicas(infra, tmp_path):
-    from certeval.backends.pool import Actors, ModelPool
+    from certeval.hosting.pool import Actors, ModelPool
 
     ids = list(load_scores(SCORES).drop_duplicates("item_id")["item_id"][:60])
     pool = ModelPool({"m": replay(MIDDLE, latency=0.005)}, Actors(replicas=2, in_flight=3),

@@ -56,7 +56,7 @@ def ray_address(state_dir: Path) -> str:
     import ray
 
     if "ray" not in _STATE or not ray.is_initialized():  # another module may have shut a shared Ray down
-        from certeval.backends.pool import init_ray
+        from certeval.hosting.ray_setup import init_ray
 
         init_ray(None, state_dir=state_dir, prestart_workers=False)  # no idle task workers: the suite is CPU-bound
         _STATE["ray"] = ray.get_runtime_context().gcs_address
@@ -70,7 +70,7 @@ def replay(model: str, scores: str = SCORES, **options) -> str:
 
 def small_scores(path: Path, models=(STRONG, MIDDLE, WEAK), n_items: int = 150) -> str:
     """A small recorded-scores file (first ``n_items`` HELM MMLU items of ``models``) for fast runs."""
-    from certeval.banks import load_scores
+    from certeval.inputs.banks import load_scores
 
     frame = load_scores(SCORES)
     ids = list(pd.unique(frame["item_id"]))[:n_items]
@@ -82,7 +82,7 @@ def small_scores(path: Path, models=(STRONG, MIDDLE, WEAK), n_items: int = 150) 
 
 def bank_diff(scores: str, a: str, b: str) -> float:
     """The exact difference of two recorded models' bank means in a scores file (the bank's weights)."""
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
     frame = load_scores(scores)
     bank = bank_from_scores(frame)
@@ -121,7 +121,7 @@ def needs_small_lm() -> None:
     import pytest
 
     pytest.importorskip("transformers")
-    from certeval.backends.smollm import gguf_path
+    from certeval.inputs.smollm import gguf_path
 
     try:
         gguf_path()

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import norm
 
 from certeval.cli import main
-from certeval.estimators import InputError
+from certeval.errors import InputError
 from certeval.estimators.planning import anytime_sample_size, plan_sample_size
 from certeval.estimators.single.bounds import seq_radius
 

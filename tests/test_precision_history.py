@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from certeval.estimators.history import fit_history_prior
-from certeval.estimators.paired_history import HistoryPrecision
+from certeval.estimators.history.paired import HistoryPrecision
+from certeval.estimators.history.prior import fit_history_prior
 from certeval.estimators.protocol import BankSpec
 
 HISTORY, MODELS, ITEMS, LOOK = 30, 8, 300, 25
@@ -86,7 +86,7 @@ def test_a_live_leaderboard_run_with_history_states_it(tmp_path):
     """rank --goal halfwidth:E --history through the pipeline's round loop (the replay backend's own worker)."""
     from benchmarks.state_size import drive
     from certeval.requests import Rank
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     from test_pipeline_support import MIDDLE, SCORES, STRONG, WEAK, replay, small_scores
 

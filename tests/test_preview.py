@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from certeval.cli import main
-from certeval.estimators import InputError
+from certeval.errors import InputError
 from certeval.estimators.groups import GroupRequest
-from certeval.preview import history_matrix, preview_cost
+from certeval.reports.preview import history_matrix, preview_cost
 
 MODELS = ("openai_davinci", "openai_ada", "together_opt-66b", "openai_gpt-3.5-turbo-0301")
 ARGS = [a for m in MODELS for a in ("--model", f"replay:bundled:helm_mmlu#{m}")]
@@ -69,7 +69,7 @@ def test_history_matrix_keeps_complete_rows_of_other_models():
 
 
 def _halves(seed: int = 0):
-    from certeval.backtest.comparative import load_matrix
+    from certeval.backtests.comparative import load_matrix
 
     matrix, models, spec = load_matrix("bundled:helm_mmlu")
     order = np.random.default_rng(seed).permutation(len(models))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from certeval.requests import request_for
-from certeval.runtime_options import RuntimeOptions
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
+from certeval.runtime.options import RuntimeOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -94,8 +94,8 @@ def test_the_same_looks_with_and_without_proposing_ahead(infra, tmp_path, name):
 def test_the_option_and_when_auto_proposes_ahead():
     from types import SimpleNamespace
 
-    from certeval.estimators._validation import InputError
-    from certeval.tasks.run import Run
+    from certeval.errors import InputError
+    from certeval.runs.run import Run
 
     with pytest.raises(InputError, match="--propose-ahead"):
         RuntimeOptions(propose_ahead="maybe")

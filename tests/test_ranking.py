@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from certeval.estimators import InputError
-from certeval.estimators.comparison import ComparisonDesign
-from certeval.estimators.ranking import rank_models, tie_groups
+from certeval.errors import InputError
+from certeval.estimators.distribution.comparison import ComparisonDesign
+from certeval.estimators.distribution.ranking import rank_models, tie_groups
 
 ACC = np.array([0.55, 0.55, 0.62, 0.62, 0.70, 0.80])  # two exact ties: (0,1) and (2,3)
 NAMES = [f"m{k}" for k in range(6)]
@@ -97,8 +97,8 @@ def test_bad_input(scores, names, match):
 def test_rank_order_agrees_with_every_directional_verdict(dataset):
     """Order and verdicts answer one estimand (mean-of-means on banks with sub-datasets): a model certified
     better than another is never ranked below it."""
-    from certeval.banks import bank_from_scores, load_scores, score_matrix
-    from certeval.estimators.ranking import rank_models
+    from certeval.estimators.distribution.ranking import rank_models
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
     frame = load_scores(f"bundled:{dataset}")
     bank = bank_from_scores(frame)

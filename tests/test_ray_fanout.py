@@ -5,15 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from certeval.backtest.ray_fanout import (
-    Cell,
-    DatasetArrays,
-    dataset_arrays,
-    rep_seed,
-    replay_one,
-    run_cells,
-    summarise,
-)
+from certeval.backtests.cells import Cell, DatasetArrays, rep_seed, replay_one
+from certeval.backtests.ray_fanout import dataset_arrays, run_cells
+from certeval.backtests.summary import summarise
 from certeval.engine import Replay
 from certeval.estimators import BankSpec, Estimate, parse_goal, register
 from certeval.estimators.single.uniform import UniformMethod
@@ -102,7 +96,7 @@ def test_ray_path_gives_the_in_process_numbers(tmp_path):
 
 
 def test_faq_cells_replay_with_fitted_and_uninformative_factors(tmp_path):
-    from certeval.backtest.ray_fanout import faq_cell
+    from certeval.backtests.cells import faq_cell
 
     fit = {"n_factors": 2, "penalty": 1.0}  # fixed K, λ: no cross-validation in a unit test
     data = dataset_arrays("helm_raft", max_eval_models=2, faq=True, faq_cache=tmp_path, faq_fit=fit)
@@ -134,7 +128,7 @@ def test_faq_cells_replay_with_fitted_and_uninformative_factors(tmp_path):
 
 def test_faq_uniform_draws_uniformly_and_estimates_the_plain_mean():
     """Item-blind factors: q = (1−τ) w + τ/N, i.e. exactly 1/N and the sample mean for the plain bank mean."""
-    from certeval.backtest.ray_fanout import faq_cell, faq_params
+    from certeval.backtests.cells import faq_cell, faq_params
     from certeval.estimators import make_method
 
     goal = parse_goal("halfwidth:0.1")
@@ -167,9 +161,9 @@ def test_faq_uniform_draws_uniformly_and_estimates_the_plain_mean():
 
 
 def test_faq_cells_check_their_inputs():
-    from certeval.backtest.ray_fanout import faq_cell, faq_planned_draws
-    from certeval.estimators._validation import InputError
-    from certeval.estimators.faq import anytime_radius
+    from certeval.backtests.cells import faq_cell, faq_planned_draws
+    from certeval.errors import InputError
+    from certeval.estimators.faq.querying import anytime_radius
 
     d = _synthetic()
     with pytest.raises(InputError, match="without FAQ inputs"):

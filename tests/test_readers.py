@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from certeval.banks import load_bank, load_scores
 from certeval.cli import main
-from certeval.estimators import InputError
-from certeval.history import load_history
+from certeval.errors import InputError
+from certeval.inputs.banks import load_bank, load_scores
+from certeval.inputs.history import load_history
 
 
 def write_samples(folder, model: str, task: str, scores, metric: str = "acc") -> str:
@@ -87,7 +87,7 @@ def test_metric_picks_the_column_and_samples_serve_as_a_bank(tmp_path):
 
 
 def test_question_falls_back_to_the_first_argument():
-    from certeval.readers import _lm_eval_question
+    from certeval.harnesses.readers import _lm_eval_question
 
     assert _lm_eval_question({"doc": {"x": 1}, "arguments": [["Context: 2+2=", " 4"]]}) == "Context: 2+2="
     assert _lm_eval_question({"doc": {}, "arguments": {"gen_args_0": {"arg_0": "Q?", "arg_1": {}}}}) == "Q?"
@@ -153,7 +153,7 @@ def test_a_multiple_choice_samples_file_is_a_bank_scored_as_lm_eval_scored_it(tm
     """lm-eval's exact context (few-shot and all) is the prompt, the continuations without its ' ' delimiter the
     choices, the gold the answer: certeval's mc-loglik asks the model the same requests (an import once dropped
     the choices and scored SmolLM2 0 of 10 by free generation against "3")."""
-    from certeval.backends import scorers as sc
+    from certeval.scoring import scorers as sc
 
     context = "Q: 1+1?\nA: 2\n\nQ: 2+3?\nA:"
     record = {"arguments": {f"gen_args_{i}": {"arg_0": context, "arg_1": f" {c}"} for i, c in enumerate("4567")},
@@ -168,7 +168,7 @@ def test_a_multiple_choice_samples_file_is_a_bank_scored_as_lm_eval_scored_it(tm
 
 
 def test_acc_norm_is_lm_evals_length_in_characters():
-    from certeval.backends import scorers as sc
+    from certeval.scoring import scorers as sc
 
     item = {"item_id": "x", "choices": ["a", "bbbb"], "answer": 1}
     # lm-eval: -1/1 < -3/4, so choice 1; per byte with the delimiter (-1/2 > -3/5) it would be choice 0
@@ -188,7 +188,7 @@ def test_requests_certeval_cannot_score_as_lm_eval_did_are_refused(tmp_path, rec
 
 
 def test_generate_until_items_need_a_scorer_named_by_the_user(tmp_path):
-    from certeval.backends import scorers as sc
+    from certeval.scoring import scorers as sc
 
     record = {"arguments": [["Q: capital of France?\nA:", {"until": ["\n"]}]], "target": "Paris"}
     bank = load_bank(_samples_file(tmp_path, [record]))

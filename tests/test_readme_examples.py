@@ -73,7 +73,7 @@ def test_plan_and_bounds_print_what_their_comments_say(command, comment, capsys)
 
 def test_the_uscapitals_example_and_its_timing_say_the_category_size():
     text = README.read_text()
-    from certeval.trivia import load_trivia_bank
+    from certeval.inputs.trivia import load_trivia_bank
 
     n = len(load_trivia_bank(categories=["uscapitals"]))
     assert n == 55 and f"`uscapitals` ({n} items" in text
@@ -128,8 +128,8 @@ def test_a_failure_of_ray_or_prefect_also_names_certeval_up(monkeypatch, capsys)
 
 
 def test_a_start_failure_keeps_its_own_hint_once(monkeypatch, capsys):
-    from certeval.backends.ray_setup import START_HINT
-    from certeval.start_retry import StartError
+    from certeval.hosting.ray_setup import START_HINT
+    from certeval.runtime.start_retry import StartError
 
     _fail_with(monkeypatch, StartError(f"Ray's local node did not start in 3 tries (last: timeout); {START_HINT}"),
                claimed=False)

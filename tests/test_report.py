@@ -10,8 +10,8 @@ import pytest
 
 from certeval.cli import main
 from certeval.estimators import BankSpec, make_method, parse_goal
-from certeval.estimators.comparison import Comparison
-from certeval.report import (
+from certeval.estimators.distribution.comparison import Comparison
+from certeval.reports.run_report import (
     load_run,
     markdown_to_html,
     model_curves,
@@ -247,7 +247,7 @@ def build_compare_run(url: str, rounds: int = 3, batch: int = 40, seed: int = 5)
 
 
 def test_compare_report_draws_the_paired_difference(tmp_path):
-    from certeval.report import paired_difference_curve
+    from certeval.reports.run_report import paired_difference_curve
 
     path = tmp_path / "cmp"
     info = build_compare_run(str(path))
@@ -273,7 +273,8 @@ def test_one_round_runs_still_plot(tmp_path):
 
 def test_verdicts_and_rank_numbers_spelled_once():
     from certeval.cli.pipeline import summary
-    from certeval.report import rank_numbers, spell_verdict
+    from certeval.reports.plots import spell_verdict
+    from certeval.reports.run_report import rank_numbers
 
     assert rank_numbers([["a"], ["b", "c"], ["d"]]) == [1, 2, 4]  # per tie group
     one = pair("m1", "m2", -0.1, -0.2, -0.05, "b>a", margin=0.02)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from matplotlib.colors import to_rgba
 
-import certeval.report as report
-import certeval.report_plots as plots
-from certeval.estimators.comparison import Comparison
-from certeval.report import load_run, write_report
+import certeval.reports.plots as plots
+import certeval.reports.run_report as report
+from certeval.estimators.distribution.comparison import Comparison
+from certeval.reports.run_report import load_run, write_report
 
 from paired_fixed_seed import run_case
 from record_support import pair
@@ -129,7 +129,7 @@ def test_an_epsilon_ranking_decided_by_its_intervals_says_so_and_its_decided_int
         figures):
     """``epsilon_method="intervals"`` (runs stored with it): a listing is certified once the interval lies above −ε
     (or below +ε); the caption says that rule and every green pair obeys it, straddling 0 or not."""
-    from certeval.estimators.comparison import VERDICTS, epsilon_verdicts
+    from certeval.estimators.distribution.comparison import VERDICTS, epsilon_verdicts
 
     eps = 0.05
     lower = np.array([-0.04, 0.02, -0.2, -0.03, -0.3])

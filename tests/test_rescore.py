@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.backends import scorers as sc
 from certeval.cli import main
+from certeval.scoring import scorers as sc
 
 from test_pipeline_support import MIDDLE, needs_small_lm, read_log, replay
 
@@ -50,8 +50,8 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 def _items(bank: str) -> dict[str, dict]:
-    from certeval.tasks.inputs import load_run_bank
-    from certeval.tasks.run_requests import _item_record
+    from certeval.runs.inputs import load_run_bank
+    from certeval.runs.run_requests import _item_record
 
     loaded = load_run_bank(bank, ("hf:bundled:smollm2",))
     return {loaded.item_ids[p]: _item_record(loaded.frame, p) for p in range(loaded.n_items)}
@@ -125,7 +125,7 @@ def test_rescore_rejudges_without_calling_the_model_into_a_new_run(lm_run, capsy
     assert list(rows["score"]) == expected
     # the interval is the method's, fed the recorded items in the recorded order with the new scores
     from certeval.estimators import method_for_goal, parse_goal
-    from certeval.tasks.inputs import load_run_bank
+    from certeval.runs.inputs import load_run_bank
 
     bank = load_run_bank(TRIVIA, ("hf:bundled:smollm2",))
     # built as the run built it: bets tuned to its goal (halfwidth:0.1)
@@ -205,7 +205,7 @@ def test_replay_runs_store_null_outputs_and_cannot_be_rescored(infra, tmp_path, 
     old_store = RunStore(str(runs), "rp")
     for p in sorted((runs / "rp" / "rounds").glob("*.parquet")):
         old_store.write_round(int(p.stem), pd.read_parquet(p).drop(columns=["output", "prompt_hash"]))
-    from certeval.report import load_run
+    from certeval.reports.run_report import load_run
 
     assert len(load_run(str(runs / "rp")).rounds) == len(rows)
     assert main(["rescore", str(runs / "rp"), "--scorer", "exact"]) == 2
@@ -243,7 +243,7 @@ def test_score_dependent_selection_replays_until_the_record_ends(lm_run, infra, 
     assert stops == {m["model"]: int(new["round"].max()) + 1}
     # the rescored interval is a fresh adaptive fed those rounds with the new scores (same seed, same draws)
     from certeval.estimators import method_for_goal, parse_goal
-    from certeval.tasks.inputs import load_run_bank
+    from certeval.runs.inputs import load_run_bank
 
     bank = load_run_bank(TWO, ("hf:bundled:smollm2",))
     method = method_for_goal("adaptive", parse_goal("halfwidth:0.05"), 64, confidence=0.95).start(bank.spec())
@@ -329,7 +329,7 @@ def test_a_scorer_named_by_a_stored_run_is_never_imported(lm_run, tmp_path, monk
     main(["rescore", str(src), "--scorer", "exact", "--output", str(tmp_path / "out")])
     capsys.readouterr()
     assert not marker.exists(), "rescore imported a module named by the stored run"
-    from certeval.history import load_history
+    from certeval.inputs.history import load_history
 
     assert load_history([str(src)]).frame["model"].nunique() == 1  # the same folder as --history: read, not run
     assert not marker.exists(), "--history imported a module named by the stored run"

@@ -1,4 +1,4 @@
-"""results.json is a typed, versioned record (certeval.results_record) whose JSON Schema is generated from its types.
+"""results.json is a typed, versioned record (certeval.record.results) whose JSON Schema is generated from its types.
 
 Every results.json the suite writes in a test process is checked as it is written: ``tests/conftest.py`` wraps
 ``RunResults.to_json`` with :func:`validate`, so a test whose run wrote a results.json the schema refuses fails
@@ -20,9 +20,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from certeval.estimators._validation import InputError
-from certeval.estimators.comparison import Comparison
-from certeval.results_record import (
+from certeval.errors import InputError
+from certeval.estimators.distribution.comparison import Comparison
+from certeval.record.results import (
     ABSENT,
     SCHEMA_FILE,
     SCHEMA_VERSION,
@@ -164,7 +164,7 @@ def test_stored_results_of_every_kind_validate(infra, tmp_path):
     tests/test_rescore.py writes them with SmolLM2, checked as they are written like every other.)"""
     from certeval.flows.pipeline import run_plan
     from certeval.requests import request_for
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     scores = small_scores(tmp_path, n_items=120)
     models = [replay(m, scores) for m in (STRONG, MIDDLE, WEAK)]

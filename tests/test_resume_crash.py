@@ -20,7 +20,7 @@ import pytest
 from test_network_loopback import connect_targets, is_loopback
 
 from certeval.requests import Certify
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
 
 from test_pipeline_support import MIDDLE, PYTHON, WEAK, cli_env, read_log, replay, small_scores
 

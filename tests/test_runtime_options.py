@@ -1,4 +1,4 @@
-"""Runtime flags (certeval.runtime_options): bad values exit 2 with one line naming the flag and echoing the value,
+"""Runtime flags (certeval.runtime.options): bad values exit 2 with one line naming the flag and echoing the value,
 before anything is written; the values reach the actors as constructor arguments; a run resumed with other values
 is the same run. No Ray, no Prefect: the end-to-end uses are in test_pipeline_e2e (--batch-timeout, --call-log),
 test_faults (--startup-log), test_resume_crash / test_rescore / test_cluster_ray (--call-log)."""
@@ -10,8 +10,8 @@ import json
 import pytest
 
 from certeval.cli import main
-from certeval.estimators._validation import InputError
-from certeval.runtime_options import RuntimeOptions, default_cache_dir, runtime_options
+from certeval.errors import InputError
+from certeval.runtime.options import RuntimeOptions, default_cache_dir, runtime_options
 
 MODEL = "replay:bundled:helm_mmlu#openai_ada"
 CERTIFY = ["certify", "--model", MODEL, "--goal", "halfwidth:0.1"]
@@ -96,7 +96,7 @@ def test_the_default_cache_folder_follows_xdg_cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the spec: only an absolute path counts
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_cache_dir() == tmp_path / "home" / ".cache" / "certeval"
-    from certeval.backends.smollm import converted_dir
+    from certeval.inputs.smollm import converted_dir
 
     assert converted_dir(tmp_path / "c") == tmp_path / "c" / "smollm2"
 
@@ -105,7 +105,7 @@ def test_a_resumed_run_may_change_its_runtime_options(tmp_path):
     """The options are not the run's identity: config.json does not keep them, and another timeout or log is no
     'different config under an existing run id' (a changed seed still is)."""
     from certeval.requests import Certify
-    from certeval.tasks.plan import claim_run, make_plan
+    from certeval.runs.plan import claim_run, make_plan
 
     def plan(seed=0, **options):
         return make_plan(Certify(models=[MODEL], goal="halfwidth:0.1", output=str(tmp_path / "runs"),
@@ -124,9 +124,9 @@ def test_a_resumed_run_may_change_its_runtime_options(tmp_path):
 
 def test_an_actor_takes_its_call_log_and_timeline_from_its_arguments(tmp_path, monkeypatch):
     """The worker body in-process (no Ray): nothing is read from the environment."""
-    from certeval import startup
-    from certeval.backends.pool import ModelWorker
-    from certeval.banks import load_scores
+    from certeval.hosting.worker import ModelWorker
+    from certeval.inputs.banks import load_scores
+    from certeval.runtime import startup
 
     monkeypatch.setattr(startup, "_state", {"path": None, "configured": False, "early": []})
     log, timeline = tmp_path / "calls.log", tmp_path / "timeline.tsv"
@@ -138,7 +138,7 @@ def test_an_actor_takes_its_call_log_and_timeline_from_its_arguments(tmp_path, m
 
 
 def test_certeval_variables_no_longer_travel_to_the_actors(monkeypatch):
-    from certeval.backends.ray_setup import _forwarded_env
+    from certeval.hosting.ray_setup import _forwarded_env
 
     monkeypatch.setenv("CERTEVAL_BATCH_TIMEOUT_S", "2")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -14,7 +14,7 @@ import pytest
 
 from certeval.cli import main
 from certeval.requests import Rank
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
 
 from test_pipeline_support import MIDDLE, WEAK, replay
 
@@ -59,7 +59,7 @@ def s3_env(s3_endpoint, monkeypatch):
 
 def test_flow_writes_to_s3_reads_back_and_resumes(infra, s3_env, tmp_path, monkeypatch):
     from certeval.flows.pipeline import run_plan
-    from certeval.tasks.run import Run
+    from certeval.runs.run import Run
 
     fs = s3_env
     common = dict(models=[replay(MIDDLE), replay(WEAK)], batch_size=20, seed=11, max_items=200)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from certeval.estimators import InputError
-from certeval.estimators.comparison import ComparisonDesign
-from certeval.estimators.ranking import rank_models
+from certeval.errors import InputError
+from certeval.estimators.distribution.comparison import ComparisonDesign
+from certeval.estimators.distribution.ranking import rank_models
 
 
 def _scores(rng, m, n, binary=True):
@@ -77,7 +77,7 @@ def test_gram_path_with_stopped_models_and_auto_switch():
 
 def test_gram_path_detects_a_wrong_statistic():
     """The equality check is sharp: a Gram path without the cross term (Σd² = q_a + q_b) disagrees."""
-    from certeval.estimators import ranking as rk
+    from certeval.estimators.distribution import ranking as rk
 
     rng = np.random.default_rng(3)
     scores = _scores(rng, 8, 300)
@@ -120,9 +120,10 @@ def test_large_ranking_is_compact():
 def test_one_worker_serves_many_replay_models_from_one_table(tmp_path):
     """Replay specs of one file form one actor group; its worker answers each model's recorded scores
     and writes each model's cache; other backends keep their own group."""
-    from certeval.backends.pool import ModelWorker, group_models
-    from certeval.backends.replay import ReplayTable
-    from certeval.banks import load_scores
+    from certeval.hosting.pool_groups import group_models
+    from certeval.hosting.replay import ReplayTable
+    from certeval.hosting.worker import ModelWorker
+    from certeval.inputs.banks import load_scores
     from certeval.storage import ScoreCache, filesystem
 
     frame = load_scores("bundled:helm_mmlu")

@@ -38,8 +38,8 @@ def _bank_and_checkpoints(tmp_path):
     1.0; the other's mean (below 1.0) is returned with them."""
     from transformers import AutoTokenizer
 
-    from certeval.backends.base import make_host
-    from certeval.backends.smollm import ensure_converted
+    from certeval.hosting.base import make_host
+    from certeval.inputs.smollm import ensure_converted
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_converted()))
     first, other = _checkpoint(tmp_path / "step-100", tokenizer, 100), _checkpoint(tmp_path / "step-200", tokenizer, 7)
@@ -69,7 +69,7 @@ def test_weights_copied_over_a_certified_folder_are_scored_anew_and_the_run_says
     needs_small_lm()
     from certeval.flows.pipeline import run_plan
     from certeval.requests import Certify
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     bank, first, other, other_mean = _bank_and_checkpoints(tmp_path)
     latest = tmp_path / "latest"
@@ -113,9 +113,9 @@ def test_scheduled_certification_certifies_a_checkpoint_anew_when_its_files_chan
     stderr saying why), where the old rule (skip a checkpoint whose ``ckpt-<name>`` run has results) would have
     reported the earlier weights' 1.0; the weights copied back reuse the first run, scoring nothing."""
     needs_small_lm()
-    from certeval.backends.base import parse_model_spec
     from certeval.flows.checkpoints import certify_checkpoints_flow
-    from certeval.model_fingerprint import fingerprint_models
+    from certeval.inputs.model_fingerprint import fingerprint_models
+    from certeval.inputs.model_spec import parse_model_spec
     from certeval.storage import RunStore
 
     bank, first, other, other_mean = _bank_and_checkpoints(tmp_path)

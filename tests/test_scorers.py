@@ -8,8 +8,8 @@ import types
 import numpy as np
 import pytest
 
-from certeval.backends import scorers as sc
-from certeval.estimators._validation import InputError
+from certeval.errors import InputError
+from certeval.scoring import scorers as sc
 
 
 def test_normalize_answer_is_squad_normalisation():

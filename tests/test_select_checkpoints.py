@@ -39,8 +39,8 @@ def _checkpoints(root, tokenizer_dir) -> list:
 
 def test_select_checkpoints_on_two_cpus_picks_the_known_best(tmp_path, state_dir, infra):
     needs_small_lm()
-    from certeval.backends.base import make_host
-    from certeval.backends.smollm import ensure_converted
+    from certeval.hosting.base import make_host
+    from certeval.inputs.smollm import ensure_converted
     paths = _checkpoints(tmp_path / "train", ensure_converted())
     words = ["red", "blue", "green", "seven", "Paris", "water", "stone", "river", "apple", "north", "music", "glass"]
     items = [{"item_id": f"q{i}", "question": f"Question {i}: which word comes next after {words[i % 12]}?",

@@ -1,4 +1,4 @@
-"""select --history (estimators/paired_history.py HistorySelection): family-wise coverage with peeking at every
+"""select --history (estimators/history/paired.py HistorySelection): family-wise coverage with peeking at every
 look — every running model's history CS holds its exact bank mean, every listing the rule's ε-tests certified
 holds, no best model is dropped, the selection is an ε-top-1 — and a broken control the same check catches (the
 rule's tests uncorrected, their opponents picked after seeing the draw). The guarantee names both families."""
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from test_best_arm_tests import _PeekingOpponent
 
-from certeval.estimators import paired_history
-from certeval.estimators.best_arm_tests import LeaderListings
-from certeval.estimators.history import fit_history_prior
-from certeval.estimators.paired_history import HistorySelection
+from certeval.estimators.bank.best_arm_tests import LeaderListings
+from certeval.estimators.bank.wor_streams import weighted_order
+from certeval.estimators.history import paired as paired_history
+from certeval.estimators.history.paired import HistorySelection
+from certeval.estimators.history.prior import fit_history_prior
 from certeval.estimators.protocol import BankSpec
-from certeval.estimators.wor_streams import weighted_order
 
 
 def _factor_bank(rng, models: int, items: int, factors: int = 3) -> np.ndarray:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from certeval.estimators import InputError
-from certeval.estimators.selection import select_models
+from certeval.errors import InputError
+from certeval.estimators.distribution.selection import select_models
 
 
 def _scores(acc, n, rng):

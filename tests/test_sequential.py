@@ -7,19 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from certeval.estimators import BankSpec, Estimate, InputError
-from certeval.estimators.sequential import (
+from certeval.errors import InputError
+from certeval.estimators import BankSpec, Estimate
+from certeval.estimators.distribution.sequential import GroupSequentialMean, mean_of_means
+from certeval.estimators.goals import (
     Budget,
     DiminishingReturns,
     Futility,
-    GroupSequentialMean,
     Look,
     Precision,
     SequentialTest,
     StoppingRule,
     Threshold,
     first_decision,
-    mean_of_means,
 )
 
 

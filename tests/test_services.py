@@ -75,7 +75,7 @@ def test_runs_reuse_the_services_of_certeval_up_until_certeval_down(tmp_path):
 
 def test_down_never_signals_a_process_the_record_did_not_start(tmp_path):
     """A stale record whose process id now belongs to another program: down removes the record and leaves it."""
-    from certeval.services import proc_identity
+    from certeval.services.up_down import proc_identity
 
     work = tmp_path / "project"
     (work / ".certeval").mkdir(parents=True)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import hypergeom
 
-from certeval.estimators import BankSpec, InputError, make_method, method_from_state
+from certeval.errors import InputError
+from certeval.estimators import BankSpec, make_method, method_from_state
 from certeval.estimators.single.bounds import BettingCS, cereval_radius, seq_radius
 
 METHODS = ["static", "seq", "cer-eval", "uniform", "adaptive"]

@@ -12,10 +12,11 @@ import pytest
 from scipy.stats import binom
 
 from certeval.cli import main
-from certeval.estimators import BankSpec, InputError, make_method, method_from_state
+from certeval.errors import InputError
+from certeval.estimators import BankSpec, make_method, method_from_state
+from certeval.estimators.bank.wor_streams import weighted_order
 from certeval.estimators.single.adaptive import AdaptiveMethod, ControlVariateCS
 from certeval.estimators.single.strata import feature_strata
-from certeval.estimators.wor_streams import weighted_order
 
 DELTA = 0.1
 # 30 reps, as the miscalibrated controls below: the check fails at 10+ misses (binom.ppf(0.999, 30, 0.1) = 9), so

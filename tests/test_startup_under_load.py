@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from certeval.start_retry import Retries, StartError, start_with_retries
+from certeval.runtime.start_retry import Retries, StartError, start_with_retries
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY = "replay:bundled:helm_mmlu#openai_ada"
@@ -77,7 +77,7 @@ def test_an_error_outside_retry_on_is_cleaned_up_and_raised_at_once():
 # -- Ray: a failed node start leaves nothing behind; actors at niceness 0 -----------------------------------------
 
 def _ray_descendants() -> list[psutil.Process]:
-    from certeval.backends.ray_setup import _is_ray_process
+    from certeval.hosting.ray_setup import _is_ray_process
 
     return [p for p in psutil.Process().children(recursive=True) if _is_ray_process(p)]
 
@@ -100,7 +100,7 @@ def test_a_failed_local_node_start_is_ended_before_the_next_try_and_every_try_fa
     try's processes are gone before the next, and none is left after the last."""
     import ray._private.services as ray_services
 
-    from certeval.backends import ray_setup
+    from certeval.hosting import ray_setup
 
     seen: list[set[int]] = []
 
@@ -125,7 +125,7 @@ def test_a_failed_local_node_start_is_ended_before_the_next_try_and_every_try_fa
 def test_model_actors_run_at_niceness_0(no_ray_here, tmp_path):
     import ray
 
-    from certeval.backends.ray_setup import init_ray
+    from certeval.hosting.ray_setup import init_ray
 
     init_ray(None, num_cpus=1, state_dir=tmp_path, prestart_workers=False)
 
@@ -247,7 +247,7 @@ class _FlakyServer:
 
 
 def test_prefect_embedded_server_not_answering_is_stopped_and_started_again_on_its_port(monkeypatch):
-    from certeval import fast_start
+    from certeval.services import fast_start
 
     monkeypatch.setattr(fast_start, "PREFECT_START_WAITS_S", (0.0,))
     warm = fast_start.Prestart()
@@ -257,7 +257,7 @@ def test_prefect_embedded_server_not_answering_is_stopped_and_started_again_on_i
 
 
 def test_prefect_embedded_server_failing_twice_is_one_line_naming_what_to_try(monkeypatch):
-    from certeval import fast_start
+    from certeval.services import fast_start
 
     monkeypatch.setattr(fast_start, "PREFECT_START_WAITS_S", (0.0,))
     warm = fast_start.Prestart()

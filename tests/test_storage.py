@@ -8,7 +8,7 @@ import os
 import pandas as pd
 import pytest
 
-from certeval.estimators._validation import InputError
+from certeval.errors import InputError
 from certeval.storage import RunStore, ScoreCache, cache_key, filesystem, item_key, safe_name
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.estimators import BankSpec, InputError, make_method, method_from_state
+from certeval.errors import InputError
+from certeval.estimators import BankSpec, make_method, method_from_state
 from certeval.storage import (
     MAX_PARTS,
     REF_KEY,
@@ -241,7 +242,7 @@ def test_old_per_cache_parts_are_compacted_too(tmp_path):
 
 
 def _bank(tmp_path, n=150, dim=32):
-    from certeval.banks import load_scores
+    from certeval.inputs.banks import load_scores
 
     frame = load_scores("bundled:helm_mmlu")
     items = frame[frame["model"] == "openai_davinci"][["item_id", "subset"]].drop_duplicates("item_id")[:n]
@@ -254,7 +255,7 @@ def _bank(tmp_path, n=150, dim=32):
 
 def _plan(tmp_path, bank, run_id, **kw):
     from certeval.requests import Certify
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     kw = {"goal": "halfwidth:0.0001", "method": "cer-eval", "batch_size": 5, "seed": 4, **kw}
     plan, _ = make_plan(Certify(models=["replay:bundled:helm_mmlu#openai_davinci"], bank=bank,
@@ -287,7 +288,7 @@ def test_a_run_of_many_rounds_leaves_few_cache_parts_and_a_rerun_scores_nothing(
 
 def test_a_resumed_run_continues_from_states_by_reference_and_refuses_a_lost_features_file(tmp_path):
     from benchmarks.state_size import drive
-    from certeval.tasks.run import Run
+    from certeval.runs.run import Run
 
     bank = _bank(tmp_path)
     plan = _plan(tmp_path, bank, "r", goal="halfwidth:0.2", batch_size=10)

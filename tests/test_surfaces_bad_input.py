@@ -51,7 +51,7 @@ DOCS = "".join(json.dumps({"question": f"q{i}", "choices": ["a", "b"], "label": 
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory) -> dict[str, str]:
     pytest.importorskip("lm_eval")
-    from certeval.banks import load_scores
+    from certeval.inputs.banks import load_scores
 
     d = tmp_path_factory.mktemp("surfaces")
     tasks = d / "tasks"
@@ -402,8 +402,8 @@ INSPECT_CASES = [
 def test_the_inspect_manager_refuses_bad_parameters_when_built(case_id, kwargs, param, echo, tmp_path,
                                                                monkeypatch):
     """Refused when the manager is made (before any Inspect eval starts), in one line naming the parameter."""
-    from certeval.estimators import InputError
-    from certeval.inspect_early_stopping import CertevalStopping
+    from certeval.errors import InputError
+    from certeval.harnesses.inspect_early_stopping import CertevalStopping
 
     monkeypatch.chdir(tmp_path)
     procs = children()
@@ -426,8 +426,8 @@ def test_the_table_covers_every_new_surface():
 def test_num_fewshot_sets_every_tasks_count_and_is_part_of_the_bank(fx, tmp_path, monkeypatch):
     """The accepted side of --num_fewshot: the bank's prompts hold that many examples, and the bank's name records
     the count (a resumed run with another count is another bank)."""
-    from certeval.banks import load_bank
-    from certeval.lm_eval_tasks import tasks_bank
+    from certeval.harnesses.lm_eval_tasks import tasks_bank
+    from certeval.inputs.banks import load_bank
 
     monkeypatch.chdir(tmp_path)
     yaml = str(Path(fx["good_tasks"]) / "tiny_mc.yaml")

@@ -38,8 +38,8 @@ class CountingOutputs:
     """The model: answers every item right ('a'), counting what it was asked."""
 
     def __init__(self) -> None:
-        from certeval.backends import scorers as sc
-        from certeval.rescore import RecordedOutputs
+        from certeval.reports.rescore import RecordedOutputs
+        from certeval.scoring import scorers as sc
 
         self.asked: list[str] = []
         self.inner = RecordedOutputs({}, sc.get_scorer("exact"))
@@ -55,7 +55,7 @@ class CountingOutputs:
 
 def _plan(root: Path, bank: str, model_dir: Path):
     from certeval.requests import Certify
-    from certeval.tasks.plan import make_plan
+    from certeval.runs.plan import make_plan
 
     return make_plan(Certify(models=[f"hf:{model_dir}"], bank=bank, goal="halfwidth:0.01",
                                  method="uniform", batch_size=4, scorer="exact", output=str(root), run_id="r"))
@@ -111,8 +111,8 @@ def cache_fx(tmp_path_factory):
 @pytest.mark.parametrize("case_id,damage", DAMAGE, ids=[c[0] for c in DAMAGE])
 def test_a_corrupted_cache_part_is_scored_again_never_read(case_id, damage, cache_fx, tmp_path):
     from certeval.engine import play
-    from certeval.tasks.round_steps import RunSteps
-    from certeval.tasks.run import Run
+    from certeval.runs.round_steps import RunSteps
+    from certeval.runs.run import Run
 
     _, bank, model = cache_fx
     plan, prepared = _plan(tmp_path, bank, model)
@@ -283,7 +283,7 @@ def test_sigterm_while_checkpoint_actors_start_ends_in_a_minute_and_resumes(phas
     from test_pipeline_support import needs_small_lm
 
     needs_small_lm()
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
@@ -349,7 +349,7 @@ def test_a_tasks_run_killed_and_resumed_asks_for_no_item_twice(tmp_path):
     from test_pipeline_support import needs_small_lm, read_log
 
     needs_small_lm()
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()

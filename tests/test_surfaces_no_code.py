@@ -51,13 +51,13 @@ def _bank(path: Path, scoring: str) -> str:
 def _stored_run(root: Path, run_id: str, bank: str, model_dir: Path) -> Path:
     """A finished certify run with recorded outputs, made in this process (no Ray): the run loop with the rescore's
     recorded-output pool standing in for the model."""
-    from certeval.backends import scorers as sc
     from certeval.engine import play
+    from certeval.reports.rescore import RecordedOutputs
     from certeval.requests import Certify
-    from certeval.rescore import RecordedOutputs
-    from certeval.tasks.plan import make_plan
-    from certeval.tasks.round_steps import RunSteps
-    from certeval.tasks.run import Run
+    from certeval.runs.plan import make_plan
+    from certeval.runs.round_steps import RunSteps
+    from certeval.runs.run import Run
+    from certeval.scoring import scorers as sc
 
     plan, prepared = make_plan(Certify(models=[f"hf:{model_dir}"], bank=bank, goal="halfwidth:0.1",
                                            method="uniform", batch_size=4, max_items=8, scorer="exact",

@@ -127,7 +127,7 @@ def test_a_refusal_never_carries_the_key(case_id, answers, build, env, word, end
 
 
 def _host(url: str, **mode):
-    from certeval.backends.base import make_host
+    from certeval.hosting.base import make_host
 
     Endpoint.mode = dict(mode)
     return make_host(_spec(url, extra="&retries=1"))
@@ -139,7 +139,7 @@ HOST_CASES = [("completions-401-echo", {"completions": 401}), ("completions-500-
 
 @pytest.mark.parametrize("case_id,mode", HOST_CASES, ids=[c[0] for c in HOST_CASES])
 def test_an_endpoint_error_echoing_the_key_never_leaves_the_host_with_it(case_id, mode, endpoint, monkeypatch):
-    from certeval.backends.openai_host import EndpointError
+    from certeval.hosting.openai_host import EndpointError
 
     monkeypatch.setenv(VAR, KEY)
     host = _host(endpoint, **mode)

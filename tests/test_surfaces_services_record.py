@@ -27,7 +27,7 @@ import psutil
 import pytest
 from surface_table_support import children, listing, no_new_children, run_cli
 
-from certeval.services import FILE, FOLDER, proc_identity
+from certeval.services.up_down import FILE, FOLDER, proc_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 LEADER = "import subprocess, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"
@@ -341,7 +341,7 @@ def test_a_run_takes_only_derived_settings_from_the_record(fake, monkeypatch, tm
     from argparse import Namespace
 
     from certeval.cli.pipeline import use_services
-    from certeval.services import read_services
+    from certeval.services.up_down import read_services
 
     server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
     listener = socket.socket()

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from certeval.backends.base import parse_model_spec
-from certeval.backends.replay import ReplayHost
 from certeval.cli import main
-from certeval.estimators._validation import InputError
+from certeval.errors import InputError
+from certeval.hosting.replay import ReplayHost
+from certeval.inputs.model_spec import parse_model_spec
+from certeval.inputs.synthetic import SyntheticScores, synthetic_scores
 from certeval.requests import Select
-from certeval.synthetic import SyntheticScores, synthetic_scores
-from certeval.tasks.plan import make_plan
+from certeval.runs.plan import make_plan
 
 
 @pytest.mark.parametrize("location", ["synthetic:10x", "synthetic:0x10", "synthetic:10x0", "synthetic:ax10",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from certeval.estimators._validation import InputError
+from certeval.errors import InputError
 
 from test_pipeline_support import MIDDLE, STRONG, WEAK, bank_diff, needs_small_lm, replay, small_scores
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from certeval.backends.scorers import resolve_scorer
-from certeval.banks import bank_from_frame
-from certeval.estimators._validation import InputError
+from certeval.errors import InputError
+from certeval.inputs.banks import bank_from_frame
+from certeval.scoring.scorers import resolve_scorer
 
-trivia = pytest.importorskip("certeval.trivia")
+trivia = pytest.importorskip("certeval.inputs.trivia")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,7 +76,7 @@ def test_spec_string():
 
 
 def test_multiple_choice_version():
-    from certeval.backends.scorers import normalize_answer
+    from certeval.scoring.scorers import normalize_answer
 
     frame = trivia.load_trivia_bank(categories=["uscapitals", "general"], limit=200, seed=0)
     mc = trivia.with_choices(frame, n_choices=4, seed=0)
@@ -95,7 +95,7 @@ def test_multiple_choice_version():
 def test_a_run_bank_takes_every_option_the_spec_reader_takes():
     """``--bank bundled:trivia?mc=4`` (docs/backends.md) is the spec reader's multiple-choice bank in a run too;
     the run used to refuse ``mc`` with its own, shorter list of options."""
-    from certeval.tasks.inputs import load_run_bank
+    from certeval.runs.inputs import load_run_bank
 
     spec = "bundled:trivia?categories=uscapitals&mc=4&seed=1"
     bank = load_run_bank(spec, ("hf:bundled:smollm2",))

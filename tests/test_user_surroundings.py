@@ -367,7 +367,7 @@ def test_a_stored_record_is_read_through_its_type(case_id, build, flag, echo, fx
 
 def test_the_config_fields_a_reader_knows_are_the_ones_a_plan_writes():
     """read_run_config's list is RunPlan.config()'s keys: a field added to the plan without it would be refused."""
-    from certeval.tasks.plan import CONFIG_EXTRAS, RunPlan, read_run_config
+    from certeval.runs.plan import CONFIG_EXTRAS, RunPlan, read_run_config
 
     config = RunPlan(kind="certify", models=("replay:s.parquet#m",), labels=("m",), bank=None).config()
     assert set(CONFIG_EXTRAS) <= set(config)
@@ -424,7 +424,7 @@ def test_a_ray_state_folder_a_neighbour_planted_stops_a_run_before_it_starts(cas
 
 
 def _pin(ray_home: Path, monkeypatch) -> str:
-    from certeval.backends.ray_setup import _pin_auth_token
+    from certeval.hosting.ray_setup import _pin_auth_token
 
     for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"):
         monkeypatch.delenv(name, raising=False)
@@ -472,7 +472,7 @@ def test_a_token_others_could_read_or_plant_is_never_reused(case_id, plant, tmp_
 
 
 def test_the_state_folder_is_made_private_and_a_loose_one_of_ours_tightened(own_tmp, tmp_path, monkeypatch):
-    from certeval.envsetup import private_folder, ray_bootstrap_home, ray_state_folder
+    from certeval.runtime.envsetup import private_folder, ray_bootstrap_home, ray_state_folder
 
     assert ray_state_folder() == _state(own_tmp)
     home = ray_bootstrap_home(ray_state_folder())
@@ -514,9 +514,9 @@ def test_up_holds_its_lock_for_the_whole_start(tmp_path, monkeypatch, capsys):
     waits inside the lock, so a mock, and says so."""
     import threading
 
-    from certeval import services
     from certeval.cli import services as cli_services
-    from certeval.estimators._validation import InputError
+    from certeval.errors import InputError
+    from certeval.services import up_down as services
 
     monkeypatch.chdir(tmp_path)
     started, inside = [], threading.Event()
@@ -558,8 +558,8 @@ def _quiet(run_up, cpus: int) -> None:
 def test_a_checkpoint_folder_of_any_name_passes_every_check_before_start(name, fx, tmp_path, monkeypatch, capsys):
     """``select --checkpoints`` on the folder and ``certify --model hf:<escaped>``: the folder's checks pass and the
     command stops only at the missing bank, the next check (so nothing starts); the spec names the folder itself."""
-    from certeval.backends.base import parse_model_spec, quote_location
     from certeval.cli.surfaces import checkpoint_specs
+    from certeval.inputs.model_spec import parse_model_spec, quote_location
 
     folder = os.path.join(fx["ckpts"], name)
     spec = parse_model_spec(checkpoint_specs([glob.escape(folder)])[0])
@@ -572,7 +572,7 @@ def test_a_checkpoint_folder_of_any_name_passes_every_check_before_start(name, f
 
 
 def test_a_spec_s_location_escapes_round_trip_and_openai_urls_are_left_alone():
-    from certeval.backends.base import parse_model_spec, quote_location
+    from certeval.inputs.model_spec import parse_model_spec, quote_location
 
     for name in [*NAMES, "%25", "%3f", "plain/path"]:
         spec = parse_model_spec(f"hf:/ckpts/{quote_location(name)}#label?device=cpu")

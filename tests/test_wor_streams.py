@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from certeval.estimators import InputError
-from certeval.estimators.comparison import wor_confidence_sequence
-from certeval.estimators.wor_streams import (
+from certeval.errors import InputError
+from certeval.estimators.bank.wor_streams import (
     BettingStreams,
     WorStreams,
     absorb_rows,
@@ -24,6 +23,7 @@ from certeval.estimators.wor_streams import (
     streams_from_state,
     weighted_order,
 )
+from certeval.estimators.distribution.comparison import wor_confidence_sequence
 
 DELTA = 0.1
 

@@ -150,7 +150,7 @@ def copy_model_files(target: Path) -> None:
     """SmolLM2's config and tokenizer (no weights: 540 MB cannot travel): the GPU benchmark builds a model of that
     vocabulary with random weights (``benchmarks/gpu_pipeline.py --shape``)."""
     sys.path.insert(0, str(ROOT))
-    from certeval.backends.smollm import ensure_converted
+    from certeval.inputs.smollm import ensure_converted
 
     source = ensure_converted()
     target.mkdir(parents=True)

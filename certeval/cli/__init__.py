@@ -19,9 +19,10 @@ import signal
 import sys
 import threading
 
-from ..estimators._validation import InputError
+from certeval.errors import InputError
+from certeval.runtime.redact import redact
+
 from ..messages import one_line
-from ..redact import redact
 from .ranges import bound_whole_numbers
 
 EXIT_OK, EXIT_NOT_REACHED, EXIT_BAD_INPUT, EXIT_RUNTIME = 0, 1, 2, 3

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import traceback
 
-from ..redact import redact
+from certeval.runtime.redact import redact
 
 _RUN_FOLDER: dict[str, object] = {}
 

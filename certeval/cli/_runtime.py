@@ -1,4 +1,4 @@
-"""The runtime flags shared by the commands that start models, Ray or Prefect (certeval.runtime_options).
+"""The runtime flags shared by the commands that start models, Ray or Prefect (certeval.runtime.options).
 
 They change how a command runs, never what it computes: a run resumed with other values is the same run.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..runtime_options import (
+from certeval.runtime.options import (
     DEFAULT_ACTOR_START_TIMEOUT_S,
     DEFAULT_BATCH_TIMEOUT_S,
     FLAGS,

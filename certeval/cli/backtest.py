@@ -3,12 +3,12 @@
 ``certeval backtest COMMAND --scores S [COMMAND's own flags] --reps R`` (COMMAND: certify, compare, rank, select)
 plays the live command on recorded scores: its flags are the live command's, generated from its request
 (:mod:`certeval.requests`), its request the one the live command builds, and each rep is checked against the exact
-answer (:func:`certeval.backtest.commands.request_backtest`, what :func:`certeval.api.backtest` plays).
+answer (:func:`certeval.backtests.commands.request_backtest`, what :func:`certeval.api.backtest` plays).
 
 Single-model goals (``halfwidth:E``, ``above:T``, ``below:T``) run here
-(:func:`certeval.backtest.single.run_single_backtest`); ``compare:``/``rank:``/
-``select:`` goals are :func:`certeval.backtest.comparative.comparative_backtest` and ``--method faq``
-is :func:`certeval.backtest.faq.faq_backtest`. The library takes typed options and returns the result; this
+(:func:`certeval.backtests.single.run_single_backtest`); ``compare:``/``rank:``/
+``select:`` goals are :func:`certeval.backtests.comparative.comparative_backtest` and ``--method faq``
+is :func:`certeval.backtests.faq.faq_backtest`. The library takes typed options and returns the result; this
 module turns the parsed arguments into those options and prints the result (a table, or ``--json``).
 """
 
@@ -17,9 +17,11 @@ from __future__ import annotations
 import importlib
 import sys
 
-from ..estimators._validation import InputError, check_confidence, check_positive_int
+from certeval.errors import InputError
+from certeval.estimators.validation import check_confidence, check_positive_int
+from certeval.runs.progress import BacktestProgress, progress_mode
+
 from ..estimators.goals import parse_goal
-from ..progress import BacktestProgress, progress_mode
 from ..requests import REQUESTS
 from ._common import add_common, print_json
 from ._runtime import add_runtime_options, runtime_options
@@ -102,7 +104,8 @@ def _add_commands(p) -> None:
 
 def run_command(args) -> int:
     """``certeval backtest COMMAND``: the live command's request from its flags, played and printed."""
-    from ..backtest.commands import request_backtest
+    from certeval.backtests.commands import request_backtest
+
     from .request_flags import request_from_args
 
     if "auto" in (args.history or []):
@@ -125,9 +128,9 @@ def run_command(args) -> int:
 
 def _delegate(module: str, function: str, args) -> int:
     try:
-        importlib.import_module(f"certeval.backtest.{module}")
+        importlib.import_module(f"certeval.backtests.{module}")
     except ModuleNotFoundError as exc:
-        if exc.name == f"certeval.backtest.{module}":
+        if exc.name == f"certeval.backtests.{module}":
             raise InputError(f"backtest mode {module!r} is not available in this installation") from None
         raise
     return int(globals()[function](args) or 0)
@@ -135,7 +138,7 @@ def _delegate(module: str, function: str, args) -> int:
 
 def run_comparative_backtest(args) -> int:
     """``--goal compare:D | rank:D | select:T,E``: the options from the parsed arguments, the result printed."""
-    from ..backtest.comparative import ComparativeOptions, comparative_backtest
+    from certeval.backtests.comparative import ComparativeOptions, comparative_backtest
 
     opts = _given(ComparativeOptions, args, models=tuple(args.model) if args.model else None, scores=str(args.scores),
                   items=args.items or None)
@@ -161,7 +164,7 @@ def _given(options: type, args, **values):
 
 def run_faq_backtest(args) -> int:
     """``--method faq``: the options from the parsed arguments, the result printed."""
-    from ..backtest.faq import FaqBacktestOptions, faq_backtest
+    from certeval.backtests.faq import FaqBacktestOptions, faq_backtest
 
     opts = _given(FaqBacktestOptions, args, models=tuple(str(m) for m in args.model) if args.model else None,
                   scores=str(args.scores), items=args.items or None)
@@ -212,8 +215,9 @@ def run(args) -> int:
 
 
 def run_single(args) -> int:
-    from ..backtest.single import run_single_backtest
-    from ..banks import bank_from_scores, load_items, load_scores
+    from certeval.backtests.single import run_single_backtest
+    from certeval.inputs.banks import bank_from_scores, load_items, load_scores
+
     from ..estimators import method_names
 
     # validate everything cheap before reading data
@@ -229,7 +233,7 @@ def run_single(args) -> int:
     scores = load_scores(args.scores, args.metric)
     history = None
     if args.history:
-        from ..history import load_history
+        from certeval.inputs.history import load_history
 
         history = load_history(args.history, metric=args.metric)
     items = None if args.items is None else load_items(args.items)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ..estimators._validation import InputError, check_positive_int
-from ..estimators.boundaries import SPENDING_NAMES, group_sequential_boundary
+from certeval.errors import InputError
+from certeval.estimators.distribution.boundaries import SPENDING_NAMES, group_sequential_boundary
+from certeval.estimators.validation import check_positive_int
+
 from ._common import print_json
 
 

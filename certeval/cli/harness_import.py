@@ -3,11 +3,12 @@ as certeval's recorded scores (``model, item_id, score, subset``) and item bank 
 answer``), for ``--model replay:…``, ``backtest --scores`` and ``--history``.
 
 An lm-eval PATH may be lm-eval's ``--output_path`` folder: its runs are named after their results files' config
-(see ``certeval.lm_eval_runs``); ``--name`` names the one run given."""
+(see ``certeval.harnesses.lm_eval_runs``); ``--name`` names the one run given."""
 
 from __future__ import annotations
 
-from ..estimators._validation import InputError
+from certeval.errors import InputError
+
 from ._common import print_json
 
 HARNESSES = ("lm-eval", "inspect")
@@ -144,8 +145,8 @@ def write_all(files: list[tuple[str, bytes]]) -> None:
 
 def _lm_eval(args) -> tuple[list[str], list, list[dict]]:
     """(files read, score frames, where each model name came from) of lm-eval folders and samples files."""
-    from ..lm_eval_runs import collect_runs
-    from ..readers import read_lm_eval_samples
+    from certeval.harnesses.lm_eval_runs import collect_runs
+    from certeval.harnesses.readers import read_lm_eval_samples
 
     runs = collect_runs(args.paths, args.name)
     samples = [p for r in runs for p in r.samples]
@@ -156,7 +157,7 @@ def _lm_eval(args) -> tuple[list[str], list, list[dict]]:
 
 
 def _inspect(args) -> tuple[list[str], list, list[dict]]:
-    from ..readers import is_inspect_log, read_inspect_log
+    from certeval.harnesses.readers import is_inspect_log, read_inspect_log
 
     paths = [str(p) for p in args.paths]
     check_outputs(paths, _outputs(args))
@@ -190,8 +191,8 @@ def _print_summary(summary: dict) -> None:
 def run(args) -> int:
     import pandas as pd
 
-    from ..banks import validate_scores
-    from ..readers import read_harness_items
+    from certeval.harnesses.readers import read_harness_items
+    from certeval.inputs.banks import validate_scores
 
     files, frames, sources = (_lm_eval if args.harness == "lm-eval" else _inspect)(args)
     scores = validate_scores(pd.concat(frames, ignore_index=True), f"{args.harness} results")

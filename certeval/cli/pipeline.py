@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..envsetup import prepare_env, user_prefect_configured
-from ..watchdog import start_watchdog
+from certeval.runtime.envsetup import prepare_env, user_prefect_configured
+from certeval.runtime.watchdog import start_watchdog
+
 from ._common import add_output_flags, print_json
 from ._runtime import ALL, add_runtime_options, runtime_options
 from .request_flags import add_request_flags, request_from_args
@@ -109,8 +110,8 @@ def _limit(text: str) -> int | float:
 
 def use_services(args) -> None:
     """A run with no Ray address and no Prefect settings of its own reuses what ``certeval up`` started from this
-    working folder, when both still answer (:func:`certeval.services.shared_ray_address`)."""
-    from ..services import shared_ray_address
+    working folder, when both still answer (:func:`certeval.services.up_down.shared_ray_address`)."""
+    from certeval.services.up_down import shared_ray_address
 
     args.ray_address = shared_ray_address(args.ray_address)
 
@@ -119,7 +120,7 @@ def history_sources(args, models: list[str]) -> tuple[list[str] | None, str | No
     """``--history`` as given, with ``auto`` (select only) replaced by the earlier select runs it names, and the line
     that announces them (printed once the plan has read them: a refused one is the command's only line). Without
     ``--history`` there is no history: the same command twice gives the same answer."""
-    from ..estimators._validation import InputError
+    from certeval.errors import InputError
 
     sources = list(args.history or [])
     if AUTO_HISTORY not in sources:
@@ -163,10 +164,10 @@ def earlier_select_runs(args, models: list[str]) -> list[str]:
 def plan_from_args(args, options=None) -> tuple[Any, Any]:
     from dataclasses import replace
 
-    from ..estimators._validation import InputError
-    from ..lm_eval_requests import fraction_budget, request_options
-    from ..lm_eval_tasks import is_lm_eval_task, tasks_bank
-    from ..tasks.plan import make_plan
+    from certeval.errors import InputError
+    from certeval.harnesses.lm_eval_requests import fraction_budget, request_options
+    from certeval.harnesses.lm_eval_tasks import is_lm_eval_task, tasks_bank
+    from certeval.runs.plan import make_plan
 
     check_surfaces(args)  # --limit, --num_fewshot / --include_path without --tasks
     models = list(args.models or []) + checkpoint_specs(getattr(args, "checkpoints", None))
@@ -210,7 +211,7 @@ def run(args) -> int:
     if args.bank in LIST_WORDS:  # --tasks list: lm-eval's table of the tasks it knows; nothing started
         print(list_tasks(args.bank, getattr(args, "include_path", None)))
         return 0
-    from ..startup import configure, mark
+    from certeval.runtime.startup import configure, mark
 
     options = runtime_options(args)  # a bad flag stops here: exit 2, nothing written
     if getattr(args, "dry_run", False):
@@ -222,8 +223,9 @@ def run(args) -> int:
     prepare_env()
     plan, prepared = plan_from_args(args, options)  # every InputError happens here, before Ray/Prefect
     mark("plan_ready")
+    from certeval.runs.progress import progress_mode
+
     from ..api import run_plan_live
-    from ..progress import progress_mode
     from ._failure import set_run_folder
 
     results = run_plan_live(plan, prepared, user_prefect=user_prefect, progress=progress_mode(args.json, args.quiet),
@@ -236,11 +238,11 @@ def run(args) -> int:
 
 
 def typed(results: dict[str, Any]) -> Any:
-    """The run's results as the typed record (:class:`certeval.results_record.RunResults`), less what the CLI adds
+    """The run's results as the typed record (:class:`certeval.record.results.RunResults`), less what the CLI adds
     to its ``--json`` output (``report``, ``samples_files``)."""
     from dataclasses import fields
 
-    from ..results_record import RunResults
+    from certeval.record.results import RunResults
 
     return RunResults.from_json({f.name: results[f.name] for f in fields(RunResults) if f.name in results})
 
@@ -248,7 +250,8 @@ def typed(results: dict[str, Any]) -> Any:
 def summary(results: dict[str, Any]) -> str:
     """A short human summary of a run's results (results.json, plus the CLI's ``report`` path), read through the
     typed record."""
-    from ..report import model_verdicts, spell_verdict
+    from certeval.reports.answer import model_verdicts
+    from certeval.reports.plots import spell_verdict
 
     record = typed(results)
     target = f", {record.target} target"
@@ -276,12 +279,12 @@ def summary(results: dict[str, Any]) -> str:
 
 
 def run_demo(args) -> int:
-    from ..estimators._validation import InputError
+    from certeval.errors import InputError
 
     if isinstance(args.lm_items, bool) or args.lm_items < 1:
         raise InputError(f"--lm-items must be a positive integer, got {args.lm_items!r}")
     options = runtime_options(args)
-    from ..startup import configure
+    from certeval.runtime.startup import configure
 
     configure(options.startup_log)
     prepare_env()
@@ -290,7 +293,8 @@ def run_demo(args) -> int:
     prepared = demo_plans(output=args.output, lm_items=args.lm_items, skip_lm=args.skip_lm,
                           ray_address=args.ray_address, seed=args.seed, options=options)
     plans = [plan for plan, _ in prepared]
-    from ..tasks.plan import claim_run
+    from certeval.runs.plan import claim_run
+
     from ._failure import set_run_folder
 
     start_watchdog(options)

@@ -17,8 +17,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..estimators._validation import InputError
-    from ..report import report_run  # lazy: matplotlib only when a report is asked for
+    from certeval.errors import InputError
+    from certeval.reports.run_report import report_run  # lazy: matplotlib only when a report is asked for
+
     from ._failure import one_line
 
     try:

@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..rescore import rescore_run
+    from certeval.reports.rescore import rescore_run
 
     result, code = rescore_run(args.run, args.scorer, output=args.output, run_id=args.run_id)
     if args.json:

@@ -1,11 +1,11 @@
 """``certeval up`` / ``certeval down``: a Ray head and a Prefect server that later commands reuse
-(certeval.services). The record they share is checked as data; ``down`` signals only processes it verifies."""
+(certeval.services.up_down). The record they share is checked as data; ``down`` signals only processes it verifies."""
 
 from __future__ import annotations
 
 import os
 
-from ..estimators._validation import InputError
+from certeval.errors import InputError
 
 
 def add_parser(subparsers) -> None:
@@ -27,8 +27,8 @@ def add_parser(subparsers) -> None:
 
 
 def run_up(args) -> int:
-    from ..envsetup import configure_offline_env
-    from ..services import load_services, record_lock, services_file, start_services
+    from certeval.runtime.envsetup import configure_offline_env
+    from certeval.services.up_down import load_services, record_lock, services_file, start_services
 
     cpus = (os.cpu_count() or 2) if args.num_cpus is None else args.num_cpus
     if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
@@ -51,7 +51,7 @@ def run_up(args) -> int:
 
 
 def run_down(args) -> int:
-    from ..services import live_users, load_services, record_lock, services_file, stop_services
+    from certeval.services.up_down import live_users, load_services, record_lock, services_file, stop_services
 
     path = services_file()
     if load_services() is None:

@@ -9,10 +9,11 @@ import argparse
 import os
 from urllib.parse import quote
 
-from ..backends.base import quote_location
-from ..estimators._validation import InputError
-from ..lm_eval_requests import parse_bool
-from ..model_folders import TRUST_FLAG
+from certeval.errors import InputError
+from certeval.harnesses.lm_eval_requests import parse_bool
+from certeval.inputs.model_folders import TRUST_FLAG
+from certeval.inputs.model_spec import quote_location
+
 from ._common import print_json
 
 AUTO_HISTORY = "auto"  # select --history auto: earlier select runs under --output as history
@@ -48,7 +49,7 @@ REFUSED_LM_EVAL_FLAGS = {
 
 def add_lm_eval_flags(p) -> None:
     """lm-eval's run flags: ``--include_path``, ``--num_fewshot``, ``--trust-remote-code``, the request flags
-    (certeval.lm_eval_requests), ``--batch_size`` and ``--device``; those certeval cannot honour are accepted by
+    (certeval.harnesses.lm_eval_requests), ``--batch_size`` and ``--device``; those certeval cannot honour are accepted by
     the parser only to be refused in one line saying why (:data:`REFUSED_LM_EVAL_FLAGS`)."""
     p.add_argument("--include_path", "--include-path", dest="include_path", default=None, metavar="DIR",
                    help="a folder of your lm-eval task YAMLs, for --tasks NAME (as lm_eval --include_path)")
@@ -143,7 +144,7 @@ def with_model_args(specs: list[str], model_args: str | None, *, trust_remote_co
     """lm-eval's ``--model_args k=v,k2=v2`` as spec options (``?k=v&k2=v2``) of every model; lm-eval's own form
     ``--model hf --model_args pretrained=DIR,...`` becomes ``hf:DIR?...``. A key a spec already sets is refused.
     ``--trust-remote-code`` adds ``trust_remote_code=true`` to every hf / vllm model."""
-    from ..backends.base import parse_model_spec
+    from certeval.inputs.model_spec import parse_model_spec
 
     parts = parse_model_args(model_args)
     out = []
@@ -175,7 +176,7 @@ def with_model_args(specs: list[str], model_args: str | None, *, trust_remote_co
 def _check_backend_options(spec_text: str, keys: list[str], model_args: str | None) -> None:
     """The options --model_args gave an hf / vllm model, read by its backend now: a key it does not know (or a
     value it refuses) is named with --model_args, before anything starts."""
-    from ..backends.base import parse_model_spec
+    from certeval.inputs.model_spec import parse_model_spec
 
     try:
         spec = parse_model_spec(spec_text)
@@ -184,9 +185,9 @@ def _check_backend_options(spec_text: str, keys: list[str], model_args: str | No
     if not keys or spec.kind not in TRUSTING_KINDS:
         return
     if spec.kind == "hf":
-        from ..backends.hf import parse_options
+        from certeval.hosting.hf import parse_options
     else:
-        from ..backends.vllm_host import parse_options
+        from certeval.hosting.vllm_host import parse_options
     try:
         parse_options(spec)
     except InputError as exc:
@@ -202,12 +203,12 @@ def _natural(path: str) -> list:
 
 def checkpoint_specs(patterns: list[str] | None) -> list[str]:
     """``select --checkpoints``: every folder the patterns name (globs expanded, in natural order: ckpt-20 before
-    ckpt-100) as an ``hf:`` spec, its path escaped (:func:`~certeval.backends.base.quote_location`). Refused: a
+    ckpt-100) as an ``hf:`` spec, its path escaped (:func:`~certeval.inputs.model_spec.quote_location`). Refused: a
     pattern that names nothing, a file, or a folder without a readable config.json holding a JSON object
-    (certeval.model_folders)."""
+    (certeval.inputs.model_folders)."""
     import glob
 
-    from ..model_folders import read_model_config
+    from certeval.inputs.model_folders import read_model_config
 
     specs: list[str] = []
     for pattern in patterns or []:
@@ -226,8 +227,8 @@ def checkpoint_specs(patterns: list[str] | None) -> list[str]:
 
 def dry_run(args, options, plan_from_args) -> int:
     """``rank|select --dry-run``: validated like the run (without its history), then previewed on the history
-    (:func:`certeval.preview.preview_plan`, what :func:`certeval.api.preview` plays)."""
-    from ..preview import check_sources, describe, preview_plan
+    (:func:`certeval.reports.preview.preview_plan`, what :func:`certeval.api.preview` plays)."""
+    from certeval.reports.preview import check_sources, describe, preview_plan
 
     sources = list(args.history or [])
     if AUTO_HISTORY in sources:
@@ -249,7 +250,7 @@ def with_device_and_batch(args, models: list[str]) -> list[str]:
     pass); ``--device cuda[:N]`` also gives each model actor a GPU (``--num-gpus 1`` unless set) and is refused when
     this machine has no such GPU and no ``--ray-address`` names a cluster. ``--batch_size auto`` (lm-eval's search
     for the largest batch that fits) leaves an hf host's own batching as it is; vllm schedules its own batches."""
-    from ..backends.base import parse_model_spec
+    from certeval.inputs.model_spec import parse_model_spec
 
     device, batch = getattr(args, "device", None), getattr(args, "lm_eval_batch_size", None)
     extra: list[tuple[str, str]] = []
@@ -289,7 +290,7 @@ def with_device_and_batch(args, models: list[str]) -> list[str]:
 
 
 def _cuda(spec_text: str) -> bool:
-    from ..backends.base import parse_model_spec
+    from certeval.inputs.model_spec import parse_model_spec
 
     spec = parse_model_spec(spec_text)
     return spec.kind == "hf" and str(spec.option("device", "cpu")).startswith("cuda")
@@ -298,7 +299,7 @@ def _cuda(spec_text: str) -> bool:
 def _check_cuda(args, device: str, flag: str) -> None:
     """A CUDA device this machine has (nvidia-smi, bounded), unless the models run on a cluster named by
     --ray-address; the model actors then ask Ray for a GPU each."""
-    from ..tasks.plan import local_gpu_count
+    from certeval.runs.plan import local_gpu_count
 
     if not (args.ray_address or os.environ.get("RAY_ADDRESS")):
         found = local_gpu_count()
@@ -313,7 +314,7 @@ def _check_cuda(args, device: str, flag: str) -> None:
 def list_tasks(what: str, include_path: str | None) -> str:
     """``--tasks list`` (``list_groups``, ``list_subtasks``, ``list_tags``): lm-eval's own table of the tasks it
     knows (what ``lm-eval ls tasks`` prints), its built-in tasks and those under ``--include_path``."""
-    from ..lm_eval_tasks import _manager, check_include_path
+    from certeval.harnesses.lm_eval_tasks import _manager, check_include_path
 
     folder = None if include_path is None else str(check_include_path(include_path))
     manager = _manager(folder, what, with_defaults=True)

@@ -5,7 +5,8 @@ No I/O, no Prefect, no Ray, no global RNG: randomness is an explicit ``rng``.
 
 import inspect
 
-from ._validation import InputError
+from certeval.errors import InputError
+
 from .goals import Goal, parse_goal
 from .protocol import REGISTRY, AdaptiveMethod, BankMethod, BankSpec, Proposal, register
 from .results import Decision, Estimate, SubsetEstimate
@@ -16,7 +17,7 @@ __all__ = [
 ]
 
 # The modules that register methods when imported (imported on first use: they import this package).
-_METHOD_MODULES = ("certeval.estimators.single", "certeval.estimators.sequential", "certeval.estimators.faq")
+_METHOD_MODULES = ("certeval.estimators.single", "certeval.estimators.distribution.sequential", "certeval.estimators.faq.querying")
 
 
 def _load_methods() -> None:

@@ -21,7 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._validation import InputError
+from certeval.errors import InputError
+
 from .protocol import BankSpec
 from .results import Decision, Estimate
 

@@ -3,9 +3,9 @@
 A paired run scores every model still in play on the same items, the next slice of one shared order of the bank
 (:func:`shared_order`). What decides the run is a *group* estimator over the shared score matrix — a pair's
 difference, a ranking's pairs, a selection's arms — and there are several: the bank target's exact
-without-replacement CSs (:mod:`.bank_ranking`, :mod:`.bank_selection`), the same with history as control variates
-(:mod:`.paired_history`), and the distribution target's group-sequential tests (:mod:`.comparison`,
-:mod:`.ranking`) and i.i.d. betting confidence sequences (:mod:`.selection`). Each is wrapped here in a :class:`GroupEstimator` — start / update / result /
+without-replacement CSs (:mod:`.bank.ranking`, :mod:`.bank.selection`), the same with history as control variates
+(:mod:`.history.paired`), and the distribution target's group-sequential tests (:mod:`.distribution.comparison`,
+:mod:`.distribution.ranking`) and i.i.d. betting confidence sequences (:mod:`.distribution.selection`). Each is wrapped here in a :class:`GroupEstimator` — start / update / result /
 active, the shape of inspect_ai's four-method ``EarlyStopping``, plus the per-model intervals it reports and what
 they claim — so the round engine (:class:`certeval.engine.PairedRounds`) drives any of them the same way and
 never probes them::
@@ -28,12 +28,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._validation import InputError
+from certeval.errors import InputError
 
 KINDS = ("compare", "rank", "select")
 GROUP_NOUN = {"compare": "comparison", "rank": "ranking", "select": "selection"}
 # the ε-ranking's construction (rank --epsilon, bank target, no history): "neighbours" (per-model CSs settle the pairs
-# far apart, pair tests only for the neighbours they leave unsettled: estimators/neighbour_ranking.py), "all-pairs"
+# far apart, pair tests only for the neighbours they leave unsettled: estimators/bank/neighbour_ranking.py), "all-pairs"
 # (two tests for every pair at alpha/P: BankRanking), "auto" (neighbours)
 RANKINGS = ("auto", "neighbours", "all-pairs")
 
@@ -49,7 +49,7 @@ def epsilon_ranking_construction(request: GroupRequest) -> str:
 class GroupRequest:
     """What a paired run's group estimator is asked: the kind, the models, the target and the rule's numbers.
 
-    ``history`` maps a model to its :class:`~.history.HistoryPrior` (bank target only); ``max_items`` tunes the
+    ``history`` maps a model to its :class:`~.history.prior.HistoryPrior` (bank target only); ``max_items`` tunes the
     bets of the bank target's CSs to stop there (any value keeps the guarantee); ``look_size`` is the
     distribution target's planned look size (its alpha spending), ``design`` its test (default: paired statistic,
     Pocock spending, at the request's level and margin)."""
@@ -115,7 +115,7 @@ def shared_order(weights: np.ndarray | None, n: int, rng: np.random.Generator) -
     """The shared order of a paired run and each draw's probability given the draws before it: items drawn ∝
     their weight in the estimand without replacement (bank target), or a uniform permutation (``weights`` None:
     the distribution target)."""
-    from .wor_streams import weighted_order
+    from .bank.wor_streams import weighted_order
 
     if weights is None:
         return rng.permutation(n), 1.0 / (n - np.arange(n))
@@ -171,21 +171,22 @@ class _Group:
 
 
 class BankGroup(_Group):
-    """Bank target: :class:`~.bank_ranking.BankRanking` (rank; compare is its ranking of two) or
-    :class:`~.bank_selection.BankSelection`, or their history-powered forms
-    (:class:`~.paired_history.HistoryRanking`, :class:`~.paired_history.HistorySelection`,
-    :class:`~.paired_history.HistoryPrecision`). Updates take the looks' bank positions."""
+    """Bank target: :class:`~.bank.ranking.BankRanking` (rank; compare is its ranking of two) or
+    :class:`~.bank.selection.BankSelection`, or their history-powered forms
+    (:class:`~.history.ranking.HistoryRanking`, :class:`~.history.paired.HistorySelection`,
+    :class:`~.history.paired.HistoryPrecision`). Updates take the looks' bank positions."""
 
     def start(self, spec: Any, order: np.ndarray) -> BankGroup:
-        from .bank_ranking import BankRanking
-        from .bank_selection import BankSelection
-        from .paired_history import HistoryRanking, HistorySelection
+        from .bank.ranking import BankRanking
+        from .bank.selection import BankSelection
+        from .history.paired import HistorySelection
+        from .history.ranking import HistoryRanking
 
         r = self.request
         self.order_ = np.asarray(order, dtype=np.int64)
         priors = [r.history[label] for label in r.labels] if r.history else None
         if r.kind == "rank" and priors and r.precision is not None:  # each model: certify --history's CS, alpha / M
-            from .paired_history import HistoryPrecision
+            from .history.paired import HistoryPrecision
 
             self.estimator_ = HistoryPrecision(r.labels, priors, spec, halfwidth=r.precision, alpha=r.alpha).start()
         elif r.kind == "rank" and priors:  # each pair: the bank ranking's CS on difference − prediction, at alpha / P
@@ -195,7 +196,7 @@ class BankGroup(_Group):
             self.estimator_ = HistorySelection(r.labels, priors, spec, alpha=r.alpha, top=r.top or 1,
                                                epsilon=r.halfwidth or 0.0, threshold=r.threshold or 0.0).start()
         elif r.kind == "rank" and r.precision is not None:
-            from .bank_precision import BankPrecision
+            from .bank.precision import BankPrecision
 
             self.estimator_ = BankPrecision(r.labels, halfwidth=r.precision, alpha=r.alpha).start(
                 spec.weights(), bet_horizon=r.max_items)
@@ -203,7 +204,7 @@ class BankGroup(_Group):
             self.estimator_ = BankSelection(r.labels, alpha=r.alpha, top=r.top or 1, epsilon=r.halfwidth or 0.0,
                                             threshold=r.threshold or 0.0).start(spec.weights(), bet_horizon=r.max_items)
         elif r.kind == "rank" and r.epsilon is not None and epsilon_ranking_construction(r) == "neighbours":
-            from .neighbour_ranking import NeighbourRanking
+            from .bank.neighbour_ranking import NeighbourRanking
 
             self.estimator_ = NeighbourRanking(r.labels, alpha=r.alpha, epsilon=r.epsilon).start(
                 spec.weights(), bet_horizon=r.max_items)
@@ -247,11 +248,11 @@ class BankGroup(_Group):
 
 
 class HistoryPairGroup(_Group):
-    """compare --history: :class:`~.paired_history.PairDifferenceMethod`, the exact bank-target CS of the
+    """compare --history: :class:`~.history.paired.PairDifferenceMethod`, the exact bank-target CS of the
     difference with both models' predicted scores as control variate."""
 
     def start(self, spec: Any, order: np.ndarray) -> HistoryPairGroup:
-        from .paired_history import PairDifferenceMethod, PairPrior
+        from .history.paired import PairDifferenceMethod, PairPrior
 
         a, b = self.request.labels
         prior = PairPrior(self.request.history[a], self.request.history[b])
@@ -302,7 +303,7 @@ class HistoryPairGroup(_Group):
         return out
 
     def _result(self) -> Any:
-        from .paired_history import bank_comparison
+        from .history.paired import bank_comparison
 
         a, b = self.request.labels
         return bank_comparison(self.estimator_, a, b, self.request.margin, self.looks_)
@@ -312,15 +313,15 @@ class HistoryPairGroup(_Group):
 
 
 class DistributionGroup(_Group):
-    """Distribution target, fed one look at a time: the group-sequential tests (:class:`~.comparison.PairedComparison`,
-    :class:`~.ranking.SequentialRanking`; asymptotic) and the selection's exact i.i.d. betting confidence sequences
-    (:class:`~.selection.SequentialSelection`); their sub-dataset codes (a mean of sub-dataset means only) are in
+    """Distribution target, fed one look at a time: the group-sequential tests (:class:`~.distribution.comparison.PairedComparison`,
+    :class:`~.distribution.ranking.SequentialRanking`; asymptotic) and the selection's exact i.i.d. betting confidence sequences
+    (:class:`~.distribution.selection.SequentialSelection`); their sub-dataset codes (a mean of sub-dataset means only) are in
     the shared order."""
 
     def start(self, spec: Any, order: np.ndarray) -> DistributionGroup:
-        from .comparison import ComparisonDesign, PairedComparison
-        from .ranking import SequentialRanking
-        from .selection import SequentialSelection
+        from .distribution.comparison import ComparisonDesign, PairedComparison
+        from .distribution.ranking import SequentialRanking
+        from .distribution.selection import SequentialSelection
 
         r, n = self.request, int(spec.n_items)
         self.order_ = np.asarray(order, dtype=np.int64)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ._validation import InputError, check_confidence, check_positive, check_positive_int
+from certeval.errors import InputError
+
 from .single.bounds import seq_radius
+from .validation import check_confidence, check_positive, check_positive_int
 
 
 @dataclass(frozen=True)

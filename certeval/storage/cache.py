@@ -13,7 +13,8 @@ import fsspec
 import pandas as pd
 import pyarrow as pa
 
-from ..estimators._validation import InputError
+from certeval.errors import InputError
+
 from ..estimators.results import to_jsonable
 from .io import Folder, bounded, parquet_bytes
 
@@ -63,7 +64,7 @@ def prompt_hash(item: dict[str, Any]) -> str | None:
 def cache_key(model: str, scorer: str, generation: dict[str, Any]) -> str:
     """Digest naming the cache of one model under one scorer and generation settings. ``model``: what names the
     model's scores (its files' fingerprint and the options that change its answers, or a server's address;
-    :func:`certeval.tasks.plan.cache_identity`)."""
+    :func:`certeval.runs.plan.cache_identity`)."""
     blob = json.dumps({"spec": model, "scorer": scorer, "generation": generation}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

@@ -18,7 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..estimators._validation import InputError
+from certeval.errors import InputError
+
 from ..estimators.results import to_jsonable
 from ..messages import shown
 

@@ -11,7 +11,8 @@ import threading
 import time
 import uuid
 
-from ..estimators._validation import InputError
+from certeval.errors import InputError
+
 from .io import CACHE_DIR, Folder, bounded
 
 LOCK_NAME = "run.lock"

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..estimators._validation import InputError
+from certeval.errors import InputError
+
 from ..estimators.results import to_jsonable
 from .cache import ScoreCache
 from .io import CACHE_DIR, Folder, _damaged, dumps, filesystem, parquet_bytes, safe_name

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..estimators._validation import InputError
+from certeval.errors import InputError
+
 from .io import Folder, _damaged, _first
 
 REFS_DIR = "features"  # per-item constant arrays of a run's method states, one file per content hash

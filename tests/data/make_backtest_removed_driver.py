@@ -1,13 +1,13 @@
 """How tests/data/backtest_removed_driver.json was made: fixed-seed results of the removed backtest driver
 (``run_single_backtest``'s own rep loop and seeding, ``SeedSequence(seed, spawn_key=(model index, rep))``), run at
-commit 5da5bb3 before the CLI's backtest moved onto the one driver (``certeval.backtest.ray_fanout.run_cells``).
+commit 5da5bb3 before the CLI's backtest moved onto the one driver (``certeval.backtests.ray_fanout.run_cells``).
 Kept for provenance; run today it gives the kept driver's numbers. Used by tests/test_backtest_driver.py."""
 import json
 import time
 
-from certeval.backtest.single import run_single_backtest
-from certeval.banks import bank_from_scores, load_scores
+from certeval.backtests.single import run_single_backtest
 from certeval.estimators import parse_goal
+from certeval.inputs.banks import bank_from_scores, load_scores
 
 frame = load_scores("bundled:helm_mmlu")
 bank = bank_from_scores(frame)

@@ -91,9 +91,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import InputError, check_choice, check_in_range, check_positive_int
+from certeval.errors import InputError
+
 from ..protocol import register
 from ..results import Estimate, SubsetEstimate
+from ..validation import check_choice, check_in_range, check_positive_int
 from .betting_strata import BettingStrataMethod, _pack, _unpack
 from .bounds import ControlVariateCS
 from .strata import combine_strata, feature_strata, joint_statistic, stratified_moments

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import InputError, check_in_range, check_positive_int
+from certeval.errors import InputError
+
+from ..validation import check_in_range, check_positive_int
 from .bounds import BettingCS
 from .strata import StratifiedMethod, bernstein_proxy, greedy_allocation
 

@@ -3,7 +3,7 @@
 * :func:`hoeffding_radius` — fixed-sample Hoeffding (1963), two-sided:
   ``sqrt(ln(2/δ) / (2n))``. Valid at one pre-set n only (the "Base" of Wang et al. 2025, arXiv:2505.03814).
 * :func:`seq_radius` — Wang et al. 2025, Algorithm 3 line 3 (adaptive Hoeffding, anytime valid):
-  ``ε_n = sqrt({2 ln(ln n + 1) + ln(4/δ)} / n)`` (natural logs, as in NOTES.md).
+  ``ε_n = sqrt({2 ln(ln n + 1) + ln(4/δ)} / n)`` (natural logs; docs/results_single.md).
 * :func:`cereval_radius` — Wang et al. 2025, Algorithm 1 lines 10–11 (per-stratum adaptive
   empirical Bernstein): ``η = sqrt({2 ln(ln n + 1) + ln(16K/δ)}/n)``,
   ``ε = 2η²/3 + 2 sqrt((v + η + η²) η²)``.

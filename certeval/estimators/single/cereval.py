@@ -17,7 +17,7 @@ the stratum's estimand weight W_j.
 
 Guarantee as stated by the paper (i.i.d. view, Theorem 5.2). For
 ``target='bank'`` the interval is also intersected with the bank's
-deterministic bounds. As NOTES.md records, the printed radius keeps the term
+deterministic bounds. As docs/results_single.md derives, the printed radius keeps the term
 2 sqrt((η + η²)η²) even at zero variance, so it cannot reach the paper's
 Tables 4–5; see docs/results_single.md.
 """
@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import InputError, check_positive, check_positive_int
+from certeval.errors import InputError
+
 from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
+from ..validation import check_positive, check_positive_int
 from .bounds import cereval_radius
 from .partition import nn_partition, stratum_stats, update_nearest
 from .strata import greedy_allocation

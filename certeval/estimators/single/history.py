@@ -4,7 +4,7 @@ The idea (prediction-powered / active statistical inference, made exact for a fi
 ------------------------------------------------------------------------------------------
 The bank's estimand is ``m = Σ_j w_j x_j`` (``w = BankSpec.weights()``: the plain mean or the
 mean-of-means over sub-datasets). Other models' recorded scores on the same items
-(:class:`~certeval.estimators.history.HistoryPrior`) give a prediction ``a_j`` of every item's score for
+(:class:`~certeval.estimators.history.prior.HistoryPrior`) give a prediction ``a_j`` of every item's score for
 the model under evaluation, refitted on that model's own scores before every batch. Write
 ``m = Σ_j w_j a_j + Σ_j w_j (x_j − a_j)``: the first sum is known, so only the residuals need sampling,
 and they vary much less than the scores when the history is informative (Angelopoulos et al. 2023,
@@ -56,9 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import InputError, check_in_range, check_positive_int
+from certeval.errors import InputError
+
 from ..protocol import BankMethod, register
 from ..results import Estimate, SubsetEstimate
+from ..validation import check_in_range, check_positive_int
 from .adaptive import DrawLogReplay
 from .betting_strata import _pack, _unpack, check_bet_tuning
 from .bounds import ControlVariateCS

@@ -1,0 +1,1 @@
+"""What reads a run back: the report and its plots, rescoring, the cost preview."""

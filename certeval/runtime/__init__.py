@@ -1,0 +1,1 @@
+"""How a command runs, never what it computes: runtime options (bounds on waits, logs, the cache folder), the offline/loopback environment, secret redaction, bounded start retries, the start-up log, the watchdog."""
