@@ -7,11 +7,6 @@ The Python API (docs/api.md): a request per question — :class:`Certify`, :clas
 
 __version__ = "0.1.0"
 
-# the subpackage named like the verb, first: imported after the verb was bound, it would take its name (the module
-# certeval.reports.preview is imported by the API itself)
-from certeval import backtests as _subpackage  # noqa: E402
-
-del _subpackage
 from .api import BacktestAnswer, BacktestResult, CostPreview, RunResults, backtest, preview, run  # noqa: E402
 from .requests import Certify, Compare, Rank, Request, Select  # noqa: E402
 

@@ -44,13 +44,13 @@ def test_import_certeval_exposes_the_requests_the_verbs_and_the_results():
 def test_a_bad_request_is_refused_by_every_verb_in_one_line_naming_the_flag(infra, scores, tmp_path):
     bad = certeval.Rank(models=(replay(STRONG, scores), replay(WEAK, scores)), epsilon=1.5,
                         output=str(tmp_path / "runs"))
-    for verb in (certeval.run, lambda r: certeval.backtests(r, scores=scores, reps=1),
-                 lambda r: certeval.reports.preview(replace(r, history=(SCORES,)))):
+    for verb in (certeval.run, lambda r: certeval.backtest(r, scores=scores, reps=1),
+                 lambda r: certeval.preview(replace(r, history=(SCORES,)))):
         with pytest.raises(InputError, match=r"--epsilon must lie in \(0, 1\), got 1.5"):
             verb(bad)
     assert not (tmp_path / "runs").exists()  # nothing written
     with pytest.raises(InputError, match="--goal applies to certify and rank, not compare"):
-        certeval.backtests(certeval.Compare(models=(STRONG, WEAK), goal="halfwidth:0.1"), scores=scores, reps=1)
+        certeval.backtest(certeval.Compare(models=(STRONG, WEAK), goal="halfwidth:0.1"), scores=scores, reps=1)
 
 
 def test_the_same_rank_request_live_backtested_and_previewed(infra, scores, tmp_path):
@@ -58,7 +58,7 @@ def test_the_same_rank_request_live_backtested_and_previewed(infra, scores, tmp_
                             batch_size=20, seed=3, output=str(tmp_path / "runs"), run_id="rank", ray_address=infra)
     live = certeval.run(request)
     assert isinstance(live, certeval.RunResults) and live.kind == "rank" and live.done
-    backtest = certeval.backtests(request, scores=scores, reps=2)
+    backtest = certeval.backtest(request, scores=scores, reps=2)
     assert isinstance(backtest, certeval.BacktestResult) and len(backtest.reps) == 2
     rep = backtest.reps[0]  # rep 0 is the live run: the same shared items, the same listing and the same means
     assert rep["tie_groups"] == [list(g) for g in live.ranking.tie_groups]
@@ -67,7 +67,7 @@ def test_the_same_rank_request_live_backtested_and_previewed(infra, scores, tmp_
     assert backtest.config["seed"] == 3 and backtest.reps[1]["rep"] == 1
     assert 0 < backtest.answer.fraction_used <= 1 and 0 <= backtest.answer.error_rate <= 1
     # the preview plays the same statement on recorded models that are not the request's own
-    preview = certeval.reports.preview(replace(request, history=(SCORES,)), reps=3)
+    preview = certeval.preview(replace(request, history=(SCORES,)), reps=3)
     assert isinstance(preview, certeval.CostPreview) and preview.kind == "rank" and preview.n_models == 3
     assert preview.n_items == 150 and len(preview.fractions) == 3 and 0 < preview.fraction <= 1
     assert preview.history_models > 3  # HELM MMLU's other models stood in for the three
@@ -78,7 +78,7 @@ def test_backtest_certify_rep_0_is_the_live_certification(infra, scores, tmp_pat
                                batch_size=20, seed=5, output=str(tmp_path / "runs"), run_id="certify",
                                ray_address=infra)
     live = certeval.run(request)
-    backtest = certeval.backtests(request, scores=scores, reps=2)
+    backtest = certeval.backtest(request, scores=scores, reps=2)
     played = {m["model"]: m for m in backtest.reps[0]["models"]}
     for m in live.models:
         mine = played[m.model]
@@ -97,7 +97,7 @@ def test_backtest_certify_rep_0_is_the_live_certification(infra, scores, tmp_pat
 def test_a_broken_certify_backtest_is_caught_by_the_same_comparison(scores):
     """The control: another seed's rep 0 differs from the seed's, so the comparison above can fail."""
     request = certeval.Certify(models=(STRONG,), goal="halfwidth:0.12", batch_size=20)
-    seeds = {seed: certeval.backtests(request, scores=scores, reps=1, seed=seed).reps[0]["models"][0]
+    seeds = {seed: certeval.backtest(request, scores=scores, reps=1, seed=seed).reps[0]["models"][0]
              for seed in (5, 6, 7)}
     assert len({(m["n_scored"], round(m["mean"], 12)) for m in seeds.values()}) > 1
 

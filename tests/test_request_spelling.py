@@ -18,7 +18,7 @@ from certeval.requests import REQUESTS, field_default, field_help
 
 ROOT = Path(__file__).resolve().parents[1] / "certeval"
 # the modules a request goes through from the command line to the verbs: none may spell a field's default again
-REQUEST_PATH = ("cli/pipeline.py", "cli/request_flags.py", "cli/surfaces.py", "api.py", "preview.py",
+REQUEST_PATH = ("cli/pipeline.py", "cli/request_flags.py", "cli/surfaces.py", "api.py", "reports/preview.py",
                 "backtests/commands.py", "runs/plan.py", "runs/plan_checks.py")
 
 
