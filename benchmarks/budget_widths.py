@@ -38,7 +38,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2 shared cores: no BLAS ov
 import numpy as np  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
-from benchmarks._meta import write_result  # noqa: E402
+from benchmarks._meta import read_result, write_result  # noqa: E402
 from certeval.backtests.ray_fanout import dataset_arrays  # noqa: E402
 from certeval.engine import Replay, replay_once  # noqa: E402
 from certeval.estimators import parse_goal  # noqa: E402
@@ -187,11 +187,22 @@ def main(argv: list[str] | None = None) -> int:
                 "history_vs_ppi_max": float(np.max([r["history_vs_ppi"] for r in mine])),
                 "history_vs_budget_tuned_max": float(np.max([r["history_vs_budget_tuned"] for r in mine])),
                 "min_coverage_with_peeking": float(np.min([r["coverage_with_peeking"] for r in mine]))}
-    path = write_result("budget_widths", {"seed": args.seed, "reps": reps, "confidence": CONFIDENCE,
-                                          "ppi_python": _ppi() is not None, "rows": rows, "summary": summary,
-                                          "check": acceptance}, args.quick)
+    payload = {"seed": args.seed, "reps": reps, "confidence": CONFIDENCE, "ppi_python": _ppi() is not None,
+               "rows": rows, "summary": summary, "check": acceptance}
+    if args.skip_grid:  # the check alone: the stored grid stays, said so
+        payload = _stored_grid(args.quick) | {"check": acceptance, "check_only_rerun": True}
+    path = write_result("budget_widths", payload, args.quick)
     print(f"budget_widths -> {path}")
     return 0
+
+
+def _stored_grid(quick: bool) -> dict:
+    """The grid of the last full run (``rows``, ``summary``, its ``meta`` as ``grid_meta``), or an empty one."""
+    stored = read_result("budget_widths", quick)
+    if stored is None:
+        return {"rows": [], "summary": {}}
+    return {k: v for k, v in stored.items() if k not in ("meta", "check", "check_meta", "check_only_rerun")} | {
+        "grid_meta": stored.get("grid_meta", stored.get("meta"))}
 
 
 if __name__ == "__main__":
