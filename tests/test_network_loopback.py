@@ -25,7 +25,7 @@ _INET = re.compile(r"sa_family=AF_INET6?, .*?(?:sin_addr=inet_addr\(\"([^\"]+)\"
 SCRIPT = textwrap.dedent(
     """
     import os, sys, tempfile
-    from certeval.envsetup import configure_offline_env, ray_bootstrap_home
+    from certeval.runtime.envsetup import configure_offline_env, ray_bootstrap_home
     base = tempfile.mkdtemp()
     configure_offline_env(base)
     import ray

@@ -184,7 +184,7 @@ def test_ray_never_starting_is_exit_3_and_one_line(tmp_path):
         def fail(*a, **k):
             raise OSError("injected: the raylet did not register")
         s.get_node = fail
-        from certeval.backends import ray_setup
+        from certeval.hosting import ray_setup
         ray_setup.START_TRIES, ray_setup.START_WAITS_S = 2, (0.0,)
         from certeval.cli import main
         sys.exit(main(["certify", "--model", {REPLAY!r}, "--goal", "halfwidth:0.1", "--output", "out"]))

@@ -4,7 +4,7 @@
 
     from inspect_ai import Task
     from inspect_ai.scorer import accuracy, stderr
-    from certeval.inspect_early_stopping import CertevalStopping
+    from certeval.harnesses.inspect_early_stopping import CertevalStopping
 
     dataset.shuffle(seed=7)  # in place (it returns None: never inside Task(...))
     stopping = CertevalStopping(goal="halfwidth:0.05", confidence=0.95)
