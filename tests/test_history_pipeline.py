@@ -61,6 +61,7 @@ def test_certify_with_history_uses_the_other_models_and_costs_no_more_items(infr
 def test_the_flow_takes_the_validated_bank_and_priors_and_loads_fits_and_claims_nothing_again(infra, tmp_path,
                                                                                           monkeypatch):
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
 
     import certeval.runs.plan as plan_module
     import certeval.runs.run as run_module
@@ -80,7 +81,8 @@ def test_the_flow_takes_the_validated_bank_and_priors_and_loads_fits_and_claims_
     assert res["reached"] and res["models"][0]["method"] == "history"
     # Prefect records the plan, and only a placeholder for the bank and priors
     with get_client(sync_client=True) as client:
-        runs = [r for r in client.read_flow_runs(limit=50)
+        # newest first: the worker's shared server holds every flow run of its earlier tests
+        runs = [r for r in client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=50)
                 if isinstance(r.parameters.get("plan"), dict) and r.parameters["plan"].get("run_id") == "once"]
     assert len(runs) == 1 and runs[0].parameters["prepared"] == "<PreparedRun>"
 

@@ -287,6 +287,7 @@ def test_a_users_prefect_profile_is_used(infra, tmp_path):
     import subprocess
 
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import FlowRunSort
 
     from test_pipeline_support import PYTHON, cli_env, prefect_api
 
@@ -297,7 +298,8 @@ def test_a_users_prefect_profile_is_used(infra, tmp_path):
 
     async def certify_runs() -> set[str]:
         async with get_client() as client:
-            runs = await client.read_flow_runs(limit=200)
+            # newest first: the worker's shared server holds every flow run of its earlier tests
+            runs = await client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=200)
             return {str(r.id) for r in runs if r.parameters.get("plan", {}).get("run_id") == "via-profile"
                     or "via-profile" in str(r.parameters)}
 
