@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
-    from certeval.backtests.single import run_single_backtest
+    from certeval.backtests.single import SingleBacktestOptions, run_single_backtest
     from certeval.estimators import parse_goal
     from certeval.inputs.banks import bank_from_scores, load_items, load_scores
 
@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             models, reps = models[:2], 2
         t0 = time.perf_counter()
-        res = run_single_backtest(scores, bank, list(models), method, parse_goal(GOAL), reps=reps, seed=args.seed,
-                                  all_models=all_models, method_params=params, features=features)
+        options = SingleBacktestOptions(method, parse_goal(GOAL), reps=reps, seed=args.seed, method_params=params,
+                                        features=features)
+        res = run_single_backtest(scores, bank, list(models), options, all_models=all_models)
         row = {"bank": bank_name, "label": label, "method": method, "method_params": params, "features": features,
                "models": len(models), "reps": reps, "wall_s": round(time.perf_counter() - t0, 1),
                "mean_fraction_scored": res["summary"]["mean_fraction_scored"],

@@ -7,8 +7,21 @@ The Python API (docs/api.md): a request per question — :class:`Certify`, :clas
 
 __version__ = "0.1.0"
 
-from .api import BacktestAnswer, BacktestResult, CostPreview, RunResults, backtest, preview, run  # noqa: E402
-from .requests import Certify, Compare, Rank, Request, Select  # noqa: E402
+from .api import (  # noqa: E402
+    BacktestAnswer,
+    BacktestResult,
+    CertifyRep,
+    ComparePair,
+    CostPreview,
+    RankRep,
+    RunResults,
+    SelectRep,
+    backtest,
+    preview,
+    run,
+)
+from .requests import BacktestOptions, Certify, Compare, Rank, Request, Select  # noqa: E402
 
-__all__ = ["BacktestAnswer", "BacktestResult", "Certify", "Compare", "CostPreview", "Rank", "Request", "RunResults",
-           "Select", "__version__", "backtest", "preview", "run"]
+__all__ = ["BacktestAnswer", "BacktestOptions", "BacktestResult", "Certify", "CertifyRep", "Compare", "ComparePair",
+           "CostPreview", "Rank", "RankRep", "Request", "RunResults", "Select", "SelectRep", "__version__", "backtest",
+           "preview", "run"]

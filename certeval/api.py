@@ -16,19 +16,18 @@ starts or is written. The command line is a thin shell over these verbs; nothing
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from certeval.backtests.reps import REP_TYPES, CertifyRep, ComparePair, RankRep, SelectRep
 from certeval.record.results import RunResults
 from certeval.reports.preview import CostPreview
 
-from .requests import Request
+from .requests import BacktestOptions, Request
 
-__all__ = ["BacktestAnswer", "BacktestResult", "CostPreview", "RunResults", "backtest", "preview", "run",
-           "run_plan_live"]
+__all__ = ["BacktestAnswer", "BacktestResult", "CertifyRep", "ComparePair", "CostPreview", "RankRep", "RunResults",
+           "SelectRep", "backtest", "preview", "run", "run_plan_live"]
 
-# per kind, the backtest's list with one entry per rep (compare: one per sampled pair of models)
-REP_ROWS = {"certify": "runs", "compare": "pairs", "rank": "rankings", "select": "runs"}
 # what a live run adds to its results.json record for the command line (not part of the record)
 LIVE_EXTRAS = ("report", "samples_files")
 
@@ -47,21 +46,30 @@ class BacktestAnswer:
 
 @dataclass(frozen=True)
 class BacktestResult:
-    """A request played on recorded scores. ``reps``: one entry per rep (rank: its tie groups, models, means and
-    items used; select: its selection and per-model status; certify: per model its interval and items scored;
-    compare: one entry per pair of models); ``summary``: the means over reps; ``config``: what was played."""
+    """A request played on recorded scores. ``reps``: one typed entry per rep (:mod:`certeval.backtests.reps`;
+    certify: :class:`CertifyRep`, per model its interval and items scored; rank: :class:`RankRep`, its tie groups,
+    and rep 0's models, means and items used; select: :class:`SelectRep`, its selection and rep 0's per-model
+    status) or, for compare, one :class:`ComparePair` per sampled pair of models; ``summary``: the means over reps;
+    ``config``: what was played."""
 
     kind: str
     answer: BacktestAnswer
-    reps: tuple[Mapping[str, Any], ...]
+    reps: tuple[CertifyRep, ...] | tuple[ComparePair, ...] | tuple[RankRep, ...] | tuple[SelectRep, ...]
     summary: Mapping[str, Any]
     config: Mapping[str, Any]
 
     @classmethod
     def from_json(cls, out: Mapping[str, Any]) -> BacktestResult:
+        """The typed result of ``certeval backtest COMMAND --json``'s object."""
         kind = out["config"]["command"]
-        return cls(kind=kind, answer=BacktestAnswer(**out["answer"]), reps=tuple(out[REP_ROWS[kind]]),
+        rows, entry = REP_TYPES[kind]
+        return cls(kind=kind, answer=BacktestAnswer(**out["answer"]), reps=tuple(map(entry.from_dict, out[rows])),
                    summary=out["summary"], config=out["config"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object ``certeval backtest COMMAND --json`` prints (the inverse of :meth:`from_json`)."""
+        return {REP_TYPES[self.kind][0]: [r.to_dict() for r in self.reps], "summary": dict(self.summary),
+                "answer": asdict(self.answer), "config": dict(self.config)}
 
 
 def run(request: Request, *, progress: str | None = None) -> RunResults:
@@ -146,15 +154,22 @@ def _log_samples(plan: Any, bank: Any, results: dict[str, Any]) -> list[str]:
     return write_samples(store.folder, record, store.read_rounds(), bank.frame, stamp)
 
 
-def backtest(request: Request, *, scores: str, reps: int = 20, seed: int | None = None) -> BacktestResult:
-    """Play ``request`` on the recorded scores ``scores`` (a scores file or ``bundled:<name>``) ``reps`` times;
-    ``seed`` (default: the request's) is rep 0's, rep ``r`` plays ``seed + r``. The request's models are names
-    of recorded models or ``replay:`` specs (none: every recorded model; compare: the first two by name)."""
+def backtest(request: Request, *, scores: str, reps: int | None = None, seed: int | None = None,
+             options: BacktestOptions | None = None) -> BacktestResult:
+    """Play ``request`` on the recorded scores ``scores`` (a scores file or ``bundled:<name>``) ``reps`` times
+    (default: :class:`~certeval.requests.BacktestOptions`'s); ``seed`` (default: the request's) is rep 0's, rep
+    ``r`` plays ``seed + r``. The request's models are names of recorded models or ``replay:`` specs (none: every
+    recorded model; compare: the first two by name). ``options``: what only a backtest asks (compare's sampled
+    ``pairs``, rank and select's ``history_fraction``, the distribution target's ``statistic`` and ``spending``,
+    rank's ``ranking``); its ``scores`` and ``reps`` are replaced by the arguments given here."""
     from certeval.backtests.commands import request_backtest
 
     if seed is not None:
         request = replace(request, seed=seed)
-    return BacktestResult.from_json(request_backtest(request, scores, reps))
+    options = replace(options or BacktestOptions(), scores=scores)
+    if reps is not None:
+        options = replace(options, reps=reps)
+    return BacktestResult.from_json(request_backtest(request, options))
 
 
 def preview(request: Request, *, reps: int = 10) -> CostPreview:

@@ -31,7 +31,7 @@ from .estimators.protocol import TARGETS
 # Arviv et al.'s estimand), or each item counts once (the plain accuracy)
 AGGREGATES = ("subset-mean", "mean")
 
-__all__ = ["AGGREGATES", "Certify", "Compare", "IDENTITY", "Paired", "Rank", "Request", "Select", "REQUESTS", "check_unread_fields",
+__all__ = ["AGGREGATES", "BacktestOptions", "Certify", "Compare", "IDENTITY", "Paired", "Rank", "Request", "Select", "REQUESTS", "check_unread_fields",
            "field_default", "field_help", "flag_of", "reads", "request_for"]
 
 
@@ -181,6 +181,42 @@ class Select(Paired):
 
 
 REQUESTS: dict[str, type[Request]] = {cls.kind: cls for cls in (Certify, Compare, Rank, Select)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BacktestOptions:
+    """How ``certeval backtest COMMAND`` (:func:`certeval.api.backtest`) plays a request on recorded scores: no live
+    run reads these (a live run has no reps, no sampled pairs, no random history share, and always runs the paired
+    statistic with Pocock spending and the neighbour epsilon-ranking). ``kinds``: the commands that read a field."""
+
+    scores: str | None = _field(
+        None, "--scores", required=True,
+        help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
+    reps: int = _field(20, "--reps", type=int, help="repetitions; rep r is the live run with --seed (seed + r)")
+    pairs: int | None = _field(
+        None, "--pairs", type=int, kinds=("compare",),
+        help="play this many random pairs of the models (every recorded model, or the --model list), each a live "
+             "compare of its own at the request's level (default: the two models)")
+    history_fraction: float | None = _field(
+        None, "--history-fraction", type=float, kinds=("rank", "select"),
+        help="bank target: in each rep a random share F in (0, 1) of the models is the history (one factor model, "
+             "the prior of every other model) and the rest are ranked or selected with it; a rep is then no "
+             "longer a live run's order")
+    statistic: str = _field("paired", "--statistic", kinds=("compare", "rank", "select"),
+                            help="distribution target: the test statistic, paired or unpaired")
+    spending: str = _field("pocock", "--spending", kinds=("compare", "rank", "select"),
+                           help="distribution target: the boundary / alpha-spending function")
+    ranking: str = _field(
+        "auto", "--ranking", kinds=("rank",),
+        help="with --epsilon (bank target): neighbours (auto: per-model confidence sequences settle the pairs far "
+             "apart, pair tests only for the neighbours they leave unsettled, as the live rank --epsilon) or "
+             "all-pairs (two tests for every pair at alpha/P, the earlier construction)")
+
+    @classmethod
+    def reads(cls, name: str, kind: str) -> bool:
+        """Whether ``certeval backtest KIND`` reads the option ``name``."""
+        found = {f.name: f for f in fields(cls)}[name]
+        return kind in found.metadata.get("kinds", (kind,))
 
 
 # what a run is: the fields a resumed run must ask again exactly (config.json keeps them), each named once

@@ -61,10 +61,10 @@ def test_the_same_rank_request_live_backtested_and_previewed(infra, scores, tmp_
     backtest = certeval.backtest(request, scores=scores, reps=2)
     assert isinstance(backtest, certeval.BacktestResult) and len(backtest.reps) == 2
     rep = backtest.reps[0]  # rep 0 is the live run: the same shared items, the same listing and the same means
-    assert rep["tie_groups"] == [list(g) for g in live.ranking.tie_groups]
-    assert dict(zip(rep["models"], rep["items_used"])) == {m.model: m.n_scored for m in live.models}
-    assert rep["means"] == pytest.approx(list(live.ranking.means), abs=1e-12)
-    assert backtest.config["seed"] == 3 and backtest.reps[1]["rep"] == 1
+    assert isinstance(rep, certeval.RankRep) and rep.tie_groups == tuple(map(tuple, live.ranking.tie_groups))
+    assert dict(zip(rep.models, rep.items_used)) == {m.model: m.n_scored for m in live.models}
+    assert rep.means == pytest.approx(tuple(live.ranking.means), abs=1e-12)
+    assert backtest.config["seed"] == 3 and backtest.reps[1].rep == 1
     assert 0 < backtest.answer.fraction_used <= 1 and 0 <= backtest.answer.error_rate <= 1
     # the preview plays the same statement on recorded models that are not the request's own
     preview = certeval.preview(replace(request, history=(SCORES,)), reps=3)
@@ -79,27 +79,26 @@ def test_backtest_certify_rep_0_is_the_live_certification(infra, scores, tmp_pat
                                ray_address=infra)
     live = certeval.run(request)
     backtest = certeval.backtest(request, scores=scores, reps=2)
-    played = {m["model"]: m for m in backtest.reps[0]["models"]}
+    played = {m.model: m for m in backtest.reps[0].models}
     for m in live.models:
         mine = played[m.model]
-        assert mine["n_scored"] == m.n_scored and mine["rule"] == m.decision.rule
-        assert (mine["mean"], mine["lower"], mine["upper"]) == pytest.approx((m.mean, m.lower, m.upper),
-                                                                             abs=1e-12)
-    assert backtest.reps[1]["seed"] == 6  # rep r is the live run with seed + r
+        assert mine.n_scored == m.n_scored and mine.rule == m.decision.rule
+        assert (mine.mean, mine.lower, mine.upper) == pytest.approx((m.mean, m.lower, m.upper), abs=1e-12)
+    assert backtest.reps[1].seed == 6  # rep r is the live run with seed + r
     # the command line's backtest certify is the same backtest
     argv = ["backtest", "certify", "--scores", scores, "--model", STRONG, "--model", WEAK, "--goal", "halfwidth:0.12",
             "--batch-size", "20", "--seed", "5", "--reps", "2", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["runs"] == [dict(r) for r in backtest.reps] and out["answer"]["reps"] == 2
+    assert out["runs"] == [r.to_dict() for r in backtest.reps] and out["answer"]["reps"] == 2
 
 
 def test_a_broken_certify_backtest_is_caught_by_the_same_comparison(scores):
     """The control: another seed's rep 0 differs from the seed's, so the comparison above can fail."""
     request = certeval.Certify(models=(STRONG,), goal="halfwidth:0.12", batch_size=20)
-    seeds = {seed: certeval.backtest(request, scores=scores, reps=1, seed=seed).reps[0]["models"][0]
+    seeds = {seed: certeval.backtest(request, scores=scores, reps=1, seed=seed).reps[0].models[0]
              for seed in (5, 6, 7)}
-    assert len({(m["n_scored"], round(m["mean"], 12)) for m in seeds.values()}) > 1
+    assert len({(m.n_scored, round(m.mean, 12)) for m in seeds.values()}) > 1
 
 
 API_DOC = HERE.parent / "docs" / "api.md"

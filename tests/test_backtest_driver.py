@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from certeval.backtests.single import run_single_backtest
+from certeval.backtests.single import SingleBacktestOptions, run_single_backtest
 from certeval.estimators import parse_goal
 from certeval.inputs.banks import bank_from_scores, load_scores
 
@@ -87,8 +87,9 @@ def test_kept_driver_reproduces_the_removed_drivers_fixed_seed_results(data, cas
     old = FIXTURE["cases"][case]
     old_models = old["models"][::STRIDE[case]]
     models = all_models[::2][::STRIDE[case]]
-    out = run_single_backtest(frame, bank, models, c.pop("method"), parse_goal(c.pop("goal")),
-                              seed=FIXTURE["seed"], batch_size=10, all_models=all_models, **c)
+    options = SingleBacktestOptions(c.pop("method"), parse_goal(c.pop("goal")), seed=FIXTURE["seed"], batch_size=10,
+                                    **c)
+    out = run_single_backtest(frame, bank, models, options, all_models=all_models)
     assert [m["model"] for m in out["models"]] == [m["model"] for m in old_models] == models
     assert _close([m["truth"] for m in out["models"]], [m["truth"] for m in old_models])
     assert out["n_items"] == old["n_items"] and _close(out["truth"], old["truth"])
@@ -130,8 +131,8 @@ def test_the_cli_backtest_and_the_benchmark_rows_are_the_same_runs(data):
 
     frame, bank, all_models = data
     model = all_models[3]
-    out = run_single_backtest(frame, bank, [model], "uniform", parse_goal("halfwidth:0.1"), reps=4, seed=3,
-                              batch_size=20, all_models=all_models)
+    out = run_single_backtest(frame, bank, [model], SingleBacktestOptions(
+        "uniform", parse_goal("halfwidth:0.1"), reps=4, seed=3, batch_size=20), all_models=all_models)
     arrays = DatasetArrays(name="scores", spec=bank.spec(), models=(model,),
                            matrix=score_matrix(frame, [model], bank))
     rows = run_cells({"x": arrays}, [Cell("x", "uniform", "halfwidth:0.1", 4, 20,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from certeval.backtests.single import run_single_backtest
+from certeval.backtests.single import SingleBacktestOptions, run_single_backtest
 from certeval.cli import main
 from certeval.estimators import parse_goal
 from certeval.inputs.banks import bank_from_scores, load_scores
@@ -32,7 +32,7 @@ def test_history_fraction_backtest_beats_uniform_on_the_same_reps(capsys):
     # the ratio's baseline is uniform replayed with the same per-rep seeds
     frame = load_scores("bundled:helm_mmlu")
     bank = bank_from_scores(frame)
-    uni = run_single_backtest(frame, bank, MODELS, "uniform", parse_goal("halfwidth:0.1"), reps=8, seed=0,
+    uni = run_single_backtest(frame, bank, MODELS, SingleBacktestOptions("uniform", parse_goal("halfwidth:0.1"), reps=8),
                               all_models=sorted(frame["model"].unique()))
     for mine, base in zip(out["models"], uni["models"]):
         assert mine["baseline_scored"] == pytest.approx(base["mean_scored"])

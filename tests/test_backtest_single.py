@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from certeval.backtests.single import cached_embeddings, run_single_backtest
+from certeval.backtests.single import SingleBacktestOptions, cached_embeddings, run_single_backtest
 from certeval.cli import main
 from certeval.estimators import parse_goal
 from certeval.inputs.banks import bank_from_scores, load_scores
@@ -58,8 +58,9 @@ def test_seeds_do_not_depend_on_model_selection():
     bank = bank_from_scores(scores)
     all_models = sorted(scores.model.unique())
     goal = parse_goal("halfwidth:0.08")
-    a = run_single_backtest(scores, bank, MODELS, "adaptive", goal, reps=2, seed=3, all_models=all_models)
-    b = run_single_backtest(scores, bank, MODELS[1:], "adaptive", goal, reps=2, seed=3, all_models=all_models)
+    options = SingleBacktestOptions("adaptive", goal, reps=2, seed=3)
+    a = run_single_backtest(scores, bank, MODELS, options, all_models=all_models)
+    b = run_single_backtest(scores, bank, MODELS[1:], options, all_models=all_models)
     assert a["models"][1] == b["models"][0]
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from certeval.cli import build_parser
-from certeval.cli.request_flags import request_fields
-from certeval.requests import REQUESTS, field_default, field_help
+from certeval.cli.request_flags import backtest_fields, request_fields
+from certeval.requests import REQUESTS, BacktestOptions, field_default, field_help
 
 ROOT = Path(__file__).resolve().parents[1] / "certeval"
 # the modules a request goes through from the command line to the verbs: none may spell a field's default again
@@ -36,7 +36,7 @@ def _declared(source: str) -> dict[str, list[str]]:
 
 def test_each_field_is_declared_in_exactly_one_request_class():
     declared = _declared((ROOT / "requests.py").read_text())
-    names = {f.name for cls in REQUESTS.values() for f in fields(cls)}
+    names = {f.name for cls in (*REQUESTS.values(), BacktestOptions) for f in fields(cls)}
     assert names <= set(declared)
     assert {name: owners for name, owners in declared.items() if len(owners) != 1} == {}
 
@@ -81,6 +81,24 @@ def test_every_request_flag_of_the_commands_is_generated_from_its_field(kind):
     assert _generated_mismatches(_subparser(parser, "backtest", kind), kind, live=False) == []
     backtest_dests = {a.dest for a in _subparser(parser, "backtest", kind)._actions}
     assert not {f.name for f in request_fields(kind) if f.metadata.get("live")} & backtest_dests
+
+
+@pytest.mark.parametrize("kind", list(REQUESTS))
+def test_every_backtest_option_of_backtest_command_is_generated_from_its_field(kind):
+    """``certeval backtest KIND``'s own options (--scores, --reps, --pairs, --history-fraction, ...) are
+    :class:`BacktestOptions`'s fields: one flag each, its spelling, default and help; a field KIND does not read
+    has no flag there."""
+    parser = _subparser(build_parser(), "backtest", kind)
+    by_dest = {}
+    for action in parser._actions:
+        by_dest.setdefault(action.dest, []).append(action)
+    read = backtest_fields(kind)
+    for f in read:
+        (action,) = by_dest[f.name]
+        assert tuple(action.option_strings) == f.metadata["flags"] and action.default == field_default(f)
+        assert action.help == field_help(f, kind)
+    assert ({f.name for f in fields(BacktestOptions)} - {f.name for f in read}) & set(by_dest) == set()
+    assert {"scores", "reps"} <= {f.name for f in read}
 
 
 def test_the_check_catches_a_flag_written_by_hand():

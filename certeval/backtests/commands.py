@@ -21,32 +21,37 @@ exact answer contradicts (certify: whose interval misses the model's exact bank 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
 
 from certeval.errors import InputError
+from certeval.estimators.distribution.comparison import ComparisonDesign
 from certeval.estimators.validation import check_positive_int
 from certeval.inputs.model_spec import KINDS as SPEC_KINDS
 from certeval.inputs.model_spec import parse_model_spec
-from certeval.requests import IDENTITY, REQUESTS
+from certeval.requests import IDENTITY, REQUESTS, BacktestOptions, field_default
 from certeval.runs.plan import make_plan
 
 from .comparative import ComparativeBacktest, compare_backtest, rank_backtest, select_backtest
 
 LIVE_COMMANDS = tuple(REQUESTS)
 REP_RULE = "rep r is the live command run with --seed (seed + r) on the recorded scores"
+HISTORY_RULE = ("each rep splits the models at random (seeded by the scores, the models and the rep): the history "
+                "share is the prior of the rest, which are run on an order of their own")
 
 
-def replay_models(scores: str, models: tuple[str, ...] | list[str] | None, kind: str) -> list[str]:
+def replay_models(scores: str, models: tuple[str, ...] | list[str] | None, kind: str, *,
+                  every: bool = False) -> list[str]:
     """The replay specs of the request's models: ``NAME`` is ``replay:SCORES#NAME``, a ``replay:`` spec stays; none
-    given: every model of ``scores`` (compare: the first two by name). A model that is not recorded is refused."""
+    given: every model of ``scores`` (compare: the first two by name, unless ``every``: its pairs are sampled). A
+    model that is not recorded is refused."""
     if not models:
         from certeval.runs.inputs import _model_items
 
         names = sorted(_model_items(scores))
-        models = names[:2] if kind == "compare" else names
+        models = names[:2] if kind == "compare" and not every else names
     out = []
     for text in models:
         head = str(text).partition(":")[0].strip().lower()
@@ -73,16 +78,23 @@ def recorded_matrix(plan: Any, bank: Any) -> np.ndarray:
     return matrix
 
 
-def request_backtest(request: Any, scores: str, reps: int = 20, *, use_ray: bool = False) -> dict[str, Any]:
+def request_backtest(request: Any, options: BacktestOptions, *, use_ray: bool = False) -> dict[str, Any]:
     """Validate the live ``request`` (an :class:`InputError` names the bad flag; its ``models``: names in
-    ``scores`` or ``replay:`` specs, none: :func:`replay_models`), play ``reps`` reps of it and return the backtest's
-    result plus ``answer`` and ``config``; prints nothing."""
+    ``options.scores`` or ``replay:`` specs, none: :func:`replay_models`) and the backtest ``options``, play
+    ``options.reps`` reps of it and return the backtest's result plus ``answer`` and ``config``; prints nothing."""
     kind = request.kind
     if kind not in LIVE_COMMANDS:
         raise InputError(f"backtest COMMAND must be one of {', '.join(LIVE_COMMANDS)}; got {kind!r}")
-    reps = check_positive_int(reps, "--reps")
-    models = replay_models(scores, request.models, kind)
-    plan, prepared = make_plan(replace(request, models=tuple(models)), check_output=False, probe=False)
+    scores, reps = _checked_options(request, options)
+    models = replay_models(scores, request.models, kind, every=options.pairs is not None)
+    # compare --pairs: the plan is the live compare of the first pair (each sampled pair is a live compare of its own)
+    planned = models[:2] if kind == "compare" else models
+    plan, prepared = make_plan(replace(request, models=tuple(planned)), check_output=False, probe=False)
+    if kind == "compare" and len(models) > 2:
+        if options.pairs is None:
+            raise InputError(f"compare plays two models, got {len(models)}; name two with --model, or sample pairs "
+                             "of them with --pairs P")
+        plan = replace(plan, models=tuple(models), labels=_labels(models))
     matrix = recorded_matrix(plan, prepared.bank)
     if kind == "certify":
         out = certify_backtest(plan, prepared, matrix, reps)
@@ -92,17 +104,71 @@ def request_backtest(request: Any, scores: str, reps: int = 20, *, use_ray: bool
                          "errors": "a model's interval misses its exact bank mean"}
     else:
         spec = prepared.bank.spec(mean_of_means=plan.mean_of_means)
-        group = plan.group_request(history=prepared.history)
+        group = replace(plan.group_request(history=prepared.history), ranking=options.ranking)
+        if group.target == "distribution":
+            group = replace(group, design=ComparisonDesign(
+                alpha=group.alpha, margin=group.margin, statistic=options.statistic, spending=options.spending,
+                look_size=plan.batch_size))
+        fraction = options.history_fraction if options.reads("history_fraction", kind) else None
         bt = ComparativeBacktest(matrix, tuple(plan.labels), spec, group, reps=reps, seed=plan.seed,
-                                 looks_every=plan.batch_size, max_items=plan.max_items, name=plan.task_name,
-                                 use_ray=use_ray, live_order=True)
+                                 looks_every=plan.batch_size, max_items=plan.max_items,
+                                 n_pairs=options.pairs or 1, use_ray=use_ray,
+                                 history_fraction=fraction, live_order=fraction is None)
         out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
         out["answer"] = answer(kind, out, group)
     # what was played: the validated plan's value of every field that makes the request what it is
+    played = {f.name: getattr(options, f.name) for f in fields(options)
+              if f.name not in ("scores", "reps") and options.reads(f.name, kind)}
     out["config"] = {"command": kind, "scores": str(scores), **{k: getattr(plan, k) for k in IDENTITY},
-                     "models": list(plan.models), "labels": list(plan.labels), "reps": reps, "rule": REP_RULE,
-                     "history": list(plan.history) or None}
+                     "models": list(plan.models), "labels": list(plan.labels), "reps": reps,
+                     "rule": REP_RULE if kind == "certify" or options.history_fraction is None else HISTORY_RULE,
+                     "history": list(plan.history) or None, **played}
     return out
+
+
+def _checked_options(request: Any, options: BacktestOptions) -> tuple[str, int]:
+    """The backtest options' one validation step: an option ``request``'s kind does not read keeps its default,
+    the distribution target's options need that target, ``--ranking`` needs ``--epsilon``, a history share lies in
+    (0, 1) and replaces ``--history``. Returns the scores and the reps."""
+    kind = request.kind
+    if not options.scores:
+        raise InputError("backtest needs --scores (recorded scores: a scores file or bundled:<name>)")
+    for f in fields(options):
+        value = getattr(options, f.name)
+        if not options.reads(f.name, kind) and value != field_default(f):
+            raise InputError(f"{f.metadata['flags'][0]} {value!r} does not apply to backtest {kind}")
+    reps = check_positive_int(options.reps, "--reps")
+    if options.pairs is not None:
+        check_positive_int(options.pairs, "--pairs")
+    if kind == "certify":  # reads none of the paired options (their defaults were checked above)
+        return str(options.scores), reps
+    target = request.target or "bank"
+    if target != "distribution":
+        for name in ("statistic", "spending"):
+            value = getattr(options, name)
+            if value != field_default({f.name: f for f in fields(options)}[name]):
+                raise InputError(f"--{name} {value!r} applies to --target distribution (the group-sequential "
+                                 f"tests), not to the {target} target")
+    if kind == "rank" and options.ranking != "auto" and request.epsilon is None:
+        raise InputError(f"--ranking {options.ranking!r} chooses the epsilon-ranking's construction; it needs --epsilon")
+    fraction = options.history_fraction
+    if fraction is not None:
+        if target != "bank":
+            raise InputError(f"--history-fraction {fraction!r} applies to the bank target, not --target {target}")
+        if not 0.0 < fraction < 1.0:
+            raise InputError(f"--history-fraction must lie in (0, 1) for a ranking or selection (the rest of the "
+                             f"models are run), got {fraction!r}")
+        if request.history:
+            raise InputError("give --history SOURCE or --history-fraction F, not both")
+        models = replay_models(options.scores, request.models, kind)
+        if len(models) < 3:
+            raise InputError(f"--history-fraction needs at least three models (one as history, two run), got "
+                             f"{len(models)}: {', '.join(models)}")
+    return str(options.scores), reps
+
+
+def _labels(models: list[str]) -> tuple[str, ...]:
+    return tuple(parse_model_spec(m).name or m for m in models)
 
 
 def certify_backtest(plan: Any, prepared: Any, matrix: np.ndarray, reps: int) -> dict[str, Any]:

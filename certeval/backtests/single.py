@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -133,42 +133,47 @@ class ModelBacktest:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def run_single_backtest(
-    scores: pd.DataFrame,
-    bank: Bank,
-    models: list[str],
-    method: str,
-    goal: Goal,
-    *,
-    confidence: float = 0.95,
-    reps: int = 20,
-    seed: int = 0,
-    batch_size: int = 10,
-    max_items: int | None = None,
-    target: str = "bank",
-    all_models: list[str] | None = None,
-    method_params: dict | None = None,
-    progress: Callable[[int, int, str], None] | None = None,
-    on_rows: Callable[[list[dict]], None] | None = None,
-    features: str = "auto",
-    history: HistoryScores | None = None,
-    history_fraction: float | None = None,
-    history_permute: bool = False,
-    baseline: str | None = None,
-    cache_dir: str | None = None,
-) -> dict:
-    """Replay ``method`` on every model's recorded scores ``reps`` times; per-model and summary numbers.
+@dataclass(frozen=True)
+class SingleBacktestOptions:
+    """What a single-model backtest plays (``certeval backtest --goal halfwidth:E|above:T|below:T``): ``method``
+    toward ``goal`` ``reps`` times per model; ``features`` (:data:`FEATURE_MODES`) and ``method_params`` shape the
+    method. History (method ``history``): ``history`` gives recorded sources (the evaluated model left out), or
+    ``history_fraction`` F makes a random fraction F of the scores file's *other* models the history of each rep
+    (drawn per model and rep); ``history_permute`` shuffles the history's items per rep (useless history).
+    ``baseline`` (e.g. ``uniform``) is replayed on the same reps with the same seeds, and each model gets
+    ``ratio_to_uniform`` = items / the baseline's items. ``cache_dir``: where embedded item texts are cached."""
 
-    History (method ``history``): ``history`` gives recorded sources (the evaluated model left out), or
-    ``history_fraction`` F makes a random fraction F of the scores file's *other* models the history of
-    each rep (drawn per model and rep); ``history_permute`` shuffles the history's items per rep (useless
-    history). ``baseline`` (e.g. ``uniform``) is replayed on the same reps with the same seeds, and each
-    model gets ``ratio_to_uniform`` = items / the baseline's items. ``cache_dir``: where embedded item texts
-    are cached (``--cache-dir``).
-    """
-    confidence = check_confidence(confidence)
-    reps = check_positive_int(reps, "reps")
-    batch_size = check_positive_int(batch_size, "batch-size")
+    method: str
+    goal: Goal
+    confidence: float = 0.95
+    reps: int = 20
+    seed: int = 0
+    batch_size: int = 10
+    max_items: int | None = None
+    target: str = "bank"
+    features: str = "auto"
+    method_params: Mapping[str, Any] = field(default_factory=dict)
+    history: HistoryScores | None = None
+    history_fraction: float | None = None
+    history_permute: bool = False
+    baseline: str | None = None
+    cache_dir: str | None = None
+
+
+def run_single_backtest(scores: pd.DataFrame, bank: Bank, models: list[str], options: SingleBacktestOptions, *,
+                        all_models: list[str] | None = None, progress: Callable[[int, int, str], None] | None = None,
+                        on_rows: Callable[[list[dict]], None] | None = None) -> dict:
+    """Replay ``options.method`` on every model's recorded scores ``options.reps`` times; per-model and summary
+    numbers. ``all_models``: the scores file's models (the history's and the factor features' pool; default: every
+    model of ``scores``); ``progress``/``on_rows``: the command line's progress bar and rows as they come."""
+    o = options
+    method, goal, target, features = o.method, o.goal, o.target, o.features
+    history, history_fraction, history_permute, baseline = o.history, o.history_fraction, o.history_permute, o.baseline
+    method_params, seed = dict(o.method_params), int(o.seed)
+    confidence = check_confidence(o.confidence)
+    reps = check_positive_int(o.reps, "reps")
+    batch_size = check_positive_int(o.batch_size, "batch-size")
+    max_items = o.max_items
     if max_items is not None:
         max_items = check_positive_int(max_items, "max-items")
     if method not in REGISTRY.methods:
@@ -185,7 +190,7 @@ def run_single_backtest(
         per_model = factor_features(scores, bank, all_models or sorted(scores["model"].unique()), seed)
         specs = {m: bank.spec(features=per_model[m]) for m in models}
     else:
-        feats = features_for(bank, method, features, cache_dir)
+        feats = features_for(bank, method, features, o.cache_dir)
         shared = replace(bank.spec(), features=feats)  # None really means none (bank.spec falls back)
         specs = {m: shared for m in models}
     spec = specs[models[0]]

@@ -89,31 +89,32 @@ def add_parser(subparsers) -> None:
 def _add_commands(p) -> None:
     """``certeval backtest COMMAND``: the live command's own flags, plus --scores and --reps."""
     from .pipeline import HELPS, add_command_flags
+    from .request_flags import add_backtest_flags
 
     sub = p.add_subparsers(dest="backtest_command", metavar="COMMAND", required=False)
     for name in REQUESTS:
         c = sub.add_parser(name, help=f"play the live {name} on recorded scores ({HELPS[name]})",
                            description=f"certeval {name} played on recorded scores, each rep checked against the "
                                        "exact answer on the whole bank; rep r is the live run with --seed (seed + r)")
-        c.add_argument("--scores", required=True,
-                       help="recorded scores (model, item_id, score[, subset]); bundled:<name> works")
-        c.add_argument("--reps", type=int, default=20, help="repetitions (default 20)")
+        add_backtest_flags(c, name)
         add_command_flags(c, name, live=False)
         c.set_defaults(func=run_command, command=name, goal=None)  # the parent's --goal is not this command's
 
 
 def run_command(args) -> int:
-    """``certeval backtest COMMAND``: the live command's request from its flags, played and printed."""
-    from certeval.backtests.commands import request_backtest
+    """``certeval backtest COMMAND``: the live command's request from its flags, played (:func:`certeval.api.backtest`)
+    and printed."""
+    from certeval.api import backtest
 
-    from .request_flags import request_from_args
+    from .request_flags import backtest_options_from_args, request_from_args
 
     if "auto" in (args.history or []):
         raise InputError(f"--history auto names earlier select runs under --output; backtest {args.command} takes "
                          "recorded scores (a scores file, bundled:<name>, run folders)")
     request = request_from_args(args, args.command, models=tuple(args.models or ()),
                                 history=tuple(args.history or ()))
-    out = request_backtest(request, str(args.scores), args.reps)
+    options = backtest_options_from_args(args, args.command)
+    out = backtest(request, scores=options.scores, options=options).to_dict()
     if args.json:
         print_json(out)
         return 0
@@ -215,7 +216,7 @@ def run(args) -> int:
 
 
 def run_single(args) -> int:
-    from certeval.backtests.single import run_single_backtest
+    from certeval.backtests.single import SingleBacktestOptions, run_single_backtest
     from certeval.inputs.banks import bank_from_scores, load_items, load_scores
 
     from ..estimators import method_names
@@ -244,14 +245,13 @@ def run_single(args) -> int:
     models = args.model or all_models
     with BacktestProgress(progress_mode(args.json, args.quiet),
                           what=f"{args.method} {goal} on {len(models)} model(s) x {reps} reps") as progress:
-        out = run_single_backtest(
-            scores, bank, list(models), args.method, goal, confidence=confidence, reps=reps, seed=args.seed,
-            batch_size=batch, max_items=max_items, target=args.target, all_models=all_models,
-            features=args.features, method_params=_method_params(args),
+        options = SingleBacktestOptions(
+            args.method, goal, confidence=confidence, reps=reps, seed=args.seed, batch_size=batch,
+            max_items=max_items, target=args.target, features=args.features, method_params=_method_params(args),
             history=history, history_fraction=args.history_fraction, history_permute=args.history_permute,
-            baseline="uniform" if args.method == "history" else None, progress=progress.update, on_rows=progress.rows,
-            cache_dir=args.cache_dir,
-        )
+            baseline="uniform" if args.method == "history" else None, cache_dir=args.cache_dir)
+        out = run_single_backtest(scores, bank, list(models), options, all_models=all_models,
+                                  progress=progress.update, on_rows=progress.rows)
     if args.json:
         print_json(out)
     else:

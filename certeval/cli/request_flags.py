@@ -11,7 +11,7 @@ import argparse
 from dataclasses import fields
 from typing import Any
 
-from ..requests import REQUESTS, Request, field_default, field_help, reads
+from ..requests import REQUESTS, BacktestOptions, Request, field_default, field_help, reads
 
 
 def request_fields(kind: str, *, live: bool = True) -> list[Any]:
@@ -44,3 +44,20 @@ def request_from_args(args: argparse.Namespace, kind: str, **given: Any) -> Requ
     values = {f.name: getattr(args, f.name) for f in request_fields(kind) if hasattr(args, f.name)}
     values.update(given)
     return REQUESTS[kind](**values)
+
+
+def backtest_fields(kind: str) -> list[Any]:
+    """The fields of :class:`~certeval.requests.BacktestOptions` that ``certeval backtest KIND`` reads."""
+    return [f for f in fields(BacktestOptions) if BacktestOptions.reads(f.name, kind)]
+
+
+def add_backtest_flags(parser: argparse.ArgumentParser, kind: str) -> None:
+    """One argument per backtest option ``certeval backtest KIND`` reads, generated as the request's flags are."""
+    for f in backtest_fields(kind):
+        parser.add_argument(*f.metadata["flags"], dest=f.name, default=field_default(f),
+                            help=field_help(f, kind), **f.metadata.get("cli", {}))
+
+
+def backtest_options_from_args(args: argparse.Namespace, kind: str) -> BacktestOptions:
+    """The backtest options of ``certeval backtest KIND`` from its parsed flags."""
+    return BacktestOptions(**{f.name: getattr(args, f.name) for f in backtest_fields(kind)})

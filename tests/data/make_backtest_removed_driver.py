@@ -5,7 +5,7 @@ Kept for provenance; run today it gives the kept driver's numbers. Used by tests
 import json
 import time
 
-from certeval.backtests.single import run_single_backtest
+from certeval.backtests.single import SingleBacktestOptions, run_single_backtest
 from certeval.estimators import parse_goal
 from certeval.inputs.banks import bank_from_scores, load_scores
 
@@ -22,7 +22,8 @@ out = {"commit": "5da5bb3", "seed": 11, "scores": "bundled:helm_mmlu", "cases": 
 for name, c in cases.items():
     c = dict(c)
     t = time.time()
-    res = run_single_backtest(frame, bank, models, c.pop("method"), parse_goal(c.pop("goal")), seed=11, batch_size=10, all_models=sorted(frame.model.unique()), **c)
+    options = SingleBacktestOptions(c.pop("method"), parse_goal(c.pop("goal")), seed=11, batch_size=10, **c)
+    res = run_single_backtest(frame, bank, models, options, all_models=sorted(frame.model.unique()))
     out["cases"][name] = res
     print(name, round(time.time() - t, 1), res["summary"])
 json.dump(out, open("tests/data/backtest_removed_driver.json", "w"), indent=1, sort_keys=True)
