@@ -55,7 +55,6 @@ def test_history_sources_and_permuted_history(capsys):
     (["--history", "bundled:helm_mmlu", "--method", "adaptive"], "used by method 'history'"),
     (["--method", "history"], "needs history"),
     (["--history-permute", "--method", "uniform"], "--history-permute needs"),
-    (["--history", "bundled:helm_mmlu", "--goal", "rank:0.02"], "--history-fraction F is"),
 ])
 def test_bad_history_backtests_exit_2(capsys, extra, message):
     argv = ["backtest", "--scores", "bundled:helm_mmlu", "--reps", "1", "--model", MODELS[0], *extra]

@@ -1,4 +1,4 @@
-"""``certeval backtest --goal rank:D|select:T,E --history-fraction F``: each rep ranks (selects) a random share of
+"""``certeval backtest rank|select --history-fraction F``: each rep ranks (selects) a random share of
 the models with one factor model fitted on the others as history — issue 25's "half the other models as history",
 through the product's own backtest."""
 
@@ -13,16 +13,16 @@ from certeval.backtests.paired_rows import history_count, history_split
 from certeval.cli import main
 
 
-def _run(capsys, *flags: str) -> dict:
-    code = main(["backtest", "--scores", "bundled:helm_mmlu", "--json", "--quiet", *flags])
+def _run(capsys, command: str, *flags: str) -> dict:
+    code = main(["backtest", command, "--scores", "bundled:helm_mmlu", "--json", "--quiet", *flags])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out)
 
 
 def test_rank_with_half_the_models_as_history_runs_the_other_half_with_their_prior(capsys):
-    flags = ("--goal", "rank:0", "--epsilon", "0.1", "--history-fraction", "0.5", "--reps", "2",
-             "--looks-every", "50", "--seed", "3")
+    flags = ("rank", "--epsilon", "0.1", "--history-fraction", "0.5", "--reps", "2", "--batch-size", "50",
+             "--seed", "3")
     out = _run(capsys, *flags)
     s = out["summary"]
     assert s["models"] == 22 and s["pairs"] == 22 * 21 // 2
@@ -39,7 +39,8 @@ def test_rank_with_half_the_models_as_history_runs_the_other_half_with_their_pri
 
 
 def test_select_with_history_share_uses_the_history_selection(capsys):
-    out = _run(capsys, "--goal", "select:0,0.02", "--history-fraction", "0.5", "--reps", "1", "--looks-every", "50")
+    out = _run(capsys, "select", "--threshold", "0", "--halfwidth", "0.02", "--history-fraction", "0.5", "--reps", "1",
+               "--batch-size", "50")
     s = out["summary"]
     assert s["models"] == 22 and s["history"]["history_models"] == 22 and s["error_rate"] == 0.0
     run = out["runs"][0]
@@ -51,13 +52,12 @@ def test_select_with_history_share_uses_the_history_selection(capsys):
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--goal", "rank:0", "--epsilon", "0.1", "--history-fraction", "1"], "--history-fraction must lie in (0, 1)"),
-    (["--goal", "rank:0", "--epsilon", "0.1", "--history-fraction", "-0.2"], "-0.2"),
-    (["--goal", "rank:0", "--history-fraction", "0.5", "--model", "writer_palmyra-x", "--model", "openai_ada"],
-     "at least three models"),
+    (["--epsilon", "0.1", "--history-fraction", "1"], "--history-fraction must lie in (0, 1)"),
+    (["--epsilon", "0.1", "--history-fraction=-0.2"], "-0.2"),
+    (["--history-fraction", "0.5", "--model", "writer_palmyra-x", "--model", "openai_ada"], "at least three models"),
 ])
 def test_bad_history_share_exits_2_naming_it(flags, named, capsys):
-    code = main(["backtest", "--scores", "bundled:helm_mmlu", "--reps", "1", *flags])
+    code = main(["backtest", "rank", "--scores", "bundled:helm_mmlu", "--reps", "1", *flags])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and named in err, err
 

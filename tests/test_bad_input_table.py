@@ -251,10 +251,12 @@ CASES = [
                                                   fx["edited_round_run"]], "differs from what was written"),
     ("backtest-history-stray-round", lambda fx: ["backtest", "--scores", fx["scores"], "--history",
                                                  fx["stray_round_run"]], "not in manifest.json"),
-    ("backtest-looks-every-zero", lambda fx: ["backtest", "--scores", fx["scores"], "--looks-every", "0"],
-     "looks-every"),  # was accepted (single-model goals ignored it; comparisons divided by it)
-    ("backtest-looks-every-zero-compare", lambda fx: ["backtest", "--scores", fx["scores"], "--goal", "compare:0",
-                                                      "--looks-every", "-5"], "looks-every"),
+    ("backtest-batch-size-zero-compare", lambda fx: ["backtest", "compare", "--scores", fx["scores"], "--batch-size",
+                                                     "0"], "batch-size"),  # a look of 0 items would never end
+    ("backtest-pairs-zero-compare", lambda fx: ["backtest", "compare", "--scores", fx["scores"], "--pairs", "0"],
+     "--pairs"),
+    ("backtest-goal-compare-gone", lambda fx: ["backtest", "--scores", fx["scores"], "--goal", "compare:0"],
+     "certeval backtest compare"),
     # report
     ("report-missing-folder", lambda fx: ["report", "/nonexistent/run"], "nonexistent"),
     ("report-empty-folder", lambda fx: ["report", fx["empty"]], "results.json"),

@@ -107,8 +107,8 @@ def test_the_backtest_runs_the_neighbour_ranking_unless_told_otherwise(capsys):
 
     outs = {}
     for ranking in ("auto", "all-pairs"):
-        rc = main(["backtest", "--scores", "bundled:helm_mmlu", "--goal", "rank:0", "--epsilon", "0.1", "--reps", "1",
-                   "--looks-every", "100", "--ranking", ranking, "--json"])
+        rc = main(["backtest", "rank", "--scores", "bundled:helm_mmlu", "--epsilon", "0.1", "--reps", "1",
+                   "--batch-size", "100", "--ranking", ranking, "--json"])
         assert rc == 0
         outs[ranking] = json.loads(capsys.readouterr().out)
     new, old = outs["auto"]["summary"], outs["all-pairs"]["summary"]

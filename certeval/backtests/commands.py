@@ -67,10 +67,11 @@ def recorded_matrix(plan: Any, bank: Any) -> np.ndarray:
     from certeval.inputs.banks import score_matrix
     from certeval.runs.inputs import _scores
 
-    rows = []
-    for spec in map(parse_model_spec, plan.models):
-        rows.append(score_matrix(_scores(spec.location), [spec.name], bank)[0])
-    matrix = np.vstack(rows)
+    specs = [parse_model_spec(m) for m in plan.models]
+    matrix = np.empty((len(specs), bank.n_items))
+    for location in dict.fromkeys(spec.location for spec in specs):  # one lookup a scores file, not a model
+        rows = [k for k, spec in enumerate(specs) if spec.location == location]
+        matrix[rows] = score_matrix(_scores(location), [specs[k].name for k in rows], bank)
     if np.isnan(matrix).any():
         k = int(np.argwhere(np.isnan(matrix).any(axis=1))[0, 0])
         raise InputError(f"--model {plan.models[k]!r} has no recorded score for some of the bank's items; pass a "

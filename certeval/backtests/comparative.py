@@ -1,7 +1,7 @@
 """Comparative backtests: replay recorded scores for pairs, rankings and selections.
 
-``certeval backtest --goal compare:D | rank:D | select:T,E`` lands here (:class:`ComparativeOptions` →
-:func:`comparative_backtest`; the command line prints the result). Every rep is one paired run of the
+``certeval backtest compare | rank | select`` lands here (:func:`certeval.backtests.commands.request_backtest`
+builds the :class:`ComparativeBacktest` from the live command's plan). Every rep is one paired run of the
 live pipeline's engine (:class:`certeval.engine.PairedRounds`, the same group estimators, scores looked up in the
 recorded matrix): a ranking or selection of every model, or one run per sampled pair for ``compare``; items are
 revealed in looks of ``looks_every``. The reps fan out as ``paired`` cells through the one backtest driver
@@ -19,7 +19,7 @@ decisions are checked against the whole bank:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,39 +31,16 @@ from certeval.estimators.distribution.comparison import (
     B_GT_A,
     EQUIVALENT,
     VERDICTS,
-    ComparisonDesign,
     pair_verdicts,
 )
 from certeval.estimators.groups import GroupRequest
 from certeval.estimators.protocol import BankSpec
-from certeval.estimators.validation import check_confidence, check_positive_int
 from certeval.inputs.banks import bank_from_scores, load_scores, read_table, score_matrix
 
 from .cells import PAIRED, Cell, DatasetArrays
 
 # a rep's rows: their own module (the driver calls them through backtest.kinds); the names stay importable here
 from .paired_rows import _ROW_ONLY, _statement_errors, history_count
-
-
-def parse_comparative_goal(text: str) -> tuple[str, tuple[float, ...]]:
-    """``compare:D`` / ``rank:D`` → (kind, (margin,)); ``select:T,E`` → ('select', (T, E))."""
-    if not isinstance(text, str) or ":" not in text:
-        raise InputError(f"goal must look like compare:D, rank:D or select:T,E; got {text!r}")
-    kind, _, raw = text.partition(":")
-    kind = kind.strip().lower()
-    try:
-        values = tuple(float(v) for v in raw.split(","))
-    except ValueError:
-        raise InputError(f"goal values must be numbers; got {raw!r} in {text!r}") from None
-    if kind in ("compare", "rank"):
-        if len(values) != 1 or not (0 <= values[0] < 1):
-            raise InputError(f"goal {kind}:D needs one margin D in [0, 1); got {text!r}")
-    elif kind == "select":
-        if len(values) != 2 or not (0 <= values[0] <= 1) or not (0 < values[1] < 1):
-            raise InputError(f"goal select:T,E needs a threshold T in [0, 1] and a half-width E in (0, 1); got {text!r}")
-    else:
-        raise InputError(f"comparative goal kind must be compare, rank or select; got {kind!r} in {text!r}")
-    return kind, values
 
 
 def load_matrix(scores: str, items: str | None = None,
@@ -105,11 +82,6 @@ def _z_test_verdicts(a: np.ndarray, b: np.ndarray, alpha: float, statistic: str,
     se = np.sqrt(var)
     verdict = np.where(diff - z * se > 0, A_GT_B, np.where(diff + z * se < 0, B_GT_A, 0))
     return verdict
-
-
-def _design(statistic: str, spending: str, looks_every: int, alpha: float, margin: float) -> ComparisonDesign:
-    return ComparisonDesign(alpha=alpha, margin=margin, statistic=statistic or "paired",
-                            spending=spending or "pocock", look_size=int(looks_every or 100))
 
 
 @dataclass(frozen=True)
@@ -306,97 +278,4 @@ def _looks(bt: ComparativeBacktest) -> list[int]:
     return list(range(bt.looks_every, cap, bt.looks_every)) + [cap]
 
 
-@dataclass(frozen=True)
-class ComparativeOptions:
-    """What ``certeval backtest --goal compare:D | rank:D | select:T,E`` asks, as typed values (the command line
-    builds it, :func:`comparative_backtest` validates and runs it)."""
-
-    goal: str
-    scores: str
-    items: str | None = None
-    models: tuple[str, ...] | None = None  # None: every model of the scores file
-    confidence: float = 0.95
-    reps: int = 10
-    seed: int = 0
-    looks_every: int = 100
-    max_items: int | None = None
-    target: str = "bank"
-    pairs: int = 200  # compare: model pairs sampled
-    top: int | None = None  # select, bank target: the K best (1 when None)
-    epsilon: float | None = None  # rank:0, bank target: an epsilon-correct ranking
-    history_fraction: float | None = None
-    statistic: str = "paired"  # distribution target: the test statistic
-    spending: str = "pocock"  # distribution target: the boundary
-    ranking: str = "auto"  # rank --epsilon: the construction (auto/neighbours, or all-pairs)
-
-
-def comparative_backtest(opts: ComparativeOptions) -> dict[str, Any]:
-    """Validate ``opts`` (an :class:`InputError` names the bad flag), replay every rep and return the result
-    (``pairs``/``rankings``/``runs``, ``summary`` and ``config``); prints nothing."""
-    kind, values = parse_comparative_goal(opts.goal)
-    confidence = check_confidence(opts.confidence)
-    reps = check_positive_int(opts.reps, "--reps")
-    seed = int(opts.seed)
-    looks_every = check_positive_int(opts.looks_every, "--looks-every")
-    max_items = opts.max_items
-    if max_items is not None:
-        max_items = check_positive_int(max_items, "--max-items")
-    target = opts.target
-    n_pairs = check_positive_int(opts.pairs, "--pairs")
-    top = check_positive_int(opts.top or 1, "--top") if kind == "select" else None
-    epsilon = opts.epsilon
-    if epsilon is not None and (kind != "rank" or target != "bank" or values[0] or not 0 < epsilon < 1):
-        raise InputError(f"--epsilon {epsilon!r} needs --goal rank:0 on the bank target and a value in (0, 1) "
-                         f"(it replaces the margin's strict verdicts); got --goal {opts.goal} --target {target}")
-    history_fraction = opts.history_fraction
-    if history_fraction is not None:
-        if kind == "compare" or target != "bank":
-            raise InputError(f"--history-fraction {history_fraction!r} applies to --goal rank:D and select:T,E on "
-                             f"the bank target; got --goal {opts.goal} --target {target}")
-        if not 0.0 < history_fraction < 1.0:
-            raise InputError(f"--history-fraction must lie in (0, 1) for a ranking or selection (the rest of the "
-                             f"models are run), got {history_fraction!r}")
-    matrix, models, spec = load_matrix(opts.scores, opts.items, opts.models)
-    if history_fraction is not None and len(models) < 3:
-        raise InputError(f"--history-fraction needs at least three models (one as history, two run), got "
-                         f"{len(models)}: {', '.join(models)}")
-    request = live_request(opts.scores, kind, values, tuple(models), confidence=confidence, looks_every=looks_every,
-                           max_items=max_items, seed=seed, target=target, top=top, epsilon=epsilon)
-    if target == "distribution":
-        request = replace(request, design=_design(opts.statistic, opts.spending, looks_every, 1.0 - confidence,
-                                                  request.margin))
-    request = replace(request, ranking=opts.ranking)
-    bt = ComparativeBacktest(matrix, tuple(models), spec, request, reps=reps, seed=seed, looks_every=looks_every,
-                             max_items=max_items, n_pairs=n_pairs, history_fraction=history_fraction)
-    out = {"compare": compare_backtest, "rank": rank_backtest, "select": select_backtest}[kind](bt)
-    out["config"] = {"goal": opts.goal, "target": target, "scores": str(opts.scores), "confidence": confidence,
-                     "reps": reps, "seed": seed, "looks_every": looks_every, "max_items": max_items,
-                     "statistic": opts.statistic, "spending": opts.spending,
-                     "history_fraction": history_fraction, "ranking": opts.ranking}
-    return out
-
-
-def live_request(scores: str, kind: str, values: tuple[float, ...], models: tuple[str, ...], *, confidence: float,
-                 looks_every: int, max_items: int | None, seed: int, target: str, top: int | None,
-                 epsilon: float | None) -> GroupRequest:
-    """The group request of the live command a ``--goal compare:D | rank:D | select:T,E`` names (an alias of
-    ``certeval backtest compare --margin D | rank --margin D | select --threshold T --halfwidth E``): the plan of
-    that command on the recorded models, validated by :func:`~certeval.runs.plan.make_plan`, builds it
-    (:meth:`~certeval.runs.plan.RunPlan.group_request`). Each sampled pair of ``compare`` is that live compare with
-    its own two models: the plan is made for the first pair."""
-    from certeval.requests import request_for
-    from certeval.runs.plan import make_plan
-
-    picked = models[:2] if kind == "compare" else models
-    numbers = (dict(threshold=values[0], halfwidth=values[1], top=top if target == "bank" else None)
-               if kind == "select" else dict(margin=values[0]))
-    if kind == "rank":
-        numbers["epsilon"] = epsilon
-    plan, _ = make_plan(request_for(kind, models=[f"replay:{scores}#{m}" for m in picked], confidence=confidence,
-                                    batch_size=looks_every, max_items=max_items, seed=seed, target=target,
-                                    **numbers), check_output=False, probe=False)
-    return replace(plan.group_request(), labels=tuple(models))
-
-
-__all__ = ["ComparativeBacktest", "ComparativeOptions", "comparative_backtest", "compare_backtest", "load_matrix",
-           "parse_comparative_goal", "rank_backtest", "select_backtest"]
+__all__ = ["ComparativeBacktest", "compare_backtest", "load_matrix", "rank_backtest", "select_backtest"]

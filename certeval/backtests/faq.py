@@ -27,7 +27,7 @@ from certeval.errors import InputError
 from certeval.estimators.faq.factor_model import FactorModel, factor_prior
 from certeval.estimators.faq.querying import CI_KINDS
 from certeval.estimators.protocol import BankSpec
-from certeval.estimators.validation import check_confidence, check_positive_int
+from certeval.estimators.validation import check_confidence, check_positive, check_positive_int
 
 from .cells import FAQ_BUDGET, Cell, DatasetArrays
 
@@ -40,12 +40,7 @@ from .faq_rows import DEFAULT_TAU
 # ----------------------------------------------------------------------------------------------
 def resolve_budget(budget: Any, n_items: int) -> int:
     """A fraction in (0, 1) of the bank, or a count ≥ 1; at least 2 draws and at most the bank size."""
-    try:
-        b = float(budget)
-    except (TypeError, ValueError):
-        raise InputError(f"budget must be a fraction in (0, 1) or a count >= 1, got {budget!r}") from None
-    if not math.isfinite(b) or b <= 0:
-        raise InputError(f"budget must be a fraction in (0, 1) or a count >= 1, got {budget!r}")
+    b = check_positive(budget, "--budget")
     n = int(round(b * n_items)) if b < 1 else int(b)
     if b >= 1 and b != int(b):
         raise InputError(f"budget as a count must be an integer, got {budget!r}")

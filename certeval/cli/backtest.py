@@ -5,15 +5,16 @@ plays the live command on recorded scores: its flags are the live command's, gen
 (:mod:`certeval.requests`), its request the one the live command builds, and each rep is checked against the exact
 answer (:func:`certeval.backtests.commands.request_backtest`, what :func:`certeval.api.backtest` plays).
 
-Single-model goals (``halfwidth:E``, ``above:T``, ``below:T``) run here
-(:func:`certeval.backtests.single.run_single_backtest`); ``compare:``/``rank:``/
-``select:`` goals are :func:`certeval.backtests.comparative.comparative_backtest` and ``--method faq``
-is :func:`certeval.backtests.faq.faq_backtest`. The library takes typed options and returns the result; this
-module turns the parsed arguments into those options and prints the result (a table, or ``--json``).
+Without COMMAND, ``--goal halfwidth:E | above:T | below:T --method M`` backtests a single-model method
+(:func:`certeval.backtests.single.run_single_backtest`) and ``--method faq`` is
+:func:`certeval.backtests.faq.faq_backtest`. The library takes typed options and returns the result; this module
+turns the parsed arguments into those options and prints the result (a table, or ``--json``). The older
+``--goal compare:D | rank:D | select:T,E`` spellings are gone: each is refused in one line naming its COMMAND form.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
@@ -26,14 +27,30 @@ from ..requests import REQUESTS
 from ._common import add_common, print_json
 from ._runtime import add_runtime_options, runtime_options
 
-COMPARATIVE_PREFIXES = ("compare:", "rank:", "select:")
+GONE_GOALS = ("compare", "rank", "select")  # the older --goal compare:D | rank:D | select:T,E: now backtest COMMAND
+
+
+def _goal(text: str) -> str:
+    """``--goal``'s text; a gone ``compare:D | rank:D | select:T,E`` is refused with its ``backtest COMMAND`` form."""
+    kind, sep, raw = text.strip().partition(":")
+    if not sep or kind.strip().lower() not in GONE_GOALS:
+        return text
+    values = [v.strip() for v in raw.split(",")]
+    if kind.strip().lower() == "select":
+        threshold, halfwidth = (values + ["E"])[:2]
+        flags = f"--threshold {threshold or 'T'} --halfwidth {halfwidth or 'E'}"
+    else:
+        flags = f"--margin {values[0] or 'D'}" + (" [--pairs P]" if kind.strip().lower() == "compare" else "")
+    raise argparse.ArgumentTypeError(
+        f"--goal {text} is gone; use: certeval backtest {kind.strip().lower()} --scores S {flags} [its own flags: "
+        "--looks-every is --batch-size, --items is --bank; rank:0 --epsilon E is rank --epsilon E]")
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("backtest", help="replay recorded scores as if queried live",
                               description="certeval backtest COMMAND --scores S [COMMAND's flags] --reps R plays a "
-                                          "live compare, rank or select on recorded scores; without COMMAND, --goal "
-                                          "names a single-model goal (or the older compare:D, rank:D, select:T,E)")
+                                          "live certify, compare, rank or select on recorded scores; without "
+                                          "COMMAND, --goal names a single-model goal and --method its method")
     p.add_argument("--scores", default=None,
                    help="recorded scores (model, item_id, score[, subset]); bundled:<name> works (required)")
     p.add_argument("--items", default=None, help="item bank with text and/or embedding (optional)")
@@ -43,7 +60,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--method", default=None,
                    help="history (default with --history/--history-fraction), adaptive (default otherwise), "
                         "static, seq, cer-eval, uniform, faq")
-    p.add_argument("--goal", default="halfwidth:0.05", help="halfwidth:E, above:T, below:T (each may add +diminishing:G), or compare:D, rank:D, select:T,E")
+    p.add_argument("--goal", default="halfwidth:0.05", type=_goal,
+                   help="halfwidth:E, above:T, below:T (each may add +diminishing:G); compare, rank and select are "
+                        "certeval backtest COMMAND")
     p.add_argument("--reps", type=int, default=20, help="repetitions per model (default 20)")
     p.add_argument("--batch-size", type=int, default=10, help="items per round (default 10)")
     p.add_argument("--max-items", type=int, default=None, help="item budget per run")
@@ -55,30 +74,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--strata", choices=("auto", "subsets", "features"), default=None,
                    help="adaptive only: strata from sub-datasets, or refined by k-means on the features "
                         "(default: the method's own, auto)")
-    # options of the comparative and FAQ modes (read by those modules)
+    # options of the history and FAQ modes (read by those modules)
     p.add_argument("--history", action="append", default=None, metavar="SOURCE",
                    help="other models' recorded scores (scores file, bundled:<name>, run folder; repeatable): the "
                         "history of method 'history'; each evaluated model is left out of its own history")
     p.add_argument("--history-fraction", type=float, default=None,
                    help="a random fraction F of the scores file's other models is each rep's history "
-                        "(method 'history' and FAQ); with --goal rank:D or select:T,E a random share F of the "
-                        "models is each rep's history and the rest are ranked or selected with it")
+                        "(method 'history' and FAQ)")
     p.add_argument("--history-permute", action="store_true",
                    help="shuffle the history's items in every rep (useless history: validity check)")
     p.add_argument("--history-models", type=int, default=None, help="FAQ: models used as history")
     p.add_argument("--budget", type=float, default=None, help="FAQ: item budget (fraction < 1 or a count)")
     p.add_argument("--missing", type=float, default=None, help="FAQ: fraction of history entries hidden")
-    p.add_argument("--statistic", choices=("paired", "unpaired"), default="paired", help="comparisons: test statistic")
-    p.add_argument("--spending", default="pocock", help="comparisons: boundary / spending function")
-    p.add_argument("--looks-every", type=int, default=100, help="comparisons: items per look")
-    p.add_argument("--pairs", type=int, default=None, help="comparisons: number of random model pairs")
-    p.add_argument("--top", type=int, default=None, help="select (bank target): identify the K best models")
-    p.add_argument("--epsilon", type=float, default=None,
-                   help="rank:0 (bank target): epsilon-correct ranking, as certeval rank --epsilon E")
-    p.add_argument("--ranking", choices=("auto", "neighbours", "all-pairs"), default="auto",
-                   help="with --epsilon: neighbours (per-model confidence sequences settle the pairs far apart, pair "
-                        "tests only for the neighbours they leave unsettled; the default, as certeval rank --epsilon) "
-                        "or all-pairs (two tests for every pair at alpha/P, the earlier construction)")
     p.add_argument("--ci", choices=("default", "paper", "anytime"), default=None, help="FAQ: interval type")
     add_common(p)
     add_runtime_options(p, only=("cache_dir",))  # embedded item texts; backtests start no model
@@ -137,23 +144,6 @@ def _delegate(module: str, function: str, args) -> int:
     return int(globals()[function](args) or 0)
 
 
-def run_comparative_backtest(args) -> int:
-    """``--goal compare:D | rank:D | select:T,E``: the options from the parsed arguments, the result printed."""
-    from certeval.backtests.comparative import ComparativeOptions, comparative_backtest
-
-    opts = _given(ComparativeOptions, args, models=tuple(args.model) if args.model else None, scores=str(args.scores),
-                  items=args.items or None)
-    out = comparative_backtest(opts)
-    if args.json:
-        print_json(out)
-    else:
-        from .backtest_tables import print_compare, print_rank, print_select
-
-        kind = out["config"]["goal"].partition(":")[0].strip().lower()
-        {"compare": print_compare, "rank": print_rank, "select": print_select}[kind](out)
-    return 0
-
-
 def _given(options: type, args, **values):
     """``options`` (a dataclass) from the flags ``args`` holds a value for, ``values`` over them; the rest keep the
     dataclass's defaults, written there once."""
@@ -190,23 +180,9 @@ def run(args) -> int:
     if args.scores is None:
         raise InputError("backtest needs --scores (recorded scores: a scores file or bundled:<name>)")
     args.cache_dir = runtime_options(args).cache_dir  # checked first: a bad --cache-dir exits 2
-    check_positive_int(args.looks_every, "looks-every")  # every mode: a look of 0 items would never end
     if args.method is None:
         with_history = bool(args.history) or args.history_fraction is not None
         args.method = "history" if with_history else "adaptive"
-    comparative = isinstance(args.goal, str) and args.goal.strip().lower().startswith(COMPARATIVE_PREFIXES)
-    if args.epsilon is not None and not comparative:
-        raise InputError(f"--epsilon {args.epsilon!r} applies to --goal rank:0 (an epsilon-correct ranking), not to "
-                         f"--goal {args.goal}")
-    if comparative:
-        if args.history or args.history_permute:
-            used = "--history-permute" if args.history_permute else "--history"
-            raise InputError(f"{used} in comparative backtests is not supported (--history-fraction F is: a random "
-                             f"share F of the models is each rep's history); goal {args.goal!r} would ignore it")
-        if args.metric:
-            raise InputError(f"--metric {args.metric!r} applies to single-model goals for now; convert with "
-                             "certeval import lm-eval|inspect --metric NAME first")
-        return _delegate("comparative", "run_comparative_backtest", args)
     if args.method == "faq":
         if args.metric:
             raise InputError(f"--metric {args.metric!r} does not apply to --method faq; convert with "
