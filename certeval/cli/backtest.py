@@ -32,18 +32,19 @@ GONE_GOALS = ("compare", "rank", "select")  # the older --goal compare:D | rank:
 
 def _goal(text: str) -> str:
     """``--goal``'s text; a gone ``compare:D | rank:D | select:T,E`` is refused with its ``backtest COMMAND`` form."""
-    kind, sep, raw = text.strip().partition(":")
-    if not sep or kind.strip().lower() not in GONE_GOALS:
+    head, sep, raw = text.strip().partition(":")
+    kind = head.strip().lower()
+    if not sep or kind not in GONE_GOALS:
         return text
     values = [v.strip() for v in raw.split(",")]
-    if kind.strip().lower() == "select":
+    if kind == "select":
         threshold, halfwidth = (values + ["E"])[:2]
         flags = f"--threshold {threshold or 'T'} --halfwidth {halfwidth or 'E'}"
     else:
-        flags = f"--margin {values[0] or 'D'}" + (" [--pairs P]" if kind.strip().lower() == "compare" else "")
+        flags = f"--margin {values[0] or 'D'}" + (" [--pairs P]" if kind == "compare" else "")
     raise argparse.ArgumentTypeError(
-        f"--goal {text} is gone; use: certeval backtest {kind.strip().lower()} --scores S {flags} [its own flags: "
-        "--looks-every is --batch-size, --items is --bank; rank:0 --epsilon E is rank --epsilon E]")
+        f"--goal {text} is gone; use: certeval backtest {kind} --scores S {flags} [its own flags: --looks-every is "
+        "--batch-size, --items is --bank; rank:0 --epsilon E is rank --epsilon E]")
 
 
 def add_parser(subparsers) -> None:
