@@ -96,6 +96,11 @@ def test_errors_are_counted_against_the_exact_answer(tmp_path, capsys):
     (["rank", "--reps", "0"], "--reps", "0"),
     (["select", "--mode", "precision"], "--mode precision", "--halfwidth"),
     (["rank", "--history", "auto"], "--history auto", "auto"),
+    (["rank", "--epsilon", "0.1", "--ranking", "nope"], "--ranking", "nope"),
+    (["rank", "--ranking", "all-pairs"], "--ranking", "--epsilon"),
+    (["compare", "--statistic", "unpaired"], "--statistic", "--target distribution"),
+    (["select", "--history-fraction", "0.5", "--target", "distribution"], "--history-fraction", "0.5"),
+    (["compare", "--model", FOUR[0], "--model", FOUR[1], "--model", FOUR[2]], "--pairs", "3"),
 ])
 def test_bad_input_exits_2_naming_the_flag(argv, flag, value, capsys):
     try:

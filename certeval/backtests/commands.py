@@ -28,6 +28,7 @@ import numpy as np
 
 from certeval.errors import InputError
 from certeval.estimators.distribution.comparison import ComparisonDesign
+from certeval.estimators.groups import RANKINGS
 from certeval.estimators.validation import check_positive_int
 from certeval.inputs.model_spec import KINDS as SPEC_KINDS
 from certeval.inputs.model_spec import parse_model_spec
@@ -110,7 +111,7 @@ def request_backtest(request: Any, options: BacktestOptions, *, use_ray: bool = 
             group = replace(group, design=ComparisonDesign(
                 alpha=group.alpha, margin=group.margin, statistic=options.statistic, spending=options.spending,
                 look_size=plan.batch_size))
-        fraction = options.history_fraction if options.reads("history_fraction", kind) else None
+        fraction = options.history_fraction  # None but for rank and select (_checked_options)
         bt = ComparativeBacktest(matrix, tuple(plan.labels), spec, group, reps=reps, seed=plan.seed,
                                  looks_every=plan.batch_size, max_items=plan.max_items,
                                  n_pairs=options.pairs or 1, use_ray=use_ray,
@@ -143,14 +144,16 @@ def _checked_options(request: Any, options: BacktestOptions) -> tuple[str, int]:
         check_positive_int(options.pairs, "--pairs")
     if kind == "certify":  # reads none of the paired options (their defaults were checked above)
         return str(options.scores), reps
-    target = request.target or "bank"
+    target, defaults = request.target or "bank", BacktestOptions()
     if target != "distribution":
         for name in ("statistic", "spending"):
             value = getattr(options, name)
-            if value != field_default({f.name: f for f in fields(options)}[name]):
+            if value != getattr(defaults, name):
                 raise InputError(f"--{name} {value!r} applies to --target distribution (the group-sequential "
                                  f"tests), not to the {target} target")
-    if kind == "rank" and options.ranking != "auto" and request.epsilon is None:
+    if options.ranking not in RANKINGS:
+        raise InputError(f"--ranking must be one of {', '.join(RANKINGS)}, got {options.ranking!r}")
+    if kind == "rank" and options.ranking != defaults.ranking and request.epsilon is None:
         raise InputError(f"--ranking {options.ranking!r} chooses the epsilon-ranking's construction; it needs --epsilon")
     fraction = options.history_fraction
     if fraction is not None:
