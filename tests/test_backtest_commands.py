@@ -115,12 +115,11 @@ def test_scores_is_required(capsys):
 
 def test_old_goal_spelling_builds_the_same_request_as_the_command():
     """``--goal rank:D`` is an alias: its request is the live rank's plan's (make_plan, plan.group_request)."""
-    from certeval.backtests.comparative import live_request
+    from certeval.backtests.comparative import ComparativeOptions, live_request
     from certeval.requests import Rank
     from certeval.runs.plan import make_plan
 
-    alias = live_request(SCORES, "rank", (0.02,), FOUR, confidence=0.9, looks_every=40, max_items=None, seed=1,
-                         target="bank", top=None, epsilon=None)
+    alias = live_request(ComparativeOptions("rank:0.02", SCORES, confidence=0.9, looks_every=40, seed=1), FOUR)
     plan, _ = make_plan(Rank(models=[replay(m) for m in FOUR], margin=0.02, confidence=0.9,
                                     batch_size=40, seed=1), check_output=False)
     assert alias == plan.group_request()

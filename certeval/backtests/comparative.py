@@ -168,9 +168,9 @@ class ComparativeBacktest:
 
     def fan_out(self, cells: Sequence[Cell]) -> list[dict[str, Any]]:
         """Every rep of ``cells`` through the one driver; rows in (cell, rep) order."""
-        from .ray_fanout import run_cells
+        from .ray_fanout import FanOut, run_cells
 
-        return run_cells({self.name: self.data()}, cells, self.seed, use_ray=self.use_ray)
+        return run_cells({self.name: self.data()}, cells, self.seed, fan_out=FanOut(use_ray=self.use_ray))
 
 
 def _entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -360,8 +360,8 @@ def comparative_backtest(opts: ComparativeOptions) -> dict[str, Any]:
     if history_fraction is not None and len(models) < 3:
         raise InputError(f"--history-fraction needs at least three models (one as history, two run), got "
                          f"{len(models)}: {', '.join(models)}")
-    request = live_request(opts.scores, kind, values, tuple(models), confidence=confidence, looks_every=looks_every,
-                           max_items=max_items, seed=seed, target=target, top=top, epsilon=epsilon)
+    checked = replace(opts, confidence=confidence, seed=seed, looks_every=looks_every, max_items=max_items, top=top)
+    request = live_request(checked, tuple(models))
     if target == "distribution":
         request = replace(request, design=_design(opts.statistic, opts.spending, looks_every, 1.0 - confidence,
                                                   request.margin))
@@ -376,25 +376,24 @@ def comparative_backtest(opts: ComparativeOptions) -> dict[str, Any]:
     return out
 
 
-def live_request(scores: str, kind: str, values: tuple[float, ...], models: tuple[str, ...], *, confidence: float,
-                 looks_every: int, max_items: int | None, seed: int, target: str, top: int | None,
-                 epsilon: float | None) -> GroupRequest:
-    """The group request of the live command a ``--goal compare:D | rank:D | select:T,E`` names (an alias of
-    ``certeval backtest compare --margin D | rank --margin D | select --threshold T --halfwidth E``): the plan of
-    that command on the recorded models, validated by :func:`~certeval.runs.plan.make_plan`, builds it
+def live_request(opts: ComparativeOptions, models: tuple[str, ...]) -> GroupRequest:
+    """The group request of the live command ``opts.goal`` (``compare:D | rank:D | select:T,E``) names on the
+    recorded ``models`` (an alias of ``certeval backtest compare --margin D | rank --margin D | select --threshold T
+    --halfwidth E``): the plan of that command, validated by :func:`~certeval.runs.plan.make_plan`, builds it
     (:meth:`~certeval.runs.plan.RunPlan.group_request`). Each sampled pair of ``compare`` is that live compare with
-    its own two models: the plan is made for the first pair."""
+    its own two models: the plan is made for the first pair. ``opts.top`` is the selection's K (1 when None)."""
     from certeval.requests import request_for
     from certeval.runs.plan import make_plan
 
+    kind, values = parse_comparative_goal(opts.goal)
     picked = models[:2] if kind == "compare" else models
-    numbers = (dict(threshold=values[0], halfwidth=values[1], top=top if target == "bank" else None)
+    numbers = (dict(threshold=values[0], halfwidth=values[1], top=(opts.top or 1) if opts.target == "bank" else None)
                if kind == "select" else dict(margin=values[0]))
     if kind == "rank":
-        numbers["epsilon"] = epsilon
-    plan, _ = make_plan(request_for(kind, models=[f"replay:{scores}#{m}" for m in picked], confidence=confidence,
-                                    batch_size=looks_every, max_items=max_items, seed=seed, target=target,
-                                    **numbers), check_output=False, probe=False)
+        numbers["epsilon"] = opts.epsilon
+    plan, _ = make_plan(request_for(kind, models=[f"replay:{opts.scores}#{m}" for m in picked],
+                                    confidence=opts.confidence, batch_size=opts.looks_every, max_items=opts.max_items,
+                                    seed=opts.seed, target=opts.target, **numbers), check_output=False, probe=False)
     return replace(plan.group_request(), labels=tuple(models))
 
 
