@@ -33,9 +33,6 @@ LONG_SIGNATURES_TO_GO = {
     ("certeval/estimators/single/adaptive.py", "_observe_group"),
     ("certeval/estimators/single/history.py", "__init__"),
     ("certeval/estimators/single/strata.py", "joint_statistic"),
-    ("certeval/flows/checkpoints.py", "select_checkpoints_flow"),
-    ("certeval/flows/checkpoints.py", "certify_checkpoints_flow"),
-    ("certeval/flows/checkpoints.py", "rank_models_flow"),
 }
 
 pytestmark = pytest.mark.skipif(not (PACKAGE / "errors.py").exists(),
