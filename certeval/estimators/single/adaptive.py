@@ -98,7 +98,7 @@ from ..results import Estimate, SubsetEstimate
 from ..validation import check_choice, check_in_range, check_positive_int
 from .betting_strata import BettingStrataMethod, _pack, _unpack
 from .bounds import ControlVariateCS
-from .strata import combine_strata, feature_strata, joint_statistic, stratified_moments
+from .strata import DrawRows, combine_strata, feature_strata, joint_statistic, stratified_moments
 
 STRATA_MODES, COMBINE_MODES = ("auto", "subsets", "features"), ("auto", "union", "joint")
 
@@ -362,14 +362,14 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         draws = batches >= 0  # an item scored from outside is no draw: it only leaves the population
         if draws.any():
             pos, b = np.arange(start, stop)[draws], batches[draws]
-            args = (u_rows[draws], k_rows[draws], self.log_q_[pos], self.batch_a_[b], self.batch_v_[b],
-                    strata[draws], xs[draws])
+            rows = DrawRows(u_rows[draws], k_rows[draws], self.log_q_[pos], self.batch_a_[b], self.batch_v_[b],
+                            strata[draws], xs[draws])
             for cs, g, wg in zip(self.cs_groups_, self.groups_, self.group_weight_):
-                self._observe_group(cs, g, wg, *args)
+                self._observe_group(cs, g, wg, rows)
 
-    def _observe_group(self, cs, group, w_group, u, known, q, a, v, h, x) -> None:
+    def _observe_group(self, cs, group, w_group, draws: DrawRows) -> None:
         """Feed group G's CS its draws' control-variate statistic (:func:`~.strata.joint_statistic`)."""
-        observed = joint_statistic(group, w_group, u, known, q, a, v, h, x)
+        observed = joint_statistic(group, w_group, draws)
         if observed is not None:
             cs.observe_many(*observed)
 
