@@ -15,7 +15,7 @@ from certeval.cli import main
 from certeval.errors import InputError
 from certeval.estimators import BankSpec, make_method, method_from_state
 from certeval.estimators.bank.wor_streams import weighted_order
-from certeval.estimators.single.adaptive import AdaptiveMethod, ControlVariateCS
+from certeval.estimators.single.adaptive import AdaptiveMethod, ControlVariateCS, Stratification
 from certeval.estimators.single.strata import DrawRows, feature_strata
 
 DELTA = 0.1
@@ -83,7 +83,7 @@ def test_feature_strata_cover_with_peeking(informative, contrast):
 
 def test_treating_allocated_draws_as_uniform_is_caught():
     def make():
-        return UnweightedDraws(confidence=1 - DELTA, strata="features")
+        return UnweightedDraws(confidence=1 - DELTA, stratification=Stratification("features"))
 
     misses = miscoverage(make, True, 30, seed=13, contrast=True, n=1200)
     assert misses > binom.ppf(0.999, 30, DELTA), f"the miscalibrated variant slipped through ({misses}/30)"
