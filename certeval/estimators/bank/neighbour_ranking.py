@@ -389,12 +389,9 @@ class NeighbourRanking:
         verdict[cert_a & cert_b] = EITHER_ORDER
         lower = np.maximum(self.model_lower[a] - self.model_upper[b], -1.0)
         upper = np.minimum(self.model_upper[a] - self.model_lower[b], 1.0)
-        table = BankPairTable(self.names, a, b, verdict, look, used, diff, lower, upper, self.n_total, 1.0 - self.alpha,
-                              self.epsilon, self.guarantee())
-        table.n_pairs_total = self.n_pairs
-        table.n_decided_total = (int((verdict != UNDECIDED).sum()) if full else
-                                 self.n_pairs - self._unsettled_count())
-        return table
+        decided = int((verdict != UNDECIDED).sum()) if full else self.n_pairs - self._unsettled_count()
+        return BankPairTable(self.names, a, b, verdict, look, used, diff, lower, upper, self.n_total, 1.0 - self.alpha,
+                             self.epsilon, self.guarantee(), board_pairs=self.n_pairs, board_decided=decided)
 
     def _unsettled_count(self) -> int:
         """Pairs without a certified listing (an upper bound from the windows while some pair is pending)."""

@@ -55,6 +55,7 @@ from ..distribution.comparison import (
     epsilon_verdicts,
     pair_verdicts,
 )
+from ..distribution.ranking import PairOutcomes, Ranking
 from ..validation import check_alpha, check_in_range
 from .epsilon_tests import EpsilonTests, test_verdicts
 from .wor_streams import WorStreams, absorb_rows, check_weights, make_streams, streams_from_state
@@ -95,30 +96,25 @@ def checked_look(names: Sequence[str], items: Any, scores: Any, n: int, n_total:
     return items, x, live
 
 
-@dataclass(eq=False)
-class BankPairTable:
-    """Every pair's verdict, look, items and interval, in the shape :class:`~certeval.estimators.distribution.ranking.Ranking` reads."""
+@dataclass(frozen=True, eq=False)
+class BankPairTable(PairOutcomes):
+    """:class:`~certeval.estimators.distribution.ranking.PairOutcomes` of the bank target's pairs at one
+    ``confidence``, with the ``margin`` (or ε) of their verdicts and the ranking's ``guarantee``. ``board_pairs`` and
+    ``board_decided``: the board's totals where the table holds only some pairs (a neighbour ranking's opened ones)."""
 
-    names: tuple[str, ...]
-    a: np.ndarray
-    b: np.ndarray
-    verdict: np.ndarray
-    look: np.ndarray
-    used: np.ndarray
-    diff: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    n_total: int
     confidence: float
     margin: float
     guarantee: str
-
-    def __len__(self) -> int:
-        return len(self.a)
+    board_pairs: int | None = None
+    board_decided: int | None = None
 
     @property
-    def decided(self) -> np.ndarray:
-        return self.verdict != UNDECIDED
+    def n_pairs_total(self) -> int:
+        return len(self) if self.board_pairs is None else self.board_pairs
+
+    @property
+    def n_decided_total(self) -> int:
+        return int(self.decided.sum()) if self.board_decided is None else self.board_decided
 
     def comparison(self, p: int) -> Comparison:
         code = int(self.verdict[p])
@@ -127,13 +123,6 @@ class BankPairTable:
                           float(self.diff[p]), float(self.lower[p]), float(self.upper[p]), VERDICTS[code], rule,
                           int(self.look[p]) or None, self.guarantee, self.confidence, "paired-wor", "difference",
                           float(self.margin), exact=bool(self.used[p] == self.n_total))
-
-    def columns(self) -> dict[str, Any]:
-        names = np.asarray(self.names, dtype=object)
-        return {"model_a": names[self.a], "model_b": names[self.b],
-                "verdict": np.asarray(VERDICTS, dtype=object)[self.verdict],
-                "rule": np.asarray(RULES, dtype=object)[self.verdict], "look": self.look.astype(np.int64),
-                "n_items": self.used.astype(np.int64), "diff": self.diff, "lower": self.lower, "upper": self.upper}
 
 
 def consistent_order(means: np.ndarray, names: Sequence[str], a: np.ndarray, b: np.ndarray,
@@ -230,8 +219,6 @@ def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: n
     """A :class:`~certeval.estimators.distribution.ranking.Ranking` from every pair's verdict and each model's bank-mean estimate: order
     consistent with the verdicts, tie groups with no two separated members (ε-statements: see
     :func:`epsilon_groups`)."""
-    from ..distribution.ranking import Ranking
-
     names = table.names
     means = np.where(np.isnan(model_mean), -np.inf, model_mean)
     if epsilon is not None:

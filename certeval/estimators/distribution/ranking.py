@@ -43,9 +43,11 @@ PATHS = ("auto", "pairs", "gram")
 GRAM_MIN_CELLS = 5_000_000
 
 
-@dataclass(frozen=True)
-class PairTable:
-    """Every pair's outcome as arrays (pair ``p`` compares ``names[a[p]]`` with ``names[b[p]]``).
+@dataclass(frozen=True, eq=False)
+class PairOutcomes:
+    """Every pair's outcome as arrays (pair ``p`` compares ``names[a[p]]`` with ``names[b[p]]``), what a
+    :class:`Ranking` reads: the distribution target's :class:`PairTable` and the bank target's
+    :class:`~certeval.estimators.bank.ranking.BankPairTable` add how the pairs were tested.
 
     Two million :class:`Comparison` objects would cost seconds and gigabytes per look, so a
     ranking keeps arrays and builds comparisons only when asked.
@@ -61,7 +63,6 @@ class PairTable:
     lower: np.ndarray
     upper: np.ndarray
     n_total: int
-    design: ComparisonDesign
 
     def __len__(self) -> int:
         return len(self.a)
@@ -70,13 +71,14 @@ class PairTable:
     def decided(self) -> np.ndarray:
         return self.verdict != UNDECIDED
 
-    def comparison(self, p: int) -> Comparison:
-        code, d = int(self.verdict[p]), self.design
-        return Comparison(
-            self.names[self.a[p]], self.names[self.b[p]], int(self.used[p]), self.n_total, float(self.diff[p]),
-            float(max(-1.0, self.lower[p])), float(min(1.0, self.upper[p])), VERDICTS[code], RULES[code],
-            int(self.look[p]) or None, d.describe(), 1 - d.alpha, d.statistic, d.goal, float(d.margin),
-            exact=bool(self.used[p] == self.n_total))
+    @property
+    def n_pairs_total(self) -> int:
+        """Pairs on the board (a table may hold only some of them)."""
+        return len(self)
+
+    @property
+    def n_decided_total(self) -> int:
+        return int(self.decided.sum())
 
     def columns(self) -> dict[str, Any]:
         """Column arrays (JSON/Parquet-ready): model names, verdict, rule, look, items, diff and bounds."""
@@ -86,6 +88,21 @@ class PairTable:
                 "rule": np.asarray(RULES, dtype=object)[self.verdict], "look": self.look.astype(np.int64),
                 "n_items": self.used.astype(np.int64), "diff": self.diff, "lower": np.maximum(-1.0, self.lower),
                 "upper": np.minimum(1.0, self.upper)}
+
+
+@dataclass(frozen=True, eq=False)
+class PairTable(PairOutcomes):
+    """:class:`PairOutcomes` of group-sequential or anytime pair tests under one :class:`ComparisonDesign`."""
+
+    design: ComparisonDesign
+
+    def comparison(self, p: int) -> Comparison:
+        code, d = int(self.verdict[p]), self.design
+        return Comparison(
+            self.names[self.a[p]], self.names[self.b[p]], int(self.used[p]), self.n_total, float(self.diff[p]),
+            float(max(-1.0, self.lower[p])), float(min(1.0, self.upper[p])), VERDICTS[code], RULES[code],
+            int(self.look[p]) or None, d.describe(), 1 - d.alpha, d.statistic, d.goal, float(d.margin),
+            exact=bool(self.used[p] == self.n_total))
 
 
 def rank_numbers(tie_groups) -> list[int]:
@@ -108,7 +125,7 @@ class Ranking:
     means: tuple[float, ...]  # mean score of each model in ``models`` order, over the items it was scored on
     items_used: tuple[int, ...]  # items scored per model (``models`` order)
     n_total: int
-    pairs: PairTable = field(compare=False, repr=False)
+    pairs: PairOutcomes = field(compare=False, repr=False)
     alpha: float = 0.05
     correction: str = "bonferroni"
     guarantee: str = ""
@@ -162,8 +179,8 @@ class Ranking:
             "epsilon": self.epsilon,
             "halfwidth": self.halfwidth,
             # a neighbour ranking's table may hold only the pairs it opened: its totals count every pair
-            "n_pairs": getattr(self.pairs, "n_pairs_total", len(self.pairs)),
-            "n_pairs_decided": getattr(self.pairs, "n_decided_total", int(self.pairs.decided.sum())),
+            "n_pairs": self.pairs.n_pairs_total,
+            "n_pairs_decided": self.pairs.n_decided_total,
         })
         if comparisons:
             out["comparisons"] = [c.to_dict() for c in self.comparisons]
