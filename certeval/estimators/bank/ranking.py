@@ -240,7 +240,57 @@ def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: n
         epsilon=epsilon, halfwidth=halfwidth)
 
 
-class BankRanking:
+class ModelBoard:
+    """What a bank-target ranking keeps for the models of its board: their names (at least two, unique), the
+    family level ``alpha`` and its ``correction``, the weights ``w`` of the shared order's positions, and each
+    model's running confidence sequence (``models``) with its items, mean and bounds, frozen once the model leaves.
+    :class:`BankRanking` and :class:`~.neighbour_ranking.NeighbourRanking` add the pairs."""
+
+    def __init__(self, names: Sequence[str], alpha: float, correction: str) -> None:
+        self.names = tuple(str(x) for x in names)
+        if len(self.names) < 2:
+            raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
+        if len(set(self.names)) != len(self.names):
+            raise InputError("model names must be unique")
+        self.alpha = check_alpha(alpha)
+        if correction not in ("bonferroni", "none"):
+            raise InputError(f"correction must be bonferroni or none, got {correction!r}")
+        self.correction = correction
+
+    def _start_models(self, m: int) -> None:
+        self.model_open = np.ones(m, dtype=bool)
+        self.model_used = np.zeros(m, dtype=np.int32)
+        self.model_mean = np.full(m, np.nan)
+        self.model_lower = np.zeros(m)
+        self.model_upper = np.ones(m)
+
+    @property
+    def n_total(self) -> int:
+        return int(self.w.size)
+
+    @property
+    def active(self) -> list[str]:
+        return [self.names[k] for k in np.flatnonzero(self.model_open)]
+
+    def _absorb_models(self, live: np.ndarray, y: np.ndarray, w: np.ndarray, items: np.ndarray) -> None:
+        # a model that left is frozen: only the live rows absorb the look (items: for a subclass's predictions)
+        absorb_rows(self.models, live, y[live], w, self._model_controls(live, items))
+        self.model_used[live] = self.n
+        mean, lower, upper = self.models.bounds()
+        self.model_mean[live], self.model_lower[live], self.model_upper[live] = mean[live], lower[live], upper[live]
+
+    def _model_controls(self, live: np.ndarray, items: np.ndarray) -> np.ndarray | None:
+        """The look's control variate for the live models' streams, their predicted rest set first (none here; the
+        history ranking has one)."""
+        return None
+
+    def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
+        """Per model: (mean, lower, upper, items) — the models' simultaneous CSs for the bank means."""
+        return {n: (float(self.model_mean[k]), float(self.model_lower[k]), float(self.model_upper[k]),
+                    int(self.model_used[k])) for k, n in enumerate(self.names)}
+
+
+class BankRanking(ModelBoard):
     """Incremental bank-target ranking of M models over a shared item order drawn ∝ weight.
 
     ``start(weights)``, then ``update(items, scores)`` once per look with the bank positions of the next
@@ -252,20 +302,12 @@ class BankRanking:
     def __init__(self, names: Sequence[str], *, alpha: float = 0.05, margin: float = 0.0,
                  correction: str = "bonferroni", epsilon: float | None = None,
                  epsilon_method: str = "tests") -> None:
-        self.names = tuple(str(x) for x in names)
         if epsilon_method not in EPSILON_METHODS:
             raise InputError(f"epsilon_method must be one of {EPSILON_METHODS}, got {epsilon_method!r}")
+        super().__init__(names, alpha, correction)
         self.epsilon_method = epsilon_method
         self.tests = None
-        if len(self.names) < 2:
-            raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
-        if len(set(self.names)) != len(self.names):
-            raise InputError("model names must be unique")
-        self.alpha = check_alpha(alpha)
         self.margin = check_in_range(margin, "margin", 0.0, 1.0)
-        if correction not in ("bonferroni", "none"):
-            raise InputError(f"correction must be bonferroni or none, got {correction!r}")
-        self.correction = correction
         if epsilon is not None:  # ε-statements (see epsilon_verdicts) instead of the margin's strict ones
             epsilon = check_in_range(epsilon, "epsilon", 0.0, 1.0)
             if not 0.0 < epsilon < 1.0 or self.margin:
@@ -299,22 +341,10 @@ class BankRanking:
         self.diff = np.full(p, np.nan)
         self.lower = np.full(p, -1.0)
         self.upper = np.full(p, 1.0)
-        self.model_open = np.ones(m, dtype=bool)
-        self.model_used = np.zeros(m, dtype=np.int32)
-        self.model_mean = np.full(m, np.nan)
-        self.model_lower = np.zeros(m)
-        self.model_upper = np.ones(m)
+        self._start_models(m)
         self.n = 0
         self.looks = 0
         return self
-
-    @property
-    def n_total(self) -> int:
-        return int(self.w.size)
-
-    @property
-    def active(self) -> list[str]:
-        return [self.names[k] for k in np.flatnonzero(self.model_open)]
 
     def _begin_look(self, items: Any, scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """A look checked and counted, the running models' intervals updated: (items, live models, scores with
@@ -345,18 +375,6 @@ class BankRanking:
                     self.tests.absorb(z, w[s:s + step])
             self._decide_pairs()
         return self
-
-    def _absorb_models(self, live: np.ndarray, y: np.ndarray, w: np.ndarray, items: np.ndarray) -> None:
-        # a model that left is frozen: only the live rows absorb the look (items: for a subclass's predictions)
-        absorb_rows(self.models, live, y[live], w, self._model_controls(live, items))
-        self.model_used[live] = self.n
-        mean, lower, upper = self.models.bounds()
-        self.model_mean[live], self.model_lower[live], self.model_upper[live] = mean[live], lower[live], upper[live]
-
-    def _model_controls(self, live: np.ndarray, items: np.ndarray) -> np.ndarray | None:
-        """The look's control variate for the live models' streams, their predicted rest set first (none here; the
-        history ranking has one)."""
-        return None
 
     def _decide_pairs(self) -> None:
         ps = self.pairs
@@ -429,11 +447,6 @@ class BankRanking:
     def result(self):
         return assemble_ranking(self.pair_table(), self.model_mean, self.model_used, alpha=self.alpha,
                                 correction=self.correction, epsilon=self.epsilon)
-
-    def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
-        """Per model: (mean, lower, upper, items) — simultaneous CSs at alpha / M for the bank means."""
-        return {n: (float(self.model_mean[k]), float(self.model_lower[k]), float(self.model_upper[k]),
-                    int(self.model_used[k])) for k, n in enumerate(self.names)}
 
     # -- state ------------------------------------------------------------------------------------------
     ARRAYS = ("w", "open_a", "open_b", "open_idx", "pa", "pb", "verdict", "look", "used", "diff", "lower", "upper",
