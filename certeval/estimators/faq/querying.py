@@ -34,7 +34,7 @@ from scipy.special import expit
 
 from certeval.errors import InputError
 
-from ..protocol import BankMethod, BankSpec, Proposal, _jsonable, register
+from ..protocol import BankMethod, Proposal, register
 from ..results import Estimate
 from ..validation import (
     check_choice,
@@ -427,42 +427,23 @@ class FAQ(BankMethod):
             extra=extra,
         )
 
-    # -- persistence ---------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        self._check_started()
-        return _jsonable(
-            {
-                "method": self.name,
-                "params": self.get_params(),
-                "bank": self.bank_.to_state(),
-                "looks": self.n_looks_,
-                "extra": {
-                    "step": self.step_,
-                    "queue": self.queue_,
-                    "draws": self.draws_,
-                    "posterior_mean": self.mean_[0],
-                    "posterior_cov": self.cov_[0],
-                },
-            }
-        )
+    # -- persistence: the draws carry everything (an item drawn twice is one scored item and two draws) --------
+    def _state_extra(self) -> dict[str, Any]:
+        return {"step": self.step_, "queue": self.queue_, "draws": self.draws_, "posterior_mean": self.mean_[0],
+                "posterior_cov": self.cov_[0]}
 
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> FAQ:
-        if state.get("method") != cls.name:
-            raise InputError(f"state is for method {state.get('method')!r}, not {cls.name!r}")
-        obj = cls.from_params(state["params"])
-        obj.start(BankSpec.from_state(state["bank"]))
-        extra = state.get("extra") or {}
-        obj.step_ = int(extra.get("step", 0))
-        obj.queue_ = [[int(e[0]), float(e[1]), float(e[2]), float(e[3])] for e in extra.get("queue", [])]
-        obj.draws_ = [[int(d[0])] + [float(x) for x in d[1:]] for d in extra.get("draws", [])]
-        obj.mean_ = np.asarray(extra.get("posterior_mean", obj.mean_[0]), dtype=float)[None, :]
-        obj.cov_ = np.asarray(extra.get("posterior_cov", obj.cov_[0]), dtype=float)[None, :, :]
-        for d in obj.draws_:
+    def _replay(self, order: np.ndarray, scores: np.ndarray, looks: int) -> None:
+        self.n_looks_ = looks  # the scores come back with the draws (:meth:`_load_extra`), posterior and all
+
+    def _load_extra(self, extra: dict[str, Any]) -> None:
+        self.step_ = int(extra.get("step", 0))
+        self.queue_ = [[int(e[0]), float(e[1]), float(e[2]), float(e[3])] for e in extra.get("queue", [])]
+        self.draws_ = [[int(d[0])] + [float(x) for x in d[1:]] for d in extra.get("draws", [])]
+        self.mean_ = np.asarray(extra.get("posterior_mean", self.mean_[0]), dtype=float)[None, :]
+        self.cov_ = np.asarray(extra.get("posterior_cov", self.cov_[0]), dtype=float)[None, :, :]
+        for d in self.draws_:
             it = int(d[0])
-            if not obj.scored_[it]:
-                obj.scores_[it] = d[1]
-                obj.scored_[it] = True
-                obj.order_ = np.concatenate([obj.order_, [it]])
-        obj.n_looks_ = int(state.get("looks", 0))
-        return obj
+            if not self.scored_[it]:
+                self.scores_[it] = d[1]
+                self.scored_[it] = True
+                self.order_ = np.concatenate([self.order_, [it]])
