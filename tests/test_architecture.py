@@ -24,15 +24,6 @@ REQUEST_CONSTRUCTORS = "certeval/requests.py"  # the API's request types: one fi
 # function). The list only shrinks: a new one fails the test, and §2 states how many there are at most.
 LONG_SIGNATURES_TO_GO = {
     ("certeval/backtests/single.py", "run_single_backtest"),
-    ("certeval/estimators/distribution/ranking.py", "rank_models"),
-    ("certeval/estimators/distribution/selection.py", "select_models"),
-    ("certeval/estimators/distribution/selection.py", "__init__"),
-    ("certeval/estimators/faq/querying.py", "__init__"),
-    ("certeval/estimators/faq/simulation.py", "simulate_faq"),
-    ("certeval/estimators/single/adaptive.py", "__init__"),
-    ("certeval/estimators/single/adaptive.py", "_observe_group"),
-    ("certeval/estimators/single/history.py", "__init__"),
-    ("certeval/estimators/single/strata.py", "joint_statistic"),
 }
 
 pytestmark = pytest.mark.skipif(not (PACKAGE / "errors.py").exists(),

@@ -13,6 +13,7 @@ from certeval.backtests.kinds import run_chunk
 from certeval.backtests.ray_fanout import FanOut, run_cells
 from certeval.errors import InputError
 from certeval.estimators import BankSpec
+from certeval.estimators.faq.querying import FactorPrior
 from certeval.estimators.faq.simulation import simulate_faq
 from certeval.estimators.groups import GroupRequest
 
@@ -139,15 +140,14 @@ def test_evaluate_new_models_does_not_depend_on_chunk_rows():
 def test_simulate_faq_with_one_generator_per_run_is_each_run_on_its_own():
     data = _faq_data()
     a = data.faq
-    together = simulate_faq(data.matrix, a["item_factors"], a["prior_mean"], a["prior_cov"], 20,
-                            [np.random.default_rng(s) for s in (1, 2, 3)], batch_size=3)
+    prior = FactorPrior(a["item_factors"], a["prior_mean"], a["prior_cov"])
+    together = simulate_faq(data.matrix, prior, 20, [np.random.default_rng(s) for s in (1, 2, 3)], batch_size=3)
     for i, s in enumerate((1, 2, 3)):
-        one = simulate_faq(data.matrix[i:i + 1], a["item_factors"], a["prior_mean"], a["prior_cov"], 20,
-                           np.random.default_rng(s), batch_size=3)
+        one = simulate_faq(data.matrix[i:i + 1], prior, 20, np.random.default_rng(s), batch_size=3)
         assert np.array_equal(together["item"][i], one["item"][0])
         np.testing.assert_allclose(together["q_item"][i], one["q_item"][0], rtol=1e-12)
     with pytest.raises(InputError, match="one per run"):
-        simulate_faq(data.matrix, a["item_factors"], a["prior_mean"], a["prior_cov"], 5, [np.random.default_rng(0)])
+        simulate_faq(data.matrix, prior, 5, [np.random.default_rng(0)])
 
 
 def test_a_cell_of_unknown_kind_or_a_paired_cell_without_request_is_refused():
