@@ -89,7 +89,7 @@ def exact_run(data, x: np.ndarray, goal: float, budget: int, seed: list[int], bu
 
 
 def _load(name: str):
-    data = dataset_arrays(name, features=False, history=True)
+    data = dataset_arrays(name, features=None, history=True)
     return data, np.clip(data.history.item_mean, 0.0, 1.0), data.spec.weights()
 
 

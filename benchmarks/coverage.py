@@ -30,7 +30,7 @@ from scipy.stats import norm  # noqa: E402
 
 from benchmarks._meta import write_result  # noqa: E402
 from certeval.backtests.cells import Cell, DatasetArrays, history_cell
-from certeval.backtests.ray_fanout import dataset_arrays, run_cells  # noqa: E402
+from certeval.backtests.ray_fanout import FanOut, dataset_arrays, run_cells  # noqa: E402
 from certeval.estimators import BankSpec  # noqa: E402
 from certeval.estimators.history.prior import fit_history_prior  # noqa: E402
 from certeval.estimators.protocol import register  # noqa: E402
@@ -128,7 +128,7 @@ def run_case(name: str, data: DatasetArrays, reps: int, seed: int, method: str =
         cell = history_cell(name, GOAL, reps, BATCH)
     else:
         cell = Cell(name, method, GOAL, reps, BATCH, (("subset_intervals", False),), CONTROL)
-    rows = run_cells({name: data}, [cell], seed, use_ray=ray, record_curve=True)
+    rows = run_cells({name: data}, [cell], seed, fan_out=FanOut(use_ray=ray), record_curve=True)
     misses = peeking_misses(rows)
     lo, hi = wilson(misses, len(rows))
     out = {"case": name, "reps": len(rows), "n_items": data.spec.n_items, "misses_with_peeking": misses,
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     reps = args.reps or (8 if args.quick else 1000)
     cases = []
     for name in (() if args.quick else REAL):
-        cases.append(run_case(name, dataset_arrays(name, features=False, history=True), reps, args.seed, ray=args.ray))
+        cases.append(run_case(name, dataset_arrays(name, features=None, history=True), reps, args.seed, ray=args.ray))
     for kind in (ADVERSARIAL[:1] if args.quick else ADVERSARIAL):
         cases.append(run_case(kind, adversarial_data(kind, args.seed), reps, args.seed))
     control = run_case(CONTROL, control_data(args.seed), reps, args.seed, method=LeakyHistory.name)

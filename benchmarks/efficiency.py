@@ -42,7 +42,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # 2 shared cores: no BLAS ov
 
 from benchmarks._meta import ROOT, read_result, write_result  # noqa: E402
 from certeval.backtests.cells import FAQ_LABELS, FAQ_MAX_DRAWS_PER_ITEM, Cell, faq_cell, faq_planned_draws, history_cell
-from certeval.backtests.ray_fanout import dataset_arrays, run_cells
+from certeval.backtests.ray_fanout import FanOut, FaqFit, dataset_arrays, run_cells
 from certeval.backtests.summary import summarise
 from certeval.estimators import parse_goal  # noqa: E402
 from certeval.estimators.faq.querying import GUARANTEES as FAQ_GUARANTEES  # noqa: E402
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         # only faq needs the factor model (its baselines' factors are constants): fit it only then
         datasets[name] = dataset_arrays(name, max_eval_models=4 if quick else None,
                                         mean_of_means=args.estimand == "mean-of-means",
-                                        faq="faq" in methods and runs("faq", name), faq_cache=FAQ_CACHE,
+                                        faq=FaqFit(cache=FAQ_CACHE) if "faq" in methods and runs("faq", name) else None,
                                         history=bool(set(HISTORY_LABELS) & set(methods)))
     load_s = time.perf_counter() - t0
     cells = []
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             last[0] = now
             print(f"[efficiency] {done}/{total} chunks, {now - t1:.0f} s ({what})", file=sys.stderr, flush=True)
 
-    rows = run_cells(datasets, cells, args.seed, use_ray=use_ray, ray_address=args.ray_address,
-                     chunk_reps=10 if quick else 25, record_errors=True, progress=progress)
+    fan_out = FanOut(use_ray=use_ray, ray_address=args.ray_address, chunk_reps=10 if quick else 25)
+    rows = run_cells(datasets, cells, args.seed, fan_out=fan_out, record_errors=True, progress=progress)
     run_s = time.perf_counter() - t1
     summary = summarise(rows, baseline="uniform")
     result_name = "efficiency" if args.estimand == "mean-of-means" else "efficiency_bank_mean"

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     goals = GOALS[:1] if args.quick else GOALS
     rows = []
     for name in names:
-        data = dataset_arrays(name, features=False, history=True)
+        data = dataset_arrays(name, features=None, history=True)
         n = data.spec.n_items
         for goal in goals:
             cell = summarise_cell(run_cells({name: data}, cells_for(name, n, goal, reps), args.seed), n)

@@ -116,7 +116,7 @@ def exact_run(name: str, spec, x: np.ndarray, order: np.ndarray | None, n: int, 
 def run_bank(name: str, sizes: tuple[int, ...], reps: int, confidence: float, seed: int) -> list[dict]:
     from dataclasses import replace
 
-    data = dataset_arrays(name, features=False, history=True, mean_of_means=False)
+    data = dataset_arrays(name, features=None, history=True, mean_of_means=False)
     spec = replace(data.spec, history=data.history)
     f = np.clip(data.history.item_mean, 0.0, 1.0)
     n_items = spec.n_items

@@ -172,14 +172,14 @@ def round_time(dataset: str = "openllm_arc", batch: int = 25, looks: int = 20, s
     distribution target recomputed each round before)."""
     from certeval.estimators.bank.ranking import BankRanking
     from certeval.estimators.bank.wor_streams import weighted_order
-    from certeval.estimators.distribution.ranking import SequentialRanking, rank_models
+    from certeval.estimators.distribution.ranking import RankingOptions, SequentialRanking, rank_models
 
     matrix, models, weights = _load(dataset)
     n = matrix.shape[1]
     order = weighted_order(weights, np.random.default_rng(seed))  # the paired run's order: ∝ weight
     x, w = matrix[:, order], weights[order]
     bank = BankRanking(models, margin=0.02).start(w)
-    dist = SequentialRanking(models, n_total=n, margin=0.02)
+    dist = SequentialRanking(models, n_total=n, options=RankingOptions(margin=0.02))
     bank_s, dist_s, replay_s = [], [], []
     for k in range(looks):
         cols = np.arange(k * batch, (k + 1) * batch)
@@ -192,7 +192,8 @@ def round_time(dataset: str = "openllm_arc", batch: int = 25, looks: int = 20, s
         dist_s.append(time.perf_counter() - t)
         if k in (0, looks - 1):
             t = time.perf_counter()
-            rank_models(x[:, :(k + 1) * batch], models, [batch * (j + 1) for j in range(k + 1)], margin=0.02)
+            rank_models(x[:, :(k + 1) * batch], models, [batch * (j + 1) for j in range(k + 1)],
+                        options=RankingOptions(margin=0.02))
             replay_s.append(time.perf_counter() - t)
     return {"dataset": dataset, "models": len(models), "batch": batch, "bank_s_per_look": bank_s,
             "bank_look1_s": bank_s[0], "bank_look20_s": bank_s[-1], "distribution_s_per_look": dist_s,

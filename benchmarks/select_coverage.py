@@ -39,7 +39,11 @@ from benchmarks._meta import write_result  # noqa: E402
 from benchmarks.gst_coverage import wilson  # noqa: E402
 from certeval.estimators import BankSpec  # noqa: E402
 from certeval.estimators.bank.wor_streams import STREAM_GRID  # noqa: E402
-from certeval.estimators.distribution.selection import SequentialSelection  # noqa: E402
+from certeval.estimators.distribution.selection import (  # noqa: E402
+    SelectionIntervals,
+    SelectionRule,
+    SequentialSelection,
+)
 from certeval.estimators.groups import GroupRequest, make_group  # noqa: E402
 
 ALPHA = 0.1
@@ -59,12 +63,12 @@ def _selector(construction: str, mode: str, threshold: float, halfwidth: float, 
         group.start(BankSpec(n), np.arange(n))  # the scores are i.i.d.: the bank's order is the random order
         assert group.interval_claim()["validity"] == "exact"
         if grid != STREAM_GRID:  # the same selection on a coarser grid of candidate means (resolution 1/(grid-1))
-            group.estimator_ = SequentialSelection(labels, n_total=n, threshold=threshold, halfwidth=halfwidth,
-                                                   alpha=ALPHA, mode=mode, grid_size=grid)
+            group.estimator_ = SequentialSelection(labels, n_total=n, rule=SelectionRule(threshold, halfwidth, ALPHA, mode),
+                                                   intervals=SelectionIntervals(grid_size=grid))
         return group.update, group.estimator_
     spending = construction.split("-")[1]
-    sel = SequentialSelection(labels, n_total=n, threshold=threshold, halfwidth=halfwidth, alpha=ALPHA, mode=mode,
-                              spending=spending, look_size=LOOK, construction="group-sequential")
+    sel = SequentialSelection(labels, n_total=n, rule=SelectionRule(threshold, halfwidth, ALPHA, mode),
+                              intervals=SelectionIntervals("group-sequential", spending, LOOK))
     return (lambda start, stop, block: sel.update(block)), sel
 
 

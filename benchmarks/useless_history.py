@@ -126,7 +126,7 @@ def paired_widths(name: str, pairs: int, seed: int, trust_fixed: bool = False) -
 
     from certeval.estimators.history.paired import PairDifferenceMethod, PairPrior
 
-    data = dataset_arrays(name, features=False, history=True)
+    data = dataset_arrays(name, features=None, history=True)
     prior, w, models = data.history, data.spec.weights(), len(data.models)
     blind = replace(prior, item_mean=np.full(prior.n_items, float(prior.item_mean.mean())), factors=prior.factors * 0)
     method_cls = PairDifferenceMethod
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     goals = tuple(args.goals.split(",")) if args.goals else (GOALS[:1] if args.quick else GOALS)
     rows = []
     for name in names:
-        data = dataset_arrays(name, features=False, history=True)
+        data = dataset_arrays(name, features=None, history=True)
         n = data.spec.n_items
         batch = max(10, n // 100)
         for goal in goals:

@@ -127,7 +127,8 @@ class Certify(Request):
 
 @dataclass(frozen=True, kw_only=True)
 class Paired(Request):
-    """What the paired questions (compare, rank, select) share: every model scores the same items."""
+    """What the paired questions (compare, rank, select) share: every model scores the same items. A field only
+    some of them read names them in ``kinds`` (the others keep its default)."""
 
     target: str | None = _field(
         None, "--target", choices=TARGETS,
@@ -137,6 +138,12 @@ class Paired(Request):
     margin: float = _field(
         0.0, "--margin", type=float, kinds=("compare", "rank"),
         help="margin D: a>b needs the difference above D, equivalent inside (-D, D)")
+    epsilon: float | None = _field(
+        None, "--epsilon", type=float, kinds=("rank",),
+        help="epsilon-correct ranking (bank target): instead of strict verdicts, list the models so that every "
+             "model above another has a bank mean at least the other's minus E, jointly with probability >= "
+             "confidence; models within E of each other need not be separated, so dense leaderboards stop early "
+             "(docs/ranking.md)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,13 +158,6 @@ class Rank(Paired):
     """Rank models by sequential pairwise comparisons, with tie groups."""
 
     kind: ClassVar[str] = "rank"
-
-    epsilon: float | None = _field(
-        None, "--epsilon", type=float,
-        help="epsilon-correct ranking (bank target): instead of strict verdicts, list the models so that every "
-             "model above another has a bank mean at least the other's minus E, jointly with probability >= "
-             "confidence; models within E of each other need not be separated, so dense leaderboards stop early "
-             "(docs/ranking.md)")
 
 
 @dataclass(frozen=True, kw_only=True)

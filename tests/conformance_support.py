@@ -174,13 +174,13 @@ CLOSE_RULES = {"best": (0.02, 0.02), "precision": (None, 0.05)}  # mode: (thresh
 def close_arm_selection(board: tuple[float, float], mode: str, **options):
     """A started :class:`~certeval.estimators.distribution.selection.SequentialSelection` for the board at alpha = DELTA
     (``options``: the construction and its design; default the shipped betting one on a :data:`CLOSE_GRID` grid)."""
-    from certeval.estimators.distribution.selection import SequentialSelection
+    from certeval.estimators.distribution.selection import SelectionIntervals, SelectionRule, SequentialSelection
 
     above, halfwidth = CLOSE_RULES[mode]
     threshold = 0.0 if above is None else board[1] + above
-    options = {"grid_size": CLOSE_GRID, "look_size": CLOSE_LOOK, **options}
-    return SequentialSelection([f"m{j}" for j in range(CLOSE_MODELS)], n_total=CLOSE_N, threshold=threshold,
-                               halfwidth=halfwidth, alpha=DELTA, mode=mode, **options)
+    intervals = SelectionIntervals(**{"grid_size": CLOSE_GRID, "look_size": CLOSE_LOOK, **options})
+    return SequentialSelection([f"m{j}" for j in range(CLOSE_MODELS)], n_total=CLOSE_N,
+                               rule=SelectionRule(threshold, halfwidth, DELTA, mode), intervals=intervals)
 
 
 def close_arm_misses(board: tuple[float, float], mode: str, seed: int, reps: int = REPS, **options) -> int:

@@ -10,9 +10,10 @@ from certeval.backtests.cells import FAQ_BUDGET, PAIRED, Cell, DatasetArrays, un
 from certeval.backtests.comparative import ComparativeBacktest, compare_backtest, rank_backtest
 from certeval.backtests.faq import evaluate_new_models, faq_dataset
 from certeval.backtests.kinds import run_chunk
-from certeval.backtests.ray_fanout import run_cells
+from certeval.backtests.ray_fanout import FanOut, run_cells
 from certeval.errors import InputError
 from certeval.estimators import BankSpec
+from certeval.estimators.faq.querying import FactorPrior
 from certeval.estimators.faq.simulation import simulate_faq
 from certeval.estimators.groups import GroupRequest
 
@@ -43,7 +44,7 @@ def test_a_paired_rep_is_the_same_alone_or_in_a_chunk_with_others(kind):
     cell = _paired_cell(kind, 6, rows, margin=0.02)
     other = _paired_cell(kind, 6, (0, 3) if kind == "compare" else (0, 1, 4), margin=0.02)
     alone = [run_chunk(data, cell, rep, rep + 1, 7)[0] for rep in range(6)]
-    together = run_cells({"synth": data}, [other, cell], 7, chunk_reps=4)[6:]
+    together = run_cells({"synth": data}, [other, cell], 7, fan_out=FanOut(chunk_reps=4))[6:]
     in_one_chunk = run_chunk(data, cell, 0, 6, 7)
     assert _strip(alone) == _strip(together) == _strip(in_one_chunk)
     key = "verdict" if kind == "compare" else "tie_groups"
@@ -115,7 +116,7 @@ def test_a_faq_budget_rep_is_the_same_alone_or_in_a_chunk_with_others():
     data = _faq_data()
     cell = _faq_cell(9)
     alone = [run_chunk(data, cell, rep, rep + 1, 5)[0] for rep in range(9)]
-    chunked = run_cells({"synth": data}, [cell], 5, chunk_reps=4)
+    chunked = run_cells({"synth": data}, [cell], 5, fan_out=FanOut(chunk_reps=4))
     _assert_faq_rows_equal(alone, chunked)
     _assert_faq_rows_equal(chunked, run_chunk(data, cell, 0, 9, 5))
     assert [r["model"] for r in chunked[:4]] == ["m0", "m1", "m2", "m0"]  # rep r evaluates model r % M
@@ -139,15 +140,14 @@ def test_evaluate_new_models_does_not_depend_on_chunk_rows():
 def test_simulate_faq_with_one_generator_per_run_is_each_run_on_its_own():
     data = _faq_data()
     a = data.faq
-    together = simulate_faq(data.matrix, a["item_factors"], a["prior_mean"], a["prior_cov"], 20,
-                            [np.random.default_rng(s) for s in (1, 2, 3)], batch_size=3)
+    prior = FactorPrior(a["item_factors"], a["prior_mean"], a["prior_cov"])
+    together = simulate_faq(data.matrix, prior, 20, [np.random.default_rng(s) for s in (1, 2, 3)], batch_size=3)
     for i, s in enumerate((1, 2, 3)):
-        one = simulate_faq(data.matrix[i:i + 1], a["item_factors"], a["prior_mean"], a["prior_cov"], 20,
-                           np.random.default_rng(s), batch_size=3)
+        one = simulate_faq(data.matrix[i:i + 1], prior, 20, np.random.default_rng(s), batch_size=3)
         assert np.array_equal(together["item"][i], one["item"][0])
         np.testing.assert_allclose(together["q_item"][i], one["q_item"][0], rtol=1e-12)
     with pytest.raises(InputError, match="one per run"):
-        simulate_faq(data.matrix, a["item_factors"], a["prior_mean"], a["prior_cov"], 5, [np.random.default_rng(0)])
+        simulate_faq(data.matrix, prior, 5, [np.random.default_rng(0)])
 
 
 def test_a_cell_of_unknown_kind_or_a_paired_cell_without_request_is_refused():
@@ -166,8 +166,8 @@ def test_every_kind_gives_the_in_process_numbers_on_ray():
     cells = [Cell("synth", "uniform", "halfwidth:0.1", 4, 20), _paired_cell("rank", 3, margin=0.02),
              _paired_cell("compare", 3, (0, 4)), Cell("faqsynth", "faq", "budget", 6, 2, _faq_cell(6).params,
                                                       label="faq-budget", kind=FAQ_BUDGET)]
-    on_ray = run_cells(datasets, cells, 4, use_ray=True, chunk_reps=2)
-    local = run_cells(datasets, cells, 4, chunk_reps=3)
+    on_ray = run_cells(datasets, cells, 4, fan_out=FanOut(use_ray=True, chunk_reps=2))
+    local = run_cells(datasets, cells, 4, fan_out=FanOut(chunk_reps=3))
     drop = {"wall_s", "controller_s"}
     split = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]  # noqa: E731
     assert split(on_ray[:10]) == split(local[:10])  # certify, rank, compare

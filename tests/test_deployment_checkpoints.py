@@ -18,8 +18,8 @@ SERVE = """
 import sys
 from certeval.flows.checkpoints import select_checkpoints_flow
 select_checkpoints_flow.serve(name="nightly-checkpoints", cron="0 3 * * *", parameters={
-    "checkpoints": sys.argv[1], "output": sys.argv[2], "ray_address": sys.argv[3],
-    "threshold": 0.3, "halfwidth": 0.05, "batch_size": 50, "seed": 1})
+    "checkpoints": sys.argv[1], "request": {"output": sys.argv[2], "ray_address": sys.argv[3],
+                                            "threshold": 0.3, "halfwidth": 0.05, "batch_size": 50, "seed": 1}})
 """
 
 
@@ -100,12 +100,14 @@ def test_deployment_flows_pass_cpus_and_gpus_to_the_plan(flow_name, monkeypatch,
 
     monkeypatch.setattr(flows, "make_plan", capture)
     monkeypatch.setattr(flows, "find_checkpoints", lambda folder: [replay(MIDDLE), replay(WEAK)])
-    kwargs = {"num_cpus": 2, "num_gpus": 0.5}
+    request = {"num_cpus": 2, "num_gpus": 0.5}  # as a deployment gives it: a mapping of the request's fields
+    kwargs = {"request": request}
     if flow_name == "rank_models_flow":
-        kwargs["models"] = [replay(MIDDLE), replay(WEAK)]
+        request["models"] = [replay(MIDDLE), replay(WEAK)]
     else:
-        kwargs.update(checkpoints=str(tmp_path), **({"output": str(tmp_path / "runs")}
-                                                     if flow_name == "certify_checkpoints_flow" else {}))
+        kwargs["checkpoints"] = str(tmp_path)
+        if flow_name == "certify_checkpoints_flow":
+            request["output"] = str(tmp_path / "runs")
     with pytest.raises(Planned):
         getattr(flows, flow_name).fn(**kwargs)
     assert (seen["request"].num_cpus, seen["request"].num_gpus) == (2, 0.5)

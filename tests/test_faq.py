@@ -13,6 +13,7 @@ from certeval.errors import InputError
 from certeval.estimators import BankSpec, make_method, method_from_state
 from certeval.estimators.faq.factor_model import FactorModel, factor_prior
 from certeval.estimators.faq.querying import (
+    FactorPrior,
     Schedule,
     active_learning_scores,
     draw_items,
@@ -118,7 +119,7 @@ def test_draws_follow_the_policy():
 def mmlu_runs(mmlu_bank):
     v, mean, cov, z = mmlu_bank
     reps, n = 2000, 30
-    sim = simulate_faq(np.tile(z, (reps, 1)), v, mean, cov, n, np.random.default_rng(7), tau=0.1)
+    sim = simulate_faq(np.tile(z, (reps, 1)), FactorPrior(v, mean, cov), n, np.random.default_rng(7))
     return sim, z.mean(), n
 
 
@@ -155,7 +156,7 @@ def test_anytime_interval_survives_peeking_while_the_fixed_budget_interval_does_
     v, mean, cov, z = _small_bank()
     theta = z.mean()
     reps, n = 1000, 200
-    sim = simulate_faq(np.tile(z, (reps, 1)), v, mean, cov, n, np.random.default_rng(11), tau=0.1)
+    sim = simulate_faq(np.tile(z, (reps, 1)), FactorPrior(v, mean, cov), n, np.random.default_rng(11))
     terms = terms_from_simulation(sim)
     looks = np.arange(10, n + 1, 10) - 1  # peek after every 10 draws
     missed = {}
@@ -178,7 +179,8 @@ def test_sparse_history_still_valid_and_no_worse_than_uniform():
     mean, cov = fm.prior()
     truth = full[m]
     theta, reps, budget = truth.mean(), 1000, 30
-    sim = simulate_faq(np.tile(truth, (reps, 1)), fm.item_factors_, mean, cov, budget, np.random.default_rng(9), tau=0.1)
+    sim = simulate_faq(np.tile(truth, (reps, 1)), FactorPrior(fm.item_factors_, mean, cov), budget,
+                       np.random.default_rng(9))
     est, lo, hi, _ = pai_interval(terms_from_simulation(sim), 0.95, "default")
     coverage = np.mean((lo <= theta) & (theta <= hi))
     assert coverage >= 0.95 - 3 * np.sqrt(0.05 * 0.95 / reps)
@@ -204,7 +206,8 @@ def test_method_matches_the_vectorised_simulation_draw_for_draw(batch):
         prop = method.propose(batch, rng)
         items += prop.items.tolist()
         method.update(prop.items, z[prop.items])
-    sim = simulate_faq(z[None], v, mean, cov, 12 * batch, np.random.default_rng(4), tau=0.2, batch_size=batch)
+    sim = simulate_faq(z[None], FactorPrior(v, mean, cov), 12 * batch, np.random.default_rng(4), schedule=Schedule(0.2),
+                       batch_size=batch)
     assert items == sim["item"][0].tolist()
     est = method.result()
     ref, lo, hi, _ = pai_interval(terms_from_simulation(sim))

@@ -153,6 +153,7 @@ def test_metric_names_follow_what_was_judged():
 
     assert [metric_name(s) for s in ("mc-loglik", "mc-loglik-norm", "exact", "numeric", None)] == [
         "acc", "acc_norm", "exact_match", "numeric", "score"]
-    block = task_block("t", mean=0.5, stderr=0.1, lower=0.3, upper=0.7, n_scored=5, n_total=9, metric="acc_norm")
+    block = task_block("t", [{"metric": "acc_norm", "filter": "none", "mean": 0.5, "stderr": 0.1, "lower": 0.3,
+                              "upper": 0.7}], n_scored=5, n_total=9)
     assert block["acc_norm,none"] == 0.5 and block["acc_norm_ci_upper,none"] == 0.7
     assert results_metric({"results": {"t": block}}) == "acc_norm"

@@ -22,7 +22,7 @@ from certeval.errors import InputError
 from certeval.estimators import BankSpec, make_method
 from certeval.estimators.groups import GroupRequest, HistoryPairGroup
 from certeval.estimators.history.prior import HistoryPrior, fit_history_prior
-from certeval.estimators.single.history import HistoryMethod
+from certeval.estimators.single.history import DrawLaw, HistoryMethod
 
 DELTA = 0.1
 REPS = 30
@@ -166,7 +166,7 @@ def test_capital_equals_a_draw_by_draw_reimplementation(halfwidth):
     prior = fit_history_prior(pop[:20], n_factors=2)
     x = pop[20]
     spec = BankSpec(36, history=prior)
-    method = HistoryMethod(confidence=0.9, grid_size=257, uniform_mix=0.3, bet_halfwidth=halfwidth).start(spec)
+    method = HistoryMethod(confidence=0.9, grid_size=257, draw_law=DrawLaw(uniform_mix=0.3), bet_halfwidth=halfwidth).start(spec)
     log, preds = [], []
     for _ in range(4):
         preds.append(method.predictions().copy())
@@ -197,7 +197,7 @@ def test_draws_favour_spread_items_only_where_that_is_predicted_to_narrow_the_in
     certain = np.arange(n) >= n // 2
     hist = (rng.random((20, n)) < np.where(certain, 0.99, 0.5)).astype(float)
     # trust_start=1: the first batch follows the history fully, so its predictions are the ones the law weighs
-    method = HistoryMethod(warmup=0, trust_start=1.0, **tuning).start(
+    method = HistoryMethod(draw_law=DrawLaw(warmup=0), trust_start=1.0, **tuning).start(
         BankSpec(n, history=fit_history_prior(hist, n_factors=2)))
     prop = method.propose(50, np.random.default_rng(1))
     probs = np.asarray(prop.probs)
@@ -387,7 +387,7 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(InputError, match="target must be 'bank'"):
         HistoryMethod(target="distribution").start(BankSpec(10, history=prior))
     with pytest.raises(InputError, match="uniform_mix"):
-        HistoryMethod(uniform_mix=0.0).start(BankSpec(10, history=prior))
+        HistoryMethod(draw_law=DrawLaw(uniform_mix=0.0)).start(BankSpec(10, history=prior))
     method = HistoryMethod().start(BankSpec(10, history=prior))
     est = method.result()
     assert math.isnan(est.mean) and (est.lower, est.upper) == (0.0, 1.0)  # no data: no confident number

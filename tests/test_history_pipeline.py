@@ -138,7 +138,8 @@ def test_checkpoint_schedule_learns_from_the_checkpoints_it_already_certified(in
     seen = []
     for step, model in (("step-1000", WEAK), ("step-2000", MIDDLE), ("step-3000", STRONG)):
         (ckpt / f"{step}.spec").write_text(replay(model, scores) + "\n")  # a new checkpoint appears
-        report = certify_checkpoints_flow(str(ckpt), str(out), goal="halfwidth:0.2", batch_size=25, seed=2)
+        report = certify_checkpoints_flow(str(ckpt), Certify(output=str(out), goal="halfwidth:0.2", batch_size=25,
+                                                             seed=2))
         seen.append({r["checkpoint"]: r for r in report["checkpoints"]})
     assert seen[0][WEAK]["method"] == "adaptive" and seen[0][WEAK]["history_models"] == []
     assert seen[1][MIDDLE]["method"] == "history" and seen[1][MIDDLE]["history_models"] == [WEAK]

@@ -14,8 +14,13 @@ import pytest
 
 from certeval.errors import InputError
 from certeval.estimators.distribution.comparison import ComparisonDesign
-from certeval.estimators.distribution.ranking import SequentialRanking, rank_models
-from certeval.estimators.distribution.selection import SequentialSelection, select_models
+from certeval.estimators.distribution.ranking import RankingOptions, SequentialRanking, rank_models
+from certeval.estimators.distribution.selection import (
+    SelectionIntervals,
+    SelectionRule,
+    SequentialSelection,
+    select_models,
+)
 from certeval.estimators.distribution.sequential import boundary_multiplier
 from certeval.estimators.single.bounds import BettingCS
 
@@ -35,7 +40,7 @@ def _case(seed: int):
 @pytest.mark.parametrize("seed", range(24))
 def test_sequential_ranking_matches_a_replay_at_every_look(seed):
     x, sub, looks, names = _case(seed)
-    kw = dict(alpha=0.05, margin=0.02, design=ComparisonDesign(alpha=0.05, margin=0.02, look_size=25),
+    kw = dict(options=RankingOptions(0.05, 0.02, ComparisonDesign(alpha=0.05, margin=0.02, look_size=25)),
               subsets=sub, n_subsets=None if sub is None else 3)
     inc = SequentialRanking(names, n_total=x.shape[1], **kw)
     prev = 0
@@ -112,9 +117,9 @@ def _play(sel, x, looks):
 def test_sequential_selection_matches_a_replay(seed, mode):
     """The asymptotic (group-sequential Wald) construction, kept beside the default betting one."""
     x, sub, looks, names = _case(seed)
-    sel = SequentialSelection(names, n_total=x.shape[1], threshold=0.45, halfwidth=0.08, mode=mode,
-                              look_size=25, subsets=sub, n_subsets=None if sub is None else 3,
-                              construction="group-sequential")
+    sel = SequentialSelection(names, n_total=x.shape[1], rule=SelectionRule(0.45, 0.08, mode=mode),
+                              intervals=SelectionIntervals("group-sequential", look_size=25), subsets=sub,
+                              n_subsets=None if sub is None else 3)
     assert sel.result().validity == "asymptotic" and sel.result().guarantee.startswith("asymptotic")
     got = _play(sel, x, looks)
     status, mean, lower, upper = _replay_selection(x, sub, looks, 0.45, 0.08, mode)
@@ -194,8 +199,9 @@ def test_betting_selection_matches_single_model_betting_cs(seed, mode):
     """The default (exact) construction: every model's interval at every look is its own i.i.d. betting CS on the
     same grid, built separately (measured: equal to the last bit on these cases)."""
     x, sub, looks, names = _case(seed)
-    sel = SequentialSelection(names, n_total=x.shape[1], threshold=0.45, halfwidth=0.12, mode=mode, subsets=sub,
-                              n_subsets=None if sub is None else 3, grid_size=257)
+    sel = SequentialSelection(names, n_total=x.shape[1], rule=SelectionRule(0.45, 0.12, mode=mode),
+                              intervals=SelectionIntervals(grid_size=257), subsets=sub,
+                              n_subsets=None if sub is None else 3)
     got = _play(sel, x, looks)
     assert got.validity == "exact" and got.guarantee.startswith("exact")
     status, lower, upper = _betting_replay(x, sub, looks, 0.45, 0.12, mode)
@@ -216,14 +222,15 @@ def test_statuses_are_exercised():  # the cases above reach more than one kind o
     for seed in range(8):
         x, sub, looks, names = _case(seed)
         for mode in ("precision", "best"):
-            sel = select_models(x, names, looks, threshold=0.45, halfwidth=0.12, mode=mode, subsets=sub,
-                                n_subsets=None if sub is None else 3, grid_size=257)
+            sel = select_models(x, names, looks, SelectionRule(0.45, 0.12, mode=mode),
+                                intervals=SelectionIntervals(grid_size=257), subsets=sub,
+                                n_subsets=None if sub is None else 3)
             seen |= {s.status for s in sel.models}
     assert {"below", "precise", "not-best", "candidate"} <= seen
 
 
 def test_a_look_past_the_bank_is_refused():
-    sel = SequentialSelection(["a", "b"], n_total=10, threshold=0.5, halfwidth=0.1)
+    sel = SequentialSelection(["a", "b"], n_total=10, rule=SelectionRule(0.5, 0.1))
     with pytest.raises(InputError, match="within the 10 shared items"):
         sel.update(np.zeros((2, 11)))
     rank = SequentialRanking(["a", "b"], n_total=10)
@@ -234,7 +241,7 @@ def test_a_look_past_the_bank_is_refused():
 @pytest.mark.parametrize("seed", [0, 2, 4])
 def test_importance_weights_match_a_count_item_by_item(seed):
     x, sub, looks, names = _case(seed)
-    sel = SequentialSelection(names, n_total=x.shape[1], threshold=0.45, halfwidth=0.12, subsets=sub, n_subsets=3)
+    sel = SequentialSelection(names, n_total=x.shape[1], rule=SelectionRule(0.45, 0.12), subsets=sub, n_subsets=3)
     c, b, end = _weights_by_loop(sub, x.shape[1])
     np.testing.assert_allclose(sel.scale[:end], c[:end], rtol=1e-12)
     np.testing.assert_allclose(sel.range[:end], b[:end], rtol=1e-12)
@@ -254,7 +261,7 @@ def test_the_weighted_values_have_the_mean_of_means_as_conditional_mean():
     for pos in range(codes.size):
         by_prefix: dict[tuple, list[float]] = {}
         for order in orders:
-            sel = SequentialSelection(["a"], n_total=codes.size, threshold=0.0, halfwidth=0.1,
+            sel = SequentialSelection(["a"], n_total=codes.size, rule=SelectionRule(0.0, 0.1),
                                       subsets=codes[list(order)], n_subsets=3)
             if pos < sel.joint_end:
                 prefix = tuple(int(c) for c in codes[list(order[:pos])])

@@ -108,7 +108,7 @@ def test_the_flags_are_recorded_as_lm_evals_results_file_records_them(offline):
     from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
     from transformers import AutoTokenizer
 
-    from certeval.harnesses.lm_eval_output import lm_eval_block
+    from certeval.harnesses.lm_eval_output import LmEvalRun, lm_eval_block
     from certeval.harnesses.lm_eval_requests import RequestOptions, parse_gen_kwargs
     from certeval.inputs.smollm import ensure_converted
 
@@ -133,7 +133,8 @@ def test_the_flags_are_recorded_as_lm_evals_results_file_records_them(offline):
                                     if cfg.apply_chat_template else None,
                                     fewshot_as_multiturn=cfg.fewshot_as_multiturn)
         theirs = asdict(tracker)
-        mine = lm_eval_block("t", "m", f"hf:{folder}", block, batch_size=1, limit=None, seed=0, requests=options)
+        mine = lm_eval_block(LmEvalRun("t", batch_size=1, limit=None, seed=0, requests=options), "m", f"hf:{folder}",
+                             block)
         assert {k: mine[k] for k in fields} == {k: theirs[k] for k in fields}, flags
         assert mine["config"]["gen_kwargs"] == cfg.gen_kwargs, flags
     assert theirs["chat_template_sha"] and mine["config"]["gen_kwargs"] == {}  # the control: flags change the record

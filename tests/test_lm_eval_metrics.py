@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from certeval.estimators import BankSpec, method_for_goal, parse_goal
-from certeval.harnesses.lm_eval_output import lm_eval_block, task_block
+from certeval.harnesses.lm_eval_output import LmEvalRun, lm_eval_block, task_block
 from certeval.harnesses.lm_eval_tasks import TASK_META
 from certeval.scoring.lm_eval_metrics import (
     interval_on_same_draws,
@@ -78,18 +78,18 @@ def test_the_listed_metrics_the_logliks_give_are_reported_the_others_named_with_
 
 def test_the_results_file_carries_the_tasks_version_shots_and_every_metric_with_its_interval():
     meta = json.loads(_task_frame()[TASK_META].iloc[0])
-    block = task_block("t", mean=0.5, stderr=0.1, lower=0.2, upper=0.8, n_scored=4, n_total=9, metric="acc",
-                       others=[{"metric": "acc_norm", "filter": "none", "mean": 0.75, "stderr": 0.05, "lower": 0.4,
-                                "upper": 0.9}], confidence=0.95)
+    block = task_block("t", [{"metric": "acc", "filter": "none", "mean": 0.5, "stderr": 0.1, "lower": 0.2, "upper": 0.8},
+                             {"metric": "acc_norm", "filter": "none", "mean": 0.75, "stderr": 0.05, "lower": 0.4,
+                              "upper": 0.9}], n_scored=4, n_total=9, confidence=0.95)
     assert list(block)[1] == "acc,none"  # the metric the run stopped on first (read back as the file's metric)
     assert block["acc_norm_ci_lower,none"] == 0.4 and block["acc_ci_upper,none"] == 0.8
     assert block["items_scored,none"] == 4
-    out = lm_eval_block("t", "m", "hf:/m", block, batch_size=8, limit=None, seed=0, metric="acc", metas=[meta])
+    out = lm_eval_block(LmEvalRun("t", batch_size=8, limit=None, seed=0, metas=(meta,)), "m", "hf:/m", block)
     assert out["versions"] == {"t": 1.0} and out["n-shot"] == {"t": 3}
     assert out["configs"]["t"]["metric_list"][0] == {"metric": "acc", "aggregation": "mean"}
     assert out["higher_is_better"]["t"]["acc_norm"] is True and out["group_subtasks"] == {"t": []}
-    plain = lm_eval_block("t", "m", "hf:/m", block, batch_size=8, limit=None, seed=0, metric="acc",
-                          output_type="multiple_choice")
+    plain = lm_eval_block(LmEvalRun("t", batch_size=8, limit=None, seed=0, output_type="multiple_choice"), "m",
+                          "hf:/m", block)
     assert plain["versions"] == {"t": None} and plain["n-shot"] == {"t": 0}
     assert plain["configs"]["t"]["output_type"] == "multiple_choice"
     make_table = pytest.importorskip("lm_eval.utils").make_table

@@ -172,9 +172,10 @@ def test_cron_deployment_on_a_prefect_server_survives_a_killed_worker_and_picks_
                 time.sleep(0.5)
         subprocess.run([PREFECT, "work-pool", "create", "certeval", "--type", "process"], env=env, cwd=ROOT,
                        check=True, capture_output=True, timeout=120)
-        params = {"checkpoints": f"s3://{BUCKET}/checkpoints/", "bank": None, "output": f"s3://{BUCKET}/runs",
-                  "threshold": 0.3, "halfwidth": 0.05, "batch_size": 50, "seed": 1, "ray_address": ray_addr,
-                  "options": {"call_log": str(log)}}  # the flow's RuntimeOptions, as a deployment gives them
+        params = {"checkpoints": f"s3://{BUCKET}/checkpoints/",
+                  "request": {"bank": None, "output": f"s3://{BUCKET}/runs", "threshold": 0.3, "halfwidth": 0.05,
+                              "batch_size": 50, "seed": 1, "ray_address": ray_addr,
+                              "options": {"call_log": str(log)}}}  # the request's RuntimeOptions, as a deployment gives them
         deploy = subprocess.run(
             [PREFECT, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "--name",
              "nightly-checkpoints", "--cron", "* * * * *", "--timezone", "UTC", "--params", json.dumps(params)],

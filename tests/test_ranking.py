@@ -9,7 +9,7 @@ import pytest
 
 from certeval.errors import InputError
 from certeval.estimators.distribution.comparison import ComparisonDesign
-from certeval.estimators.distribution.ranking import rank_models, tie_groups
+from certeval.estimators.distribution.ranking import RankingOptions, rank_models, tie_groups
 
 ACC = np.array([0.55, 0.55, 0.62, 0.62, 0.70, 0.80])  # two exact ties: (0,1) and (2,3)
 NAMES = [f"m{k}" for k in range(6)]
@@ -36,7 +36,7 @@ def _simulate(correction, design=None, margin=0.0, seed=123):
         p = 1 / (1 + np.exp(-(np.log(ACC / (1 - ACC))[:, None] + item[None, :])))
         p = p - p.mean(axis=1, keepdims=True) + ACC[:, None]  # exact target accuracies (ties stay exact)
         scores = (rng.random((6, N)) < np.clip(p, 0, 1)).astype(float)
-        r = rank_models(scores, NAMES, LOOKS, alpha=ALPHA, margin=margin, correction=correction, design=design)
+        r = rank_models(scores, NAMES, LOOKS, options=RankingOptions(ALPHA, margin, design, correction))
         fwe.append(_family_errors(r, true_diff, margin) > 0)
     return float(np.mean(fwe))
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from certeval.backtests.cells import Cell, DatasetArrays, rep_seed, replay_one
-from certeval.backtests.ray_fanout import dataset_arrays, run_cells
+from certeval.backtests.ray_fanout import FanOut, FaqFit, dataset_arrays, run_cells
 from certeval.backtests.summary import summarise
 from certeval.engine import Replay
 from certeval.estimators import BankSpec, Estimate, parse_goal, register
@@ -49,8 +49,8 @@ def test_rep_seed_is_keyed_by_identity_not_order():
 def test_results_do_not_depend_on_chunking_or_cell_order():
     data = {"synth": _synthetic()}
     cells = [Cell("synth", "uniform", "halfwidth:0.1", 9, 20), Cell("synth", "seq", "halfwidth:0.1", 9, 20)]
-    a = run_cells(data, cells, 11, chunk_reps=2)
-    b = run_cells(data, cells[::-1], 11, chunk_reps=9)
+    a = run_cells(data, cells, 11, fan_out=FanOut(chunk_reps=2))
+    b = run_cells(data, cells[::-1], 11, fan_out=FanOut(chunk_reps=9))
     key = lambda r: (r["method"], r["rep"])  # noqa: E731
     assert sorted(_strip(a), key=key) == sorted(_strip(b), key=key)
     assert len({r["n_scored"] for r in a if r["method"] == "uniform"}) > 1  # reps really differ
@@ -71,7 +71,7 @@ def test_coverage_check_passes_a_valid_interval_and_fails_a_miscalibrated_one():
     """200 reps each: uniform's anytime-valid interval covers; a 30%-width copy must not."""
     data = {"synth": _synthetic(n_models=8, n_items=600, seed=1)}
     cells = [Cell("synth", m, "halfwidth:0.06", 200, 20) for m in ("uniform", "test-narrow-uniform")]
-    summary = {c["method"]: c for c in summarise(run_cells(data, cells, 2026, chunk_reps=50))}
+    summary = {c["method"]: c for c in summarise(run_cells(data, cells, 2026, fan_out=FanOut(chunk_reps=50)))}
     assert summary["uniform"]["coverage"] >= 0.95
     assert summary["test-narrow-uniform"]["coverage"] < 0.85
     assert summary["uniform"]["items_ratio_vs_uniform"] == 1.0
@@ -83,8 +83,8 @@ def test_ray_path_gives_the_in_process_numbers(tmp_path):
     data = {"helm_mmlu": dataset_arrays("helm_mmlu", max_eval_models=5)}
     cells = [Cell("helm_mmlu", m, "halfwidth:0.1", 6, 20) for m in ("uniform", "adaptive")]
     seen = []
-    on_ray = run_cells(data, cells, 3, use_ray=True, chunk_reps=2, progress=lambda d, t, w: seen.append((d, t)))
-    local = run_cells(data, cells, 3, use_ray=False, chunk_reps=6)
+    on_ray = run_cells(data, cells, 3, fan_out=FanOut(use_ray=True, chunk_reps=2), progress=lambda d, t, w: seen.append((d, t)))
+    local = run_cells(data, cells, 3, fan_out=FanOut(chunk_reps=6))
     assert _strip(on_ray) == _strip(local)
     assert seen[-1] == (6, 6) and len(seen) == 6
     assert len(summarise(on_ray)) == 2  # one summary cell per method
@@ -99,9 +99,9 @@ def test_faq_cells_replay_with_fitted_and_uninformative_factors(tmp_path):
     from certeval.backtests.cells import faq_cell
 
     fit = {"n_factors": 2, "penalty": 1.0}  # fixed K, λ: no cross-validation in a unit test
-    data = dataset_arrays("helm_raft", max_eval_models=2, faq=True, faq_cache=tmp_path, faq_fit=fit)
+    data = dataset_arrays("helm_raft", max_eval_models=2, faq=FaqFit(cache=tmp_path, params=fit))
     assert data.faq["item_factors"].shape == (data.spec.n_items, 2) and data.notes["faq"]["cached"] is False
-    again = dataset_arrays("helm_raft", max_eval_models=2, faq=True, faq_cache=tmp_path, faq_fit=fit)
+    again = dataset_arrays("helm_raft", max_eval_models=2, faq=FaqFit(cache=tmp_path, params=fit))
     assert isinstance(again.notes["faq"]["cached"], str)  # the cached fit, same arrays
     assert np.array_equal(again.faq["item_factors"], data.faq["item_factors"])
     cells = [faq_cell("helm_raft", "halfwidth:0.1", 4, 10, factors=f) for f in ("history", "mean", "none")]
@@ -132,7 +132,7 @@ def test_faq_uniform_draws_uniformly_and_estimates_the_plain_mean():
     from certeval.estimators import make_method
 
     goal = parse_goal("halfwidth:0.1")
-    plain = dataset_arrays("helm_raft", features=False, mean_of_means=False)
+    plain = dataset_arrays("helm_raft", features=None, mean_of_means=False)
     n = plain.spec.n_items
     row = plain.matrix[np.argmax(np.abs(plain.matrix.mean(axis=1) - 0.5))]  # the model furthest from 50%
     variance = {}
@@ -152,7 +152,7 @@ def test_faq_uniform_draws_uniformly_and_estimates_the_plain_mean():
     # a constant plug-in of 1/2 pins the variance at the worst case; learning the overall accuracy does not
     assert variance["none"] == pytest.approx(0.25) and variance["mean"] < 0.2
     # mean of sub-dataset means: the policy FAQ follows when it knows nothing about items (uniform within a subset)
-    mom = dataset_arrays("helm_raft", max_eval_models=1, features=False)
+    mom = dataset_arrays("helm_raft", max_eval_models=1, features=None)
     cell = faq_cell("helm_raft", "halfwidth:0.1", 1, 10, factors="mean")
     obj = make_method("faq", **faq_params(mom, cell, goal)).start(mom.spec)
     prop = obj.propose(10, np.random.default_rng(1))

@@ -7,7 +7,7 @@ import pytest
 
 from certeval.errors import InputError
 from certeval.estimators.distribution.comparison import ComparisonDesign
-from certeval.estimators.distribution.ranking import rank_models
+from certeval.estimators.distribution.ranking import RankingOptions, rank_models
 
 
 def _scores(rng, m, n, binary=True):
@@ -50,7 +50,7 @@ def test_gram_path_equals_pairs_path(case):
     scores = _scores(rng, m, n, c["binary"])
     names = [f"m{k:02d}" for k in range(m)]
     looks = [1, 20, 50, 51, 100, 170, 250, 400]  # includes a 1-item look (variance undefined) and unequal steps
-    kw = dict(alpha=0.05, margin=c["margin"], design=c["design"])
+    kw = dict(options=RankingOptions(0.05, c["margin"], c["design"]))
     if c["subsets"]:
         codes = rng.integers(0, 3, n)
         kw.update(subsets=codes, n_subsets=3)
@@ -100,7 +100,8 @@ def test_gram_path_detects_a_wrong_statistic():
 def test_gram_path_rejects_anytime_and_bad_path():
     scores = np.random.default_rng(0).integers(0, 2, (3, 50)).astype(float)
     with pytest.raises(InputError, match="anytime"):
-        rank_models(scores, list("abc"), [50], design=ComparisonDesign(guarantee="anytime"), path="gram")
+        rank_models(scores, list("abc"), [50], options=RankingOptions(design=ComparisonDesign(guarantee="anytime")),
+                    path="gram")
     with pytest.raises(InputError, match="path"):
         rank_models(scores, list("abc"), [50], path="fast")
 

@@ -116,6 +116,7 @@ def test_scheduled_certification_certifies_a_checkpoint_anew_when_its_files_chan
     from certeval.flows.checkpoints import certify_checkpoints_flow
     from certeval.inputs.model_fingerprint import fingerprint_models
     from certeval.inputs.model_spec import parse_model_spec
+    from certeval.requests import Certify
     from certeval.storage import RunStore
 
     bank, first, other, other_mean = _bank_and_checkpoints(tmp_path)
@@ -126,9 +127,9 @@ def test_scheduled_certification_certifies_a_checkpoint_anew_when_its_files_chan
     def tick() -> tuple[dict, str]:
         err = io.StringIO()
         with redirect_stderr(err):
-            report = certify_checkpoints_flow(str(folder), str(runs), goal="halfwidth:0.01", bank=str(bank),
-                                              batch_size=24, seed=1, ray_address=infra,
-                                              options={"cache_dir": str(tmp_path / "cache")})
+            report = certify_checkpoints_flow(str(folder), Certify(
+                output=str(runs), goal="halfwidth:0.01", bank=str(bank), batch_size=24, seed=1, ray_address=infra,
+                options={"cache_dir": str(tmp_path / "cache")}))
         [row] = report["checkpoints"]
         return row, "\n".join(line for line in err.getvalue().splitlines() if line.startswith("certeval: checkpoint"))
 

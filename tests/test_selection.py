@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from certeval.errors import InputError
-from certeval.estimators.distribution.selection import select_models
+from certeval.estimators.distribution.selection import SelectionRule, select_models
 
 
 def _scores(acc, n, rng):
@@ -23,7 +23,7 @@ def test_no_wrong_discards_beyond_alpha_and_savings():
     for _ in range(reps):
         s = _scores(acc, 1000, rng)
         bank_means = s.mean(axis=1)
-        sel = select_models(s, names, list(range(100, 1001, 100)), threshold=0.6, halfwidth=0.03)
+        sel = select_models(s, names, list(range(100, 1001, 100)), SelectionRule(0.6, 0.03))
         wrong += any(m.status == "below" and bank_means[names.index(m.model)] >= 0.6 for m in sel.models)
         used.append(sel.fraction_used)
     assert wrong / reps <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
@@ -34,7 +34,7 @@ def test_no_wrong_discards_beyond_alpha_and_savings():
 def test_best_model_identification():
     rng = np.random.default_rng(1)
     s = _scores([0.9, 0.6, 0.55, 0.5], 3000, rng)
-    sel = select_models(s, list("abcd"), list(range(100, 3001, 100)), threshold=0.0, halfwidth=0.01, mode="best")
+    sel = select_models(s, list("abcd"), list(range(100, 3001, 100)), SelectionRule(0.0, 0.01, mode="best"))
     assert sel.selected == ("a",)
     assert {m.status for m in sel.models if m.model != "a"} == {"not-best"}
     assert sel.fraction_used < 0.2 and "Bonferroni" in sel.guarantee
@@ -48,4 +48,4 @@ def test_best_model_identification():
 ])
 def test_bad_input(kwargs, match):
     with pytest.raises(InputError, match=match):
-        select_models(np.zeros((2, 10)), ["a", "b"], [10], **kwargs)
+        select_models(np.zeros((2, 10)), ["a", "b"], [10], SelectionRule(**kwargs))

@@ -15,8 +15,8 @@ from certeval.cli import main
 from certeval.errors import InputError
 from certeval.estimators import BankSpec, make_method, method_from_state
 from certeval.estimators.bank.wor_streams import weighted_order
-from certeval.estimators.single.adaptive import AdaptiveMethod, ControlVariateCS
-from certeval.estimators.single.strata import feature_strata
+from certeval.estimators.single.adaptive import AdaptiveMethod, ControlVariateCS, Stratification
+from certeval.estimators.single.strata import DrawRows, feature_strata
 
 DELTA = 0.1
 # 30 reps, as the miscalibrated controls below: the check fails at 10+ misses (binom.ppf(0.999, 30, 0.1) = 9), so
@@ -50,12 +50,12 @@ class UnweightedDraws(AdaptiveMethod):
 
     name = "adaptive-unweighted-test-only"
 
-    def _observe_group(self, cs, group, w_group, u, known, q, a, v, h, x):
-        u_g = u[:, group].sum(axis=1)
+    def _observe_group(self, cs, group, w_group, draws):
+        u_g = draws.u[:, group].sum(axis=1)
         keep = u_g > 0
         ones = np.ones(int(keep.sum()))
-        cs.observe_many(np.where(group[h], x, 0.5)[keep], 0.0 * ones, ones, (w_group / u_g)[keep],
-                        (-known[:, group].sum(axis=1) / u_g)[keep], (q * v).sum(axis=1)[keep])
+        cs.observe_many(np.where(group[draws.h], draws.x, 0.5)[keep], 0.0 * ones, ones, (w_group / u_g)[keep],
+                        (-draws.known[:, group].sum(axis=1) / u_g)[keep], (draws.q * draws.v).sum(axis=1)[keep])
 
 
 def miscoverage(make, informative: bool, reps: int, seed: int, contrast: bool = False, n: int = 600) -> int:
@@ -83,7 +83,7 @@ def test_feature_strata_cover_with_peeking(informative, contrast):
 
 def test_treating_allocated_draws_as_uniform_is_caught():
     def make():
-        return UnweightedDraws(confidence=1 - DELTA, strata="features")
+        return UnweightedDraws(confidence=1 - DELTA, stratification=Stratification("features"))
 
     misses = miscoverage(make, True, 30, seed=13, contrast=True, n=1200)
     assert misses > binom.ppf(0.999, 30, DELTA), f"the miscalibrated variant slipped through ({misses}/30)"
@@ -116,8 +116,9 @@ def test_statistic_is_unbiased_by_enumeration(rule):
     for j in undrawn:
         h = int(method.strata_[j])
         seen.clear()
-        method._observe_group(Recorder(), method.groups_[0], 1.0, u[None], method.known_[None], q[None], a[None],
-                              var[None], np.array([h]), np.array([float(x[j])]))
+        draw = DrawRows(u[None], method.known_[None], q[None], a[None], var[None], np.array([h]),
+                        np.array([float(x[j])]))
+        method._observe_group(Recorder(), method.groups_[0], 1.0, draw)
         y, y_min, y_max, alpha, beta = seen[0]
         assert y_min - 1e-12 <= y <= y_max + 1e-12
         expected += q[h] / left[h] * y

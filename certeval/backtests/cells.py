@@ -276,12 +276,12 @@ def faq_params(data: DatasetArrays, cell: Cell, goal: Goal) -> dict[str, Any]:
     for key in ("item_factors", "prior_mean", "prior_cov"):
         if key in params:
             raise InputError(f"a faq cell must not carry {key!r} in its params: the arrays come from the "
-                             f"dataset (dataset_arrays(..., faq=True))")
+                             f"dataset (dataset_arrays(..., faq=FaqFit()))")
     if factors != "history":
         arrays = uninformative_factors(data.spec.n_items, factors)
     elif data.faq is None:
         raise InputError(f"dataset {data.name!r} was loaded without FAQ inputs; load it with "
-                         f"dataset_arrays({data.name!r}, faq=True)")
+                         f"dataset_arrays({data.name!r}, faq=FaqFit())")
     else:
         arrays = data.faq
     params.setdefault("ci", "anytime")

@@ -140,9 +140,9 @@ class ComparativeBacktest:
 
     def fan_out(self, cells: Sequence[Cell]) -> list[dict[str, Any]]:
         """Every rep of ``cells`` through the one driver; rows in (cell, rep) order."""
-        from .ray_fanout import run_cells
+        from .ray_fanout import FanOut, run_cells
 
-        return run_cells({self.name: self.data()}, cells, self.seed, use_ray=self.use_ray)
+        return run_cells({self.name: self.data()}, cells, self.seed, fan_out=FanOut(use_ray=self.use_ray))
 
 
 def _entries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

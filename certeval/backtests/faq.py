@@ -106,14 +106,14 @@ def evaluate_new_models(data: DatasetArrays, budgets: Sequence[int], reps: int, 
     (:func:`certeval.backtests.ray_fanout.run_cells`), ``chunk_rows`` reps a chunk (vectorised within it), each
     seeded by ``(seed, name, model, rep)``.
     """
-    from .ray_fanout import run_cells
+    from .ray_fanout import FanOut, run_cells
 
     truth, name = data.matrix, data.name
     m = truth.shape[0]
     reps = check_positive_int(reps, "reps")
     params = (("budgets", tuple(int(b) for b in budgets)), ("confidence", float(confidence)), ("tau", float(tau)))
     cell = Cell(name, "faq", "budget", m * reps, batch_size, params, label="faq-budget", kind=FAQ_BUDGET)
-    rows = run_cells({name: data}, [cell], seed, use_ray=False, chunk_reps=chunk_rows)
+    rows = run_cells({name: data}, [cell], seed, fan_out=FanOut(chunk_reps=chunk_rows))
     return {int(b): _budget_summary(truth, rows, k, reps) for k, b in enumerate(budgets)}
 
 

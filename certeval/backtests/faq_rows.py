@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from certeval.estimators.faq.querying import CI_KINDS, pai_interval
+from certeval.estimators.faq.querying import CI_KINDS, FactorPrior, Schedule, pai_interval
 from certeval.estimators.faq.simulation import simulate_faq, terms_from_simulation
 
 from .cells import Cell, DatasetArrays, rep_seed
@@ -54,8 +54,9 @@ def faq_budget_rows(data: DatasetArrays, cell: Cell, rep_lo: int, rep_hi: int, r
     seeds = [rep_seed(root_seed, data.name, data.models[i], cell.name, rep).spawn(2) for rep, i in zip(reps, idx)]
     truth = data.matrix[idx]
     arrays = data.faq or {}
-    sim = simulate_faq(truth, arrays["item_factors"], arrays["prior_mean"], arrays["prior_cov"], max(budgets),
-                       [np.random.default_rng(s[0]) for s in seeds], tau=tau, batch_size=cell.batch_size)
+    prior = FactorPrior(arrays["item_factors"], arrays["prior_mean"], arrays["prior_cov"])
+    sim = simulate_faq(truth, prior, max(budgets), [np.random.default_rng(s[0]) for s in seeds],
+                       schedule=Schedule(tau), batch_size=cell.batch_size)
     terms = terms_from_simulation(sim)
     u_est, u_half = uniform_runs(truth, budgets, confidence, [np.random.default_rng(s[1]) for s in seeds])
     at = []

@@ -16,13 +16,13 @@ Seeds: every rep draws from ``np.random.SeedSequence(root_seed, spawn_key=key)``
 tasks run — so a result does not depend on scheduling, chunking or the number of workers.
 
 Ray: local by default (``ray.init(address="local", num_cpus=2, include_dashboard=False)``
-with the loopback environment of :mod:`certeval.runtime.envsetup`); pass ``ray_address`` for any
-cluster. Tasks are chunks of reps of one (dataset, method, goal) cell; the score matrix goes
+with the loopback environment of :mod:`certeval.runtime.envsetup`); ``FanOut(use_ray=True, ray_address=...)``
+for any cluster. Tasks are chunks of reps of one (dataset, method, goal) cell; the score matrix goes
 to the object store once per dataset.
 
 FAQ (Wu et al. 2026, arXiv:2601.20251) needs arrays — item factors and a prior fitted on the history half — that do not
 belong in a cell's small JSON-able params: they travel with the dataset (``DatasetArrays.faq``,
-``dataset_arrays(..., faq=True)``) and :func:`faq_params` joins them to a ``faq`` cell at replay time.
+``dataset_arrays(..., faq=FaqFit())``) and :func:`faq_params` joins them to a ``faq`` cell at replay time.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -112,15 +113,23 @@ def print_progress(done: int, total: int, what: str) -> None:
     print(f"[backtest] {done}/{total} chunks ({what})", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class FanOut:
+    """Where and how :func:`run_cells` runs the chunks: in this process, or as Ray tasks (a private local Ray of
+    ``num_cpus`` CPUs, or the cluster at ``ray_address``); ``chunk_reps`` reps of one cell a chunk."""
+
+    use_ray: bool = False
+    ray_address: str | None = None
+    num_cpus: int = 2
+    chunk_reps: int = 25
+
+
 def run_cells(
     datasets: dict[str, DatasetArrays],
     cells: Sequence[Cell],
     root_seed: int,
     *,
-    use_ray: bool = False,
-    ray_address: str | None = None,
-    num_cpus: int = 2,
-    chunk_reps: int = 25,
+    fan_out: FanOut = FanOut(),
     record_curve: bool = False,
     record_errors: bool = False,
     progress: ProgressFn | None = None,
@@ -128,14 +137,14 @@ def run_cells(
 ) -> list[dict[str, Any]]:
     """Run every cell's reps, of any kind, in-process or on Ray; rows come back sorted by (cell order, rep).
     ``on_rows`` sees each finished chunk's rows as they come (progress lines)."""
-    chunk_reps = check_positive_int(chunk_reps, "chunk_reps")
+    chunk_reps = check_positive_int(fan_out.chunk_reps, "chunk_reps")
     jobs = [(ci, lo, hi) for ci, cell in enumerate(cells) for lo, hi in _chunks(cell, chunk_reps)]
     total = len(jobs)
     results: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for cell in cells:
         if cell.dataset not in datasets:
             raise InputError(f"cell names dataset {cell.dataset!r}, not among {sorted(datasets)}")
-    if not use_ray:
+    if not fan_out.use_ray:
         for done, (ci, lo, hi) in enumerate(jobs, 1):
             cell = cells[ci]
             results[(ci, lo)] = run_chunk(datasets[cell.dataset], cell, lo, hi, root_seed, record_curve, record_errors)
@@ -144,7 +153,7 @@ def run_cells(
             if progress:
                 progress(done, total, f"{cell.dataset}/{cell.name}/{cell.goal}")
     else:
-        with ray_session(ray_address, num_cpus=num_cpus) as ray:
+        with ray_session(fan_out.ray_address, num_cpus=fan_out.num_cpus) as ray:
             remote = ray.remote(num_cpus=1, max_retries=1)(_ray_chunk)
             refs_data = {name: ray.put(d) for name, d in datasets.items()}
             pending = {}
@@ -271,18 +280,27 @@ def fit_faq_inputs(history: np.ndarray, item_ids: Sequence[str], *, seed: int = 
     return {"item_factors": np.asarray(fm.item_factors_, dtype=float), "prior_mean": mean, "prior_cov": cov}, info
 
 
-def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
+@dataclass(frozen=True)
+class FaqFit:
+    """FAQ's inputs for a dataset (:func:`fit_faq_inputs` on its history half): the folder the fit is kept in
+    (None: not kept) and the :class:`~certeval.estimators.faq.factor_model.FactorModel` arguments (None: K and λ by
+    cross-validation)."""
+
+    cache: str | Path | None = None
+    params: dict[str, Any] | None = None
+
+
+def dataset_arrays(name: str, *, features: int | None = 8, split_seed: int = 0,
                    max_eval_models: int | None = None, mean_of_means: bool = True,
-                   models: Sequence[str] | None = None, features: bool = True, faq: bool = False,
-                   faq_cache: str | Path | None = None, faq_fit: dict[str, Any] | None = None,
+                   models: Sequence[str] | None = None, faq: FaqFit | None = None,
                    history: bool = False) -> DatasetArrays:
     """Load ``bundled:<name>``; split models into history (features) and evaluated halves.
 
-    The evaluated models never contribute to the features their own reps use. With
-    ``features=False`` (methods that need none) no split is made: every model, or those named
-    in ``models``, is evaluated — unless ``faq`` asks for FAQ's inputs, which also come from
-    the history half (:func:`fit_faq_inputs` with ``faq_cache`` and ``faq_fit``; it costs a
-    factor-model fit, seconds to minutes, hence opt-in).
+    The evaluated models never contribute to the features their own reps use. ``features`` item features come
+    from the history half; with ``features=None`` (methods that need none) no split is made: every model, or those
+    named in ``models``, is evaluated — unless ``faq`` asks for FAQ's inputs, which also come from the history half
+    (:func:`fit_faq_inputs`; it costs a factor-model fit, seconds to minutes, hence opt-in), or ``history`` for the
+    history prior.
     ``mean_of_means`` picks the estimand: the mean of sub-dataset means (Arviv et al. 2026, eq. 1) or
     the plain bank mean (every item weighs 1/N, as in Cer-Eval's experiments).
     """
@@ -295,7 +313,7 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
         missing = [m for m in models if m not in set(all_models)]
         if missing:
             raise InputError(f"unknown model {missing[0]!r} in {name!r}; it has {len(all_models)} models")
-    if not features and not faq and not history:
+    if features is None and faq is None and not history:
         eval_models = list(models) if models is not None else all_models
         if max_eval_models is not None:
             eval_models = eval_models[:max_eval_models]
@@ -319,7 +337,7 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
     if max_eval_models is not None:
         eval_models = eval_models[:max_eval_models]
     hist = score_matrix(frame, hist_models, bank)
-    feats = history_features(hist, n_features) if features else None
+    feats = history_features(hist, features) if features is not None else None
     matrix = score_matrix(frame, eval_models, bank)
     label = name.split(":")[-1]
     notes = {"n_models": len(all_models), "n_history_models": len(hist_models), "n_eval_models": len(eval_models),
@@ -329,10 +347,10 @@ def dataset_arrays(name: str, *, n_features: int = 8, split_seed: int = 0,
              f"history item factors: mean score + {feats.shape[1] - 1} SVD components over "
              f"{len(hist_models)} held-out models (no text embeddings)"}
     faq_arrays = None
-    if faq:
+    if faq is not None:
         tag = f"{label}_split{split_seed}" + ("" if models is None else "_named")
-        faq_arrays, info = fit_faq_inputs(hist, bank.item_ids, seed=split_seed, cache=faq_cache, tag=tag,
-                                          fit_params=faq_fit)
+        faq_arrays, info = fit_faq_inputs(hist, bank.item_ids, seed=split_seed, cache=faq.cache, tag=tag,
+                                          fit_params=faq.params)
         notes["faq"] = {"factor_model": f"logistic factor model of FAQ (Wu et al. 2026) on {len(hist_models)} history models "
                                         f"× {bank.n_items} items", **info}
     prior = None

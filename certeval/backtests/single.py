@@ -32,7 +32,7 @@ from certeval.estimators.validation import check_confidence, check_positive_int
 from certeval.inputs.banks import Bank, embed_texts, score_matrix
 
 from .cells import Cell, DatasetArrays
-from .ray_fanout import run_cells
+from .ray_fanout import FanOut, run_cells
 
 if TYPE_CHECKING:  # annotations only
     from certeval.inputs.history import HistoryScores
@@ -212,7 +212,8 @@ def run_single_backtest(scores: pd.DataFrame, bank: Bank, models: list[str], opt
             cells.append(Cell(key, baseline, str(goal), reps, batch_size,
                               (("confidence", confidence), ("target", target)), max_items=max_items))
     # one rep per chunk when its rows are shown as they come (the rows do not depend on the chunking)
-    rows_out = run_cells(datasets, cells, seed, chunk_reps=1 if on_rows else reps, progress=progress, on_rows=on_rows)
+    rows_out = run_cells(datasets, cells, seed, fan_out=FanOut(chunk_reps=1 if on_rows else reps), progress=progress,
+                         on_rows=on_rows)
     by: dict[tuple[str, str], list[dict]] = {}
     for r in rows_out:
         by.setdefault((r["method"], r["model"]), []).append(r)

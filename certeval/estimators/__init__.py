@@ -39,7 +39,7 @@ def make_method(name: str, **params):
         cls = REGISTRY.methods[name]
     except KeyError:
         raise InputError(f"unknown method {name!r}; choose one of {', '.join(sorted(REGISTRY.methods))}") from None
-    return cls(**params)
+    return cls.from_params(params)
 
 
 def method_for_goal(name: str, goal, max_items: int | None = None, **params):

@@ -25,6 +25,7 @@ from certeval.errors import InputError
 
 from .protocol import BankSpec
 from .results import Decision, Estimate
+from .validation import parse_finite
 
 GOAL_KINDS = ("halfwidth", "above", "below")
 DIMINISHING_WINDOW = 2  # looks the diminishing-returns gain is averaged over (one lucky batch does not stop it)
@@ -288,12 +289,5 @@ def parse_goal(text: str) -> Goal:
 
 def _finite(raw: str, text: str, what: str) -> float:
     """A goal's number: finite (nan and inf are refused, and text that is not a number)."""
-    import math
-
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InputError(f"goal {text!r}: the {what} must be a number, got {raw!r}") from None
-    if not math.isfinite(value):
-        raise InputError(f"goal {text!r}: the {what} must be a finite number, got {raw!r}")
-    return value
+    return parse_finite(raw, f"goal {text!r}: the {what} must be a number, got {raw!r}",
+                        f"goal {text!r}: the {what} must be a finite number, got {raw!r}")

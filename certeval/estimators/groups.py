@@ -320,8 +320,8 @@ class DistributionGroup(_Group):
 
     def start(self, spec: Any, order: np.ndarray) -> DistributionGroup:
         from .distribution.comparison import ComparisonDesign, PairedComparison
-        from .distribution.ranking import SequentialRanking
-        from .distribution.selection import SequentialSelection
+        from .distribution.ranking import RankingOptions, SequentialRanking
+        from .distribution.selection import SelectionIntervals, SelectionRule, SequentialSelection
 
         r, n = self.request, int(spec.n_items)
         self.order_ = np.asarray(order, dtype=np.int64)
@@ -333,14 +333,14 @@ class DistributionGroup(_Group):
             self.estimator_ = PairedComparison(r.labels[0], r.labels[1], confidence=r.confidence,
                                                design=design).start(n, codes)
         elif r.kind == "rank":
-            self.estimator_ = SequentialRanking(r.labels, n_total=n, alpha=r.alpha, margin=r.margin, design=design,
-                                                subsets=codes, n_subsets=n_subsets)
+            options = RankingOptions(r.alpha, r.margin, design)
+            self.estimator_ = SequentialRanking(r.labels, n_total=n, options=options, subsets=codes, n_subsets=n_subsets)
         else:
             # exact i.i.d. betting CSs per model (the design's spending is the asymptotic construction's alone)
-            self.estimator_ = SequentialSelection(r.labels, n_total=n, threshold=r.threshold,
-                                                  halfwidth=r.halfwidth, alpha=r.alpha, mode=r.mode,
-                                                  spending=design.spending, look_size=r.look_size, subsets=codes,
-                                                  n_subsets=n_subsets, bet_horizon=r.max_items)
+            rule = SelectionRule(r.threshold, r.halfwidth, r.alpha, r.mode)
+            intervals = SelectionIntervals(spending=design.spending, look_size=r.look_size, bet_horizon=r.max_items)
+            self.estimator_ = SequentialSelection(r.labels, n_total=n, rule=rule, intervals=intervals, subsets=codes,
+                                                  n_subsets=n_subsets)
         self.outcome_, self.looks_ = None, 0
         return self
 

@@ -21,6 +21,7 @@ twice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -180,7 +181,10 @@ class BankMethod:
     never ask twice; a pipeline retry must not double-count).
 
     Parameters common to all methods: ``confidence`` (fixed before data
-    arrive) and ``target`` (``"bank"`` or ``"distribution"``).
+    arrive) and ``target`` (``"bank"`` or ``"distribution"``). A method may take
+    some parameters as one typed options object (:attr:`option_groups`); its
+    fields stay flat parameters everywhere else (``make_method``, ``get_params``,
+    a stored state), so a parameter has one name whether it is grouped or not.
     """
 
     name: ClassVar[str] = "base"
@@ -188,17 +192,37 @@ class BankMethod:
     with_replacement: ClassVar[bool] = False
     anytime_valid: ClassVar[bool] = True
     validity: ClassVar[str] = "exact"  # the Estimate.validity of its results: exact, asymptotic or heuristic
+    # constructor parameters that are a frozen dataclass of options: {parameter: its dataclass}
+    option_groups: ClassVar[dict[str, type]] = {}
 
     def __init__(self, confidence: float = 0.95, target: str = "bank") -> None:
         self.confidence = confidence
         self.target = target
 
     # -- parameters ------------------------------------------------------
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> BankMethod:
+        """The method with flat ``params`` (as :meth:`get_params` gives them): each options group's fields are
+        gathered into its object; an unknown name is refused as the constructor refuses it."""
+        params = dict(params)
+        for name, options in cls.option_groups.items():
+            given = [f.name for f in dataclasses.fields(options) if f.name in params]
+            if given and name not in params:
+                params[name] = options(**{f: params.pop(f) for f in given})
+        return cls(**params)
+
     def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters, flat (an options group's fields in its place)."""
         import inspect
 
-        sig = inspect.signature(type(self).__init__)
-        return {p: getattr(self, p) for p in sig.parameters if p != "self"}
+        out: dict[str, Any] = {}
+        for p in inspect.signature(type(self).__init__).parameters:
+            if p in self.option_groups:
+                group = getattr(self, p)
+                out.update({f.name: getattr(group, f.name) for f in dataclasses.fields(group)})
+            elif p != "self":
+                out[p] = getattr(self, p)
+        return out
 
     def _validate_params(self) -> None:
         check_confidence(self.confidence)
@@ -331,7 +355,7 @@ class BankMethod:
     def from_state(cls, state: dict[str, Any]) -> BankMethod:
         if state.get("method") != cls.name:
             raise InputError(f"state is for method {state.get('method')!r}, not {cls.name!r}")
-        obj = cls(**state["params"])
+        obj = cls.from_params(state["params"])
         obj.start(BankSpec.from_state(state["bank"]))
         order = np.asarray(state["order"], dtype=np.int64)
         scores = np.asarray(state["scores"], dtype=float)

@@ -46,6 +46,18 @@ def check_positive(value: float, name: str) -> float:
     return out
 
 
+def parse_finite(text: str, not_a_number: str, not_finite: str) -> float:
+    """``text`` read as a finite float; else an InputError with the caller's one-line message: ``not_a_number``
+    when it does not read as a number, ``not_finite`` for nan and infinities."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(not_a_number) from None
+    if not math.isfinite(value):
+        raise InputError(not_finite)
+    return value
+
+
 def check_in_range(value: float, name: str, low: float, high: float, *, closed: bool = True) -> float:
     """Return ``value`` as float if it lies in [low, high] (or (low, high) when not closed)."""
     try:

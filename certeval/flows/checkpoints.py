@@ -21,10 +21,15 @@ stderr says why). ``checkpoints.json`` lists every checkpoint as its files are n
 
 ``rank-models``: a ranking run over a fixed list of model specs.
 
-Each flow's ``options`` parameter is how its runs go: a mapping of the fields of
+Each flow takes the public request of its question (:mod:`certeval.requests`: :class:`~certeval.requests.Select`,
+:class:`~certeval.requests.Certify`, :class:`~certeval.requests.Rank`) as its ``request`` parameter; a deployment
+gives it as a mapping of the request's fields (``request: {bank: ..., output: ..., threshold: 0.3}``), turned into
+the request by :func:`~certeval.requests.request_for` (an unknown field refused in one line) and validated by
+:func:`~certeval.runs.plan.make_plan` as every request is. The fields a flow sets itself (the checkpoints as the
+models, the run id) must be left unset. Its ``options`` are how the runs go: a mapping of the fields of
 :class:`~certeval.runtime.options.RuntimeOptions` (actor start and batch timeouts, call log, start-up timeline,
-cache folder), e.g. ``options: {batch_timeout_s: 3600}`` in a deployment; it is never part of a run's identity.
-(A mapping, not the dataclass: a served flow's run unpickles the function without the names its annotations use.)
+cache folder), e.g. ``options: {batch_timeout_s: 3600}``; never part of a run's identity. (Parameters are not
+validated by Prefect: a served flow's run unpickles the function without the names its annotations use.)
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import sys
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from typing import Any, TypeVar
 
 from prefect import flow, task
 from prefect.cache_policies import NONE
@@ -46,7 +53,7 @@ from certeval.inputs.model_fingerprint import MEMO_DIR, ModelFingerprint, finger
 from certeval.inputs.model_spec import parse_model_spec, quote_location
 from certeval.messages import shown
 from certeval.record.results import read_record
-from certeval.requests import Certify, Rank, Select
+from certeval.requests import Certify, Rank, Request, Select, field_default, request_for
 from certeval.runs.plan import claim_run, make_plan
 from certeval.runtime.options import runtime_options
 from certeval.storage import Folder, RunStore, filesystem, is_local, safe_name
@@ -82,18 +89,44 @@ def find_checkpoints(folder: str) -> list[str]:
     return specs
 
 
-@flow(name="select-checkpoints", validate_parameters=True, persist_result=False)
-def select_checkpoints_flow(checkpoints: str, threshold: float = 0.0, halfwidth: float = 0.02,
-                            bank: str | None = None, output: str | None = None, confidence: float = 0.95,
-                            batch_size: int = 50, max_items: int | None = None, seed: int = 0,
-                            scorer: str | None = None, ray_address: str | None = None, num_cpus: int | None = None,
-                            num_gpus: float = 0.0, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Select the best checkpoint of a folder; return (and store) the report. ``num_cpus`` caps a local Ray (models
-    beyond it share actors, queued); ``num_gpus`` is each model actor's share of a GPU."""
+AskedFor = TypeVar("AskedFor", bound=Request)
+
+# the flows' own defaults, where the request leaves a field unset (None)
+SELECT_DEFAULTS = {"threshold": 0.0, "halfwidth": 0.02}  # select-checkpoints: best checkpoint within 0.02
+CERTIFY_DEFAULTS = {"goal": "halfwidth:0.05"}  # certify-checkpoints
+
+
+def flow_request(cls: type[AskedFor], given: Any, flow_name: str, sets: tuple[str, ...],
+                 defaults: Mapping[str, Any] | None = None) -> AskedFor:
+    """The request a flow was given: the request itself (Python), a mapping of its fields (a deployment's
+    parameters, an unknown field refused in one line), or None (every field's default); the fields the flow sets
+    itself (``sets``) must keep their defaults, and the flow's own ``defaults`` fill the fields left None."""
+    if isinstance(given, cls):
+        request = given
+    elif given is None:
+        request = cls()
+    elif isinstance(given, Mapping):
+        request = request_for(cls.kind, **given)
+    else:
+        raise InputError(f"{flow_name}: request must be a {cls.__name__} or a mapping of its fields, got "
+                         f"{type(given).__name__}")
+    default = {f.name: field_default(f) for f in fields(cls)}
+    for name in sets:
+        value = getattr(request, name)
+        if (tuple(value) if isinstance(value, list) else value) != default[name]:
+            raise InputError(f"{flow_name} sets the request's {name} itself; leave it out (got {value!r})")
+    return replace(request, **{k: v for k, v in (defaults or {}).items() if getattr(request, k) is None})
+
+
+@flow(name="select-checkpoints", validate_parameters=False, persist_result=False)
+def select_checkpoints_flow(checkpoints: str, request: Select | None = None) -> dict[str, Any]:
+    """Select the best checkpoint of a folder; return (and store) the report. ``request``: the selection's settings
+    (its models are the checkpoints, its run id the tick's, its mode ``best``; threshold 0 and half-width 0.02 when
+    unset); ``num_cpus`` caps a local Ray (models beyond it share actors, queued), ``num_gpus`` is each model
+    actor's share of a GPU."""
+    asked = flow_request(Select, request, "select-checkpoints", ("models", "run_id", "mode"), SELECT_DEFAULTS)
     specs = find_checkpoints(checkpoints)
-    plan, prepared = make_plan(Select(models=specs, bank=bank, output=output, run_id=f"checkpoints-{_tick_stamp()}", confidence=confidence,
-        batch_size=batch_size, max_items=max_items, seed=seed, scorer=scorer, threshold=threshold, halfwidth=halfwidth,
-        mode="best", ray_address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus, options=options))
+    plan, prepared = make_plan(replace(asked, models=tuple(specs), run_id=f"checkpoints-{_tick_stamp()}"))
     results = read_record(select_flow(plan, prepared=prepared.claimed(claim_run(plan))), f"run {plan.run_id!r}")
     selected = list(results.selection.selected)
     by_label = dict(zip(plan.labels, plan.models))
@@ -173,18 +206,21 @@ def checkpoint_run(output: str, spec: str, fingerprint: ModelFingerprint) -> tup
     return run_id, f"checkpoint {label}: {why}; certifying it anew as run {run_id!r}"
 
 
-@flow(name="certify-checkpoints", validate_parameters=True, persist_result=False)
-def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwidth:0.05", bank: str | None = None,
-                             history: list[str] | None = None, confidence: float = 0.95, batch_size: int = 50,
-                             max_items: int | None = None, seed: int = 0, scorer: str | None = None,
-                             ray_address: str | None = None, num_cpus: int | None = None,
-                             num_gpus: float = 0.0, options: dict[str, Any] | None = None) -> dict[str, Any]:
+@flow(name="certify-checkpoints", validate_parameters=False, persist_result=False)
+def certify_checkpoints_flow(checkpoints: str, request: Certify) -> dict[str, Any]:
     """Certify every checkpoint of a folder not yet certified on its current files, learning from the checkpoints
-    already certified in ``output``."""
+    already certified in the request's ``output`` (required). ``request``: the certification's settings (its models
+    are the checkpoints, one run each, its run id each checkpoint's; goal ``halfwidth:0.05`` when unset; its
+    ``history`` sources are used beside the earlier checkpoints' runs)."""
+    asked = flow_request(Certify, request, "certify-checkpoints", ("models", "run_id"), CERTIFY_DEFAULTS)
+    output, goal = asked.output, asked.goal
+    if output is None:
+        raise InputError("certify-checkpoints needs the request's output: the folder of the checkpoints' runs, "
+                         "which are the next checkpoint's history")
     specs = find_checkpoints(checkpoints)
     # the files as they are now (bounded; read once per version of a file): which earlier run still answers
     fingerprints = fingerprint_models([parse_model_spec(s) for s in specs],
-                                      runtime_options(options).cache_path() / MEMO_DIR)
+                                      runtime_options(asked.options).cache_path() / MEMO_DIR)
     run_ids = {}
     for spec, fingerprint in zip(specs, fingerprints):
         run_id, why = checkpoint_run(output, spec, fingerprint)
@@ -194,11 +230,8 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
         if why is not None:
             print(f"certeval: {why}", file=sys.stderr, flush=True)
         own = f"ckpt-{safe_name(parse_model_spec(spec).label)}"
-        sources = list(history or []) + ([output] if _has_history(output, own) else [])
-        plan, prepared = make_plan(Certify(models=[spec], bank=bank, output=output, run_id=run_id, goal=goal,
-                                        confidence=confidence, batch_size=batch_size, max_items=max_items, seed=seed,
-                                        scorer=scorer, ray_address=ray_address, history=sources or None,
-                                        num_cpus=num_cpus, num_gpus=num_gpus, options=options))
+        sources = (*(asked.history or ()), *([output] if _has_history(output, own) else []))
+        plan, prepared = make_plan(replace(asked, models=(spec,), run_id=run_id, history=sources))
         certify_flow(plan, prepared=prepared.claimed(claim_run(plan)))
     rows = []
     for spec in specs:
@@ -215,15 +248,11 @@ def certify_checkpoints_flow(checkpoints: str, output: str, goal: str = "halfwid
     return report
 
 
-@flow(name="rank-models", validate_parameters=True, persist_result=False)
-def rank_models_flow(models: list[str], bank: str | None = None, output: str | None = None, margin: float = 0.0,
-                     confidence: float = 0.95, batch_size: int = 50, seed: int = 0,
-                     ray_address: str | None = None, num_cpus: int | None = None, num_gpus: float = 0.0,
-                     epsilon: float | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A scheduled ranking run over fixed model specs (``epsilon``: an epsilon-correct ranking instead of strict
-    verdicts at ``margin``)."""
+@flow(name="rank-models", validate_parameters=False, persist_result=False)
+def rank_models_flow(request: Rank) -> dict[str, Any]:
+    """A scheduled ranking run of the request's fixed model specs (its run id the time's; ``epsilon``: an
+    epsilon-correct ranking instead of strict verdicts at ``margin``)."""
+    asked = flow_request(Rank, request, "rank-models", ("run_id",))
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
-    plan, prepared = make_plan(Rank(models=list(models), bank=bank, output=output, run_id=f"rank-{stamp}", margin=margin,
-        confidence=confidence, batch_size=batch_size, seed=seed, ray_address=ray_address, num_cpus=num_cpus,
-        num_gpus=num_gpus, epsilon=epsilon, options=options))
+    plan, prepared = make_plan(replace(asked, run_id=f"rank-{stamp}"))
     return rank_flow(plan, prepared=prepared.claimed(claim_run(plan)))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -106,20 +108,18 @@ def headline_alias(task: str, confidence: float | None) -> str:
     return f"{task} (± is the stderr; certified {confidence:.0%} interval: *_ci_lower, *_ci_upper)"
 
 
-def task_block(task: str, *, mean: float, stderr: float, lower: float, upper: float, n_scored: int,
-               n_total: int, metric: str = "score", filter_key: str = FILTER, others: Any = (),
+def task_block(task: str, metrics: Sequence[Mapping[str, Any]], *, n_scored: int, n_total: int,
                confidence: float | None = None) -> dict[str, Any]:
     """One task's metrics in lm-eval's ``<metric>,<filter>`` form (numbers; stderr ``"N/A"`` when unknown,
-    as lm-eval writes it): the metric the run stopped on first, then ``others`` (the task's other metrics from the
-    same requests, each ``{metric, filter, mean, stderr, lower, upper}``), each with its interval."""
+    as lm-eval writes it), each with its interval: ``metrics`` are the metric the run stopped on first, then the
+    task's other metrics from the same requests, each ``{metric, filter, mean, stderr, lower, upper}``."""
     block: dict[str, Any] = {"alias": headline_alias(task, confidence)}
-    rows = [{"metric": metric, "filter": filter_key, "mean": mean, "stderr": stderr, "lower": lower, "upper": upper}]
-    for row in [*rows, *others]:
+    for row in metrics:
         m, f, se = row["metric"], row["filter"], _number(row["stderr"])
         block.update({f"{m},{f}": _number(row["mean"]) if n_scored else None,
                       f"{m}_stderr,{f}": "N/A" if se is None else se,
                       f"{m}_ci_lower,{f}": _number(row["lower"]), f"{m}_ci_upper,{f}": _number(row["upper"])})
-    for f in dict.fromkeys(row["filter"] for row in [*rows, *others]):
+    for f in dict.fromkeys(row["filter"] for row in metrics):
         block.update({f"items_scored,{f}": int(n_scored), f"items_total,{f}": int(n_total)})
     return block
 
@@ -129,23 +129,39 @@ def _common(values: list[Any]) -> Any:
     return values[0] if values and all(v == values[0] for v in values) else None
 
 
-def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], *, batch_size: int,
-                  limit: int | None, seed: int, date: str | None = None, metric: str = "score",
-                  aggregation: str = "mean", metas: list[dict[str, Any]] | None = None,
-                  output_type: str | None = None, requests: RequestOptions | None = None) -> dict[str, Any]:
-    """The whole lm-eval results file of one model (see the module docstring); ``aggregation`` names how the
-    items were summed up, as lm-eval's ``metric_list`` does (``mean``, or ``mean_of_subset_means``). ``metas`` are
-    the bank's lm-eval tasks (:func:`certeval.harnesses.lm_eval_tasks.task_meta`): their versions, ``num_fewshot``,
-    ``output_type`` and configs as lm-eval writes them (a group's leaves each under their own name, and the group
-    under its own when they agree); a bank of no task has no version, 0 shots and the scorer's request type.
-    ``requests``: the bank's request flags, recorded where and as lm-eval's command line records them (chat template,
-    system instruction and their sha256, ``fewshot_as_multiturn`` at the top level; ``config.gen_kwargs``)."""
-    settings, generation = (requests or RequestOptions()).results_record()
+@dataclass(frozen=True)
+class LmEvalRun:
+    """What every model's lm-eval results file of one run shares: the task, the run's batch size, item limit and
+    seed (lm-eval's ``config``), how the items were summed up (``aggregation``, named as lm-eval's ``metric_list``
+    does: ``mean``, or ``mean_of_subset_means``), and the bank's lm-eval tasks and request flags.
+
+    ``metas`` are the bank's lm-eval tasks (:func:`certeval.harnesses.lm_eval_tasks.task_meta`): their versions,
+    ``num_fewshot``, ``output_type`` and configs as lm-eval writes them (a group's leaves each under their own name,
+    and the group under its own when they agree); a bank of no task has no version, 0 shots and the scorer's request
+    type (``output_type``). ``requests``: the bank's request flags, recorded where and as lm-eval's command line
+    records them (chat template, system instruction and their sha256, ``fewshot_as_multiturn`` at the top level;
+    ``config.gen_kwargs``)."""
+
+    task: str
+    batch_size: int
+    limit: int | float | None
+    seed: int
+    aggregation: str = "mean"
+    metas: tuple[dict[str, Any], ...] = ()
+    output_type: str | None = None
+    requests: RequestOptions = field(default_factory=RequestOptions)
+
+
+def lm_eval_block(run: LmEvalRun, label: str, spec_text: str, block: dict[str, Any],
+                  date: str | None = None) -> dict[str, Any]:
+    """The whole lm-eval results file of model ``label`` (see the module docstring): its task ``block``
+    (:func:`task_block`) with what the run's files share (``run``)."""
+    task, metas, aggregation = run.task, list(run.metas), run.aggregation
+    settings, generation = run.requests.results_record()
     filt = next(key.partition(",")[2] for key in block if key.startswith("items_total,"))
     names = list(dict.fromkeys(key.partition(",")[0] for key in block
                                if "," in key and not key.startswith("items_")
                                and not key.partition(",")[0].endswith(("_stderr", "_ci_lower", "_ci_upper"))))
-    metas = list(metas or [])
     higher = {m: True for m in names}
     for meta in metas:
         higher.update({e["metric"]: e.get("higher_is_better", True) for e in meta["metrics"] if e["metric"] in higher})
@@ -155,7 +171,7 @@ def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], 
     if task not in configs:  # a bank of no task, or a group: its own entry
         kinds = [meta["output_type"] for meta in metas]
         configs[task] = {"task": task, "num_fewshot": _common(list(n_shot.values())) if metas else 0,
-                         "output_type": _common(kinds) if metas else (output_type or "certeval"),
+                         "output_type": _common(kinds) if metas else (run.output_type or "certeval"),
                          "metric_list": [{"metric": m, "aggregation": aggregation, "higher_is_better": higher[m]}
                                          for m in names]}
         versions[task] = _common(list(versions.values())) if metas else None
@@ -172,8 +188,8 @@ def lm_eval_block(task: str, label: str, spec_text: str, block: dict[str, Any], 
                                                  for end in ("lower", "upper")}}},
         "n-samples": {task: {"original": block[f"items_total,{filt}"],
                              "effective": block[f"items_scored,{filt}"]}},
-        "config": {**model_config(spec_text), "batch_size": batch_size, "limit": limit, **generation,
-                   "random_seed": seed},
+        "config": {**model_config(spec_text), "batch_size": run.batch_size, "limit": run.limit, **generation,
+                   "random_seed": run.seed},
         "model_name": label,
         "date": date,
         **settings,

@@ -6,7 +6,8 @@ and time (:class:`Pipeline`, :class:`Phases`), its history, settings and provena
 result is what is stored, it is the type: a pair is a :class:`~certeval.estimators.distribution.comparison.Comparison`, a decision
 a :class:`~certeval.estimators.results.Decision`, a sub-dataset's interval a
 :class:`~certeval.estimators.results.SubsetEstimate`, a selected model a
-:class:`~certeval.estimators.distribution.selection.ModelStatus`. The record is turned into
+:class:`~certeval.estimators.distribution.selection.ModelStatus`, and a model's live estimate
+(:class:`EstimateResult`) has the fields of :class:`~certeval.estimators.results.Estimate`. The record is turned into
 JSON by its one :meth:`RunResults.to_json` and read back by :func:`read_record` (any stored results.json: a JSON
 object of a version and ``kind`` this certeval knows, upgraded to :data:`SCHEMA_VERSION`, every part typed). The
 constructor takes the nested parts as their types or as the JSON objects they are written as, and checks both.
@@ -42,7 +43,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from certeval.errors import InputError
 from certeval.estimators.distribution.comparison import Comparison
 from certeval.estimators.distribution.selection import ModelStatus
-from certeval.estimators.results import Decision, SubsetEstimate, to_jsonable
+from certeval.estimators.results import Decision, Estimate, to_jsonable
 from certeval.messages import shown
 
 SCHEMA_VERSION = 2
@@ -126,25 +127,24 @@ class ScoreCache(_Part):
     not_reused: str | None
 
 
-@dataclass(frozen=True)
-class EstimateResult(_Part):
-    """The live estimator's result (:class:`certeval.estimators.results.Estimate`), equal to the look log's."""
+def _as_written(result: type, name: str, doc: str, **written_as: Any) -> type:
+    """The part an estimator's frozen result type ``result`` is stored as, as its ``to_dict`` writes it: each of its
+    fields, required, with its type (one list of fields, the estimator's); ``written_as`` gives the type of a field
+    the JSON holds otherwise (a tuple of pairs written as an object, a string of known values) and adds the
+    properties ``to_dict`` writes after the fields."""
+    hints = get_type_hints(result)
+    names = [f.name for f in fields(result)]
+    spec = [(n, written_as.get(n, hints[n])) for n in names] + [(n, tp) for n, tp in written_as.items()
+                                                                if n not in names]
+    part = dataclasses.make_dataclass(name, spec, bases=(_Part,), frozen=True)
+    part.__module__, part.__qualname__, part.__doc__ = __name__, name, doc
+    return part
 
-    method: str
-    mean: float
-    lower: float
-    upper: float
-    n_scored: int
-    confidence: float
-    anytime_valid: bool
-    target: str
-    n_total: int | None
-    guarantee: str
-    exhausted: bool
-    validity: Literal["exact", "asymptotic", "heuristic"]
-    subsets: tuple[SubsetEstimate, ...]
-    extra: Mapping[str, Any]
-    halfwidth: float
+
+EstimateResult = _as_written(
+    Estimate, "EstimateResult",
+    "The live estimator's result (:class:`certeval.estimators.results.Estimate`), equal to the look log's.",
+    validity=Literal["exact", "asymptotic", "heuristic"], extra=Mapping[str, Any], halfwidth=float)
 
 
 @dataclass(frozen=True)

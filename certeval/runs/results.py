@@ -13,7 +13,7 @@ import pandas as pd
 
 from certeval.errors import InputError
 from certeval.estimators.results import Estimate
-from certeval.harnesses.lm_eval_output import filter_name, lm_eval_block, metric_name, task_block
+from certeval.harnesses.lm_eval_output import LmEvalRun, filter_name, lm_eval_block, metric_name, task_block
 from certeval.harnesses.lm_eval_tasks import bank_request_options
 from certeval.record.looks import last_looks
 from certeval.record.results import RunResults
@@ -49,8 +49,11 @@ def run_results(run: Any) -> dict[str, Any]:
     # every other metric the task lists that the same requests give (acc_norm beside acc, other filters)
     pairs, cannot = listed_pairs(run.bank.frame, (metric, filt), kind) if kind else ([(metric, filt)], {})
     metas = task_metas(run.bank.frame)
-    requests = bank_request_options(plan.bank)  # --apply_chat_template, --gen_kwargs, ...: recorded as lm-eval does
     aggregate = aggregate_of(run.spec)
+    # what every model's lm-eval results file shares (--apply_chat_template, --gen_kwargs, ...: recorded as lm-eval does)
+    lm_eval_run = LmEvalRun(plan.task_name, batch_size=plan.batch_size, limit=plan.max_items, seed=plan.seed,
+                            aggregation=AGGREGATION[aggregate["name"]], metas=tuple(metas),
+                            output_type=OUTPUT_TYPES.get(kind), requests=bank_request_options(plan.bank))
     claim = run.engine.group.interval_claim() if plan.paired else None
     for label, spec in zip(run.labels, plan.models):
         live: Estimate = run.methods[label].result()
@@ -93,18 +96,15 @@ def run_results(run: Any) -> dict[str, Any]:
         if kind == "mixed":  # tasks of several output types: every metric of each task, with its interval
             entry["task_metrics"] = _task_metrics(run, label, rounds, est.target == "bank")
         # lm-eval's shapes (numbers only); the guarantee and confidence are in the entry itself
-        block = task_block(plan.task_name, mean=est.mean, stderr=stderr, lower=est.lower, upper=est.upper,
-                           n_scored=n, n_total=total, metric=metric, filter_key=filt, others=others,
-                           confidence=est.confidence)
+        stopped_on = {"metric": metric, "filter": filt, "mean": est.mean, "stderr": stderr, "lower": est.lower,
+                      "upper": est.upper}
+        block = task_block(plan.task_name, [stopped_on, *others], n_scored=n, n_total=total, confidence=est.confidence)
         block.update({k: v for key, u in uncertified.items()
                       for k, v in ((key, u["value"]), (key.replace(",", "_stderr,", 1), "N/A"))})
         entry["results"] = {plan.task_name: block}
         lm_eval[plan.task_name if len(run.labels) == 1 else f"{plan.task_name}|{label}"] = block
-        lm_eval_files[label] = lm_eval_block(plan.task_name, label, spec, block, batch_size=plan.batch_size,
-                                             limit=plan.max_items, seed=plan.seed, metric=metric,
-                                             aggregation=AGGREGATION[aggregate["name"]],
-                                             date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
-                                             metas=metas, output_type=OUTPUT_TYPES.get(kind), requests=requests)
+        lm_eval_files[label] = lm_eval_block(lm_eval_run, label, spec, block,
+                                             date=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
         models.append(entry)
     group = run.engine.outcome if plan.paired else None  # Comparison / Ranking / Selection
     if plan.kind == "select" and group is not None:

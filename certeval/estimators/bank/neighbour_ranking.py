@@ -45,18 +45,17 @@ import numpy as np
 from certeval.errors import InputError
 
 from ..distribution.comparison import A_OVER_B, B_OVER_A, EITHER_ORDER, UNDECIDED
-from ..validation import check_alpha, check_in_range
+from ..validation import check_in_range
 from .epsilon_tests import EpsilonTests
 from .look_tests import LookTests, look_coefficients
 from .neighbour_groups import neighbour_groups
 from .pair_replay import ScoreStore, feed_look
-from .ranking import BankPairTable, checked_look
+from .ranking import BankPairTable, ModelBoard, checked_look
 from .wor_streams import (
     BETTING_CELLS,
     STREAM_GRID,
     BettingStreams,
     WorStreams,
-    absorb_rows,
     check_weights,
     streams_from_state,
 )
@@ -78,26 +77,18 @@ GUARANTEE = ("bank target, anytime-valid: per-model without-replacement confiden
              "first item; items drawn in proportion to their weights; exact once every item is scored")
 
 
-class NeighbourRanking:
+class NeighbourRanking(ModelBoard):
     """Incremental ε-correct bank-target ranking of M models (see the module docstring): the interface of
     :class:`~.ranking.BankRanking` (``start``, ``update(items, scores)``, ``active``, ``result()``,
-    ``model_intervals()``, ``state()`` / ``from_state()``)."""
+    ``model_intervals()``, ``state()`` / ``from_state()``); the model CSs at ``model_share · alpha / M``."""
 
     def __init__(self, names: Sequence[str], *, alpha: float = 0.05, epsilon: float, correction: str = "bonferroni",
                  model_share: float = MODEL_SHARE, pair_tests: str = "auto", open_budget: int = OPEN_BUDGET) -> None:
-        self.names = tuple(str(x) for x in names)
-        if len(self.names) < 2:
-            raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
-        if len(set(self.names)) != len(self.names):
-            raise InputError("model names must be unique")
-        self.alpha = check_alpha(alpha)
+        super().__init__(names, alpha, correction)
         epsilon = check_in_range(epsilon, "epsilon", 0.0, 1.0)
         if not 0.0 < epsilon < 1.0:
             raise InputError(f"epsilon must lie in (0, 1), got {epsilon!r}")
         self.epsilon = epsilon
-        if correction not in ("bonferroni", "none"):
-            raise InputError(f"correction must be bonferroni or none, got {correction!r}")
-        self.correction = correction
         self.model_share = check_in_range(model_share, "model_share", 0.0, 1.0)
         if not 0.0 < self.model_share < 1.0:
             raise InputError(f"model_share must lie in (0, 1), got {model_share!r}")
@@ -140,14 +131,10 @@ class NeighbourRanking:
         self.look = np.zeros(0, dtype=np.int32)
         self.used = np.zeros(0, dtype=np.int32)
         self.diff = np.zeros(0)  # the pair's running estimate of the difference (its tests' mean of z, rescaled)
-        self.model_open = np.ones(m, dtype=bool)
+        self._start_models(m)
         self.pending = np.ones(m, dtype=bool)  # may have an unsettled pair not opened
         self.enumerated = np.zeros(m, dtype=bool)  # every unsettled pair of the model is opened
         self._keys = None
-        self.model_used = np.zeros(m, dtype=np.int32)
-        self.model_mean = np.full(m, np.nan)
-        self.model_lower = np.zeros(m)
-        self.model_upper = np.ones(m)
         self.remaining = 1.0
         self.n = 0
         self.looks = 0
@@ -158,14 +145,6 @@ class NeighbourRanking:
         if self.pair_tests == "betting":
             return EpsilonTests(k, self.w.size, self.pair_level, self.epsilon)
         return LookTests(k, self.w.size, self.pair_level, self.epsilon)
-
-    @property
-    def n_total(self) -> int:
-        return int(self.w.size)
-
-    @property
-    def active(self) -> list[str]:
-        return [self.names[k] for k in np.flatnonzero(self.model_open)]
 
     @property
     def n_opened(self) -> int:
@@ -184,10 +163,7 @@ class NeighbourRanking:
         self.n += items.size
         self.looks += 1
         self.remaining = 0.0 if self.n == self.n_total else max(self.remaining - float(w.sum()), 0.0)
-        absorb_rows(self.models, live, y[live], w)
-        self.model_used[live] = self.n
-        mean, lower, upper = self.models.bounds()
-        self.model_mean[live], self.model_lower[live], self.model_upper[live] = mean[live], lower[live], upper[live]
+        self._absorb_models(live, y, w, items)
         k = len(self.store) - 1
         # the live pairs' tests take the look (an empty engine counts it, to stay in step with the order)
         feed_look(self.engine, self.store, k, self.pa[self.live], self.pb[self.live])
@@ -389,12 +365,9 @@ class NeighbourRanking:
         verdict[cert_a & cert_b] = EITHER_ORDER
         lower = np.maximum(self.model_lower[a] - self.model_upper[b], -1.0)
         upper = np.minimum(self.model_upper[a] - self.model_lower[b], 1.0)
-        table = BankPairTable(self.names, a, b, verdict, look, used, diff, lower, upper, self.n_total, 1.0 - self.alpha,
-                              self.epsilon, self.guarantee())
-        table.n_pairs_total = self.n_pairs
-        table.n_decided_total = (int((verdict != UNDECIDED).sum()) if full else
-                                 self.n_pairs - self._unsettled_count())
-        return table
+        decided = int((verdict != UNDECIDED).sum()) if full else self.n_pairs - self._unsettled_count()
+        return BankPairTable(self.names, a, b, verdict, look, used, diff, lower, upper, self.n_total, 1.0 - self.alpha,
+                             self.epsilon, self.guarantee(), board_pairs=self.n_pairs, board_decided=decided)
 
     def _unsettled_count(self) -> int:
         """Pairs without a certified listing (an upper bound from the windows while some pair is pending)."""
@@ -417,11 +390,6 @@ class NeighbourRanking:
                        items_used=tuple(int(self.model_used[k]) for k in order), n_total=self.n_total,
                        pairs=self.pair_table(), alpha=self.alpha, correction=self.correction,
                        guarantee=self.guarantee(), epsilon=self.epsilon)
-
-    def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
-        """Per model: (mean, lower, upper, items) — simultaneous CSs at model_share · alpha / M."""
-        return {n: (float(self.model_mean[k]), float(self.model_lower[k]), float(self.model_upper[k]),
-                    int(self.model_used[k])) for k, n in enumerate(self.names)}
 
     # -- state ------------------------------------------------------------------------------------------
     ARRAYS = ("w", "live", "pa", "pb", "rej_a", "rej_b", "look", "used", "diff", "model_open", "pending", "enumerated",

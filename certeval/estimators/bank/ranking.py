@@ -55,6 +55,7 @@ from ..distribution.comparison import (
     epsilon_verdicts,
     pair_verdicts,
 )
+from ..distribution.ranking import PairOutcomes, Ranking
 from ..validation import check_alpha, check_in_range
 from .epsilon_tests import EpsilonTests, test_verdicts
 from .wor_streams import WorStreams, absorb_rows, check_weights, make_streams, streams_from_state
@@ -95,30 +96,25 @@ def checked_look(names: Sequence[str], items: Any, scores: Any, n: int, n_total:
     return items, x, live
 
 
-@dataclass(eq=False)
-class BankPairTable:
-    """Every pair's verdict, look, items and interval, in the shape :class:`~certeval.estimators.distribution.ranking.Ranking` reads."""
+@dataclass(frozen=True, eq=False)
+class BankPairTable(PairOutcomes):
+    """:class:`~certeval.estimators.distribution.ranking.PairOutcomes` of the bank target's pairs at one
+    ``confidence``, with the ``margin`` (or ε) of their verdicts and the ranking's ``guarantee``. ``board_pairs`` and
+    ``board_decided``: the board's totals where the table holds only some pairs (a neighbour ranking's opened ones)."""
 
-    names: tuple[str, ...]
-    a: np.ndarray
-    b: np.ndarray
-    verdict: np.ndarray
-    look: np.ndarray
-    used: np.ndarray
-    diff: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    n_total: int
     confidence: float
     margin: float
     guarantee: str
-
-    def __len__(self) -> int:
-        return len(self.a)
+    board_pairs: int | None = None
+    board_decided: int | None = None
 
     @property
-    def decided(self) -> np.ndarray:
-        return self.verdict != UNDECIDED
+    def n_pairs_total(self) -> int:
+        return len(self) if self.board_pairs is None else self.board_pairs
+
+    @property
+    def n_decided_total(self) -> int:
+        return int(self.decided.sum()) if self.board_decided is None else self.board_decided
 
     def comparison(self, p: int) -> Comparison:
         code = int(self.verdict[p])
@@ -127,13 +123,6 @@ class BankPairTable:
                           float(self.diff[p]), float(self.lower[p]), float(self.upper[p]), VERDICTS[code], rule,
                           int(self.look[p]) or None, self.guarantee, self.confidence, "paired-wor", "difference",
                           float(self.margin), exact=bool(self.used[p] == self.n_total))
-
-    def columns(self) -> dict[str, Any]:
-        names = np.asarray(self.names, dtype=object)
-        return {"model_a": names[self.a], "model_b": names[self.b],
-                "verdict": np.asarray(VERDICTS, dtype=object)[self.verdict],
-                "rule": np.asarray(RULES, dtype=object)[self.verdict], "look": self.look.astype(np.int64),
-                "n_items": self.used.astype(np.int64), "diff": self.diff, "lower": self.lower, "upper": self.upper}
 
 
 def consistent_order(means: np.ndarray, names: Sequence[str], a: np.ndarray, b: np.ndarray,
@@ -230,8 +219,6 @@ def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: n
     """A :class:`~certeval.estimators.distribution.ranking.Ranking` from every pair's verdict and each model's bank-mean estimate: order
     consistent with the verdicts, tie groups with no two separated members (ε-statements: see
     :func:`epsilon_groups`)."""
-    from ..distribution.ranking import Ranking
-
     names = table.names
     means = np.where(np.isnan(model_mean), -np.inf, model_mean)
     if epsilon is not None:
@@ -253,7 +240,57 @@ def assemble_ranking(table: BankPairTable, model_mean: np.ndarray, model_used: n
         epsilon=epsilon, halfwidth=halfwidth)
 
 
-class BankRanking:
+class ModelBoard:
+    """What a bank-target ranking keeps for the models of its board: their names (at least two, unique), the
+    family level ``alpha`` and its ``correction``, the weights ``w`` of the shared order's positions, and each
+    model's running confidence sequence (``models``) with its items, mean and bounds, frozen once the model leaves.
+    :class:`BankRanking` and :class:`~.neighbour_ranking.NeighbourRanking` add the pairs."""
+
+    def __init__(self, names: Sequence[str], alpha: float, correction: str) -> None:
+        self.names = tuple(str(x) for x in names)
+        if len(self.names) < 2:
+            raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
+        if len(set(self.names)) != len(self.names):
+            raise InputError("model names must be unique")
+        self.alpha = check_alpha(alpha)
+        if correction not in ("bonferroni", "none"):
+            raise InputError(f"correction must be bonferroni or none, got {correction!r}")
+        self.correction = correction
+
+    def _start_models(self, m: int) -> None:
+        self.model_open = np.ones(m, dtype=bool)
+        self.model_used = np.zeros(m, dtype=np.int32)
+        self.model_mean = np.full(m, np.nan)
+        self.model_lower = np.zeros(m)
+        self.model_upper = np.ones(m)
+
+    @property
+    def n_total(self) -> int:
+        return int(self.w.size)
+
+    @property
+    def active(self) -> list[str]:
+        return [self.names[k] for k in np.flatnonzero(self.model_open)]
+
+    def _absorb_models(self, live: np.ndarray, y: np.ndarray, w: np.ndarray, items: np.ndarray) -> None:
+        # a model that left is frozen: only the live rows absorb the look (items: for a subclass's predictions)
+        absorb_rows(self.models, live, y[live], w, self._model_controls(live, items))
+        self.model_used[live] = self.n
+        mean, lower, upper = self.models.bounds()
+        self.model_mean[live], self.model_lower[live], self.model_upper[live] = mean[live], lower[live], upper[live]
+
+    def _model_controls(self, live: np.ndarray, items: np.ndarray) -> np.ndarray | None:
+        """The look's control variate for the live models' streams, their predicted rest set first (none here; the
+        history ranking has one)."""
+        return None
+
+    def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
+        """Per model: (mean, lower, upper, items) — the models' simultaneous CSs for the bank means."""
+        return {n: (float(self.model_mean[k]), float(self.model_lower[k]), float(self.model_upper[k]),
+                    int(self.model_used[k])) for k, n in enumerate(self.names)}
+
+
+class BankRanking(ModelBoard):
     """Incremental bank-target ranking of M models over a shared item order drawn ∝ weight.
 
     ``start(weights)``, then ``update(items, scores)`` once per look with the bank positions of the next
@@ -265,20 +302,12 @@ class BankRanking:
     def __init__(self, names: Sequence[str], *, alpha: float = 0.05, margin: float = 0.0,
                  correction: str = "bonferroni", epsilon: float | None = None,
                  epsilon_method: str = "tests") -> None:
-        self.names = tuple(str(x) for x in names)
         if epsilon_method not in EPSILON_METHODS:
             raise InputError(f"epsilon_method must be one of {EPSILON_METHODS}, got {epsilon_method!r}")
+        super().__init__(names, alpha, correction)
         self.epsilon_method = epsilon_method
         self.tests = None
-        if len(self.names) < 2:
-            raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
-        if len(set(self.names)) != len(self.names):
-            raise InputError("model names must be unique")
-        self.alpha = check_alpha(alpha)
         self.margin = check_in_range(margin, "margin", 0.0, 1.0)
-        if correction not in ("bonferroni", "none"):
-            raise InputError(f"correction must be bonferroni or none, got {correction!r}")
-        self.correction = correction
         if epsilon is not None:  # ε-statements (see epsilon_verdicts) instead of the margin's strict ones
             epsilon = check_in_range(epsilon, "epsilon", 0.0, 1.0)
             if not 0.0 < epsilon < 1.0 or self.margin:
@@ -312,22 +341,10 @@ class BankRanking:
         self.diff = np.full(p, np.nan)
         self.lower = np.full(p, -1.0)
         self.upper = np.full(p, 1.0)
-        self.model_open = np.ones(m, dtype=bool)
-        self.model_used = np.zeros(m, dtype=np.int32)
-        self.model_mean = np.full(m, np.nan)
-        self.model_lower = np.zeros(m)
-        self.model_upper = np.ones(m)
+        self._start_models(m)
         self.n = 0
         self.looks = 0
         return self
-
-    @property
-    def n_total(self) -> int:
-        return int(self.w.size)
-
-    @property
-    def active(self) -> list[str]:
-        return [self.names[k] for k in np.flatnonzero(self.model_open)]
 
     def _begin_look(self, items: Any, scores: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """A look checked and counted, the running models' intervals updated: (items, live models, scores with
@@ -358,18 +375,6 @@ class BankRanking:
                     self.tests.absorb(z, w[s:s + step])
             self._decide_pairs()
         return self
-
-    def _absorb_models(self, live: np.ndarray, y: np.ndarray, w: np.ndarray, items: np.ndarray) -> None:
-        # a model that left is frozen: only the live rows absorb the look (items: for a subclass's predictions)
-        absorb_rows(self.models, live, y[live], w, self._model_controls(live, items))
-        self.model_used[live] = self.n
-        mean, lower, upper = self.models.bounds()
-        self.model_mean[live], self.model_lower[live], self.model_upper[live] = mean[live], lower[live], upper[live]
-
-    def _model_controls(self, live: np.ndarray, items: np.ndarray) -> np.ndarray | None:
-        """The look's control variate for the live models' streams, their predicted rest set first (none here; the
-        history ranking has one)."""
-        return None
 
     def _decide_pairs(self) -> None:
         ps = self.pairs
@@ -442,11 +447,6 @@ class BankRanking:
     def result(self):
         return assemble_ranking(self.pair_table(), self.model_mean, self.model_used, alpha=self.alpha,
                                 correction=self.correction, epsilon=self.epsilon)
-
-    def model_intervals(self) -> dict[str, tuple[float, float, float, int]]:
-        """Per model: (mean, lower, upper, items) — simultaneous CSs at alpha / M for the bank means."""
-        return {n: (float(self.model_mean[k]), float(self.model_lower[k]), float(self.model_upper[k]),
-                    int(self.model_used[k])) for k, n in enumerate(self.names)}
 
     # -- state ------------------------------------------------------------------------------------------
     ARRAYS = ("w", "open_a", "open_b", "open_idx", "pa", "pb", "verdict", "look", "used", "diff", "lower", "upper",

@@ -39,7 +39,7 @@ from scipy import optimize, special
 
 from certeval.errors import InputError
 
-from ..validation import check_alpha, check_positive_int
+from ..validation import check_alpha, check_positive_int, parse_finite
 
 CLASSICAL = ("pocock", "obrien-fleming")
 SPENDING_NAMES = ("pocock", "obrien-fleming", "ld-pocock", "ld-obf", "ld-obf-1983", "hsd:G")
@@ -70,13 +70,8 @@ def parse_spending(spending: str) -> tuple[str, float | None]:
         _, sep, raw = text.partition(":")
         if not sep:
             return "hsd", 1.0
-        try:
-            gamma = float(raw)
-        except ValueError:
-            raise InputError(f"spending hsd:G needs a number G, got {spending!r}") from None
-        if not math.isfinite(gamma):
-            raise InputError(f"spending hsd:G needs a finite G, got {spending!r}")
-        return "hsd", gamma
+        return "hsd", parse_finite(raw, f"spending hsd:G needs a number G, got {spending!r}",
+                                   f"spending hsd:G needs a finite G, got {spending!r}")
     if text in ("pocock", "obrien-fleming", "ld-pocock", "ld-obf", "ld-obf-1983"):
         return text, None
     aliases = {"obf": "obrien-fleming", "of": "obrien-fleming", "ld-of": "ld-obf"}

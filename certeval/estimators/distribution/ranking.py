@@ -43,9 +43,11 @@ PATHS = ("auto", "pairs", "gram")
 GRAM_MIN_CELLS = 5_000_000
 
 
-@dataclass(frozen=True)
-class PairTable:
-    """Every pair's outcome as arrays (pair ``p`` compares ``names[a[p]]`` with ``names[b[p]]``).
+@dataclass(frozen=True, eq=False)
+class PairOutcomes:
+    """Every pair's outcome as arrays (pair ``p`` compares ``names[a[p]]`` with ``names[b[p]]``), what a
+    :class:`Ranking` reads: the distribution target's :class:`PairTable` and the bank target's
+    :class:`~certeval.estimators.bank.ranking.BankPairTable` add how the pairs were tested.
 
     Two million :class:`Comparison` objects would cost seconds and gigabytes per look, so a
     ranking keeps arrays and builds comparisons only when asked.
@@ -61,7 +63,6 @@ class PairTable:
     lower: np.ndarray
     upper: np.ndarray
     n_total: int
-    design: ComparisonDesign
 
     def __len__(self) -> int:
         return len(self.a)
@@ -70,13 +71,14 @@ class PairTable:
     def decided(self) -> np.ndarray:
         return self.verdict != UNDECIDED
 
-    def comparison(self, p: int) -> Comparison:
-        code, d = int(self.verdict[p]), self.design
-        return Comparison(
-            self.names[self.a[p]], self.names[self.b[p]], int(self.used[p]), self.n_total, float(self.diff[p]),
-            float(max(-1.0, self.lower[p])), float(min(1.0, self.upper[p])), VERDICTS[code], RULES[code],
-            int(self.look[p]) or None, d.describe(), 1 - d.alpha, d.statistic, d.goal, float(d.margin),
-            exact=bool(self.used[p] == self.n_total))
+    @property
+    def n_pairs_total(self) -> int:
+        """Pairs on the board (a table may hold only some of them)."""
+        return len(self)
+
+    @property
+    def n_decided_total(self) -> int:
+        return int(self.decided.sum())
 
     def columns(self) -> dict[str, Any]:
         """Column arrays (JSON/Parquet-ready): model names, verdict, rule, look, items, diff and bounds."""
@@ -86,6 +88,21 @@ class PairTable:
                 "rule": np.asarray(RULES, dtype=object)[self.verdict], "look": self.look.astype(np.int64),
                 "n_items": self.used.astype(np.int64), "diff": self.diff, "lower": np.maximum(-1.0, self.lower),
                 "upper": np.minimum(1.0, self.upper)}
+
+
+@dataclass(frozen=True, eq=False)
+class PairTable(PairOutcomes):
+    """:class:`PairOutcomes` of group-sequential or anytime pair tests under one :class:`ComparisonDesign`."""
+
+    design: ComparisonDesign
+
+    def comparison(self, p: int) -> Comparison:
+        code, d = int(self.verdict[p]), self.design
+        return Comparison(
+            self.names[self.a[p]], self.names[self.b[p]], int(self.used[p]), self.n_total, float(self.diff[p]),
+            float(max(-1.0, self.lower[p])), float(min(1.0, self.upper[p])), VERDICTS[code], RULES[code],
+            int(self.look[p]) or None, d.describe(), 1 - d.alpha, d.statistic, d.goal, float(d.margin),
+            exact=bool(self.used[p] == self.n_total))
 
 
 def rank_numbers(tie_groups) -> list[int]:
@@ -108,7 +125,7 @@ class Ranking:
     means: tuple[float, ...]  # mean score of each model in ``models`` order, over the items it was scored on
     items_used: tuple[int, ...]  # items scored per model (``models`` order)
     n_total: int
-    pairs: PairTable = field(compare=False, repr=False)
+    pairs: PairOutcomes = field(compare=False, repr=False)
     alpha: float = 0.05
     correction: str = "bonferroni"
     guarantee: str = ""
@@ -162,8 +179,8 @@ class Ranking:
             "epsilon": self.epsilon,
             "halfwidth": self.halfwidth,
             # a neighbour ranking's table may hold only the pairs it opened: its totals count every pair
-            "n_pairs": getattr(self.pairs, "n_pairs_total", len(self.pairs)),
-            "n_pairs_decided": getattr(self.pairs, "n_decided_total", int(self.pairs.decided.sum())),
+            "n_pairs": self.pairs.n_pairs_total,
+            "n_pairs_decided": self.pairs.n_decided_total,
         })
         if comparisons:
             out["comparisons"] = [c.to_dict() for c in self.comparisons]
@@ -218,17 +235,41 @@ def ordering_means(scores: np.ndarray, used: np.ndarray, subsets: np.ndarray | N
     return out
 
 
-def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int], *, alpha: float = 0.05,
-                margin: float = 0.0, design: ComparisonDesign | None = None, correction: str = "bonferroni",
-                subsets: np.ndarray | None = None, n_subsets: int | None = None, path: str = "auto") -> Ranking:
+@dataclass(frozen=True)
+class RankingOptions:
+    """How the family of ``P = M(M-1)/2`` pairs is tested: the family-wise level ``alpha``, the ``correction``
+    (``"bonferroni"``: each pair spends ``alpha / P``; ``"none"``: the pair keeps ``alpha``, for demonstration only,
+    no family-wise control) and the pair ``design`` (statistic / spending / guarantee; default
+    ``ComparisonDesign(alpha, margin)``), whose ``alpha`` is replaced by the pair's."""
+
+    alpha: float = 0.05
+    margin: float = 0.0
+    design: ComparisonDesign | None = None
+    correction: str = "bonferroni"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", check_alpha(self.alpha))
+        if self.correction not in ("bonferroni", "none"):
+            raise InputError(f"correction must be bonferroni or none, got {self.correction!r}")
+
+    def pair_design(self, n_pairs: int) -> ComparisonDesign:
+        """The design each of ``n_pairs`` pairs is tested with."""
+        base = self.design if self.design is not None else ComparisonDesign(alpha=self.alpha, margin=self.margin)
+        pair_alpha = self.alpha / n_pairs if self.correction == "bonferroni" else self.alpha
+        return replace(base, alpha=pair_alpha, goal="difference")
+
+
+def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int], *,
+                options: RankingOptions | None = None, subsets: np.ndarray | None = None,
+                n_subsets: int | None = None, path: str = "auto") -> Ranking:
     """Sequentially rank models from ``scores`` (``(M, n)``, columns in the shared scoring order).
 
-    Looks after ``look_n[k]`` items (the last look may be ``< n`` for a budget).  ``design``
-    sets statistic / spending / guarantee; its ``alpha`` is replaced by ``alpha / P``
-    (``correction="bonferroni"``) or kept (``"none"``, for demonstration only: no
-    family-wise control).  The bank size is ``n``.  ``path``: ``"pairs"`` (per-pair score rows),
-    ``"gram"`` (per-model sums and Gram matrices; group-sequential guarantee only) or ``"auto"``.
+    Looks after ``look_n[k]`` items (the last look may be ``< n`` for a budget); ``options`` (default
+    :class:`RankingOptions`) sets the level, the correction and the pair design.  The bank size is ``n``.
+    ``path``: ``"pairs"`` (per-pair score rows), ``"gram"`` (per-model sums and Gram matrices; group-sequential
+    guarantee only) or ``"auto"``.
     """
+    options = options if options is not None else RankingOptions()
     scores = np.asarray(scores, dtype=float)
     if scores.ndim != 2 or scores.shape[0] != len(names):
         raise InputError(f"scores must be (models, items) with one row per name, got {scores.shape} for {len(names)} names")
@@ -238,17 +279,12 @@ def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int],
         raise InputError("the models share no scored items")
     if np.isnan(scores).any():
         raise InputError("every model must have a score for every shared item (drop items some model lacks)")
-    alpha = check_alpha(alpha)
-    if correction not in ("bonferroni", "none"):
-        raise InputError(f"correction must be bonferroni or none, got {correction!r}")
     if path not in PATHS:
         raise InputError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
     m, n = scores.shape
     ii, jj = pair_indices(m)
     n_pairs = len(ii)
-    base = design if design is not None else ComparisonDesign(alpha=alpha, margin=margin)
-    pair_alpha = alpha / n_pairs if correction == "bonferroni" else alpha
-    pair_design = replace(base, alpha=pair_alpha, goal="difference")
+    pair_design = options.pair_design(n_pairs)
     look_n = [int(x) for x in look_n if 0 < x <= n]
     if not look_n:
         raise InputError("no look: look sizes must lie in [1, number of items]")
@@ -266,7 +302,7 @@ def rank_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int],
                                    n_subsets=n_subsets)
     used = model_used(m, ii, jj, res["used"])
     means = ordering_means(scores, used, subsets, n_subsets)
-    return ranking_from_pairs(pair_table(names, ii, jj, res, n, pair_design), means, used, alpha, correction)
+    return ranking_from_pairs(pair_table(names, ii, jj, res, n, pair_design), means, used, options)
 
 
 def model_used(m: int, ii: np.ndarray, jj: np.ndarray, pair_used: np.ndarray) -> np.ndarray:
@@ -285,8 +321,7 @@ def pair_table(names: Sequence[str], ii: np.ndarray, jj: np.ndarray, res: dict[s
                      res["lower"], res["upper"], n, pair_design)
 
 
-def ranking_from_pairs(table: PairTable, means: np.ndarray, used: np.ndarray, alpha: float,
-                       correction: str) -> Ranking:
+def ranking_from_pairs(table: PairTable, means: np.ndarray, used: np.ndarray, options: RankingOptions) -> Ranking:
     """The :class:`Ranking` of the pair outcomes in ``table``; ``means`` and ``used`` per model."""
     names, ii, jj, n, pair_design = table.names, table.a, table.b, table.n_total, table.design
     m = len(names)
@@ -297,8 +332,9 @@ def ranking_from_pairs(table: PairTable, means: np.ndarray, used: np.ndarray, al
     separated[jj, ii] = directional
     groups = tie_groups(list(names), means, separated)
     order = [k for g in groups for k in g]
+    bonferroni = options.correction == "bonferroni"
     guarantee = (pair_design.describe() + f"; family-wise over {n_pairs} pairs by "
-                 + ("Bonferroni on the spending (alpha/P per pair)" if correction == "bonferroni" else "NO correction"))
+                 + ("Bonferroni on the spending (alpha/P per pair)" if bonferroni else "NO correction"))
     return Ranking(
         models=tuple(names[k] for k in order),
         tie_groups=tuple(tuple(names[k] for k in g) for g in groups),
@@ -306,8 +342,8 @@ def ranking_from_pairs(table: PairTable, means: np.ndarray, used: np.ndarray, al
         items_used=tuple(int(used[k]) for k in order),
         n_total=n,
         pairs=table,
-        alpha=alpha,
-        correction=correction,
+        alpha=options.alpha,
+        correction=options.correction,
         guarantee=guarantee,
     )
 
@@ -430,20 +466,14 @@ class SequentialRanking:
     they are not read); ``result()`` is the :class:`Ranking` so far.
     """
 
-    def __init__(self, names: Sequence[str], *, n_total: int, alpha: float = 0.05, margin: float = 0.0,
-                 design: ComparisonDesign | None = None, correction: str = "bonferroni",
+    def __init__(self, names: Sequence[str], *, n_total: int, options: RankingOptions | None = None,
                  subsets: np.ndarray | None = None, n_subsets: int | None = None) -> None:
         self.names = tuple(str(x) for x in names)
         if len(self.names) < 2:
             raise InputError(f"a ranking needs at least two models, got {len(self.names)}")
-        self.alpha = check_alpha(alpha)
-        if correction not in ("bonferroni", "none"):
-            raise InputError(f"correction must be bonferroni or none, got {correction!r}")
-        self.correction = correction
+        self.options = options if options is not None else RankingOptions()
         self.ii, self.jj = pair_indices(len(self.names))
-        base = design if design is not None else ComparisonDesign(alpha=alpha, margin=margin)
-        pair_alpha = self.alpha / len(self.ii) if correction == "bonferroni" else self.alpha
-        self.pair_design = replace(base, alpha=pair_alpha, goal="difference")
+        self.pair_design = self.options.pair_design(len(self.ii))
         self.n_total = int(n_total)
         self.pairs = GramPairs(len(self.names), self.ii, self.jj, self.pair_design, self.n_total, subsets, n_subsets)
 
@@ -457,7 +487,7 @@ class SequentialRanking:
         res = self.pairs.result()
         used = model_used(len(self.names), self.ii, self.jj, res["used"])
         table = pair_table(self.names, self.ii, self.jj, res, self.n_total, self.pair_design)
-        return ranking_from_pairs(table, self.pairs.ordering_means(), used, self.alpha, self.correction)
+        return ranking_from_pairs(table, self.pairs.ordering_means(), used, self.options)
 
 
 def _pair_mean_var(sums: np.ndarray, squares: np.ndarray, gram: np.ndarray | None, counts: np.ndarray,

@@ -98,11 +98,44 @@ class Selection:
         })
 
 
-def select_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int], *, threshold: float,
-                  halfwidth: float, alpha: float = 0.05, mode: str = "precision", spending: str = "pocock",
-                  look_size: int = 100, subsets: np.ndarray | None = None, n_subsets: int | None = None,
-                  construction: str = "betting", bet_horizon: int | None = None,
-                  grid_size: int = STREAM_GRID) -> Selection:
+@dataclass(frozen=True)
+class SelectionRule:
+    """What a selection decides: a model whose upper bound is below ``threshold`` is discarded; ``mode="precision"``
+    stops a model once its half-width is <= ``halfwidth``, ``mode="best"`` stops the models that cannot be the best
+    (until one is left or all are within ``halfwidth``). Every model's interval is at level ``alpha / M``."""
+
+    threshold: float
+    halfwidth: float
+    alpha: float = 0.05
+    mode: str = "precision"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", check_alpha(self.alpha))
+        object.__setattr__(self, "threshold", check_in_range(self.threshold, "threshold", 0.0, 1.0))
+        object.__setattr__(self, "halfwidth", check_positive(self.halfwidth, "halfwidth"))
+        check_choice(self.mode, "mode", ("precision", "best"))
+
+
+@dataclass(frozen=True)
+class SelectionIntervals:
+    """How each model's interval is built (:data:`CONSTRUCTIONS`). Betting: ``bet_horizon`` tunes the bets to stop
+    after that many items of the shared order (default: the items to reach the half-width in precision mode, the
+    bank in best mode; it changes the widths, never the validity), ``grid_size`` candidate means per CS (the
+    interval's resolution). Group-sequential: the boundary's ``spending`` and ``look_size``."""
+
+    construction: str = "betting"
+    spending: str = "pocock"
+    look_size: int = 100
+    bet_horizon: int | None = None
+    grid_size: int = STREAM_GRID
+
+    def __post_init__(self) -> None:
+        check_choice(self.construction, "construction", CONSTRUCTIONS)
+
+
+def select_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int], rule: SelectionRule, *,
+                  intervals: SelectionIntervals | None = None, subsets: np.ndarray | None = None,
+                  n_subsets: int | None = None) -> Selection:
     """Replay selection over ``scores`` (``(M, n)``, columns in the shared scoring order)."""
     scores = np.asarray(scores, dtype=float)
     if scores.ndim != 2 or scores.shape[0] != len(names) or scores.shape[1] == 0:
@@ -113,9 +146,7 @@ def select_models(scores: np.ndarray, names: Sequence[str], look_n: Sequence[int
     looks = [int(x) for x in look_n if 0 < x <= n]
     if not looks:
         raise InputError("no look: look sizes must lie in [1, number of items]")
-    sel = SequentialSelection(names, n_total=n, threshold=threshold, halfwidth=halfwidth, alpha=alpha, mode=mode,
-                              spending=spending, look_size=look_size, subsets=subsets, n_subsets=n_subsets,
-                              construction=construction, bet_horizon=bet_horizon, grid_size=grid_size)
+    sel = SequentialSelection(names, n_total=n, rule=rule, intervals=intervals, subsets=subsets, n_subsets=n_subsets)
     prev = 0
     for n_k in looks:
         if not sel.running.any():
@@ -131,23 +162,18 @@ class SequentialSelection:
     sums and sums of squares (``"group-sequential"``).
 
     ``update(block)`` takes the next ``(M, b)`` columns of the shared order (rows of models that stopped are
-    ignored); ``result()`` is the :class:`Selection` so far. ``bet_horizon`` (betting): tune the bets to stop
-    after that many items of the shared order (default: the items to reach ``halfwidth`` in precision mode, the
-    bank in best mode); it changes the widths, never the validity. ``grid_size``: candidate means per betting CS
-    (the interval's resolution). ``spending`` and ``look_size`` are the group-sequential design's.
+    ignored); ``result()`` is the :class:`Selection` so far. ``rule``: what is decided (:class:`SelectionRule`);
+    ``intervals``: how each model's interval is built (:class:`SelectionIntervals`, default betting).
     """
 
-    def __init__(self, names: Sequence[str], *, n_total: int, threshold: float, halfwidth: float,
-                 alpha: float = 0.05, mode: str = "precision", spending: str = "pocock", look_size: int = 100,
-                 subsets: np.ndarray | None = None, n_subsets: int | None = None, construction: str = "betting",
-                 bet_horizon: int | None = None, grid_size: int = STREAM_GRID) -> None:
+    def __init__(self, names: Sequence[str], *, n_total: int, rule: SelectionRule,
+                 intervals: SelectionIntervals | None = None, subsets: np.ndarray | None = None,
+                 n_subsets: int | None = None) -> None:
         self.names = tuple(str(x) for x in names)
-        self.alpha = check_alpha(alpha)
-        self.threshold = check_in_range(threshold, "threshold", 0.0, 1.0)
-        self.halfwidth = check_positive(halfwidth, "halfwidth")
-        self.mode = check_choice(mode, "mode", ("precision", "best"))
-        self.construction = check_choice(construction, "construction", CONSTRUCTIONS)
-        self.spending, self.look_size, self.n_total = spending, look_size, int(n_total)
+        intervals = intervals if intervals is not None else SelectionIntervals()
+        self.alpha, self.threshold, self.halfwidth, self.mode = rule.alpha, rule.threshold, rule.halfwidth, rule.mode
+        self.construction = intervals.construction
+        self.spending, self.look_size, self.n_total = intervals.spending, intervals.look_size, int(n_total)
         m = len(self.names)
         self.codes = None if subsets is None else np.asarray(subsets, dtype=np.int64)
         self.n_sub = 1 if self.codes is None else int(n_subsets if n_subsets is not None else self.codes.max() + 1)
@@ -157,7 +183,7 @@ class SequentialSelection:
         self.streams = None
         if self.construction == "betting":
             self.scale, self.range, self.joint_end = self._weighted()
-            self.streams = self._streams(bet_horizon, grid_size)
+            self.streams = self._streams(intervals.bet_horizon, intervals.grid_size)
         self.status = ["running"] * m
         self.look_of: list[int | None] = [None] * m
         self.used = np.zeros(m, dtype=np.int64)

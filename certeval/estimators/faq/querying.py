@@ -34,7 +34,7 @@ from scipy.special import expit
 
 from certeval.errors import InputError
 
-from ..protocol import BankMethod, BankSpec, Proposal, _jsonable, register
+from ..protocol import BankMethod, Proposal, register
 from ..results import Estimate
 from ..validation import (
     check_choice,
@@ -129,14 +129,30 @@ def active_learning_scores(p: np.ndarray, cov: np.ndarray, item_factors: np.ndar
 
 @dataclass(frozen=True)
 class Schedule:
-    """The hybrid policy's schedule (002 eq. 9–10): mixing ``tau`` with uniform, the power β_s from ``beta0``
-    (rate ``gamma``), the active-learning weight α_s (rate ``rho``) over a planned ``n_budget`` draws."""
+    """The hybrid policy's schedule (002 eq. 9–10): mixing ``tau`` with uniform (q ≥ τ/N), the power β_s from
+    ``beta0`` (rate ``gamma``), the active-learning weight α_s (rate ``rho``) over a planned ``budget`` draws
+    (optional when ρ = γ = 0). The defaults are the authors' tuned winners (β₀ = 1, ρ = γ = 0)."""
 
-    tau: float
-    n_budget: int | None = None
+    tau: float = 0.1
+    budget: int | None = None
     beta0: float = 1.0
     rho: float = 0.0
     gamma: float = 0.0
+
+
+@dataclass(frozen=True)
+class FactorPrior:
+    """The logistic factor model fitted on the history: ``item_factors`` (N×K, rows in bank order: e.g.
+    :func:`certeval.estimators.faq.factor_model.item_embeddings`) and the Gaussian prior of a new model's factors,
+    ``prior_mean`` (K) and ``prior_cov`` (K×K) (:func:`certeval.estimators.faq.factor_model.factor_prior`).
+    None: not fitted."""
+
+    item_factors: Any = None
+    prior_mean: Any = None
+    prior_cov: Any = None
+
+
+DEFAULT_SCHEDULE, NO_FACTOR_PRIOR = Schedule(), FactorPrior()
 
 
 def hybrid_policy(p: np.ndarray, cov: np.ndarray | None, item_factors: np.ndarray, weights: np.ndarray, *,
@@ -147,7 +163,7 @@ def hybrid_policy(p: np.ndarray, cov: np.ndarray | None, item_factors: np.ndarra
     """
     n = p.shape[1]
     tau = schedule.tau
-    alpha, beta = schedules(step, schedule.n_budget, schedule.beta0, schedule.rho, schedule.gamma)
+    alpha, beta = schedules(step, schedule.budget, schedule.beta0, schedule.rho, schedule.gamma)
     h = weights * np.sqrt(p * (1.0 - p))
     h = h / h.sum(axis=1, keepdims=True)
     if alpha > 0:
@@ -275,12 +291,9 @@ def _as_matrix(value: Any, name: str) -> np.ndarray:
 class FAQ(BankMethod):
     """Factorized Active Querying (Wu et al. 2026, arXiv:2601.20251) as a round-protocol method named ``faq``.
 
-    Parameters (all JSON-able): ``item_factors`` (N×K, rows in bank order: e.g.
-    :func:`certeval.estimators.faq.factor_model.item_embeddings`), ``prior_mean`` (K) and ``prior_cov`` (K×K)
-    of the historical model factors (:func:`certeval.estimators.faq.factor_model.factor_prior`); policy knobs
-    ``tau`` (uniform mixing, q ≥ τ/N), ``beta0``, ``rho``, ``gamma`` (002 §3.5; defaults are the authors'
-    tuned winners β₀=1, ρ=γ=0); ``budget`` (planned number of draws: schedules and the anytime interval's
-    tuning; optional when ρ=γ=0); ``ci`` in ``default`` | ``paper`` | ``anytime``.
+    Parameters: ``factors`` (:class:`FactorPrior`), the policy's ``schedule`` (:class:`Schedule`, 002 §3.5; its
+    ``budget`` also tunes the anytime interval), ``ci`` in ``default`` | ``paper`` | ``anytime``. Flat, as
+    ``make_method`` and a state name them, every field is a parameter of its own (``tau``, ``item_factors``, …).
 
     Items are drawn with replacement: ``propose(k)`` may return an item twice, and an item may be scored
     again later. Each proposal is queued with its probability and plug-in; ``update`` matches scores to the
@@ -291,30 +304,13 @@ class FAQ(BankMethod):
 
     name: ClassVar[str] = "faq"
     with_replacement: ClassVar[bool] = True
+    option_groups: ClassVar[dict[str, type]] = {"factors": FactorPrior, "schedule": Schedule}
 
-    def __init__(
-        self,
-        item_factors: Any = None,
-        prior_mean: Any = None,
-        prior_cov: Any = None,
-        tau: float = 0.1,
-        beta0: float = 1.0,
-        rho: float = 0.0,
-        gamma: float = 0.0,
-        budget: int | None = None,
-        ci: str = "default",
-        confidence: float = 0.95,
-        target: str = "bank",
-    ) -> None:
+    def __init__(self, factors: FactorPrior = NO_FACTOR_PRIOR, schedule: Schedule = DEFAULT_SCHEDULE,
+                 ci: str = "default", confidence: float = 0.95, target: str = "bank") -> None:
         super().__init__(confidence=confidence, target=target)
-        self.item_factors = item_factors
-        self.prior_mean = prior_mean
-        self.prior_cov = prior_cov
-        self.tau = tau
-        self.beta0 = beta0
-        self.rho = rho
-        self.gamma = gamma
-        self.budget = budget
+        self.factors = factors
+        self.schedule = schedule
         self.ci = ci
 
     @property
@@ -326,23 +322,24 @@ class FAQ(BankMethod):
         check_choice(self.ci, "ci", CI_KINDS)
         if self.target != "bank":
             raise InputError(f"faq estimates the bank's mean only (target='bank'), got target={self.target!r}")
-        check_in_range(self.tau, "tau", 0.0, 1.0, closed=False)
-        check_positive(self.beta0, "beta0")
-        check_in_range(self.rho, "rho", 0.0, float("inf"))
-        check_in_range(self.gamma, "gamma", 0.0, float("inf"))
-        if self.budget is not None:
-            check_positive_int(self.budget, "budget")
-        elif self.rho > 0 or self.gamma > 0:
-            raise InputError(f"budget must be given when rho ({self.rho!r}) or gamma ({self.gamma!r}) is positive")
-        if self.item_factors is None or self.prior_mean is None or self.prior_cov is None:
+        sc, fp = self.schedule, self.factors
+        check_in_range(sc.tau, "tau", 0.0, 1.0, closed=False)
+        check_positive(sc.beta0, "beta0")
+        check_in_range(sc.rho, "rho", 0.0, float("inf"))
+        check_in_range(sc.gamma, "gamma", 0.0, float("inf"))
+        if sc.budget is not None:
+            check_positive_int(sc.budget, "budget")
+        elif sc.rho > 0 or sc.gamma > 0:
+            raise InputError(f"budget must be given when rho ({sc.rho!r}) or gamma ({sc.gamma!r}) is positive")
+        if fp.item_factors is None or fp.prior_mean is None or fp.prior_cov is None:
             raise InputError("faq needs item_factors, prior_mean and prior_cov (fit a FactorModel on the history first)")
 
     def _start_extra(self) -> None:
-        v = _as_matrix(self.item_factors, "item_factors")
+        v = _as_matrix(self.factors.item_factors, "item_factors")
         if v.shape[0] != self.bank_.n_items:
             raise InputError(f"item_factors must have one row per bank item ({self.bank_.n_items}), got {v.shape[0]}")
-        mu = np.asarray(self.prior_mean, dtype=float).reshape(-1)
-        cov = _as_matrix(self.prior_cov, "prior_cov")
+        mu = np.asarray(self.factors.prior_mean, dtype=float).reshape(-1)
+        cov = _as_matrix(self.factors.prior_cov, "prior_cov")
         if mu.shape != (v.shape[1],) or cov.shape != (v.shape[1], v.shape[1]):
             raise InputError(f"prior_mean/prior_cov must have dimension K={v.shape[1]}, got {mu.shape} and {cov.shape}")
         self.factors_ = v
@@ -358,8 +355,7 @@ class FAQ(BankMethod):
         self._check_started()
         k = check_positive_int(k, "k (batch size)")
         p = predict_probs(self.mean_, self.factors_)
-        q = hybrid_policy(p, self.cov_, self.factors_, self.weights_, step=self.step_,
-                          schedule=Schedule(self.tau, self.budget, self.beta0, self.rho, self.gamma))
+        q = hybrid_policy(p, self.cov_, self.factors_, self.weights_, step=self.step_, schedule=self.schedule)
         items = draw_items(q, rng.random((1, k)))[0]
         plug = float(p[0] @ self.weights_)
         for it in items:
@@ -405,7 +401,7 @@ class FAQ(BankMethod):
             return self._empty_estimate(GUARANTEES[self.ci])
         terms = self.terms()
         # the anytime CS is time-uniform only for a tuning point fixed before the data: the budget, else N
-        planned = self.budget if self.budget else self.bank_.n_items
+        planned = self.schedule.budget if self.schedule.budget else self.bank_.n_items
         pseudo = 0.25 * self.bank_.n_items * float(np.sum(self.weights_**2))
         mean, lo, hi, var = pai_interval(terms, float(self.confidence), self.ci, planned_n=planned, pseudo_var=pseudo)
         extra = (
@@ -431,42 +427,23 @@ class FAQ(BankMethod):
             extra=extra,
         )
 
-    # -- persistence ---------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        self._check_started()
-        return _jsonable(
-            {
-                "method": self.name,
-                "params": self.get_params(),
-                "bank": self.bank_.to_state(),
-                "looks": self.n_looks_,
-                "extra": {
-                    "step": self.step_,
-                    "queue": self.queue_,
-                    "draws": self.draws_,
-                    "posterior_mean": self.mean_[0],
-                    "posterior_cov": self.cov_[0],
-                },
-            }
-        )
+    # -- persistence: the draws carry everything (an item drawn twice is one scored item and two draws) --------
+    def _state_extra(self) -> dict[str, Any]:
+        return {"step": self.step_, "queue": self.queue_, "draws": self.draws_, "posterior_mean": self.mean_[0],
+                "posterior_cov": self.cov_[0]}
 
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> FAQ:
-        if state.get("method") != cls.name:
-            raise InputError(f"state is for method {state.get('method')!r}, not {cls.name!r}")
-        obj = cls(**state["params"])
-        obj.start(BankSpec.from_state(state["bank"]))
-        extra = state.get("extra") or {}
-        obj.step_ = int(extra.get("step", 0))
-        obj.queue_ = [[int(e[0]), float(e[1]), float(e[2]), float(e[3])] for e in extra.get("queue", [])]
-        obj.draws_ = [[int(d[0])] + [float(x) for x in d[1:]] for d in extra.get("draws", [])]
-        obj.mean_ = np.asarray(extra.get("posterior_mean", obj.mean_[0]), dtype=float)[None, :]
-        obj.cov_ = np.asarray(extra.get("posterior_cov", obj.cov_[0]), dtype=float)[None, :, :]
-        for d in obj.draws_:
+    def _replay(self, order: np.ndarray, scores: np.ndarray, looks: int) -> None:
+        self.n_looks_ = looks  # the scores come back with the draws (:meth:`_load_extra`), posterior and all
+
+    def _load_extra(self, extra: dict[str, Any]) -> None:
+        self.step_ = int(extra.get("step", 0))
+        self.queue_ = [[int(e[0]), float(e[1]), float(e[2]), float(e[3])] for e in extra.get("queue", [])]
+        self.draws_ = [[int(d[0])] + [float(x) for x in d[1:]] for d in extra.get("draws", [])]
+        self.mean_ = np.asarray(extra.get("posterior_mean", self.mean_[0]), dtype=float)[None, :]
+        self.cov_ = np.asarray(extra.get("posterior_cov", self.cov_[0]), dtype=float)[None, :, :]
+        for d in self.draws_:
             it = int(d[0])
-            if not obj.scored_[it]:
-                obj.scores_[it] = d[1]
-                obj.scored_[it] = True
-                obj.order_ = np.concatenate([obj.order_, [it]])
-        obj.n_looks_ = int(state.get("looks", 0))
-        return obj
+            if not self.scored_[it]:
+                self.scores_[it] = d[1]
+                self.scored_[it] = True
+                self.order_ = np.concatenate([self.order_, [it]])

@@ -9,26 +9,24 @@ import numpy as np
 
 from certeval.errors import InputError
 
-from .querying import Schedule, draw_items, hybrid_policy, laplace_update, model_second_moment, pai_terms, predict_probs
+from .querying import (
+    DEFAULT_SCHEDULE,
+    FactorPrior,
+    Schedule,
+    draw_items,
+    hybrid_policy,
+    laplace_update,
+    model_second_moment,
+    pai_terms,
+    predict_probs,
+)
 
 
-def simulate_faq(
-    truth: np.ndarray,
-    item_factors: np.ndarray,
-    prior_mean: np.ndarray,
-    prior_cov: np.ndarray,
-    n_draws: int,
-    rng: np.random.Generator | Sequence[np.random.Generator],
-    *,
-    tau: float = 0.1,
-    beta0: float = 1.0,
-    rho: float = 0.0,
-    gamma: float = 0.0,
-    weights: np.ndarray | None = None,
-    batch_size: int = 1,
-    n_budget: int | None = None,
-) -> dict[str, np.ndarray]:
-    """Run FAQ for ``R`` independent runs at once; ``truth`` is (R, N) (the scores each run would observe).
+def simulate_faq(truth: np.ndarray, factors: FactorPrior, n_draws: int,
+                 rng: np.random.Generator | Sequence[np.random.Generator], *, schedule: Schedule = DEFAULT_SCHEDULE,
+                 weights: np.ndarray | None = None, batch_size: int = 1) -> dict[str, np.ndarray]:
+    """Run FAQ for ``R`` independent runs at once; ``truth`` is (R, N) (the scores each run would observe), the
+    policy follows ``schedule`` from the prior ``factors``.
 
     Returns per-draw arrays of shape (R, n_draws): ``item``, ``z``, ``p_item``, ``q_item``, ``w_item``,
     ``plug_in``. Identical, draw for draw, to the ``faq`` method driven with the same ``rng`` and batch
@@ -38,12 +36,12 @@ def simulate_faq(
     """
     truth = np.atleast_2d(np.asarray(truth, dtype=float))
     r, n = truth.shape
-    v = np.asarray(item_factors, dtype=float)
+    v = np.asarray(factors.item_factors, dtype=float)
     if v.shape[0] != n:
         raise InputError(f"item_factors must have one row per item ({n}), got {v.shape}")
     w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=float)
-    mean = np.tile(np.asarray(prior_mean, dtype=float), (r, 1))
-    cov = np.tile(np.asarray(prior_cov, dtype=float), (r, 1, 1))
+    mean = np.tile(np.asarray(factors.prior_mean, dtype=float), (r, 1))
+    cov = np.tile(np.asarray(factors.prior_cov, dtype=float), (r, 1, 1))
     out = {key: np.zeros((r, n_draws)) for key in ("z", "p_item", "q_item", "w_item", "plug_in", "model_m2")}
     out["item"] = np.zeros((r, n_draws), dtype=np.int64)
     rows = np.arange(r)
@@ -57,7 +55,6 @@ def simulate_faq(
 
         def uniforms(k: int) -> np.ndarray:  # each run's k next draws from its own stream
             return np.stack([g.random(k) for g in gens]) if r else np.zeros((0, k))
-    schedule = Schedule(tau, n_budget, beta0, rho, gamma)
     step = 0
     while step < n_draws:
         k = min(batch_size, n_draws - step)

@@ -87,7 +87,8 @@ look, under any data-dependent stopping rule. Feature strata require
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -98,9 +99,24 @@ from ..results import Estimate, SubsetEstimate
 from ..validation import check_choice, check_in_range, check_positive_int
 from .betting_strata import BettingStrataMethod, _pack, _unpack
 from .bounds import ControlVariateCS
-from .strata import combine_strata, feature_strata, joint_statistic, stratified_moments
+from .strata import DrawRows, combine_strata, feature_strata, joint_statistic, stratified_moments
 
 STRATA_MODES, COMBINE_MODES = ("auto", "subsets", "features"), ("auto", "union", "joint")
+
+
+@dataclass(frozen=True)
+class Stratification:
+    """How the bank is cut into strata before any score (step 1 of the module docstring): ``strata`` is ``auto``,
+    ``subsets`` or ``features``; feature strata are k-means on the item features, at most ``max_clusters`` clusters
+    of ≥ ``min_stratum_size`` items, seeded by ``seed``. Checked when the method starts."""
+
+    strata: str = "auto"
+    max_clusters: int = 4
+    min_stratum_size: int = 50
+    seed: int = 0
+
+
+DEFAULT_STRATIFICATION = Stratification()
 
 
 class DrawLogReplay:
@@ -123,28 +139,26 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
     """Stratified without-replacement betting CS with variance-adaptive allocation (see module docstring)."""
 
     name = "adaptive"
+    option_groups: ClassVar[dict[str, type]] = {"stratification": Stratification}
 
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
-                 strata: str = "auto", combine: str = "auto", max_clusters: int = 4,
-                 min_stratum_size: int = 50, seed: int = 0, uniform_mix: float = 0.1,
-                 bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
+                 stratification: Stratification = DEFAULT_STRATIFICATION, combine: str = "auto",
+                 uniform_mix: float = 0.1, bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
         super().__init__(confidence=confidence, target=target, grid_size=grid_size, bet_halfwidth=bet_halfwidth,
                          bet_horizon=bet_horizon)
-        self.strata = strata
+        self.stratification = stratification
         self.combine = combine
-        self.max_clusters = max_clusters
-        self.min_stratum_size = min_stratum_size
-        self.seed = seed
         self.uniform_mix = uniform_mix
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        check_choice(self.strata, "strata", STRATA_MODES)
+        s = self.stratification
+        check_choice(s.strata, "strata", STRATA_MODES)
         check_choice(self.combine, "combine", COMBINE_MODES)
-        check_positive_int(self.max_clusters, "max_clusters", minimum=1)
-        check_positive_int(self.min_stratum_size, "min_stratum_size", minimum=2)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise InputError(f"seed (k-means random_state) must be a non-negative integer, got {self.seed!r}")
+        check_positive_int(s.max_clusters, "max_clusters", minimum=1)
+        check_positive_int(s.min_stratum_size, "min_stratum_size", minimum=2)
+        if isinstance(s.seed, bool) or not isinstance(s.seed, (int, np.integer)) or s.seed < 0:
+            raise InputError(f"seed (k-means random_state) must be a non-negative integer, got {s.seed!r}")
         check_in_range(self.uniform_mix, "uniform_mix", 0.0, 1.0, closed=False)
         if self.combine == "joint" and self.target != "bank":
             raise InputError(f"adaptive combine='joint' needs target='bank', got target={self.target!r}")
@@ -159,20 +173,20 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
 
     # -- strata ------------------------------------------------------------------
     def _make_strata(self, base: np.ndarray) -> np.ndarray:
-        spec = self.bank_
+        spec, s = self.bank_, self.stratification
         self.strata_mode_ = "subsets"
-        if self.strata == "features":
+        if s.strata == "features":
             if spec.features is None:
                 raise InputError("adaptive strata='features' needs item features (embeddings); the bank has none")
             if self.target != "bank":
                 raise InputError(f"adaptive strata='features' needs target='bank' (cluster weights are the "
                                  f"bank's own proportions), got target={self.target!r}")
-        elif (self.strata == "subsets" or spec.features is None or self.target != "bank"
+        elif (s.strata == "subsets" or spec.features is None or self.target != "bank"
               or (spec.subsets is not None and spec.mean_of_means)):
             # auto keeps sub-dataset strata on banks with sub-datasets (the strata of the estimand itself)
             return base
-        codes = feature_strata(spec.features, base, self.max_clusters, self.min_stratum_size, self.seed)
-        if self.strata == "features" or codes.max() > base.max():
+        codes = feature_strata(spec.features, base, s.max_clusters, s.min_stratum_size, s.seed)
+        if s.strata == "features" or codes.max() > base.max():
             self.strata_mode_ = "features"
             return codes
         return base
@@ -362,14 +376,14 @@ class AdaptiveMethod(DrawLogReplay, BettingStrataMethod):
         draws = batches >= 0  # an item scored from outside is no draw: it only leaves the population
         if draws.any():
             pos, b = np.arange(start, stop)[draws], batches[draws]
-            args = (u_rows[draws], k_rows[draws], self.log_q_[pos], self.batch_a_[b], self.batch_v_[b],
-                    strata[draws], xs[draws])
+            rows = DrawRows(u_rows[draws], k_rows[draws], self.log_q_[pos], self.batch_a_[b], self.batch_v_[b],
+                            strata[draws], xs[draws])
             for cs, g, wg in zip(self.cs_groups_, self.groups_, self.group_weight_):
-                self._observe_group(cs, g, wg, *args)
+                self._observe_group(cs, g, wg, rows)
 
-    def _observe_group(self, cs, group, w_group, u, known, q, a, v, h, x) -> None:
+    def _observe_group(self, cs, group, w_group, draws: DrawRows) -> None:
         """Feed group G's CS its draws' control-variate statistic (:func:`~.strata.joint_statistic`)."""
-        observed = joint_statistic(group, w_group, u, known, q, a, v, h, x)
+        observed = joint_statistic(group, w_group, draws)
         if observed is not None:
             cs.observe_many(*observed)
 

@@ -52,7 +52,8 @@ each holds with probability ≥ 1 − δ on its own (the overall one needs no un
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -67,6 +68,20 @@ from .bounds import ControlVariateCS
 
 CALIBRATION_PSEUDO_DRAWS = 5.0
 TRUST_START = 0.5  # ρ before the history has been measured on any draw (the default of ``trust_start``)
+
+
+@dataclass(frozen=True)
+class DrawLaw:
+    """The draw law (module docstring): Neyman on the predicted residual spread, its variance floored at
+    ``variance_floor`` (also the floor of the bets' predicted variance), mixed with draws ∝ weight whose share
+    decays from 1 to ``uniform_mix`` over ``warmup`` scored items. Checked when the method starts."""
+
+    uniform_mix: float = 0.3
+    warmup: int = 50
+    variance_floor: float = 0.01
+
+
+DEFAULT_DRAW_LAW = DrawLaw()
 
 
 def trust_from_sums(sdd: float, sdy: float, syy: float, dof: int, level: float) -> float:
@@ -99,18 +114,18 @@ class HistoryMethod(DrawLogReplay, BankMethod):
                       "(Waudby-Smith & Ramdas 2020) on score − history prediction, with known draw "
                       "probabilities; valid whatever the history is")
 
+    option_groups: ClassVar[dict[str, type]] = {"draw_law": DrawLaw}
+
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
-                 uniform_mix: float = 0.3, variance_floor: float = 0.01, subset_intervals: bool = True,
-                 warmup: int = 50, bet_halfwidth: float | None = None, bet_horizon: int | None = None,
+                 draw_law: DrawLaw = DEFAULT_DRAW_LAW, subset_intervals: bool = True,
+                 bet_halfwidth: float | None = None, bet_horizon: int | None = None,
                  trust_start: float = TRUST_START) -> None:
         super().__init__(confidence=confidence, target=target)
         self.trust_start = trust_start
         self.bet_halfwidth = bet_halfwidth
         self.bet_horizon = bet_horizon
         self.grid_size = grid_size
-        self.uniform_mix = uniform_mix
-        self.warmup = warmup
-        self.variance_floor = variance_floor
+        self.draw_law = draw_law
         self.subset_intervals = subset_intervals
 
     def _validate_params(self) -> None:
@@ -119,14 +134,15 @@ class HistoryMethod(DrawLogReplay, BankMethod):
             raise InputError(f"method 'history' answers the bank's question: target must be 'bank', "
                              f"got target={self.target!r}")
         check_positive_int(self.grid_size, "grid_size", minimum=65)
-        check_in_range(self.uniform_mix, "uniform_mix", 0.0, 1.0)
-        if not self.uniform_mix > 0.0:  # every item must keep a positive draw probability
-            raise InputError(f"uniform_mix must lie in (0, 1], got {self.uniform_mix!r}")
-        check_in_range(self.variance_floor, "variance_floor", 0.0, 0.25, closed=False)
+        law = self.draw_law
+        check_in_range(law.uniform_mix, "uniform_mix", 0.0, 1.0)
+        if not law.uniform_mix > 0.0:  # every item must keep a positive draw probability
+            raise InputError(f"uniform_mix must lie in (0, 1], got {law.uniform_mix!r}")
+        check_in_range(law.variance_floor, "variance_floor", 0.0, 0.25, closed=False)
         check_bet_tuning(self.bet_halfwidth, self.bet_horizon)
         check_in_range(self.trust_start, "trust_start", 0.0, 1.0)
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, np.integer)) or self.warmup < 0:
-            raise InputError(f"warmup must be a non-negative integer (items), got {self.warmup!r}")
+        if isinstance(law.warmup, bool) or not isinstance(law.warmup, (int, np.integer)) or law.warmup < 0:
+            raise InputError(f"warmup must be a non-negative integer (items), got {law.warmup!r}")
 
     # -- start ----------------------------------------------------------------------
     def _start_extra(self) -> None:
@@ -246,7 +262,7 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         return self.prior_.predict(seen, self.scores_[seen])
 
     def _sigma2(self, a: np.ndarray) -> np.ndarray:
-        return np.maximum(a * (1.0 - a), float(self.variance_floor))
+        return np.maximum(a * (1.0 - a), float(self.draw_law.variance_floor))
 
     def _calibration(self) -> float:
         pseudo = CALIBRATION_PSEUDO_DRAWS
@@ -299,8 +315,8 @@ class HistoryMethod(DrawLogReplay, BankMethod):
         own scores have sharpened the predictions. With ``warmup`` = n₀ the share is
         ``η + (1 − η) n₀/(n₀ + n)`` after n scored items (predictable: n is known before the batch).
         """
-        n0 = float(self.warmup)
-        eta = float(self.uniform_mix)
+        n0 = float(self.draw_law.warmup)
+        eta = float(self.draw_law.uniform_mix)
         return eta + (1.0 - eta) * n0 / (n0 + self.n_scored) if n0 > 0 else eta
 
     def _log_batch(self, undrawn: np.ndarray, pick: np.ndarray, a: np.ndarray, s: np.ndarray) -> np.ndarray:

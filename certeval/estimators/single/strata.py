@@ -12,6 +12,7 @@ weighted sum (and every per-subset interval reported beside it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -273,17 +274,30 @@ def stratified_moments(q: np.ndarray, share: np.ndarray, var: np.ndarray,
             (float(np.max(ratio * a[on])), float(np.max(ratio * (1.0 - a[on])))))
 
 
-def joint_statistic(group: np.ndarray, w_group: float, u: np.ndarray, known: np.ndarray, q: np.ndarray, a: np.ndarray,
-                    v: np.ndarray, h: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, ...] | None:
-    """Y = [h∈G] (U_h/U_G)/q_h (x − a_h) + Σ_{g∈G} (U_g/U_G) a_g, with E[Y | past] = (W_G m − K_G)/U_G.
+@dataclass(frozen=True)
+class DrawRows:
+    """Logged draws, one row per draw in log order: the undrawn weight ``u`` and known sums ``known`` of each
+    stratum before it, its stratum law ``q``, controls ``a`` and predicted variances ``v`` (draws × strata), its
+    stratum ``h`` and its score ``x``."""
 
-    One row per draw, in log order: ``u``, ``known`` (U and K before it), ``q``, ``a``, ``v`` (draws × strata),
-    its stratum ``h`` and score ``x``. A draw whose group has no undrawn weight left observes nothing."""
-    u_g = u[:, group].sum(axis=1)
+    u: np.ndarray
+    known: np.ndarray
+    q: np.ndarray
+    a: np.ndarray
+    v: np.ndarray
+    h: np.ndarray
+    x: np.ndarray
+
+
+def joint_statistic(group: np.ndarray, w_group: float, draws: DrawRows) -> tuple[np.ndarray, ...] | None:
+    """Y = [h∈G] (U_h/U_G)/q_h (x − a_h) + Σ_{g∈G} (U_g/U_G) a_g, with E[Y | past] = (W_G m − K_G)/U_G, for each
+    of ``draws``. A draw whose group has no undrawn weight left observes nothing."""
+    u_g = draws.u[:, group].sum(axis=1)
     keep = u_g > 0
     if not keep.any():
         return None
-    u, known, q, a, v, h, x, u_g = (arr[keep] for arr in (u, known, q, a, v, h, x, u_g))
+    u, known, q, a, v, h, x, u_g = (arr[keep] for arr in (draws.u, draws.known, draws.q, draws.a, draws.v, draws.h,
+                                                          draws.x, u_g))
     rows = np.arange(h.size)
     share = np.where(group, u / u_g[:, None], 0.0)
     base = (share * np.nan_to_num(a)).sum(axis=1)

@@ -13,10 +13,12 @@ over items), 2–3× more items on banks with sub-datasets.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from ..protocol import register
-from .adaptive import AdaptiveMethod
+from .adaptive import AdaptiveMethod, Stratification
 
 
 @register
@@ -24,11 +26,13 @@ class UniformMethod(AdaptiveMethod):
     """Draws ∝ the estimand's weights (uniform for a plain mean) + the exact betting CS (see module docstring)."""
 
     name = "uniform"
+    option_groups: ClassVar[dict[str, type]] = {}  # its strata are the sub-datasets: no stratification to set
 
     def __init__(self, confidence: float = 0.95, target: str = "bank", grid_size: int = 4097,
                  combine: str = "auto", bet_halfwidth: float | None = None, bet_horizon: int | None = None) -> None:
-        super().__init__(confidence=confidence, target=target, grid_size=grid_size, strata="subsets",
-                         combine=combine, bet_halfwidth=bet_halfwidth, bet_horizon=bet_horizon)
+        super().__init__(confidence=confidence, target=target, grid_size=grid_size,
+                         stratification=Stratification("subsets"), combine=combine, bet_halfwidth=bet_halfwidth,
+                         bet_horizon=bet_horizon)
 
     @property
     def guarantee_text(self) -> str:  # type: ignore[override]
