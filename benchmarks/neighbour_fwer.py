@@ -14,7 +14,7 @@ event the union bound controls, and it contains every wrong statement. At level 
 must exceed the bound.
 
     python -m benchmarks neighbour_fwer               # 300 runs at α = 0.1, both engines, and the control
-    python -m benchmarks neighbour_fwer --quick       # 20 runs, betting tests only, reported (too few to judge)
+    python -m benchmarks neighbour_fwer --quick       # 10 runs, betting tests only, reported (too few to judge)
 
 Writes ``benchmarks/results/neighbour_fwer.json``.
 """
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    runs = args.runs or (20 if args.quick else 300)
+    runs = args.runs or (10 if args.quick else 300)
     out = {"epsilon": EPSILON, "gap": GAP, "board": {"chains": 3, "length": 5, "items": 500}, "results": []}
     configs = (("bonferroni", "betting"), ("bonferroni", "look"), ("none", "betting"), ("none", "look"))
     for correction, engine in (configs[::2] if args.quick else configs):

@@ -39,7 +39,7 @@ through their difficulty; rows generated as 0/1 bytes in the child, 10⁸ cells 
 product's own path; the stored numbers were measured with its older spelling ``--goal rank:0 --epsilon 0.05``, whose
 rep drew its order from another seed rule). Each in a fresh process: wall, CPU seconds (the process's own), peak RSS (ru_maxrss, the
 score table included), fraction of cells, pairs opened, tie groups, Kendall τ, and wrong listings against the
-exact bank order (pairs in two groups listed more than ε the wrong way round). ``--quick``: 200 × 1,000 only.
+exact bank order (pairs in two groups listed more than ε the wrong way round). ``--quick``: 60 × 600 only.
 ``spread:MxN:W`` sources (``--epsilon-sources``) are Rasch boards whose expected means are evenly spaced over a
 width W: M and W grown together keep the density of the board fixed (the time should then grow about as M).
 """
@@ -68,7 +68,7 @@ DATASET = "openllm_tiny"
 
 EPS_SIZES = ("synthetic:1000x10000:2026", "synthetic:2000x10000:2026", "synthetic:10000x10000:2026",
              "bundled:openllm_tiny")
-EPS_QUICK = ("synthetic:200x1000:2026",)
+EPS_QUICK = ("synthetic:60x600:2026",)  # --quick: the child runs (a board of 60 models)
 EPS_EPSILON, EPS_ALPHA = 0.05, 0.05
 
 SYNTHETIC = "synthetic:10000x10000:2026"  # certeval.inputs.synthetic: a Rasch table generated on demand, never stored

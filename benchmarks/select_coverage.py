@@ -19,7 +19,7 @@ often the best arm was dropped.
 
     python -m benchmarks select_coverage --workers 2   # 1,000 runs a cell, cells spread over 2 processes
     python -m benchmarks select_coverage --grid 257    # the betting CSs on 257 candidate means (4x faster)
-    python -m benchmarks select_coverage --quick       # 20 runs a cell on a 200-item bank (_quick/)
+    python -m benchmarks select_coverage --quick       # 5 runs a cell on a 200-item bank (_quick/: it runs)
 """
 
 from __future__ import annotations
@@ -106,14 +106,14 @@ def cell(board: tuple[float, float], mode: str, construction: str, runs: int, n:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks select_coverage", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--runs", type=int, default=None, help="runs per cell (default 1000; --quick 20)")
+    ap.add_argument("--runs", type=int, default=None, help="runs per cell (default 1000; --quick 5)")
     ap.add_argument("--items", type=int, default=None, help="bank size N (default 500; --quick 200)")
     ap.add_argument("--workers", type=int, default=1, help="processes the cells are spread over (default 1)")
     ap.add_argument("--grid", type=int, default=STREAM_GRID,
                     help=f"candidate means per betting CS (default {STREAM_GRID}, what select runs; coarser is faster)")
     ap.add_argument("--seed", type=int, default=54)
     args = ap.parse_args(argv)
-    runs = args.runs or (20 if args.quick else 1000)
+    runs = args.runs or (5 if args.quick else 1000)
     n = args.items or (200 if args.quick else 500)
     jobs = [(board, mode, construction, runs, n, args.seed + b, args.grid) for b, board in enumerate(BOARDS)
             for mode in MODES for construction in CONSTRUCTIONS]
