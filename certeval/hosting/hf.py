@@ -22,7 +22,8 @@ there the choices of a question that differ only in their last token (one-token 
 in lm-eval's hf model. An lm-eval task's own requests (a LAMBADA pair, Winogrande's several contexts) are scored
 the same way; a perplexity doc's text in lm-eval's rolling windows (:mod:`certeval.hosting.hf_rolling`); a run over
 tasks of several output types asks each item as its own task does. Open questions: batched greedy generation, stopped at the
-first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model.
+first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model; a row
+leaves its batch at its own stop (:mod:`certeval.hosting.hf_generate`).
 """
 
 from __future__ import annotations
