@@ -113,19 +113,27 @@ def _few_shot_prompts() -> list[str]:
     return [(shots if i % 2 else shots[len(shots) // 2:]) + f"Question: {ask}\nAnswer:" for i, ask in enumerate(asks)]
 
 
+def _left_padded(host, prompts: list[str]):
+    """(tokens of each prompt, left-padded ids, attention mask) of one batch."""
+    import torch
+
+    encoded = [host.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    width = max(map(len, encoded))
+    ids = torch.tensor([[host._pad_id()] * (width - len(e)) + e for e in encoded])
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    return encoded, ids, mask
+
+
 def _generate_whole_batch(host, prompts: list[str], budget: int) -> list[list[int]]:
     """transformers' own ``model.generate`` on the same left-padded batch, every row run to the budget (no stop
     strings: lm-eval's hf model cuts the text afterwards), each row's new tokens up to its first EOS."""
     import torch
 
-    encoded = [host.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    width = max(map(len, encoded))
-    pad = host._pad_id()
-    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
-    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    _, ids, mask = _left_padded(host, prompts)
     with torch.inference_mode():
         out = host.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=budget, do_sample=False,
-                                  pad_token_id=pad)
+                                  pad_token_id=host._pad_id())
+    width = ids.shape[1]
     rows = []
     for row in out[:, width:].tolist():
         ends = [i for i, t in enumerate(row) if t in host._end_ids()]
@@ -155,10 +163,7 @@ def test_rows_leave_the_batch_at_their_stop_and_generate_what_model_generate_doe
     # where each row must leave: the first step its text holds a stop, else its EOS or the budget
     expected = [next((row[:n] for n in range(1, len(row) + 1) if holds_stop(row[:n])), row) for row in whole]
     assert len({len(e) for e in expected}) > 2, "the rows must stop at different steps for this test to mean much"
-    encoded = [host.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    width = max(map(len, encoded))
-    ids = torch.tensor([[host._pad_id()] * (width - len(e)) + e for e in encoded])
-    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    encoded, ids, mask = _left_padded(host, prompts)
 
     sizes = []  # rows of each forward pass
     hook = host.model.register_forward_pre_hook(lambda m, a, kw: sizes.append(kw["input_ids"].shape[0]),
