@@ -42,13 +42,16 @@ def decode_greedy(model: Any, batch: GreedyBatch) -> list[list[int]]:
     mask = batch.mask
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     attention = None if bool(mask.all()) else mask  # generate drops a mask without padding
-    extra = {"logits_to_keep": 1} if _takes_logits_to_keep(model) else {}
+    takes = inspect.signature(model.forward).parameters  # generate passes only what the model's forward takes
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in takes else {}
+    with_positions = "position_ids" in takes
     rows = list(range(n_rows))  # batch position -> row of the caller's batch
     ended: set[int] = set()
     inputs, cache = batch.ids, None
     for step in range(batch.budget):
-        out = model(input_ids=inputs, attention_mask=attention, position_ids=positions, past_key_values=cache,
-                    use_cache=True, **extra)
+        if with_positions:
+            extra["position_ids"] = positions
+        out = model(input_ids=inputs, attention_mask=attention, past_key_values=cache, use_cache=True, **extra)
         cache = out.past_key_values
         chosen = out.logits[:, -1].to(dtype=torch.float32).argmax(-1)
         for position, token in enumerate(chosen.tolist()):
@@ -72,7 +75,3 @@ def decode_greedy(model: Any, batch: GreedyBatch) -> list[list[int]]:
         if attention is not None:
             attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=-1)
     return tokens
-
-
-def _takes_logits_to_keep(model: Any) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
