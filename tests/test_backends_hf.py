@@ -178,6 +178,10 @@ def test_rows_leave_the_batch_at_their_stop_and_generate_what_model_generate_doe
                                                       lambda r, t: len(t) + 1 >= len(expected[r])))
     assert got == expected
     assert early != expected
+    with torch.inference_mode(), monkeypatch.context() as patched:  # a cache that cannot drop rows keeps them
+        patched.delattr(Cache, "batch_select_indices")
+        assert decode_greedy(host.model, GreedyBatch(ids, mask, budget, host._end_ids(),
+                                                     lambda r, t: holds_stop(t))) == expected
     assert sizes[0] == len(prompts) and len(set(sizes)) > 2  # the batch shrank step by step
     assert len(sizes) == max(map(len, expected))  # one pass a token, none after the last row stopped
 
