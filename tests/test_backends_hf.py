@@ -103,6 +103,100 @@ def test_trivia_generation_with_normalized_match(host):
     assert results[0]["score"] + results[1]["score"] >= 1, results
 
 
+def _few_shot_prompts() -> list[str]:
+    """Two-shot trivia prompts of different lengths (left padding in one batch) whose greedy answers end at
+    different steps: some at a newline after a word or two, some only at the token budget."""
+    shots = "".join(f"Question: {item['question']}\nAnswer: {item['answer']}\n\n" for item in TRIVIA_ITEMS[:2])
+    asks = ["What is the USA state capital of Texas?", "Who won the Premier League in 2015?", "2 + 2 =",
+            "Name every planet of the solar system, in order from the sun, separated by commas.",
+            "Which city hosted the 1992 Summer Olympics?", "Write a very long sentence about cats:"]
+    return [(shots if i % 2 else shots[len(shots) // 2:]) + f"Question: {ask}\nAnswer:" for i, ask in enumerate(asks)]
+
+
+def _left_padded(host, prompts: list[str]):
+    """(tokens of each prompt, left-padded ids, attention mask) of one batch."""
+    import torch
+
+    encoded = [host.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    width = max(map(len, encoded))
+    ids = torch.tensor([[host._pad_id()] * (width - len(e)) + e for e in encoded])
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    return encoded, ids, mask
+
+
+def _generate_whole_batch(host, prompts: list[str], budget: int) -> list[list[int]]:
+    """transformers' own ``model.generate`` on the same left-padded batch, every row run to the budget (no stop
+    strings: lm-eval's hf model cuts the text afterwards), each row's new tokens up to its first EOS."""
+    import torch
+
+    _, ids, mask = _left_padded(host, prompts)
+    with torch.inference_mode():
+        out = host.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=budget, do_sample=False,
+                                  pad_token_id=host._pad_id())
+    width = ids.shape[1]
+    rows = []
+    for row in out[:, width:].tolist():
+        ends = [i for i, t in enumerate(row) if t in host._end_ids()]
+        rows.append(row[:ends[0] + 1] if ends else row)
+    return rows
+
+
+def test_rows_leave_the_batch_at_their_stop_and_generate_what_model_generate_does(host, monkeypatch):
+    """:func:`certeval.hosting.hf_generate.decode_greedy` drops a row from the batch (input, mask, cache) at the
+    step its text first holds a stop string; its tokens are those transformers' ``model.generate`` gives the whole
+    batch up to that step, and the host's texts equal lm-eval's rule applied to ``generate``'s (decode, cut at the
+    first stop). Controls: a row dropped one step early, and the cache keeping the wrong rows, are both caught."""
+    import torch
+    from transformers.cache_utils import Cache
+
+    from certeval.hosting.hf_generate import GreedyBatch, decode_greedy
+    from certeval.scoring.lm_eval_generation import GenerationRequest, cut_at_stop
+
+    budget, until = 12, ("\n", "Question:")
+    prompts = _few_shot_prompts()
+    prompts.sort(key=lambda p: (-len(host.tokenizer(p, add_special_tokens=False)["input_ids"]), p))  # host order
+    whole = _generate_whole_batch(host, prompts, budget)
+
+    def holds_stop(tokens):
+        return any(u in host.tokenizer.decode(tokens, skip_special_tokens=True) for u in until)
+
+    # where each row must leave: the first step its text holds a stop, else its EOS or the budget
+    expected = [next((row[:n] for n in range(1, len(row) + 1) if holds_stop(row[:n])), row) for row in whole]
+    assert len({len(e) for e in expected}) > 2, "the rows must stop at different steps for this test to mean much"
+    encoded, ids, mask = _left_padded(host, prompts)
+
+    sizes = []  # rows of each forward pass
+    hook = host.model.register_forward_pre_hook(lambda m, a, kw: sizes.append(kw["input_ids"].shape[0]),
+                                                with_kwargs=True)
+    with torch.inference_mode():
+        try:
+            got = decode_greedy(host.model, GreedyBatch(ids, mask, budget, host._end_ids(), lambda r, t: holds_stop(t)))
+        finally:
+            hook.remove()
+        # control: each row ends one step before its stop
+        early = decode_greedy(host.model, GreedyBatch(ids, mask, budget, host._end_ids(),
+                                                      lambda r, t: len(t) + 1 >= len(expected[r])))
+    assert got == expected
+    assert early != expected
+    with torch.inference_mode(), monkeypatch.context() as patched:  # a cache that cannot drop rows keeps them
+        patched.delattr(Cache, "batch_select_indices")
+        assert decode_greedy(host.model, GreedyBatch(ids, mask, budget, host._end_ids(),
+                                                     lambda r, t: holds_stop(t))) == expected
+    assert sizes[0] == len(prompts) and len(set(sizes)) > 2  # the batch shrank step by step
+    assert len(sizes) == max(map(len, expected))  # one pass a token, none after the last row stopped
+
+    requests = [GenerationRequest(p, until, budget, True) for p in prompts]
+    reference = [cut_at_stop(host.tokenizer.decode(row, skip_special_tokens=True), r) for row, r in zip(whole, requests)]
+    texts, used = host.generate(requests)
+    assert texts == reference
+    assert used == [len(e) + len([t for t in row if t != host._pad_id()]) for e, row in zip(encoded, expected)]
+    # control: the cache keeps the first rows instead of those that stay in the batch
+    select = Cache.batch_select_indices
+    monkeypatch.setattr(Cache, "batch_select_indices",
+                        lambda self, index: select(self, torch.arange(len(index), device=index.device)))
+    assert host.generate(requests)[0] != reference
+
+
 def test_bank_without_scorer_fields_is_input_error(host):
     from dataclasses import replace
 

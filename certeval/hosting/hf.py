@@ -22,7 +22,8 @@ there the choices of a question that differ only in their last token (one-token 
 in lm-eval's hf model. An lm-eval task's own requests (a LAMBADA pair, Winogrande's several contexts) are scored
 the same way; a perplexity doc's text in lm-eval's rolling windows (:mod:`certeval.hosting.hf_rolling`); a run over
 tasks of several output types asks each item as its own task does. Open questions: batched greedy generation, stopped at the
-first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model.
+first newline; an lm-eval task's generation items at their own stop strings and budget, as lm-eval's hf model; a row
+leaves its batch at its own stop (:mod:`certeval.hosting.hf_generate`).
 """
 
 from __future__ import annotations
@@ -78,31 +79,6 @@ def parse_options(spec: ModelSpec, **kwargs: Any) -> HFOptions:
         trust_remote_code=spec.flag_option("trust_remote_code"),
     )
 
-
-
-class _StopOnText:
-    """A row is done once its new text holds one of ``stops`` (lm-eval's ``generate_until`` rule); the text is cut at
-    the first one afterwards (:func:`~certeval.scoring.lm_eval_generation.cut_at_stop`), so stopping here, at the first step the
-    string appears, gives the same text as stopping later would. Stands in for transformers' ``stop_strings``, whose
-    criterion re-reads the whole vocabulary at every ``generate`` call (about a tenth of a generation batch's CPU time
-    on SmolLM2). Only each unfinished row's new tokens are decoded, once per step."""
-
-    def __init__(self, stops: list[str], prompt_width: int, tokenizer: Any) -> None:
-        self.stops = stops
-        self.width = prompt_width
-        self.tokenizer = tokenizer
-        self.done: Any = None
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        if self.done is None:
-            self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-        for row in (~self.done).nonzero().flatten().tolist():
-            text = self.tokenizer.decode(input_ids[row, self.width:], skip_special_tokens=True)
-            if any(stop in text for stop in self.stops):
-                self.done[row] = True
-        return self.done.clone()
 
 
 def whitespace_onto_continuation(context: str, continuation: str) -> tuple[str, str]:
@@ -302,41 +278,62 @@ class HFHost(ModelHost):
     def generate(self, requests: list[GenerationRequest]) -> tuple[list[str], list[int]]:
         """Greedy completions, each stopped at its request's stop strings or budget (lm-eval's ``generate_until``:
         the context left-truncated to ``max_length - budget``, the text cut at the first stop string), and tokens
-        used (prompt + generated) per request. Requests with the same stops and budget share batches."""
+        used (prompt + generated) per request. Requests with the same stops and budget share batches, cut as
+        lm-eval cuts them (longest prompt in tokens first); a row leaves its batch at its own stop
+        (:func:`certeval.hosting.hf_generate.decode_greedy`)."""
         import torch
+
+        from .hf_generate import GreedyBatch, decode_greedy
 
         texts: list[str] = [""] * len(requests)
         used: list[int] = [0] * len(requests)
+        prompts = list(dict.fromkeys(request.prompt for request in requests))
+        encoded = dict(zip(prompts, self.tokenizer(prompts, add_special_tokens=False)["input_ids"]))
         groups: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
             groups.setdefault((request.until, request.max_tokens), []).append(i)
         pad_id = self._pad_id()
-        eos = self.tokenizer.eos_token_id
+        end_ids = self._end_ids()
         with torch.inference_mode():
             for (until, budget), members in groups.items():
                 keep_prompt = max(1, self.options.max_length - budget)
-                order = sorted(members, key=lambda i: -len(requests[i].prompt))
+                order = sorted(members, key=lambda i: (-len(encoded[requests[i].prompt]), requests[i].prompt))
+                stops = [u for u in until if u]
                 for start in range(0, len(order), self.options.batch_size):
                     chunk = order[start:start + self.options.batch_size]
-                    encoded = [self._encode(requests[i].prompt)[-keep_prompt:] for i in chunk]
-                    width = max(len(e) for e in encoded)
+                    rows = [list(encoded[requests[i].prompt][-keep_prompt:]) for i in chunk]
+                    width = max(len(r) for r in rows)
                     ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
                     mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                    for row, tokens in enumerate(encoded):
+                    for row, tokens in enumerate(rows):
                         ids[row, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
                         mask[row, width - len(tokens):] = 1
-                    stops = [u for u in until if u]
-                    out = self.model.generate(
-                        input_ids=ids.to(self.options.device), attention_mask=mask.to(self.options.device),
-                        max_new_tokens=budget, do_sample=False, num_beams=1, temperature=None, top_p=None,
-                        top_k=None, pad_token_id=pad_id, eos_token_id=eos,
-                        stopping_criteria=[_StopOnText(stops, width, self.tokenizer)] if stops else None,
-                    ).cpu()
-                    for row, i in enumerate(chunk):
-                        new = [t for t in out[row, width:].tolist() if t != pad_id]
+                    batch = GreedyBatch(ids.to(self.options.device), mask.to(self.options.device), budget, end_ids,
+                                        self._stop_check(stops) if stops else None)
+                    for row, (i, new) in enumerate(zip(chunk, decode_greedy(self.model, batch))):
+                        new = [t for t in new if t != pad_id]
                         texts[i] = cut_at_stop(self.tokenizer.decode(new, skip_special_tokens=True), requests[i])
-                        used[i] = len(encoded[row]) + len(new)
+                        used[i] = len(rows[row]) + len(new)
         return texts, used
+
+    def _stop_check(self, stops: list[str]) -> Any:
+        """Whether a row's new tokens hold one of ``stops`` (lm-eval's ``generate_until`` rule); the text is cut at
+        the first one afterwards (:func:`~certeval.scoring.lm_eval_generation.cut_at_stop`), so stopping at the
+        first step the string appears gives the text a later stop would. Checked on the decoded new tokens of each
+        row still generating, once a step, instead of transformers' ``stop_strings``, whose criterion re-reads the
+        whole vocabulary at every ``generate`` call."""
+        decode = self.tokenizer.decode
+        return lambda row, tokens: any(stop in decode(tokens, skip_special_tokens=True) for stop in stops)
+
+    def _end_ids(self) -> frozenset[int]:
+        """The tokens that end a row: the model's generation config's ``eos_token_id`` (one or several), which
+        ``model.generate`` stops at when lm-eval's hf model calls it; the tokenizer's EOS when the config has none."""
+        config = getattr(self.model, "generation_config", None)
+        eos = getattr(config, "eos_token_id", None)
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        ids = [eos] if isinstance(eos, int) else list(eos or [])
+        return frozenset(int(t) for t in ids)
 
     def _item_resps(self, requests: list[list[tuple[str, str]] | str]) -> tuple[list[list[list]], list[int]]:
         """lm-eval's answers to each item's log-likelihood requests, ``[[loglik, is_greedy], …]``, and the tokens
