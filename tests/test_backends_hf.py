@@ -197,6 +197,47 @@ def test_rows_leave_the_batch_at_their_stop_and_generate_what_model_generate_doe
     assert host.generate(requests)[0] != reference
 
 
+def test_a_tokenizer_that_adds_a_bos_generates_what_lm_evals_hf_model_generates(host):
+    """lm-eval's hf model encodes generation contexts with the tokenizer's own special tokens (``tok_batch_encode``,
+    no ``add_bos_token`` given): a Llama-style tokenizer puts a BOS first, unless the context already starts with
+    the BOS token's text. SmolLM2's tokenizer adds none, so this one is made to (a post-processor that puts its BOS
+    first) and both tools generate on the same model; the tokens each request used show the BOS (SmolLM2's answers
+    to these prompts do not change with it)."""
+    import copy
+
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    from tokenizers import processors
+
+    from certeval.hosting.hf import HFHost
+    from certeval.scoring.lm_eval_generation import GenerationRequest
+
+    with_bos = copy.deepcopy(host.tokenizer)
+    bos = with_bos.bos_token
+    with_bos.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, with_bos.bos_token_id)])
+    assert with_bos("Paris")["input_ids"][0] == with_bos.bos_token_id != host.tokenizer("Paris")["input_ids"][0]
+    budget, until = 10, ("\n", "Question:")
+    prompts = _few_shot_prompts()[:4]
+    prompts.append(bos + prompts[0])  # already starts with the BOS text: no second BOS
+    requests = [GenerationRequest(p, until, budget, True) for p in prompts]
+    bos_host = HFHost(host.spec, host.model, with_bos, host.options)
+    texts, used = bos_host.generate(requests)
+
+    lm = HFLM(pretrained=host.model, tokenizer=with_bos, batch_size=host.options.batch_size, device="cpu")
+    reference = lm.generate_until([Instance(request_type="generate_until", doc={}, idx=0,
+                                            arguments=(p, {"until": list(until), "max_gen_toks": budget}))
+                                   for p in prompts], disable_tqdm=True)
+    assert texts == reference
+    # lm-eval's contexts start with one BOS, the one already there included; certeval's are one token longer than
+    # the plain tokenizer's (same answers here: the BOS shows in the tokens used, not in these texts)
+    contexts = [lm.tok_batch_encode([p])[0][0].tolist() for p in prompts]
+    assert [c[0] for c in contexts] == [with_bos.bos_token_id] * len(prompts) and contexts[-1] == contexts[0]
+    plain, plain_used = host.generate(requests[:-1])
+    assert plain == texts[:-1] and plain_used == [u - 1 for u in used[:-1]]
+    assert used[-1] == used[0]  # the prompt that starts with the BOS text has one BOS, as the others, not two
+
+
 def test_bank_without_scorer_fields_is_input_error(host):
     from dataclasses import replace
 

@@ -121,13 +121,15 @@ class HFHost(ModelHost):
         kwargs = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
         return list(self.tokenizer.encode(text, **kwargs))
 
-    def _tok_encode_many(self, texts: list[str]) -> list[list[int]]:
+    def _tok_encode_many(self, texts: list[str], prefix: str | None = None) -> list[list[int]]:
         """:meth:`_tok_encode` of each text, through the tokenizer's batch path (one call per kind of text instead of
-        one per text: on a GPU the per-text calls cost more than the forward passes)."""
-        prefix = self._prefix_text()
+        one per text: on a GPU the per-text calls cost more than the forward passes). A text starting with
+        ``prefix`` (the prefix token's text unless given) gets no special tokens."""
+        prefix = self._prefix_text() if prefix is None else prefix
+        starts = [bool(prefix) and text.startswith(prefix) for text in texts]
         out: list[list[int]] = [[] for _ in texts]
-        for skip in (False, True):  # texts already starting with the prefix token's text get no special tokens
-            which = [i for i, text in enumerate(texts) if text.startswith(prefix) == skip]
+        for skip in (False, True):
+            which = [i for i, start in enumerate(starts) if start == skip]
             if which:
                 kwargs = {"add_special_tokens": False} if skip else {}
                 ids = self.tokenizer([texts[i] for i in which], **kwargs)["input_ids"]
@@ -288,7 +290,9 @@ class HFHost(ModelHost):
         texts: list[str] = [""] * len(requests)
         used: list[int] = [0] * len(requests)
         prompts = list(dict.fromkeys(request.prompt for request in requests))
-        encoded = dict(zip(prompts, self.tokenizer(prompts, add_special_tokens=False)["input_ids"]))
+        # lm-eval's tok_batch_encode (no add_bos_token given): the tokenizer's own special tokens (a BOS for the
+        # tokenizers that add one), none for a prompt already starting with the BOS token's text
+        encoded = dict(zip(prompts, self._tok_encode_many(prompts, prefix=self.tokenizer.bos_token or "")))
         groups: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
             groups.setdefault((request.until, request.max_tokens), []).append(i)
