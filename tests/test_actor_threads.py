@@ -134,3 +134,12 @@ def test_kept_actors_serve_the_next_command_with_the_model_loaded(local_ray, tin
     finally:
         killed = kill_kept_actors()
     assert one["actor"] in killed
+
+
+def test_idle_openmp_threads_spin_briefly_only_where_other_work_fills_the_cores():
+    """The spin rule of the actors' OpenMP threads (docs/pipeline.md): OpenMP's long default spin on a box with
+    cores to spare, a brief one (GOMP_SPINCOUNT) where the load already fills them."""
+    from certeval.hosting.pool import _cores_busy
+
+    assert not _cores_busy(load=0.4, cores=2) and not _cores_busy(load=1.9, cores=2)
+    assert _cores_busy(load=2.0, cores=2) and _cores_busy(load=17.0, cores=2) and not _cores_busy(load=17.0, cores=32)

@@ -49,8 +49,20 @@ from .ray_setup import NAMESPACE, _forwarded_env, _secret_env, key_variables
 from .worker import CONTROL, ModelWorker, _ping_answer
 
 MAX_ATTEMPTS = 3
-# libgomp spin iterations before an idle thread sleeps (a few microseconds; its default is 300,000)
+# libgomp spin iterations before an idle thread sleeps where other work fills the cores (a few microseconds; its
+# default is 300,000)
 OPENMP_SPIN_COUNT = "3000"
+
+
+def _cores_busy(load: float | None = None, cores: int | None = None) -> bool:
+    """Whether other work already fills this node's cores (1-minute load average ≥ its core count). An actor's idle
+    OpenMP threads then spin only briefly before they sleep: OpenMP's long default spin starves a loaded box (24
+    items: 102-271 s at load 16-36, 26-42 s spinning briefly), while on a box with spare cores it wakes threads at
+    once on each small step of greedy decoding (300 generation items: 40-47 s of rounds against 47-62 s spinning
+    briefly, idle 2-core box). Never spinning (``OMP_WAIT_POLICY=PASSIVE``) is slower still (5.0 vs 7.0 items/s)."""
+    load = os.getloadavg()[0] if load is None else load
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    return load >= cores
 
 
 @dataclass
@@ -195,10 +207,7 @@ class ModelPool:
         env = _forwarded_env(self.key_variables)
         if threads is not None:  # OpenMP's pool sized before torch starts; the worker sets torch's own too
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-            if threads > 1 and not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):
-                # idle OpenMP threads spin briefly, then sleep: long spinning (OpenMP's default) starves a loaded
-                # box (24 items: 102-271 s at load 16-36, 26-42 s passive), never spinning (PASSIVE) wakes threads
-                # late on every small step of greedy decoding (generation 5.0 vs 7.0 items/s on an idle 2-core box)
+            if threads > 1 and not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ) and _cores_busy():
                 env["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
         extra = dict(lifetime="detached", get_if_exists=True) if kept else {}  # two commands at once: one actor
         handle = self._cls.options(
