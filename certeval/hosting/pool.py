@@ -55,8 +55,9 @@ OPENMP_SPIN_COUNT = "3000"
 
 
 def _cores_busy(load: float | None = None, cores: int | None = None) -> bool:
-    """Whether other work already fills this node's cores: a 1-minute load average of at least its core count plus
-    one (the command's own driver and services count in the load of the node they run on). An actor's idle
+    """Whether other work already fills the cores of the node the command runs on: a 1-minute load average of at
+    least its core count plus one (the command's own driver and services count in it). An actor placed on another
+    node of a cluster is judged by this node's load too (Ray places it after this is decided). An actor's idle
     OpenMP threads then spin only briefly before they sleep: OpenMP's long default spin starves a loaded box (24
     items: 102-271 s at load 16-36, 26-42 s never spinning), while on a box with spare cores it wakes threads at
     once on each small step of greedy decoding (300 generation items: 40-47 s of rounds against 47-62 s spinning
