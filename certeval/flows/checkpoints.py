@@ -122,8 +122,8 @@ def flow_request(cls: type[AskedFor], given: Any, flow_name: str, sets: tuple[st
 def select_checkpoints_flow(checkpoints: str, request: Select | None = None) -> dict[str, Any]:
     """Select the best checkpoint of a folder; return (and store) the report. ``request``: the selection's settings
     (its models are the checkpoints, its run id the tick's, its mode ``best``; threshold 0 and half-width 0.02 when
-    unset); ``num_cpus`` caps a local Ray (models beyond it share actors, queued), ``num_gpus`` is each model
-    actor's share of a GPU."""
+    unset); its ``num_cpus`` caps a local Ray (models beyond it share actors, queued), its ``num_gpus`` is each
+    model actor's share of a GPU."""
     asked = flow_request(Select, request, "select-checkpoints", ("models", "run_id", "mode"), SELECT_DEFAULTS)
     specs = find_checkpoints(checkpoints)
     plan, prepared = make_plan(replace(asked, models=tuple(specs), run_id=f"checkpoints-{_tick_stamp()}"))
