@@ -197,6 +197,46 @@ def test_rows_leave_the_batch_at_their_stop_and_generate_what_model_generate_doe
     assert host.generate(requests)[0] != reference
 
 
+def test_prompts_passed_in_groups_of_rows_decode_as_one_pass_over_the_whole_batch(host, monkeypatch):
+    """The prompts' pass run in groups of rows (each group padded only to its own longest prompt, the groups' caches
+    then left-padded to the batch's width and joined) gives every row the tokens transformers' ``model.generate``
+    gives the whole batch, and the host's CPU generation, which prefills in groups, the texts lm-eval's rule makes of
+    them. Control: the groups' caches joined with their padding on the wrong side are caught."""
+    import torch
+
+    from certeval.hosting import hf, hf_generate
+    from certeval.hosting.hf_generate import GreedyBatch, decode_greedy
+    from certeval.scoring.lm_eval_generation import GenerationRequest, cut_at_stop
+
+    budget = 10
+    prompts = _few_shot_prompts()
+    prompts.sort(key=lambda p: (-len(host.tokenizer(p, add_special_tokens=False)["input_ids"]), p))  # host order
+    whole = _generate_whole_batch(host, prompts, budget)
+    _, ids, mask = _left_padded(host, prompts)
+    shapes = []  # (rows, width) of each forward pass
+    hook = host.model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                                with_kwargs=True)
+    with torch.inference_mode():
+        try:
+            for rows in (2, 4):
+                shapes.clear()
+                assert decode_greedy(host.model, GreedyBatch(ids, mask, budget, host._end_ids(), None, rows)) == whole
+                groups = shapes[:-(-len(prompts) // rows)]  # the prompts' passes: ceil(rows of the batch / rows)
+                assert [r for r, _ in groups] == [min(rows, len(prompts) - s) for s in range(0, len(prompts), rows)]
+                assert groups[0][1] == ids.shape[1] and groups[-1][1] < ids.shape[1]  # shorter groups, narrower pass
+        finally:
+            hook.remove()
+        with monkeypatch.context() as patched:  # control: zeros after a group's keys instead of before them
+            patched.setattr(hf_generate, "_left_pad",
+                            lambda states, n: torch.nn.functional.pad(states, (0, 0, 0, n)) if n else states)
+            assert decode_greedy(host.model, GreedyBatch(ids, mask, budget, host._end_ids(), None, 2)) != whole
+
+    requests = [GenerationRequest(p, (), budget, True) for p in prompts]
+    reference = [cut_at_stop(host.tokenizer.decode(row, skip_special_tokens=True), r) for row, r in zip(whole, requests)]
+    monkeypatch.setattr(hf, "CPU_PREFILL_ROWS", 4)  # the host's batch here is 8 rows
+    assert host.generate(requests)[0] == reference
+
+
 def test_a_tokenizer_that_adds_a_bos_generates_what_lm_evals_hf_model_generates(host):
     """lm-eval's hf model encodes generation contexts with the tokenizer's own special tokens (``tok_batch_encode``,
     no ``add_bos_token`` given): a Llama-style tokenizer puts a BOS first, unless the context already starts with

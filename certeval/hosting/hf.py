@@ -42,6 +42,7 @@ from certeval.scoring.lm_eval_generation import GenerationRequest, cut_at_stop
 from .base import ModelHost
 
 _DTYPES = ("float32", "bfloat16", "float16")
+CPU_PREFILL_ROWS = 8  # rows per prompt pass of a generation batch on CPU (certeval.hosting.hf_generate)
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,9 @@ class HFHost(ModelHost):
             groups.setdefault((request.until, request.max_tokens), []).append(i)
         pad_id = self._pad_id()
         end_ids = self._end_ids()
+        # on CPU the prompts' pass runs 8 rows at a time (13-17% less time than 16 on 60-170-token prompts;
+        # hf_generate's docstring); a GPU takes the whole batch in one pass
+        prefill_rows = CPU_PREFILL_ROWS if self.options.device == "cpu" else None
         with torch.inference_mode():
             for (until, budget), members in groups.items():
                 keep_prompt = max(1, self.options.max_length - budget)
@@ -313,7 +317,7 @@ class HFHost(ModelHost):
                         ids[row, width - len(tokens):] = torch.tensor(tokens, dtype=torch.long)
                         mask[row, width - len(tokens):] = 1
                     batch = GreedyBatch(ids.to(self.options.device), mask.to(self.options.device), budget, end_ids,
-                                        self._stop_check(stops) if stops else None)
+                                        self._stop_check(stops) if stops else None, prefill_rows)
                     for row, (i, new) in enumerate(zip(chunk, decode_greedy(self.model, batch))):
                         new = [t for t in new if t != pad_id]
                         texts[i] = cut_at_stop(self.tokenizer.decode(new, skip_special_tokens=True), requests[i])
