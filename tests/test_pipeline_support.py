@@ -45,9 +45,15 @@ def _stop_prefect() -> None:
 def shutdown() -> None:
     """Stop the shared Prefect server and Ray of this process (at the session's end; idempotent)."""
     _stop_prefect()
+    shutdown_ray()
+
+
+def shutdown_ray() -> None:
+    """Stop this process's Ray, the shared one or one a test started (idempotent); :func:`ray_address` starts the
+    shared one again for the next module that needs it."""
     _STATE.pop("ray", None)
     ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():  # the shared one, or one a test started in this process
+    if ray is not None and ray.is_initialized():
         ray.shutdown()
 
 

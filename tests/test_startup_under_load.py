@@ -84,13 +84,13 @@ def _ray_descendants() -> list[psutil.Process]:
 
 @pytest.fixture
 def no_ray_here():
-    import ray
+    from test_pipeline_support import shutdown_ray
 
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialised in this test process")
+    # a test file run earlier in this worker may have left the shared Ray up: these tests start Ray themselves
+    shutdown_ray()
     before = {p.pid for p in _ray_descendants()}
     yield before
-    ray.shutdown()
+    shutdown_ray()
 
 
 @pytest.mark.slow
