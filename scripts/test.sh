@@ -11,7 +11,8 @@ export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$PWD/.cache}"
 # three workers, whole files each (module fixtures stay in one process), in collection order: the longest files first
 # (tests/conftest.py; xdist's default would start the files with the most tests first). Most tests wait on servers
 # and subprocesses: two workers kept 2 cores 71% busy, three keep them busier. -n 0 (or -p no:xdist) runs in one
-# process, to debug. --durations: the slowest tests, for whoever trims the suite next.
+# process, to debug. --durations: the slowest tests, for whoever trims the suite next (the suite is CPU-bound:
+# scripts/suite_cpu_profile.py gives CPU seconds per test).
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n 3 --dist loadfile --no-loadscope-reorder --durations=15 "$@"
 rc=$?
