@@ -100,12 +100,16 @@ def _prefill(model: Any, batch: GreedyBatch, positions: Any, extra: dict[str, An
 
     n_rows = batch.ids.shape[0]
     step = batch.prefill_rows or n_rows
-    if step < n_rows and not _joinable(_empty_cache(model)):
+    # groups need position ids (a model that takes none would number a narrower group's tokens differently) and
+    # a cache that can be joined
+    if step < n_rows and (positions is None or not _joinable(_empty_cache(model))):
         step = n_rows
     passes = []
     for start in range(0, n_rows, step):
         mask = batch.mask[start:start + step]
-        left = int((mask.sum(0) == 0).sum())  # leading columns that are padding in every row of this group
+        # leading columns that are padding in every row of this group (one pass over the batch keeps its width,
+        # which the decoding steps' mask has)
+        left = int((mask.sum(0) == 0).sum()) if step < n_rows else 0
         out = _forward(model, batch.ids[start:start + step, left:], mask[:, left:],
                        None if positions is None else positions[start:start + step, left:], extra)
         if step < n_rows and not _joinable(out.past_key_values):  # the model made a cache of its own kind
