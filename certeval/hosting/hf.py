@@ -299,7 +299,7 @@ class HFHost(ModelHost):
             groups.setdefault((request.until, request.max_tokens), []).append(i)
         pad_id = self._pad_id()
         end_ids = self._end_ids()
-        # on CPU the prompts' pass runs 8 rows at a time (13-17% less time than 16 on 60-170-token prompts;
+        # on CPU the prompts' pass runs at most 8 rows at a time (13-17% less time than 16 on 60-170-token prompts;
         # hf_generate's docstring); a GPU takes the whole batch in one pass
         prefill_rows = CPU_PREFILL_ROWS if self.options.device == "cpu" else None
         with torch.inference_mode():
