@@ -94,7 +94,7 @@ def _greedy(logits: Any) -> Any:
 
 def _prefill(model: Any, batch: GreedyBatch, positions: Any, extra: dict[str, Any]) -> tuple[Any, Any]:
     """The first new token of each row and the cache of the prompts: one pass over the batch, or one per group of
-    ``batch.prefill_rows`` rows whose caches are joined (when every layer of the model's cache is a plain
+    at most ``batch.prefill_rows`` rows whose caches are joined (when every layer of the model's cache is a plain
     full-attention one)."""
     import torch
 
