@@ -1,17 +1,18 @@
 """CPU seconds per test, for whoever trims the suite next (the suite is CPU-bound on 2 cores: wall time per test
 says little when three workers share them).
 
-As a pytest plugin it writes one JSON line per test to ``$SUITE_CPU_PROFILE_DIR/<worker pid>.jsonl`` (default: the temporary folder's
-``certeval-suite-cpu``): the CPU time
-of the test process, of the children it waited for, and of its live descendants (Ray's processes and actors, servers,
-CLI subprocesses) between the test's start and its end. Run as a script it sums the lines per file::
+As a pytest plugin it appends one JSON line per test to ``$SUITE_CPU_PROFILE_DIR/<worker pid>.jsonl`` (default: the
+temporary folder's ``certeval-suite-cpu``; give each run a fresh folder, the summary reads every file in it): the CPU
+time of the test process, of the children it waited for, and of its live descendants (Ray's processes and actors,
+servers, CLI subprocesses) between the test's start and its end. Run as a script it sums the lines per file::
 
     SUITE_CPU_PROFILE_DIR=/tmp/cpu PYTHONPATH=scripts .venv/bin/python -m pytest -p suite_cpu_profile -n 3 ...
     .venv/bin/python scripts/suite_cpu_profile.py /tmp/cpu
 
 A descendant that exits during a test is counted through its parent's reaped-children time (if the parent is in
-the tree), so a long-lived process ended in a test adds its whole life to that test: an upper bound per test, the
-right total for the suite.
+the tree), so a long-lived process ended in a test adds its whole life to that test. Left out: the workers' own
+start-up and collection, and processes that leave the tree (a daemon re-parented to init), so the suite's total is
+a lower bound of what it costs.
 """
 
 from __future__ import annotations
