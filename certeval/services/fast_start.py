@@ -11,7 +11,8 @@ claimed, instead
 1. launches the embedded Prefect API server (the same ``uvicorn`` app Prefect's ephemeral
    mode runs, on a free 127.0.0.1 port, state in ``PREFECT_HOME``) and points
    ``PREFECT_API_URL`` at it, without waiting and without importing ``prefect.server``
-   into the command's own process;
+   into the command's own process (a folder's first start begins from a migrated database:
+   :mod:`certeval.services.prefect_database`);
 2. imports Prefect and the flows in a background thread;
 3. starts Ray in the main thread (``init_ray``: loopback only; it needs the main thread,
    where it swaps ``HOME`` and restores the signal handlers), then creates the model actors
@@ -151,6 +152,8 @@ class Prestart:
     def __init__(self) -> None:
         self.prefect: EmbeddedPrefect | None = None
         self.run_id: str | None = None
+        # a server started on a new, unseeded database: (that database, where its migrated copy is kept)
+        self.migrated: tuple[Path, Path] | None = None
 
     def ready(self) -> None:
         """Wait for the embedded server; one that does not come up in time (or exits) is stopped and started
@@ -173,6 +176,10 @@ class Prestart:
                                hint="the machine may be too busy: retry, or start Ray and Prefect once with "
                                     "`certeval up` and run from the same folder")
             mark("prefect_ready")
+            if self.migrated is not None:  # before the flow writes its first row
+                from certeval.services.prefect_database import keep
+
+                keep(*self.migrated)
 
     def close(self) -> None:
         """Actors the flow did not adopt (e.g. a finished run resumed) are stopped; the server stays up
@@ -191,6 +198,7 @@ def prestart(plan: Any, user_prefect: bool) -> Prestart:
     launch = (not user_prefect and "prefect" not in sys.modules and not _settings_files()
               and os.environ.get("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "").strip().lower() not in _FALSE[1:])
     if launch:
+        out.migrated = _seed_database(plan.options.cache_path())
         out.prefect = EmbeddedPrefect().launch()
         atexit.register(out.prefect.stop)  # registered before Prefect is imported: runs after its exit hooks
         mark("prefect_launched")
@@ -220,6 +228,17 @@ def prestart(plan: Any, user_prefect: bool) -> Prestart:
             raise errors[0]
     mark("flows_imported")
     return out
+
+
+def _seed_database(cache_dir: Path) -> tuple[Path, Path] | None:
+    """A folder without a Prefect database gets a copy of the migrated one (:mod:`certeval.services.prefect_database`);
+    when none is kept yet, the database this server creates and where to keep it."""
+    from certeval.services.prefect_database import project_database, seed, template_database
+
+    database, template = project_database(), template_database(cache_dir)
+    if database is None or template is None or database.exists() or seed(database, template):
+        return None
+    return database, template
 
 
 def _launch_pool(plan: Any) -> Any:
