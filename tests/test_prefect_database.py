@@ -152,3 +152,18 @@ def test_a_server_on_a_seeded_database_answers_without_the_first_folders_rows(tm
         assert [f["name"] for f in _api(server.api_url, "/flows/filter", {})] == ["second"]
     finally:
         server.stop()
+
+
+def test_certeval_ups_prefect_home_is_seeded_from_the_cache_folder(tmp_path, monkeypatch):
+    from certeval.runtime.options import default_cache_dir
+    from certeval.services import local_cluster
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    for key in [k for k in os.environ if k.startswith("PREFECT_") and "DATABASE" in k]:
+        monkeypatch.delenv(key)
+    home = tmp_path / "up" / "prefect" / "prefect-home"
+    local_cluster._seed_database(home)  # nothing kept yet: Prefect creates its own
+    assert not home.exists()
+    keep(_database(tmp_path / "a" / "prefect.db", FRESH), template_database(default_cache_dir()))
+    local_cluster._seed_database(home)
+    assert _rows(home / "prefect.db") == FRESH

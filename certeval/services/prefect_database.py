@@ -5,7 +5,7 @@ The embedded Prefect server (:mod:`certeval.services.fast_start`) keeps its SQLi
 about 7 CPU-seconds more than a start on an existing database (11.5 against 4.3, measured on the 2-core machine),
 several seconds of a command's start-up there. So the first server start in any folder leaves a copy of its
 freshly migrated database in the cache folder, one per Prefect version (``<cache>/prefect-db/<version>/prefect.db``),
-and a later first start in another folder begins from a copy of it.
+and a later first start in another folder begins from a copy of it (``certeval up``'s server too).
 
 A template holds only what Prefect writes before it answers: its migration stamp and its registry of block types
 and schemas (:data:`TEMPLATE_TABLES`). A database holding anything else (a flow run, a key Prefect generated) is
@@ -27,12 +27,12 @@ from typing import Any
 TEMPLATE_TABLES = frozenset({"alembic_version", "block_type", "block_schema", "block_schema_reference"})
 
 
-def project_database() -> Path | None:
-    """The SQLite file the embedded server will use: ``$PREFECT_HOME/prefect.db``; None when a database URL is set
-    in the environment or no ``PREFECT_HOME`` is (Prefect then decides where its database is)."""
+def project_database(home: str | Path | None = None) -> Path | None:
+    """The SQLite file a server with Prefect home ``home`` (default ``$PREFECT_HOME``) uses: ``<home>/prefect.db``;
+    None when a database URL is set in the environment or there is no home (Prefect then decides)."""
     if any(key.startswith("PREFECT_") and "DATABASE" in key for key in os.environ):
         return None
-    home = os.environ.get("PREFECT_HOME")
+    home = home or os.environ.get("PREFECT_HOME")
     return Path(home).expanduser() / "prefect.db" if home else None
 
 
