@@ -9,8 +9,8 @@ and a later first start in another folder begins from a copy of it (``certeval u
 
 A template holds only what Prefect writes before it answers: its migration stamp and its registry of block types
 and schemas (:data:`TEMPLATE_TABLES`). A database holding anything else (a flow run, a key Prefect generated) is
-never kept as a template, so nothing of one folder reaches another. Only the default database is seeded (a
-database URL set in the environment is Prefect's business), never over an existing file. This is a cache: any
+never kept as a template, so nothing of one folder reaches another. Only the default database is seeded (with a
+Prefect database setting in the environment none is), never over an existing file. This is a cache: any
 failure to read or write it leaves the start-up as Prefect does it.
 """
 
@@ -29,7 +29,8 @@ TEMPLATE_TABLES = frozenset({"alembic_version", "block_type", "block_schema", "b
 
 def project_database(home: str | Path | None = None) -> Path | None:
     """The SQLite file a server with Prefect home ``home`` (default ``$PREFECT_HOME``) uses: ``<home>/prefect.db``;
-    None when a database URL is set in the environment or there is no home (Prefect then decides)."""
+    None when there is no home or the environment holds any Prefect database setting (a URL, migrations turned
+    off, a timeout: a database the user configured is Prefect's business)."""
     if any(key.startswith("PREFECT_") and "DATABASE" in key for key in os.environ):
         return None
     home = home or os.environ.get("PREFECT_HOME")
