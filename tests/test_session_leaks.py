@@ -31,6 +31,14 @@ def pytest_configure(config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
+    pid_file = Path(os.environ["LEAK_ROOT"]).parent / "leaked.pid"
+    if pid_file.exists():  # for a failure message: the leaked process as the check is about to look for it
+        pid = pid_file.read_text()
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except OSError:
+            state = "gone"
+        (pid_file.parent / "leaked.state").write_text(f"pid {pid}: state, ppid {state}")
     check_session(session)
 '''
 
@@ -40,8 +48,9 @@ from pathlib import Path
 
 def test_it():
     if os.environ["LEAK"] == "process":
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", os.environ["LEAK_TAG"]],
-                         start_new_session=True)
+        leaked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", os.environ["LEAK_TAG"]],
+                                  start_new_session=True)
+        (Path(os.environ["LEAK_ROOT"]).parent / "leaked.pid").write_text(str(leaked.pid))
     elif os.environ["LEAK"] == "file":
         (Path(os.environ["LEAK_ROOT"]) / "certeval-runs").mkdir()
     elif os.environ["LEAK"] == "home":
@@ -81,7 +90,9 @@ def test_a_session_that_leaves_a_process_or_a_file_fails_naming_it(leak, fails, 
     finally:
         _kill_tagged(tag)
     report = [line for line in proc.stderr.splitlines() if line.startswith("session leak check:")]
-    assert (proc.returncode != 0) == fails, (leak, proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    state = tmp_path / "leaked.state"  # missed once in a full run (2026-12-07): was it gone, or not found?
+    assert (proc.returncode != 0) == fails, (leak, proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:],
+                                             state.read_text() if state.exists() else None)
     assert bool(report) == fails, (leak, report)
     if leak == "process":
         assert tag in report[0] and "left running" in report[0]
