@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from certeval.services import fast_start
-from certeval.services.prefect_database import keep, project_database, seed, template_database
+from certeval.services.prefect_database import keep, project_database, seed, seed_new_home, template_database
 
 
 def _database(path: Path, rows: dict[str, int], wal: bool = True) -> Path:
@@ -98,12 +98,12 @@ def test_prestart_seeds_a_new_folder_or_names_what_to_keep(tmp_path, monkeypatch
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "p1"))
     for key in [k for k in os.environ if k.startswith("PREFECT_") and "DATABASE" in k]:
         monkeypatch.delenv(key)
-    database, template = fast_start._seed_database(tmp_path / "cache")  # nothing kept yet: keep this one
+    database, template = seed_new_home(None, tmp_path / "cache")  # nothing kept yet: keep this one
     assert database == tmp_path / "p1" / "prefect.db" and template == template_database(tmp_path / "cache")
     keep(_database(tmp_path / "a" / "prefect.db", FRESH), template)
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "p2"))
-    assert fast_start._seed_database(tmp_path / "cache") is None and _rows(tmp_path / "p2" / "prefect.db") == FRESH
-    assert fast_start._seed_database(tmp_path / "cache") is None  # the folder has its database now
+    assert seed_new_home(None, tmp_path / "cache") is None and _rows(tmp_path / "p2" / "prefect.db") == FRESH
+    assert seed_new_home(None, tmp_path / "cache") is None  # the folder has its database now
 
 
 def _api(url: str, path: str, body: dict | None = None):
@@ -132,7 +132,7 @@ def test_a_server_on_a_seeded_database_answers_without_the_first_folders_rows(tm
     cache = tmp_path / "cache"
     first_home = tmp_path / "first" / ".prefect"
     monkeypatch.setenv("PREFECT_HOME", str(first_home))
-    migrated = fast_start._seed_database(cache)
+    migrated = seed_new_home(None, cache)
     assert migrated is not None
     server = _serve(first_home, monkeypatch)
     try:
@@ -143,7 +143,7 @@ def test_a_server_on_a_seeded_database_answers_without_the_first_folders_rows(tm
         server.stop()
     second_home = tmp_path / "second" / ".prefect"
     monkeypatch.setenv("PREFECT_HOME", str(second_home))
-    assert fast_start._seed_database(cache) is None and (second_home / "prefect.db").is_file()
+    assert seed_new_home(None, cache) is None and (second_home / "prefect.db").is_file()
     server = _serve(second_home, monkeypatch)
     try:
         flows = _api(server.api_url, "/flows/filter", {})
@@ -161,9 +161,17 @@ def test_certeval_ups_prefect_home_is_seeded_from_the_cache_folder(tmp_path, mon
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     for key in [k for k in os.environ if k.startswith("PREFECT_") and "DATABASE" in k]:
         monkeypatch.delenv(key)
-    home = tmp_path / "up" / "prefect" / "prefect-home"
-    local_cluster._seed_database(home)  # nothing kept yet: Prefect creates its own
+    server = local_cluster.LocalPrefectServer(tmp_path / "up" / "prefect")
+    home = Path(server.env()["PREFECT_HOME"])
+
+    def stop_before_the_server(n):  # the start is cut off here: the seeding before it is what is tested
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(local_cluster, "_free_ports", stop_before_the_server)
+    with pytest.raises(RuntimeError, match="stop here"):  # nothing kept yet: Prefect creates its own
+        server.start()
     assert not home.exists()
     keep(_database(tmp_path / "a" / "prefect.db", FRESH), template_database(default_cache_dir()))
-    local_cluster._seed_database(home)
+    with pytest.raises(RuntimeError, match="stop here"):
+        server.start()
     assert _rows(home / "prefect.db") == FRESH

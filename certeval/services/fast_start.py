@@ -198,7 +198,9 @@ def prestart(plan: Any, user_prefect: bool) -> Prestart:
     launch = (not user_prefect and "prefect" not in sys.modules and not _settings_files()
               and os.environ.get("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", "").strip().lower() not in _FALSE[1:])
     if launch:
-        out.migrated = _seed_database(plan.options.cache_path())
+        from certeval.services.prefect_database import seed_new_home
+
+        out.migrated = seed_new_home(None, plan.options.cache_path())
         out.prefect = EmbeddedPrefect().launch()
         atexit.register(out.prefect.stop)  # registered before Prefect is imported: runs after its exit hooks
         mark("prefect_launched")
@@ -228,17 +230,6 @@ def prestart(plan: Any, user_prefect: bool) -> Prestart:
             raise errors[0]
     mark("flows_imported")
     return out
-
-
-def _seed_database(cache_dir: Path) -> tuple[Path, Path] | None:
-    """A folder without a Prefect database gets a copy of the migrated one (:mod:`certeval.services.prefect_database`);
-    when none is kept yet, the database this server creates and where to keep it."""
-    from certeval.services.prefect_database import project_database, seed, template_database
-
-    database, template = project_database(), template_database(cache_dir)
-    if database is None or template is None or database.exists() or seed(database, template):
-        return None
-    return database, template
 
 
 def _launch_pool(plan: Any) -> Any:

@@ -283,18 +283,6 @@ class LocalRayCluster:
         self.stop()
 
 
-def _seed_database(home: Path) -> None:
-    """A new Prefect home starts from the migrated database kept in the cache folder, if any (a server that runs
-    Prefect's services never leaves one: :mod:`certeval.services.prefect_database`)."""
-    from certeval.runtime.options import default_cache_dir
-
-    from .prefect_database import project_database, seed, template_database
-
-    database, template = project_database(home), template_database(default_cache_dir())
-    if database is not None and template is not None:
-        seed(database, template)
-
-
 class LocalPrefectServer:
     """``prefect server start`` on a free 127.0.0.1 port, its own ``PREFECT_HOME`` (a fresh SQLite database),
     the way a team runs a Prefect server; :meth:`env` points drivers at it (``PREFECT_API_URL``). Started once
@@ -321,7 +309,13 @@ class LocalPrefectServer:
         import urllib.request
 
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        _seed_database(self.base_dir / "prefect-home")
+        # a new home starts from the kept migrated database, if any (a server running Prefect's services never
+        # leaves one to keep: certeval.services.prefect_database)
+        from certeval.runtime.options import default_cache_dir
+
+        from .prefect_database import seed_new_home
+
+        seed_new_home(self.base_dir / "prefect-home", default_cache_dir())
         self.port = _free_ports(1)[0]
         script = Path(sys.executable).with_name("prefect")
         cli = [str(script)] if script.exists() else [sys.executable, "-m", "prefect"]

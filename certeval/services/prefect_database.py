@@ -20,8 +20,8 @@ import importlib.metadata
 import os
 import sqlite3
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 # the only tables a freshly started server's database holds rows in (Prefect 3): a template holds nothing else
 TEMPLATE_TABLES = frozenset({"alembic_version", "block_type", "block_schema", "block_schema_reference"})
@@ -46,6 +46,16 @@ def template_database(cache_dir: Path) -> Path | None:
     return Path(cache_dir) / "prefect-db" / version / "prefect.db"
 
 
+def seed_new_home(home: str | Path | None, cache_dir: Path) -> tuple[Path, Path] | None:
+    """Before a server starts on Prefect home ``home`` (default ``$PREFECT_HOME``): a home without a database gets a
+    copy of the kept one. Returns ``(database, template)`` when the server will create and migrate a new database
+    that no copy exists of yet (:func:`keep` it once the server answers), else None."""
+    database, template = project_database(home), template_database(cache_dir)
+    if database is None or template is None or database.exists() or seed(database, template):
+        return None
+    return database, template
+
+
 def seed(database: Path, template: Path) -> bool:
     """Copy ``template`` to ``database`` when the folder has no database yet; whether it did."""
     if not template.is_file() or database.exists() or database.with_name(database.name + "-wal").exists():
@@ -61,7 +71,7 @@ def keep(database: Path, template: Path) -> bool:
     return _checked_copy(database, template, os.replace)  # whole or absent: of two at once, one stays
 
 
-def _checked_copy(source: Path, target: Path, put: Any) -> bool:
+def _checked_copy(source: Path, target: Path, put: Callable[[Path, Path], None]) -> bool:
     """Back ``source`` up beside ``target``; if the copy holds only what a template may, ``put(copy, target)``."""
     partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
     try:
