@@ -9,7 +9,7 @@ session waits up to :data:`GRACE_S` for them to end (a watchdog polls every seco
 Sessions running beside it (another checkout's, another user's) carry other marks and are never counted.
 
 Files: the checkout (every path but ``.git``, ``.venv``, caches and the quick benchmarks' results folder) and the places in HOME certeval or its services
-would write (``.prefect``, ``.ray``, ``certeval-runs``, ``.certeval``) are listed when the session starts and again
+would write (``.prefect``, ``.ray``, ``certeval-runs``, ``.certeval``, with what they hold) are listed when the session starts and again
 when it ends; a new path is a file written outside the temporary folders. tests/test_session_leaks.py runs a
 session with a planted leak of each kind (the control) and one without.
 """
@@ -51,8 +51,12 @@ def files_outside(root: Path | None = None, home: Path | None = None) -> set[str
         out.update(os.path.join(base, name) for name in dirs + files)
     home = Path(home or os.path.expanduser("~"))
     for name in HOME_PLACES:
-        if os.path.lexists(home / name):
-            out.add(str(home / name))
+        place = home / name
+        if os.path.lexists(place):
+            out.add(str(place))
+        if place.is_dir() and not place.is_symlink():  # a place that existed before: what is written inside it
+            for base, dirs, files in os.walk(place):
+                out.update(os.path.join(base, entry) for entry in dirs + files)
     return out
 
 

@@ -55,6 +55,8 @@ def test_it():
         (Path(os.environ["LEAK_ROOT"]) / "certeval-runs").mkdir()
     elif os.environ["LEAK"] == "home":
         (Path(os.environ["HOME"]) / ".prefect").mkdir()
+    elif os.environ["LEAK"] == "home-content":  # inside a place that existed before the session
+        (Path(os.environ["HOME"]) / ".prefect" / "storage").mkdir()
 '''
 
 
@@ -70,13 +72,16 @@ def _kill_tagged(tag: str) -> None:
 
 
 @pytest.mark.parametrize("leak,fails,workers", [("none", False, 0), ("process", True, 0), ("file", True, 0),
-                                                ("home", True, 0), ("process", True, 1)])
+                                                ("home", True, 0), ("home-content", True, 0),
+                                                ("process", True, 1)])
 def test_a_session_that_leaves_a_process_or_a_file_fails_naming_it(leak, fails, workers, tmp_path):
     """``workers``: 1 runs the small session under pytest-xdist (the check in its controller, the leak in a worker
     that has exited by then)."""
     root, home, tests = tmp_path / "checkout", tmp_path / "home", tmp_path / "checkout" / "tests"
     tests.mkdir(parents=True)
     home.mkdir()
+    if leak == "home-content":
+        (home / ".prefect").mkdir()
     (tests / "conftest.py").write_text(CONFTEST)
     (tests / "test_leaky.py").write_text(LEAKY)
     tag = f"leak-{uuid.uuid4().hex}"

@@ -374,8 +374,10 @@ def test_a_run_takes_only_derived_settings_from_the_record(fake, monkeypatch, tm
             changed = {k for k in os.environ if os.environ.get(k) != before.get(k)}
             assert args.ray_address == ray
             assert changed <= {"RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
-                               "RAY_USAGE_STATS_ENABLED", "RAY_DEDUP_LOGS", "PREFECT_HOME", "PREFECT_API_URL"}
+                               "RAY_USAGE_STATS_ENABLED", "RAY_DEDUP_LOGS", "PREFECT_HOME", "PREFECT_API_URL",
+                               "PREFECT_RESULTS_LOCAL_STORAGE_PATH", "PREFECT_SERVER_MEMO_STORE_PATH"}
             assert os.environ["PREFECT_HOME"].startswith(str(fake.work / FOLDER))
+            assert os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"].startswith(os.environ["PREFECT_HOME"])
             assert os.environ["RAY_AUTH_TOKEN_PATH"].startswith(fake.ray_dir + "/")
             subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60, cwd=fake.work)
             for key in changed:  # directly: an m.delenv here would be undone by the context, setting them again

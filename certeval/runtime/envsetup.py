@@ -22,12 +22,28 @@ def user_prefect_configured() -> bool:
     return (Path.home() / ".prefect" / "profiles.toml").is_file()
 
 
+def prefect_home_env(home: str | Path) -> dict[str, str]:
+    """``PREFECT_HOME`` for a Prefect home certeval picks, with the two paths Prefect documents as inside it but
+    resolves under ``~/.prefect`` whatever the home is (Prefect 3.7: the defaults of its results and server settings
+    never see the home): the local result storage, where Prefect pickles a failed flow's or task's exception, and the
+    server's block-registration memo. Without them a run whose state is "in ./.prefect" writes to the user's HOME."""
+    home = Path(home)
+    return {"PREFECT_HOME": str(home), "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(home / "storage"),
+            "PREFECT_SERVER_MEMO_STORE_PATH": str(home / "memo_store.toml")}
+
+
+def _default_prefect_home(home: Path) -> None:
+    if "PREFECT_HOME" not in os.environ:
+        for key, value in prefect_home_env(home).items():
+            os.environ.setdefault(key, value)
+
+
 def prepare_env() -> None:
     """Offline, loopback-only defaults and a project-local PREFECT_HOME, before Prefect is imported (a live run's
     first step, from the command line or the Python API)."""
     if not user_prefect_configured():
         # zero-config default: Prefect's embedded server with its state in ./.prefect
-        os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+        _default_prefect_home(Path.cwd() / ".prefect")
     # a failed task would print its traceback through Prefect's console handler; the command prints one line
     # and keeps the traceback in the run folder (exit 3). Prefect's API / UI still receive every run log.
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
@@ -55,7 +71,7 @@ def configure_offline_env(home: str | Path | None = None) -> None:
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
     if home is not None:
-        os.environ.setdefault("PREFECT_HOME", str(Path(home) / "prefect"))
+        _default_prefect_home(Path(home) / "prefect")
 
 
 def ray_state_folder() -> Path:

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from certeval.runtime.envsetup import ray_bootstrap_home
+from certeval.runtime.envsetup import prefect_home_env, ray_bootstrap_home
 
 
 def _free_ports(n: int) -> list[int]:
@@ -301,7 +301,7 @@ class LocalPrefectServer:
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ if base is None else base)
         env.pop("PREFECT_PROFILE", None)
-        env.update({"PREFECT_API_URL": self.api_url, "PREFECT_HOME": str(self.base_dir / "prefect-home"),
+        env.update({"PREFECT_API_URL": self.api_url, **prefect_home_env(self.base_dir / "prefect-home"),
                     "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"})
         return env
 

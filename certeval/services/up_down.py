@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from certeval.errors import InputError
+from certeval.runtime.envsetup import prefect_home_env
 
 FOLDER = ".certeval"
 FILE = "services.json"
@@ -120,7 +121,7 @@ class Services:
         record): Ray's token path under its folder, Prefect's home under the record's folder and its API URL."""
         token = Path(self.ray_dir) / "ray-home" / ".ray" / "auth_token"
         return {**RAY_ENV, "RAY_AUTH_TOKEN_PATH": str(token),
-                "PREFECT_HOME": str(Path(self.folder) / "prefect" / "prefect-home"),
+                **prefect_home_env(Path(self.folder) / "prefect" / "prefect-home"),
                 "PREFECT_API_URL": self.prefect_api_url}
 
     def verified(self) -> list[Proc]:
