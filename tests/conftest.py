@@ -17,12 +17,15 @@ from session_leaks import check_session, record_files
 
 # one BLAS thread: on a loaded 2-core machine a threaded OpenBLAS made a 40×600 SVD 200× slower
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# OpenMP threads (torch's, in model actors, lm-eval runs and tests) spin only briefly before they sleep: the suite's
+# workers keep every core busy, the case certeval.hosting.pool._cores_busy judges from the load average when an actor
+# starts; an actor kept for a module decides once, and its long default spin burnt CPU the other workers needed
+os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 _STATE = Path(tempfile.mkdtemp(prefix="certeval-tests-"))
-os.environ.setdefault("PREFECT_HOME", str(_STATE / "prefect"))
 
 from certeval.runtime.envsetup import configure_offline_env  # noqa: E402
 
-configure_offline_env(_STATE)
+configure_offline_env(_STATE)  # Prefect's home (with its result storage and memo) in the session's temporary folder
 
 
 def _check_results_on_write() -> None:
