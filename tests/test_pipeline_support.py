@@ -22,6 +22,13 @@ SCORES = "bundled:helm_mmlu"
 STRONG, MIDDLE, WEAK = "openai_gpt-3.5-turbo-0301", "openai_davinci", "openai_ada"
 
 
+# The shared server records no task runs and keeps no events (its flow runs and their states are recorded as
+# always): no test reads them, and turning the events into records took about a third of an in-process run's CPU
+# (tests/test_look_log.py alone: 33-36 CPU-s with them, 23-24 without). Set for the server's start only.
+QUIET_SERVICES = {f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false"
+                  for name in ("TASK_RUN_RECORDER", "EVENT_PERSISTER", "TRIGGERS")}
+
+
 def prefect_api() -> str:
     """Start the shared Prefect test server once; return its API URL."""
     if "prefect" not in _STATE:
@@ -29,7 +36,16 @@ def prefect_api() -> str:
         from prefect.testing.utilities import prefect_test_harness
 
         harness = prefect_test_harness(server_startup_timeout=120)
-        harness.__enter__()
+        before = {key: os.environ.get(key) for key in QUIET_SERVICES}
+        os.environ.update(QUIET_SERVICES)  # the server process takes its environment from this one
+        try:
+            harness.__enter__()
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         atexit.register(_stop_prefect)
         _STATE["prefect"] = PREFECT_API_URL.value()
         _STATE["harness"] = harness
