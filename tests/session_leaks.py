@@ -8,10 +8,11 @@ process still carrying this session's mark is a leak, even one that was reparent
 session waits up to :data:`GRACE_S` for them to end (a watchdog polls every second), then names them and fails.
 Sessions running beside it (another checkout's, another user's) carry other marks and are never counted.
 
-Files: the checkout (every path but ``.git``, ``.venv``, caches and the quick benchmarks' results folder) and the places in HOME certeval or its services
-would write (``.prefect``, ``.ray``, ``certeval-runs``, ``.certeval``, with what they hold) are listed when the session starts and again
-when it ends; a new path is a file written outside the temporary folders. tests/test_session_leaks.py runs a
-session with a planted leak of each kind (the control) and one without.
+Files: the checkout (every path but ``.git``, ``.venv``, caches and the quick benchmarks' results folder) and the
+places in HOME certeval or its services would write (``.prefect``, ``.ray``, ``certeval-runs``, ``.certeval``, with
+what they hold) are listed when the session starts and again when it ends; a new path is a file written outside the
+temporary folders. tests/test_session_leaks.py runs a session with a planted leak of each kind (the control) and one
+without.
 """
 
 from __future__ import annotations
