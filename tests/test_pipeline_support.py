@@ -13,6 +13,7 @@ import atexit
 import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pandas as pd
 
@@ -36,16 +37,8 @@ def prefect_api() -> str:
         from prefect.testing.utilities import prefect_test_harness
 
         harness = prefect_test_harness(server_startup_timeout=120)
-        before = {key: os.environ.get(key) for key in QUIET_SERVICES}
-        os.environ.update(QUIET_SERVICES)  # the server process takes its environment from this one
-        try:
+        with mock.patch.dict(os.environ, QUIET_SERVICES):  # the server process takes its environment from this one
             harness.__enter__()
-        finally:
-            for key, value in before.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         atexit.register(_stop_prefect)
         _STATE["prefect"] = PREFECT_API_URL.value()
         _STATE["harness"] = harness
