@@ -1,6 +1,7 @@
-"""A CPU-hosted model's actor runs torch on as many threads as the CPUs it was given (issue 42: Ray sets
-``OMP_NUM_THREADS=1`` for an actor without a CPU count, so the hf host once ran one thread where lm-eval ran one
-per core). A tiny random llama (SmolLM2's tokenizer) keeps the actor's start short; no speed is asserted."""
+"""A CPU-hosted model's actor uses every CPU it was given (issue 42: Ray sets ``OMP_NUM_THREADS=1`` for an actor
+without a CPU count, so the hf host once ran one thread where lm-eval ran one per core): it scores up to one call
+per CPU at once (at most the calls queued to it), each on its CPUs' share of torch threads. A tiny random llama
+(SmolLM2's tokenizer) keeps the actor's start short; no speed is asserted."""
 
 from __future__ import annotations
 
@@ -58,24 +59,53 @@ def _free_cpus(at_least: int = 0, wait_s: float = 60.0) -> int:
         time.sleep(0.2)
 
 
-def test_the_actor_runs_as_many_torch_threads_as_cpus_it_was_given(local_ray, tiny_model):
+def test_the_actor_uses_every_cpu_it_was_given_as_calls_at_once_and_torch_threads(local_ray, tiny_model):
     from certeval.hosting.pool import Actors, ModelPool
 
     spec = f"hf:{tiny_model}?batch=4"
     free = _free_cpus()
-    for asked in (1.0, None):  # given one CPU; then the default: the free CPUs (one model, one actor)
+    for asked, in_flight in ((1.0, 2), (None, 2), (None, 1)):  # one CPU; the default (the free CPUs); one call queued
         _free_cpus(free)
-        pool = ModelPool({"tiny": spec}, Actors(num_cpus=asked)).start()
+        pool = ModelPool({"tiny": spec}, Actors(num_cpus=asked, in_flight=in_flight)).start()
         try:
             placed = _placement(pool)
-            expected = 1 if asked else max(1, free)
-            assert placed["cpus"] == expected, placed
-            assert placed["torch_threads"] == expected, placed
+            cpus = 1 if asked else max(1, free)
+            at_once = min(cpus, in_flight)
+            assert placed["cpus"] == cpus, placed
+            assert placed["calls_at_once"] == at_once and placed["torch_threads"] == max(1, cpus // at_once), placed
             item = {"item_id": "q", "question": "What is 2 + 2?", "choices": ["4", "5"], "answer": 0}
             (result,) = pool.score({"tiny": [("k", item)]}, 1)["tiny"]
             assert result["score"] in (0.0, 1.0)
         finally:
             pool.shutdown()
+
+
+def test_an_actor_scores_its_queued_calls_at_once_and_each_as_it_would_alone(local_ray, tiny_model):
+    """Two calls sent together to an actor given two calls at once run side by side (the actor's own count of the
+    calls running at its busiest) and answer what the same calls give one at a time; control: an actor given one
+    call at a time (one CPU) never runs two."""
+    import ray
+
+    from certeval.hosting.pool import Actors, ModelPool
+
+    if _free_cpus(2) < 2:
+        pytest.skip("the shared Ray has fewer than 2 CPUs")
+    spec = f"hf:{tiny_model}?batch=8&max_new_tokens=32"
+    calls = [[("tiny", [{"item_id": f"q{c}-{i}", "question": f"Name {c * 40 + i} animals.", "answer": "cat"}
+                        for i in range(40)], [f"k{c}-{i}" for i in range(40)])] for c in range(2)]
+    answers, most = {}, {}
+    for asked in (None, 1.0):
+        _free_cpus(2)
+        pool = ModelPool({"tiny": spec}, Actors(num_cpus=asked, in_flight=2)).start()
+        try:
+            (slot,) = pool.slots["tiny"]
+            answers[asked] = ray.get([slot.handle.score.remote(parts) for parts in calls], timeout=300)
+            most[asked] = ray.get(slot.handle.ping.remote(), timeout=60)["most_calls_at_once"]
+        finally:
+            pool.shutdown()
+    assert most == {None: 2, 1.0: 1}
+    strip = [[[(r["item_id"], r["score"], r["output"]) for r in part] for part in call] for call in answers[None]]
+    assert strip == [[[(r["item_id"], r["score"], r["output"]) for r in part] for part in call] for call in answers[1.0]]
 
 
 def test_two_cpu_hosted_models_split_the_free_cpus_and_replay_takes_none(local_ray, tiny_model):

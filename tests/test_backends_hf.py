@@ -253,7 +253,7 @@ def test_a_tokenizer_that_adds_a_bos_generates_what_lm_evals_hf_model_generates(
     from certeval.hosting.hf import HFHost
     from certeval.scoring.lm_eval_generation import GenerationRequest
 
-    with_bos = copy.deepcopy(host.tokenizer)
+    with_bos = copy.deepcopy(host.tokenizer.tokenizer)  # the tokenizer itself, not the host's serial view
     bos = with_bos.bos_token
     with_bos.backend_tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, with_bos.bos_token_id)])
@@ -442,3 +442,48 @@ def test_pairs_are_encoded_as_lm_evals_hf_model_encodes_them(host):
     result = host.score([item])[0]
     (first, _), (second, _), _ = result["resps"]
     assert first == second and result["score"] == 0.0  # a tie goes to choice 0, never to the gold 1
+
+
+def test_the_hosts_tokenizer_takes_one_call_at_a_time():
+    """An actor scoring several calls at once shares its host's tokenizer among threads: every call through
+    :class:`certeval.hosting.hf.SerialTokenizer` runs alone, attributes read through. Control: the same calls on
+    the bare tokenizer overlap (so the check can see overlap)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from certeval.hosting.hf import SerialTokenizer
+
+    class Recording:
+        bos_token = "<s>"
+
+        def __init__(self):
+            self.inside, self.most, self.lock = 0, 0, threading.Lock()
+
+        def _enter(self, text):
+            with self.lock:
+                self.inside += 1
+                self.most = max(self.most, self.inside)
+            time.sleep(0.005)  # a call long enough for another thread to arrive meanwhile
+            with self.lock:
+                self.inside -= 1
+            return {"input_ids": [len(text)]}
+
+        def __call__(self, text, **kwargs):
+            return self._enter(text)
+
+        def decode(self, tokens, **kwargs):
+            return self._enter(tokens)["input_ids"][0]
+
+    def hammer(tokenizer):
+        def one(i):
+            return tokenizer("x" * i)["input_ids"] if i % 2 else tokenizer.decode([0] * i)
+        with ThreadPoolExecutor(4) as pool:
+            return list(pool.map(one, range(40)))
+
+    bare, wrapped = Recording(), Recording()
+    expected = [[i] if i % 2 else i for i in range(40)]
+    assert hammer(bare) == expected and bare.most > 1  # control: the bare tokenizer is entered by several at once
+    serial = SerialTokenizer(wrapped)
+    assert hammer(serial) == expected and wrapped.most == 1
+    assert serial.bos_token == "<s>"

@@ -4,10 +4,10 @@ Options in the spec query: ``?device=cpu|cuda[:i]&dtype=float32|bfloat16|float16
 &max_new_tokens=16&scorer=NAME&max_length=N&threads=N``. ``max_length`` (tokens a request may hold; longer
 contexts lose their start) defaults to the model's own limit, found as lm-eval's hf model finds it (the config's
 ``n_positions`` / ``max_position_embeddings`` / ``n_ctx``, else the tokenizer's, else 2048). ``threads`` sets torch's CPU thread
-count for the hosting process; without it, a model actor runs as many threads as the CPUs it was given
-(:meth:`certeval.hosting.pool_cpus.CpuPlan.shares`: one model on a 2-core machine gets both, as lm-eval's
-torch does). On a shared, oversubscribed CPU, OpenMP threads spin-waiting for each other made one 2-thread
-forward pass 11x slower than a 1-thread one (measured here): ``threads=1`` there.
+count for the hosting process; without it, a model actor's CPUs are shared among the calls it scores at once
+(:meth:`certeval.hosting.pool_cpus.CpuPlan.calls_at_once`: one model on a 2-core machine gets both cores and scores
+two calls at once, one torch thread each). On a shared, oversubscribed CPU, OpenMP threads spin-waiting for each
+other made one 2-thread forward pass 11x slower than a 1-thread one (measured here): ``threads=1`` there.
 
 Multiple choice (``mc-loglik``): the score of a choice is the sum of the log-probabilities of its continuation
 tokens (lm-eval-harness ``loglikelihood``, Gao et al. 2021), the pair encoded as lm-eval's hf model encodes it
@@ -92,13 +92,45 @@ def whitespace_onto_continuation(context: str, continuation: str) -> tuple[str, 
     return context[:-trailing], context[-trailing:] + continuation
 
 
+class SerialTokenizer:
+    """A tokenizer whose calls run one at a time. A model actor on CPU scores several calls at once on threads
+    (:meth:`certeval.hosting.pool_cpus.CpuPlan.calls_at_once`), which share the host's tokenizer; fast tokenizers
+    have failed with "Already borrowed" when called from two threads at once (huggingface/tokenizers#537: the Rust
+    object is borrowed mutably while transformers sets its padding and truncation). Tokenizing is a small part of
+    a call; the forward passes, where the time goes, still run side by side. Attributes read through unchanged;
+    ``tokenizer`` is the one wrapped."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        import threading
+
+        self.tokenizer = tokenizer
+        self._lock = threading.RLock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self.tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "tokenizer" or name.startswith("__"):  # not set yet (a copy being built), or Python's protocols
+            raise AttributeError(name)
+        value = getattr(self.tokenizer, name)
+        if not callable(value):
+            return value
+
+        def serial(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return value(*args, **kwargs)
+
+        return serial
+
+
 class HFHost(ModelHost):
     """A transformers causal LM kept in memory; scores batches of items (see module docstring)."""
 
     def __init__(self, spec: ModelSpec, model: Any, tokenizer: Any, options: HFOptions) -> None:
         self.spec = spec
         self.model = model
-        self.tokenizer = tokenizer
+        self.tokenizer = tokenizer if isinstance(tokenizer, SerialTokenizer) else SerialTokenizer(tokenizer)
         if options.max_length is None:  # the model's own limit, as lm-eval's hf model reads it
             options = replace(options, max_length=model_max_length(model, tokenizer))
         self.options = options

@@ -205,7 +205,8 @@ class ModelPool:
         labels = self.groups[group]
         cpus = self._actor_cpus(group)
         name = self._kept_name(group, replica) if kept else f"{self.prefix}/{group}/{replica}/g{generation}"
-        threads = self.cpus.threads(self.groups[group], cpus)
+        at_once = self.cpus.calls_at_once(labels, cpus, self.in_flight)
+        threads = self.cpus.threads(labels, cpus, at_once)
         env = _forwarded_env(self.key_variables)
         if threads is not None:  # OpenMP's pool sized before torch starts; the worker sets torch's own too
             env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -214,7 +215,7 @@ class ModelPool:
         extra = dict(lifetime="detached", get_if_exists=True) if kept else {}  # two commands at once: one actor
         handle = self._cls.options(
             name=name, namespace=NAMESPACE, num_cpus=cpus, num_gpus=self.num_gpus, max_restarts=0,
-            max_task_retries=0, runtime_env={"env_vars": env},
+            max_task_retries=0, max_concurrency=at_once, runtime_env={"env_vars": env},
             scheduling_strategy=self._spread(replica, cpus, avoid), **extra,
         ).remote({label: self.models[label] for label in labels},
                  {label: self.cache_urls.get(label) for label in labels}, self.options, self.host_kwargs,
@@ -266,6 +267,8 @@ class ModelPool:
                     "actor": name, "group": group, "replica": replica, "generation": generation,
                     "node_id": where.get("node_id"), "node_resources": custom, "pid": where.get("pid"),
                     "cpus": self._actor_cpus(group), "torch_threads": where.get("torch_threads"),
+                    "calls_at_once": self.cpus.calls_at_once(self.groups[group], self._actor_cpus(group),
+                                                             self.in_flight),
                     "kept": name.startswith(KEPT_PREFIX), "reused": bool(where.get("reused", False)),
                     "load_s": where.get("load_s")})
             self._pings = []

@@ -1,5 +1,5 @@
 """How a pool shares the machine's CPUs among its model actors: each CPU-hosted model's share of the free CPUs,
-its torch threads, models sharing an actor when the cluster is short, GPUs asked that no node has."""
+the calls it scores at once and their torch threads, models sharing an actor when the cluster is short, GPUs asked that no node has."""
 
 from __future__ import annotations
 
@@ -45,15 +45,24 @@ class CpuPlan:
         device = str(self.host_kwargs.get("device", "cpu"))
         return self.num_gpus <= 0 and all(s.kind == "hf" and str(s.option("device", device)) == "cpu" for s in specs)
 
-    def threads(self, labels: list[str], cpus: float) -> int | None:
-        """torch threads of a CPU-hosted model's actor: the CPUs it was given (at least 1); None for the others."""
-        return max(1, int(cpus)) if self.on_cpu(labels) else None
+    def calls_at_once(self, labels: list[str], cpus: float, in_flight: int) -> int:
+        """How many of the calls queued to it (``in_flight``) a CPU-hosted model's actor scores at once: one per CPU
+        it was given, each on its own thread (:meth:`threads`); one for every other actor. A decoding step's
+        operations (a few rows, one position) are too small to split across cores well: SmolLM2-135M generating on
+        two cores did 17-20% more items a second as two calls on one thread each than one call at a time on two
+        threads (docs/pipeline.md)."""
+        return max(1, min(int(cpus), int(in_flight))) if self.on_cpu(labels) else 1
+
+    def threads(self, labels: list[str], cpus: float, at_once: int = 1) -> int | None:
+        """torch threads of a CPU-hosted model's actor: its CPUs shared among the calls it scores at once (at
+        least 1 each); None for the others."""
+        return max(1, int(cpus) // max(1, int(at_once))) if self.on_cpu(labels) else None
 
     def shares(self, groups: dict[str, list[str]]) -> dict[str, float]:
         """CPU-hosted models split the CPUs Ray has free among their actors (whole CPUs, at least 1 each, at
-        most one node's): one model on a 2-core machine gets both cores and runs torch on two threads, as
-        lm-eval does there, where one CPU each (Ray's OMP_NUM_THREADS=1) left one core idle; two models get
-        one core each and run side by side. Other non-replay actors (openai, vllm on a GPU) keep 1 CPU."""
+        most one node's): one model on a 2-core machine gets both cores and scores two calls at once, one torch
+        thread each (:meth:`calls_at_once`), where one CPU (Ray's OMP_NUM_THREADS=1) left one core idle; two models
+        get one core each and run side by side. Other non-replay actors (openai, vllm on a GPU) keep 1 CPU."""
         if self.num_cpus is not None:
             return {}
         mine = [g for g, labels in groups.items() if self.on_cpu(labels)]

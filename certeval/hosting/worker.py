@@ -38,7 +38,7 @@ class ModelWorker:
         from .base import make_host
 
         os.environ.update(secret_env or {})  # before any host or filesystem reads its credentials
-        if threads is not None:  # the CPUs this actor was given (a host's own threads= option still wins)
+        if threads is not None:  # its CPUs per call it scores at once (a host's own threads= option still wins)
             set_torch_threads(threads)
         options = runtime_options(options)
         configure(options.startup_log)  # this actor's process: its first_call mark goes to the command's timeline
@@ -63,6 +63,8 @@ class ModelWorker:
         self._batch_lock = threading.Lock()
         self._started: set[str] = set()  # batch ids sent ahead that this actor began to score
         self._withdrawn: set[str] = set()  # batch ids withdrawn before they began: never scored
+        self._scoring = 0  # score calls running now (a CPU-hosted model's actor runs several at once)
+        self._most_at_once = 0
         _exit_with_raylet()
 
     def ping(self) -> dict[str, Any]:
@@ -70,7 +72,7 @@ class ModelWorker:
         ctx = ray.get_runtime_context()
         load_s = self._load_s if self._adoptions <= 1 else 0.0  # an adopted actor's model was loaded before
         return {"pid": os.getpid(), "node_id": ctx.get_node_id(), "torch_threads": _torch_threads(),
-                "load_s": round(load_s, 3)}
+                "load_s": round(load_s, 3), "most_calls_at_once": self._most_at_once}
 
     def adopt(self, specs: dict[str, str], cache_urls: dict[str, str | None], options: RuntimeOptions | None,
               secret_env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -115,20 +117,32 @@ class ModelWorker:
         ``resent``: the batch was lost with another actor (e.g. its node died), which may have scored and
         cached part of it before dying; those items are answered from the cache, never scored again.
         ``batch_id``: a batch sent ahead; None (nothing scored) if it was withdrawn before it began.
+        A CPU-hosted model's actor runs up to one call per CPU at once (``max_concurrency``,
+        :meth:`certeval.hosting.pool_cpus.CpuPlan.calls_at_once`), each on its own thread.
         """
-        from certeval.storage import ScoreCache, prompt_hash
-
-        if batch_id is not None:
-            with self._batch_lock:
+        with self._batch_lock:
+            if batch_id is not None:
                 if batch_id in self._withdrawn:
                     self._withdrawn.discard(batch_id)
                     return None
                 self._started.add(batch_id)
-        if self._first_call:
-            from certeval.runtime.startup import mark
+            first, self._first_call = self._first_call, False
+            self._scoring += 1
+            self._most_at_once = max(self._most_at_once, self._scoring)
+        try:
+            if first:
+                from certeval.runtime.startup import mark
 
-            self._first_call = False
-            mark("first_call")
+                mark("first_call")
+            return self._score(parts, resent)
+        finally:
+            with self._batch_lock:
+                self._scoring -= 1
+
+    def _score(self, parts: list[tuple[str, list[dict[str, Any]], list[str]]],
+               resent: bool) -> list[list[dict[str, Any]]]:
+        from certeval.storage import ScoreCache, prompt_hash
+
         out, paid_now, log = [], [], []
         for label, items, keys in parts:
             paid = self._cached_results(label, items, keys) if resent else {}
@@ -175,8 +189,8 @@ class ModelWorker:
 
 
 def set_torch_threads(threads: int) -> None:
-    """torch's CPU threads (intra-op, and OpenMP's / MKL's for anything started later) set to ``threads``: the
-    CPUs a model actor was given. Ray sets ``OMP_NUM_THREADS=1`` in an actor given no CPU count and the floor
+    """torch's CPU threads (intra-op, and OpenMP's / MKL's for anything started later) set to ``threads``: a model
+    actor's CPUs per call it scores at once (:meth:`certeval.hosting.pool_cpus.CpuPlan.threads`). Ray sets ``OMP_NUM_THREADS=1`` in an actor given no CPU count and the floor
     of its CPUs otherwise, unless the variable was already set (a driver's environment passes it on), and torch
     reads it once: set here, explicitly, before the host imports torch."""
     threads = max(1, int(threads))
