@@ -23,7 +23,8 @@ Per run: wall clocks (lm-eval summed over its models), their ratio, the items ea
 and items sent, plus the items scored ahead of a round and never used: ``pipeline.ahead``), certeval's phases
 from ``--startup-log`` and the run folder (imports and checks, Ray + Prefect start, the actor's process start, model load, rounds, results and report; beside them, overlapping: Prefect's
 embedded server start and the first actor's own model load), items/s of inference alone (lm-eval: its progress
-bar over the scoring requests; certeval: the ``latency_s`` its model actor records per scored batch), and the
+bar over the scoring requests; certeval: items over the rounds' wall time, and per call, over the ``latency_s``
+its calls record, which overlap where an actor scores several calls at once), and the
 per-item agreement of certeval's scores with lm-eval's samples on the items certeval scored (doc_id = item
 ``live_trivia_mc/<doc_id>``). Load averages before each run are kept: the numbers swing with the machine's load.
 
@@ -293,6 +294,7 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
     lm_items = sum(r["items"] for r in lm_runs)
     sent = int(sum((cert["items_sent"] or {}).values()))
     lm_cpu = round(sum(r["cpu_s"] for r in lm_runs), 1)
+    rounds_rate = round(sent / cert["phases"]["rounds"], 2) if cert["phases"].get("rounds") else None
     return {"run": name, "lm_eval_wall_s": lm_wall, "certeval_wall_s": cert["wall_s"],
             "ratio": round(cert["wall_s"] / lm_wall, 3) if lm_wall else None,
             "lm_eval_cpu_s": lm_cpu, "certeval_cpu_s": cert["cpu_s"],
@@ -302,14 +304,16 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
             # proposing ahead: items scored past the stop (or mispredicted), kept in the cache, never used
             "certeval_items_ahead_unused": int((cert.get("ahead") or {}).get("scored_unused", 0)),
             "certeval_torch_threads": [p.get("torch_threads") for p in cert.get("placement") or []],
+            "certeval_calls_at_once": [p.get("calls_at_once") for p in cert.get("placement") or []],
             "lm_eval_items_per_s": round(lm_items / sum(lm_inf), 2) if None not in lm_inf and sum(lm_inf) else None,
-            "certeval_items_per_s": cert["inference"]["items_per_s"],  # per model actor: items / its scoring seconds
-            # the issue's throughput-parity number: per-item inference speed, certeval's actor over lm-eval's
-            "items_per_s_ratio": (round(cert["inference"]["items_per_s"] / (lm_items / sum(lm_inf)), 3)
-                                  if cert["inference"]["items_per_s"] and None not in lm_inf and sum(lm_inf) else None),
+            # per call: items / the seconds their calls took (an actor's calls that run at once overlap)
+            "certeval_items_per_s": cert["inference"]["items_per_s"],
             # all actors together: items sent / the rounds' wall time (several actors share the CPUs)
-            "certeval_rounds_items_per_s": round(sent / cert["phases"]["rounds"], 2) if cert["phases"].get("rounds")
-            else None,
+            "certeval_rounds_items_per_s": rounds_rate,
+            # the issue's throughput-parity number: per-item inference speed, certeval's per model (the rounds' rate
+            # over the models, the driver's gaps between rounds included) over lm-eval's
+            "items_per_s_ratio": (round(rounds_rate / len(lm_runs) / (lm_items / sum(lm_inf)), 3)
+                                  if rounds_rate and None not in lm_inf and sum(lm_inf) else None),
             "agreement": {"equal": equal, "items": common, "rate": round(equal / common, 4) if common else None,
                           "per_model": agree},
             "lm_eval_means": [round(r["mean"], 4) for r in lm_runs], "certeval_means": cert["means"],
@@ -321,7 +325,7 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| run | lm-eval s | certeval s | ratio | CPU s (lm-eval, certeval) | lm-eval items "
             "| certeval items (sent, +scored ahead unused) "
-            "| agreement | lm-eval items/s | certeval items/s (actor, rounds) |\n|---" + "|---:" * 9 + "|")
+            "| agreement | lm-eval items/s | certeval items/s (per call, rounds) |\n|---" + "|---:" * 9 + "|")
     lines = [head]
     for r in rows:
         a = r["agreement"]
