@@ -15,6 +15,7 @@ folder; each run is one subprocess, timed by its wall clock, one after the other
 * ``compare_distinct``: ``certeval compare`` of model 0 and a copy that really differs (``--distinct-noise``,
   default 0.15: several points of accuracy apart), vs lm-eval of both;
 * ``rank``: ``certeval rank --epsilon 0.05`` of four models, vs lm-eval of all four;
+* ``select``: ``certeval select`` of the same four (its default: the best one), vs lm-eval of all four;
 * ``generation``: the same questions as short-answer generation, 3-shot, until a newline, ``exact_match`` after a
   filter; certify at ±0.1 vs lm-eval's full run, and inference items/s beside lm-eval's over 300 items (a certify
   held to ``--max-items 300`` by a goal it cannot reach).
@@ -52,7 +53,7 @@ from benchmarks._live_build import GEN_TASK, MC_TASK, perturbed_copy, trivia_ite
 from benchmarks._meta import ROOT, tree_cpu_s, write_result
 
 GEN_RATE_ITEMS = 300
-RUNS = ("certify", "compare", "compare_distinct", "rank", "generation")
+RUNS = ("certify", "compare", "compare_distinct", "rank", "select", "generation")
 ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_PROFILE", "PREFECT_PROFILES_PATH", "RAY_ADDRESS")
 TIMEOUT_S = 4 * 3600
 # certeval phases: (name, start mark, end mark); None = the launch, "results" = results.json written, "exit"
@@ -248,7 +249,8 @@ def certeval_run(verb: str, models: list[Path], task: str, work: Path, batch: in
                marks={k: round(v - run["launched"], 2) for k, v in marks.items()}, phases=phases,
                inference=inference_stats(root), prefect_db_existed=prefect_db_existed, scores=scores,
                verdict=res.get("pairs") and res["pairs"][0].get("verdict") if verb == "compare" else None,
-               ranking=res.get("ranking") if verb == "rank" else None)
+               ranking=res.get("ranking") if verb == "rank" else None,
+               selection=res.get("selection") if verb == "select" else None)
     return run
 
 
@@ -361,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = Path(args.work).resolve()
     (work / "out").mkdir(parents=True, exist_ok=True)
-    n_models = 4 if "rank" in args.runs else 2 if "compare" in args.runs else 1
+    n_models = 4 if {"rank", "select"} & set(args.runs) else 2 if "compare" in args.runs else 1
     t_build = time.perf_counter()
     models, _ = build(args, work, n_models)
     build_s = round(time.perf_counter() - t_build, 1)
@@ -394,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         do(f"compare distinct (noise {args.distinct_noise:g})", "compare", [0, len(models) - 1], [])
     if "rank" in args.runs:
         do(f"rank ε={args.epsilon:g}", "rank", [0, 1, 2, 3], ["--epsilon", f"{args.epsilon:g}"])
+    if "select" in args.runs:
+        do("select (the best of four)", "select", [0, 1, 2, 3], [])
     if "generation" in args.runs:
         do("generation certify±0.1", "certify", [0], ["--goal", "halfwidth:0.1"], GEN_TASK)
         # a certify at ±0.1 scores a few dozen items, too few for a steady items/s: 300 items at a goal it cannot
