@@ -312,9 +312,10 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
             "certeval_items_per_s": cert["inference"]["items_per_s"],
             # all actors together: items sent / the rounds' wall time (several actors share the CPUs)
             "certeval_rounds_items_per_s": rounds_rate,
-            # the issue's throughput-parity number: per-item inference speed, certeval's per model (the rounds' rate
-            # over the models, the driver's gaps between rounds included) over lm-eval's
-            "items_per_s_ratio": (round(rounds_rate / len(lm_runs) / (lm_items / sum(lm_inf)), 3)
+            # the issue's throughput-parity number: items a second on the machine, certeval's over the rounds' wall
+            # time (its models side by side, the driver's gaps between rounds included) over lm-eval's (its models
+            # one after another)
+            "items_per_s_ratio": (round(rounds_rate / (lm_items / sum(lm_inf)), 3)
                                   if rounds_rate and None not in lm_inf and sum(lm_inf) else None),
             "agreement": {"equal": equal, "items": common, "rate": round(equal / common, 4) if common else None,
                           "per_model": agree},

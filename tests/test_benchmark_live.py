@@ -83,7 +83,7 @@ def test_cli_defaults_and_helpers():
     quick = parse_args(["--quick"])
     assert quick.items == 120 and quick.runs == ["certify", "compare"] and quick.goals == [0.1]
     full = parse_args([])
-    assert full.items == 1000 and full.runs == ["certify", "compare", "compare_distinct", "rank", "generation"]
+    assert full.items == 1000 and full.runs == ["certify", "compare", "compare_distinct", "rank", "select", "generation"]
     assert full.goals == [0.1, 0.05] and full.distinct_noise == 0.15
     assert parse_args(["--quick", "--generation"]).runs == ["certify", "compare", "generation"]
     with pytest.raises(SystemExit):
