@@ -173,3 +173,19 @@ def test_idle_openmp_threads_spin_briefly_only_where_other_work_fills_the_cores(
 
     assert not _cores_busy(load=0.4, cores=2) and not _cores_busy(load=2.5, cores=2)  # the command's own work
     assert _cores_busy(load=3.0, cores=2) and _cores_busy(load=17.0, cores=2) and not _cores_busy(load=17.0, cores=32)
+
+
+def test_a_specs_own_threads_are_each_calls_and_other_actors_take_one_call_at_a_time():
+    """The layout rule alone (no actor): one call per CPU, at most the calls queued; a spec's ``threads=N`` is each
+    call's (4 CPUs hold two calls of 2 threads, not four); GPU, replay and OpenAI actors one call at a time."""
+    from certeval.hosting.pool_cpus import CpuPlan
+
+    models = {"a": "hf:/m", "b": "hf:/m?threads=2", "c": "hf:/m?threads=8", "g": "hf:/m?device=cuda",
+              "r": "replay:bundled:helm_mmlu#openai_ada", "o": "openai:http://127.0.0.1:9#m"}
+    plan = CpuPlan(models, replicas=1, num_gpus=0.0, num_cpus=None, host_kwargs={})
+    assert [plan.calls_at_once(["a"], cpus, 2) for cpus in (1, 2, 4)] == [1, 2, 2]
+    assert plan.calls_at_once(["a"], 4, 8) == 4 and plan.threads(["a"], 4, 4) == 1 and plan.threads(["a"], 4, 2) == 2
+    assert plan.calls_at_once(["b"], 4, 8) == 2 and plan.calls_at_once(["b"], 2, 2) == 1
+    assert plan.calls_at_once(["c"], 4, 2) == 1  # more threads asked than CPUs: one call
+    assert [plan.calls_at_once([m], 4, 2) for m in ("g", "r", "o")] == [1, 1, 1]
+    assert plan.threads(["r"], 0, 1) is None

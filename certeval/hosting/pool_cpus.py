@@ -1,5 +1,6 @@
 """How a pool shares the machine's CPUs among its model actors: each CPU-hosted model's share of the free CPUs,
-the calls it scores at once and their torch threads, models sharing an actor when the cluster is short, GPUs asked that no node has."""
+the calls it scores at once and their torch threads, models sharing an actor when the cluster is short, GPUs asked
+that no node has."""
 
 from __future__ import annotations
 
@@ -50,8 +51,20 @@ class CpuPlan:
         it was given, each on its own thread (:meth:`threads`); one for every other actor. A decoding step's
         operations (a few rows, one position) are too small to split across cores well: SmolLM2-135M generating on
         two cores did 17-20% more items a second as two calls on one thread each than one call at a time on two
-        threads (docs/pipeline.md)."""
-        return max(1, min(int(cpus), int(in_flight))) if self.on_cpu(labels) else 1
+        threads (docs/pipeline.md). A spec's own ``threads=N`` is each call's: its CPUs then hold ``CPUs // N``."""
+        if not self.on_cpu(labels):
+            return 1
+        return max(1, min(int(cpus) // self._spec_threads(labels), int(in_flight)))
+
+    def _spec_threads(self, labels: list[str]) -> int:
+        """The torch threads the actor's specs ask for themselves (``threads=N``, the most of them), else 1."""
+        from certeval.inputs.model_spec import parse_model_spec
+
+        asked = [parse_model_spec(self.models[label]).option("threads") for label in labels]
+        try:
+            return max([1, *(int(t) for t in asked if t is not None)])
+        except (TypeError, ValueError):  # the host refuses it at start, in one line
+            return 1
 
     def threads(self, labels: list[str], cpus: float, at_once: int = 1) -> int | None:
         """torch threads of a CPU-hosted model's actor: its CPUs shared among the calls it scores at once (at

@@ -190,9 +190,10 @@ class ModelWorker:
 
 def set_torch_threads(threads: int) -> None:
     """torch's CPU threads (intra-op, and OpenMP's / MKL's for anything started later) set to ``threads``: a model
-    actor's CPUs per call it scores at once (:meth:`certeval.hosting.pool_cpus.CpuPlan.threads`). Ray sets ``OMP_NUM_THREADS=1`` in an actor given no CPU count and the floor
-    of its CPUs otherwise, unless the variable was already set (a driver's environment passes it on), and torch
-    reads it once: set here, explicitly, before the host imports torch."""
+    actor's CPUs per call it scores at once (:meth:`certeval.hosting.pool_cpus.CpuPlan.threads`). Ray sets
+    ``OMP_NUM_THREADS=1`` in an actor given no CPU count and the floor of its CPUs otherwise, unless the variable
+    was already set (a driver's environment passes it on), and torch reads it once: set here, explicitly, before
+    the host imports torch."""
     threads = max(1, int(threads))
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = str(threads)
