@@ -297,6 +297,7 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
     sent = int(sum((cert["items_sent"] or {}).values()))
     lm_cpu = round(sum(r["cpu_s"] for r in lm_runs), 1)
     rounds_rate = round(sent / cert["phases"]["rounds"], 2) if cert["phases"].get("rounds") else None
+    lm_rate = lm_items / sum(lm_inf) if None not in lm_inf and sum(lm_inf) else None  # items a second, its bar's
     return {"run": name, "lm_eval_wall_s": lm_wall, "certeval_wall_s": cert["wall_s"],
             "ratio": round(cert["wall_s"] / lm_wall, 3) if lm_wall else None,
             "lm_eval_cpu_s": lm_cpu, "certeval_cpu_s": cert["cpu_s"],
@@ -307,7 +308,7 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
             "certeval_items_ahead_unused": int((cert.get("ahead") or {}).get("scored_unused", 0)),
             "certeval_torch_threads": [p.get("torch_threads") for p in cert.get("placement") or []],
             "certeval_calls_at_once": [p.get("calls_at_once") for p in cert.get("placement") or []],
-            "lm_eval_items_per_s": round(lm_items / sum(lm_inf), 2) if None not in lm_inf and sum(lm_inf) else None,
+            "lm_eval_items_per_s": round(lm_rate, 2) if lm_rate else None,
             # per call: items / the seconds their calls took (an actor's calls that run at once overlap)
             "certeval_items_per_s": cert["inference"]["items_per_s"],
             # all actors together: items sent / the rounds' wall time (several actors share the CPUs)
@@ -315,8 +316,7 @@ def summarise(name: str, cert: dict[str, Any], lm_runs: list[dict[str, Any]]) ->
             # the issue's throughput-parity number: items a second on the machine, certeval's over the rounds' wall
             # time (its models side by side, the driver's gaps between rounds included) over lm-eval's (its models
             # one after another)
-            "items_per_s_ratio": (round(rounds_rate / (lm_items / sum(lm_inf)), 3)
-                                  if rounds_rate and None not in lm_inf and sum(lm_inf) else None),
+            "items_per_s_ratio": round(rounds_rate / lm_rate, 3) if rounds_rate and lm_rate else None,
             "agreement": {"equal": equal, "items": common, "rate": round(equal / common, 4) if common else None,
                           "per_model": agree},
             "lm_eval_means": [round(r["mean"], 4) for r in lm_runs], "certeval_means": cert["means"],

@@ -168,6 +168,10 @@ class ModelPool:
         """The CPUs an actor of ``group`` asks Ray for (:meth:`CpuPlan.actor_cpus`)."""
         return self.cpus.actor_cpus(self.groups[group], self._cpu_share.get(group, 1.0))
 
+    def _calls_at_once(self, group: str) -> int:
+        """The calls an actor of ``group`` scores at once (:meth:`CpuPlan.calls_at_once`)."""
+        return self.cpus.calls_at_once(self.groups[group], self._actor_cpus(group), self.in_flight)
+
     def _actor_class(self):
         # a control thread beside the scoring one: batches sent ahead are withdrawn while another is scored
         return ray.remote(concurrency_groups={CONTROL: 1})(ModelWorker)
@@ -205,7 +209,7 @@ class ModelPool:
         labels = self.groups[group]
         cpus = self._actor_cpus(group)
         name = self._kept_name(group, replica) if kept else f"{self.prefix}/{group}/{replica}/g{generation}"
-        at_once = self.cpus.calls_at_once(labels, cpus, self.in_flight)
+        at_once = self._calls_at_once(group)
         threads = self.cpus.threads(labels, cpus, at_once)
         env = _forwarded_env(self.key_variables)
         if threads is not None:  # OpenMP's pool sized before torch starts; the worker sets torch's own too
@@ -267,8 +271,7 @@ class ModelPool:
                     "actor": name, "group": group, "replica": replica, "generation": generation,
                     "node_id": where.get("node_id"), "node_resources": custom, "pid": where.get("pid"),
                     "cpus": self._actor_cpus(group), "torch_threads": where.get("torch_threads"),
-                    "calls_at_once": self.cpus.calls_at_once(self.groups[group], self._actor_cpus(group),
-                                                             self.in_flight),
+                    "calls_at_once": self._calls_at_once(group),
                     "kept": name.startswith(KEPT_PREFIX), "reused": bool(where.get("reused", False)),
                     "load_s": where.get("load_s")})
             self._pings = []
